@@ -1,0 +1,78 @@
+# pocket-train. `make` builds ./pocket; `make test` runs the cmocka tests;
+# `make test SAN=1` runs them under ASan+UBSan; `make check` also runs the
+# interop tests against the reference runtimes (Python venv under tests/).
+CC ?= gcc
+HDF5_CFLAGS := $(shell pkg-config --cflags hdf5 2>/dev/null || echo -I/usr/include/hdf5/serial)
+HDF5_LIBS := $(shell pkg-config --libs hdf5 2>/dev/null || echo -L/usr/lib/x86_64-linux-gnu/hdf5/serial -lhdf5)
+CFLAGS_COMMON = -std=c11 -D_GNU_SOURCE -Wall -Wextra -fopenmp $(HDF5_CFLAGS) -MMD -MP
+LDLIBS = -fopenmp $(HDF5_LIBS) -ljansson -lutf8proc -lpcre2-8 -linih -lz -lm
+
+ifeq ($(SAN),1)
+  BUILD ?= build-san
+  CFLAGS = $(CFLAGS_COMMON) -O1 -g -fno-omit-frame-pointer -fsanitize=address,undefined -fno-sanitize-recover=undefined
+  LDFLAGS = -fsanitize=address,undefined
+  # libgomp's thread pool and libhdf5's global caches are still held at exit.
+  export ASAN_OPTIONS = detect_leaks=0
+  POCKET ?= $(BUILD)/pocket
+else
+  BUILD ?= build
+  CFLAGS = $(CFLAGS_COMMON) -O3 -march=native -g
+  LDFLAGS =
+  POCKET ?= pocket
+endif
+
+LIB_SRC := $(wildcard util/*.c model/*.c model/ops/*.c data/*.c qat/*.c export/*.c train/*.c)
+LIB_SRC := $(filter-out train/main.c,$(LIB_SRC))
+LIB_OBJ := $(LIB_SRC:%.c=$(BUILD)/%.o)
+TEST_SRC := $(wildcard tests/test_*.c)
+TEST_BIN := $(TEST_SRC:tests/%.c=$(BUILD)/tests/%)
+BENCH_SRC := $(wildcard tests/bench_*.c)
+BENCH_BIN := $(BENCH_SRC:tests/%.c=$(BUILD)/tests/%)
+
+.PHONY: all test check interop bench demo deps clean
+all: $(POCKET)
+
+$(BUILD)/%.o: %.c
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -c $< -o $@
+
+$(BUILD)/libpocket.a: $(LIB_OBJ)
+	@rm -f $@
+	ar rcs $@ $^
+
+$(POCKET): $(BUILD)/train/main.o $(BUILD)/libpocket.a
+	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
+
+$(BUILD)/tests/%: $(BUILD)/tests/%.o $(BUILD)/libpocket.a
+	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS) -lcmocka
+
+# Tests run from the repo root; POCKET names the binary for CLI tests.
+test: $(POCKET) $(TEST_BIN)
+	@set -e; for t in $(TEST_BIN); do echo "== $$t"; POCKET=./$(POCKET) OMP_NUM_THREADS=2 $$t; done
+
+VENV = tests/.venv
+$(VENV)/ok: tests/requirements-ci.txt
+	python3 -m venv $(VENV)
+	$(VENV)/bin/pip install -q $${PIP_CACHE_DIR:+--cache-dir $$PIP_CACHE_DIR} -r tests/requirements-ci.txt
+	touch $@
+
+interop: $(POCKET) $(VENV)/ok
+	POCKET=./$(POCKET) $(VENV)/bin/python -m pytest -q tests/interop
+
+check: test interop
+
+bench: $(POCKET) $(BENCH_BIN)
+	@for b in $(BENCH_BIN); do OMP_NUM_THREADS=2 $$b; done
+
+DEB_PKGS = gcc make pkg-config libhdf5-dev hdf5-tools zlib1g-dev libcmocka-dev libjansson-dev \
+           libinih-dev libutf8proc-dev libpcre2-dev python3-venv
+deps:
+	@missing=""; for p in $(DEB_PKGS); do dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
+	if [ -n "$$missing" ]; then echo "installing:$$missing"; \
+	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing; \
+	else echo "all Debian packages present"; fi
+
+clean:
+	rm -rf build build-san pocket
+
+-include $(shell find build build-san -name '*.d' 2>/dev/null)

@@ -1,0 +1,28 @@
+// tokenizer.h: byte-level BPE loaded from an HF tokenizer.json, matching HF
+// `tokenizers` token for token (added tokens split out first, NFC, the Qwen2
+// split regex, GPT-2 byte mapping, rank-ordered merges).
+#pragma once
+#include <stddef.h>
+#include <stdint.h>
+#include "../util/util.h"
+
+typedef struct Tokenizer Tokenizer;
+
+// json: the tokenizer.json bytes (len bytes, need not be NUL-terminated);
+// src names the file in error messages.
+int tokenizer_load(Tokenizer **out, const char *json, size_t len, const char *src, PtError *e);
+int tokenizer_load_file(Tokenizer **out, const char *path, PtError *e);
+void tokenizer_free(Tokenizer *tok);
+
+// Appends the ids of text[0..len) to *ids (growing *cap with realloc).
+// Invalid UTF-8 is an error naming the byte offset.
+int tokenizer_encode(const Tokenizer *tok, const char *text, size_t len, int **ids, size_t *n, size_t *cap,
+                     PtError *e);
+// UTF-8 text of ids (invalid byte sequences become U+FFFD as HF does);
+// skip_special drops added tokens flagged special. malloc'd, NUL-terminated.
+char *tokenizer_decode(const Tokenizer *tok, const int *ids, size_t n, int skip_special);
+
+int tokenizer_vocab_size(const Tokenizer *tok);          // highest id + 1, added tokens included
+int tokenizer_token_id(const Tokenizer *tok, const char *content);   // exact token (added or vocab), -1 if none
+// SHA-256 (hex) of the tokenizer.json bytes: datasets record it, the loader compares it.
+const char *tokenizer_hash(const Tokenizer *tok);

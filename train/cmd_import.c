@@ -1,0 +1,4 @@
+// Placeholder so the binary links while the command is written.
+#include <stdio.h>
+#include "commands.h"
+int cmd_import(int argc, char **argv) { (void)argc; (void)argv; fprintf(stderr, "pocket import: not built yet\n"); return 1; }
