@@ -1,4 +1,57 @@
-// Placeholder so the binary links while the command is written.
-#include <stdio.h>
+// pocket init: a new model from a preset or an HF config.json.
+#include <stdlib.h>
+#include <string.h>
+#include "checkpoint.h"
 #include "commands.h"
-int cmd_init(int argc, char **argv) { (void)argc; (void)argv; fprintf(stderr, "pocket init: not built yet\n"); return 1; }
+
+static void help(FILE *f) {
+    fprintf(f,
+            "usage: pocket init --model PRESET|config.json --out CKPT.h5 [--seed N] [--tokenizer tokenizer.json]\n\n"
+            "Creates a checkpoint with freshly initialised weights: matrices ~ N(0, initializer_range),\n"
+            "norm weights 1, the padding row of the embedding 0. Same seed, same weights on every machine.\n\n"
+            "  --model      preset (%s) or an HF config.json / model directory\n"
+            "  --out        checkpoint to write (HDF5)\n"
+            "  --seed       RNG seed (default 1234)\n"
+            "  --tokenizer  tokenizer.json to store in the checkpoint (optional)\n",
+            config_preset_names());
+}
+
+int cmd_init(int argc, char **argv) {
+    const char *model = NULL, *out = NULL, *tok = NULL, *v;
+    unsigned long long seed = 1234;
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) { help(stdout); return 0; }
+        else if ((v = arg_value(argc, argv, &i, "--model"))) model = v;
+        else if ((v = arg_value(argc, argv, &i, "--out"))) out = v;
+        else if ((v = arg_value(argc, argv, &i, "--tokenizer"))) tok = v;
+        else if ((v = arg_value(argc, argv, &i, "--seed"))) {
+            char *end;
+            seed = strtoull(v, &end, 10);
+            if (*end || !*v) { fprintf(stderr, "pocket init: --seed '%s' is not a non-negative integer\n", v); return 2; }
+        } else { fprintf(stderr, "pocket init: unknown argument '%s' (see --help)\n", argv[i]); return 2; }
+    }
+    if (!model || !out) { fprintf(stderr, "pocket init: --model and --out are required (see --help)\n"); return 2; }
+    PtError e;
+    ModelConfig cfg;
+    if (config_load(&cfg, model, &e)) { fprintf(stderr, "pocket init: %s\n", e.msg); return 1; }
+    ModelBundle b;
+    bundle_alloc(&b, &cfg);
+    if (tok) {
+        uint8_t *data;
+        if (read_whole_file(tok, &data, &b.tokenizer_json_len, &e)) {
+            fprintf(stderr, "pocket init: %s\n", e.msg);
+            bundle_free(&b);
+            return 1;
+        }
+        b.tokenizer_json = (char *)data;
+    }
+    bundle_init_random(&b, seed);
+    int rc = checkpoint_save(out, &b, &e);
+    if (rc) fprintf(stderr, "pocket init: %s\n", e.msg);
+    else {
+        config_print(&cfg, stdout);
+        printf("wrote %s (seed %llu)\n", out, seed);
+    }
+    bundle_free(&b);
+    return rc ? 1 : 0;
+}

@@ -1,0 +1,115 @@
+// Checkpoint round trips: init -> save -> load is bit-exact; a truncated or
+// foreign file is refused with a message naming it.
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <cmocka.h>
+#include <math.h>
+#include <string.h>
+#include <unistd.h>
+#include "../train/checkpoint.h"
+
+static void roundtrip(const char *preset) {
+    PtError e;
+    ModelConfig cfg;
+    assert_int_equal(config_preset(&cfg, preset, &e), 0);
+    ModelBundle a, b;
+    bundle_alloc(&a, &cfg);
+    bundle_init_random(&a, 42);
+    a.tokenizer_json = xstrdup("{\"model\": {}}");
+    a.tokenizer_json_len = strlen(a.tokenizer_json);
+    char path[] = "/tmp/pocket_ckpt_XXXXXX";
+    int fd = mkstemp(path);
+    close(fd);
+    assert_int_equal(checkpoint_save(path, &a, &e), 0);
+    assert_int_equal(checkpoint_load(path, &b, &e), 0);
+    assert_memory_equal(&a.cfg, &b.cfg, sizeof a.cfg);
+    assert_int_equal(a.tt.total, b.tt.total);
+    for (int i = 0; i < a.tt.n; i++) {
+        const TensorInfo *t = &a.tt.t[i];
+        assert_memory_equal(a.params + t->offset, b.params + t->offset, t->numel * sizeof(float));
+    }
+    assert_non_null(b.tokenizer_json);
+    assert_string_equal(a.tokenizer_json, b.tokenizer_json);
+    bundle_free(&a);
+    bundle_free(&b);
+    unlink(path);
+}
+
+static void test_roundtrip_tied(void **s) { (void)s; roundtrip("tiny"); }
+static void test_roundtrip_untied(void **s) { (void)s; roundtrip("tiny-untied"); }
+static void test_roundtrip_llama(void **s) { (void)s; roundtrip("tiny-llama"); }
+
+static void test_random_init_statistics(void **s) {
+    (void)s;
+    PtError e;
+    ModelConfig cfg;
+    assert_int_equal(config_preset(&cfg, "tiny", &e), 0);
+    ModelBundle a;
+    bundle_alloc(&a, &cfg);
+    bundle_init_random(&a, 7);
+    const TensorInfo *t = tensor_table_find(&a.tt, "model.embed_tokens.weight");
+    double s1 = 0, s2 = 0;
+    for (size_t i = 0; i < t->numel; i++) {
+        double x = a.params[t->offset + i];
+        s1 += x;
+        s2 += x * x;
+    }
+    double mean = s1 / t->numel, sd = sqrt(s2 / t->numel - mean * mean);
+    // pad row zeroed, so the std is a hair under 0.02
+    assert_true(fabs(mean) < 1e-3);
+    assert_true(fabs(sd - 0.02) < 1e-3);
+    const float *pad = a.params + t->offset + (size_t)cfg.pad_id * cfg.d_model;
+    for (int i = 0; i < cfg.d_model; i++) assert_true(pad[i] == 0.0f);
+    const TensorInfo *n = tensor_table_find(&a.tt, "model.norm.weight");
+    for (size_t i = 0; i < n->numel; i++) assert_true(a.params[n->offset + i] == 1.0f);
+    bundle_free(&a);
+}
+
+static void test_truncated_is_refused(void **s) {
+    (void)s;
+    PtError e;
+    ModelConfig cfg;
+    assert_int_equal(config_preset(&cfg, "tiny", &e), 0);
+    ModelBundle a, b;
+    bundle_alloc(&a, &cfg);
+    bundle_init_random(&a, 1);
+    char path[] = "/tmp/pocket_ckpt_XXXXXX";
+    close(mkstemp(path));
+    assert_int_equal(checkpoint_save(path, &a, &e), 0);
+    assert_int_equal(truncate(path, 3000), 0);
+    assert_int_equal(checkpoint_load(path, &b, &e), -1);
+    assert_non_null(strstr(e.msg, path));
+    FILE *f = fopen(path, "w");
+    fputs("not hdf5 at all", f);
+    fclose(f);
+    assert_int_equal(checkpoint_load(path, &b, &e), -1);
+    assert_non_null(strstr(e.msg, "not an HDF5 file"));
+    bundle_free(&a);
+    unlink(path);
+}
+
+static void test_param_count_matches_spec(void **s) {
+    (void)s;
+    PtError e;
+    ModelConfig cfg;
+    assert_int_equal(config_preset(&cfg, "pocket-0.3b", &e), 0);
+    // spec/qwen3-model.md section 4: 302,830,976 tied
+    assert_int_equal(config_param_count(&cfg), 302830976);
+    TensorTable tt;
+    tensor_table_build(&tt, &cfg);
+    assert_int_equal(tt.n, 310);
+    size_t sum = 0;
+    for (int i = 0; i < tt.n; i++) sum += tt.t[i].numel;
+    assert_int_equal(sum, 302830976);
+    tensor_table_free(&tt);
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_roundtrip_tied),         cmocka_unit_test(test_roundtrip_untied),
+        cmocka_unit_test(test_roundtrip_llama),        cmocka_unit_test(test_random_init_statistics),
+        cmocka_unit_test(test_truncated_is_refused),   cmocka_unit_test(test_param_count_matches_spec),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
