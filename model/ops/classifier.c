@@ -1,0 +1,111 @@
+// classifier.c: lm head plus cross-entropy, chunked over token rows so that
+// at most chunk x V logits exist at a time. Loss per counted position is
+// logsumexp(z) - z[target] (spec 2.6); the caller divides the returned sum.
+#include <math.h>
+#include <string.h>
+#include "../../util/util.h"
+#include "ops.h"
+
+static inline int is_counted(const int *targets, const uint8_t *mask, int n) {
+    return targets[n] >= 0 && (!mask || mask[n] != 0);
+}
+
+// One row of logits z[V]: returns -log p(target). If make_grad, z is
+// overwritten by scale * (softmax(z) - onehot(target)).
+static double row_loss(float *z, int target, int V, float scale, int make_grad) {
+    float z_max = -INFINITY;
+    for (int i = 0; i < V; i++) z_max = z[i] > z_max ? z[i] : z_max;
+    float z_target = z[target];
+    double sum = 0.0;
+    if (make_grad) {
+        for (int i = 0; i < V; i++) {   // keep exp(z - max) for the gradient pass
+            z[i] = expf(z[i] - z_max);
+            sum += z[i];
+        }
+        float p_scale = (float)(scale / sum);
+        #pragma omp simd
+        for (int i = 0; i < V; i++) z[i] *= p_scale;
+        z[target] -= scale;
+    } else {
+        for (int i = 0; i < V; i++) sum += expf(z[i] - z_max);
+    }
+    return (double)z_max + log(sum) - (double)z_target;
+}
+
+double classifier_forward_backward(float *dh, float *dW, float *logits_out, float *scratch, int chunk,
+                                   const float *h, const float *W, const int *targets,
+                                   const uint8_t *mask, int N, int C, int V, float scale, int *count) {
+    if (chunk < 1) die("classifier: chunk must be at least 1 row, got %d", chunk);
+    for (int n = 0; n < N; n++)
+        if (targets[n] >= V) die("classifier: target %d at row %d is outside the vocabulary of %d", targets[n], n, V);
+    const int make_grad = dh != NULL || dW != NULL;
+    double loss_sum = 0.0;
+    int counted = 0;
+    int n0 = 0;
+    while (n0 < N) {
+        // Without logits_out, rows nobody counts need no logits at all: start
+        // each chunk at a counted row and trim uncounted rows off its end
+        // (prompt-masked chat data skips its prompts this way).
+        if (!logits_out) {
+            while (n0 < N && !is_counted(targets, mask, n0)) n0++;
+            if (n0 == N) break;
+        }
+        int n1 = n0 + chunk < N ? n0 + chunk : N;
+        if (!logits_out)
+            while (n1 - 1 > n0 && !is_counted(targets, mask, n1 - 1)) n1--;
+        const int rows = n1 - n0;
+        const float *h_chunk = h + (size_t)n0 * C;
+        matmul_forward(scratch, h_chunk, W, rows, C, V);
+        if (logits_out) memcpy(logits_out + (size_t)n0 * V, scratch, (size_t)rows * V * sizeof(float));
+
+        double chunk_loss = 0.0;
+        int chunk_count = 0;
+        #pragma omp parallel for schedule(static) reduction(+:chunk_loss, chunk_count)
+        for (int r = 0; r < rows; r++) {
+            float *z = scratch + (size_t)r * V;
+            if (!is_counted(targets, mask, n0 + r)) {
+                if (make_grad) memset(z, 0, (size_t)V * sizeof(float));
+                continue;
+            }
+            chunk_loss += row_loss(z, targets[n0 + r], V, scale, make_grad);
+            chunk_count++;
+        }
+        loss_sum += chunk_loss;
+        counted += chunk_count;
+        if (make_grad && chunk_count > 0)
+            matmul_backward(dh ? dh + (size_t)n0 * C : NULL, dW, scratch, h_chunk, W, rows, C, V);
+        n0 = n1;
+    }
+    if (count) *count = counted;
+    return loss_sum;
+}
+
+double classifier_ref(double *dh, double *dW, const double *h, const double *W, const int *targets,
+                      const uint8_t *mask, int N, int C, int V, double scale) {
+    double *z = xmalloc((size_t)V * sizeof(double), "classifier_ref logits");
+    double loss = 0.0;
+    for (int n = 0; n < N; n++) {
+        if (targets[n] < 0 || (mask && !mask[n])) continue;
+        const double *hn = h + (size_t)n * C;
+        double z_max = -INFINITY;
+        for (int i = 0; i < V; i++) {
+            double acc = 0.0;
+            for (int c = 0; c < C; c++) acc += hn[c] * W[(size_t)i * C + c];
+            z[i] = acc;
+            if (acc > z_max) z_max = acc;
+        }
+        double sum = 0.0;
+        for (int i = 0; i < V; i++) sum += exp(z[i] - z_max);
+        double lse = z_max + log(sum);
+        loss += lse - z[targets[n]];
+        for (int i = 0; i < V; i++) {
+            double g = scale * (exp(z[i] - lse) - (i == targets[n] ? 1.0 : 0.0));
+            for (int c = 0; c < C; c++) {
+                if (dh) dh[(size_t)n * C + c] += g * W[(size_t)i * C + c];
+                if (dW) dW[(size_t)i * C + c] += g * hn[c];
+            }
+        }
+    }
+    free(z);
+    return loss;
+}

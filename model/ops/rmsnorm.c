@@ -1,0 +1,93 @@
+// rmsnorm.c: RMSNorm over rows of length C, out = w * (x * rstd) with
+// rstd = 1/sqrt(mean(x^2) + eps): eps inside the root, the weight applied
+// after normalising, no mean subtraction (spec 2.3).
+#include <math.h>
+#include <omp.h>
+#include "../../util/util.h"
+#include "ops.h"
+
+void rmsnorm_forward(float *out, float *rstd, const float *x, const float *w, int N, int C, float eps) {
+    #pragma omp parallel for schedule(static)
+    for (int n = 0; n < N; n++) {
+        const float *xr = x + (size_t)n * C;
+        float *yr = out + (size_t)n * C;
+        float ss = 0.0f;
+        #pragma omp simd reduction(+:ss)
+        for (int c = 0; c < C; c++) ss += xr[c] * xr[c];
+        float r = 1.0f / sqrtf(ss / (float)C + eps);
+        rstd[n] = r;
+        #pragma omp simd
+        for (int c = 0; c < C; c++) yr[c] = w[c] * (xr[c] * r);
+    }
+}
+
+// With xhat = x * rstd and g = dout * w:
+//   dx = rstd * (g - xhat * mean(g * xhat)),   dw = sum over rows of dout * xhat.
+// dw sums over every row, so each thread accumulates its rows into a private
+// partial and the partials are added in thread order at the end (no races,
+// the same result for the same thread count).
+void rmsnorm_backward(float *dx, float *dw, const float *dout, const float *x, const float *w,
+                      const float *rstd, int N, int C) {
+    int max_threads = omp_get_max_threads();
+    float *partial = dw ? xcalloc((size_t)max_threads * C, sizeof(float), "rmsnorm dw partials") : NULL;
+    int used_threads = 1;
+    #pragma omp parallel
+    {
+        int tid = omp_get_thread_num();
+        #pragma omp single
+        used_threads = omp_get_num_threads();
+        float *my_dw = partial ? partial + (size_t)tid * C : NULL;
+        #pragma omp for schedule(static)
+        for (int n = 0; n < N; n++) {
+            const float *xr = x + (size_t)n * C, *gr = dout + (size_t)n * C;
+            float r = rstd[n];
+            if (dx) {
+                float dot = 0.0f;
+                #pragma omp simd reduction(+:dot)
+                for (int c = 0; c < C; c++) dot += gr[c] * w[c] * (xr[c] * r);
+                float mean_dot = dot / (float)C;
+                float *dxr = dx + (size_t)n * C;
+                #pragma omp simd
+                for (int c = 0; c < C; c++) dxr[c] += r * (gr[c] * w[c] - (xr[c] * r) * mean_dot);
+            }
+            if (my_dw) {
+                #pragma omp simd
+                for (int c = 0; c < C; c++) my_dw[c] += gr[c] * (xr[c] * r);
+            }
+        }
+    }
+    if (partial) {
+        #pragma omp parallel for schedule(static)
+        for (int c = 0; c < C; c++) {
+            float s = 0.0f;
+            for (int t = 0; t < used_threads; t++) s += partial[(size_t)t * C + c];
+            dw[c] += s;
+        }
+        free(partial);
+    }
+}
+
+void rmsnorm_forward_ref(double *out, double *rstd, const double *x, const double *w, int N, int C, double eps) {
+    for (int n = 0; n < N; n++) {
+        const double *xr = x + (size_t)n * C;
+        double ss = 0.0;
+        for (int c = 0; c < C; c++) ss += xr[c] * xr[c];
+        double r = 1.0 / sqrt(ss / C + eps);
+        rstd[n] = r;
+        for (int c = 0; c < C; c++) out[(size_t)n * C + c] = w[c] * (xr[c] * r);
+    }
+}
+
+void rmsnorm_backward_ref(double *dx, double *dw, const double *dout, const double *x, const double *w,
+                          const double *rstd, int N, int C) {
+    for (int n = 0; n < N; n++) {
+        const double *xr = x + (size_t)n * C, *gr = dout + (size_t)n * C;
+        double r = rstd[n];
+        double dot = 0.0;
+        for (int c = 0; c < C; c++) dot += gr[c] * w[c] * xr[c] * r;
+        for (int c = 0; c < C; c++) {
+            if (dx) dx[(size_t)n * C + c] += r * (gr[c] * w[c] - xr[c] * r * dot / C);
+            if (dw) dw[c] += gr[c] * xr[c] * r;
+        }
+    }
+}

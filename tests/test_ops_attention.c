@@ -1,0 +1,273 @@
+// test_ops_attention: the flash-style float attention against the naive double
+// reference (which materialises the full score matrix), packing isolation with
+// segment ids, and determinism across thread counts.
+// Bounds, normwise max|fast - ref| / max|ref|: out, lse, dq, dk, dv <= 5e-6
+// (fp32 dot products of length hd <= 64, softmax sums over <= 70 keys in
+// double, dk/dv sums over <= 7 * 70 query rows in float).
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <omp.h>
+#include <cmocka.h>
+#include "test_ops_util.h"
+
+#define ATTN_TOL 5e-6
+
+// lse[B, nq, T] of the scaled scores, in double, straight from the definition.
+static void lse_ref(double *lse, const double *q, const double *k, const int *seg, int B, int T, int nq, int nkv,
+                    int hd) {
+    for (int b = 0; b < B; b++)
+        for (int h = 0; h < nq; h++)
+            for (int t = 0; t < T; t++) {
+                int g = h / (nq / nkv);
+                double mx = -INFINITY, s[512];
+                for (int u = 0; u <= t; u++) {
+                    s[u] = -INFINITY;
+                    if (seg && seg[b * T + u] != seg[b * T + t]) continue;
+                    double d = 0.0;
+                    for (int i = 0; i < hd; i++)
+                        d += q[((size_t)(b * T + t) * nq + h) * hd + i] * k[((size_t)(b * T + u) * nkv + g) * hd + i];
+                    s[u] = d / sqrt((double)hd);
+                    mx = fmax(mx, s[u]);
+                }
+                double sum = 0.0;
+                for (int u = 0; u <= t; u++) sum += exp(s[u] - mx);
+                lse[((size_t)b * nq + h) * T + t] = mx + log(sum);
+            }
+}
+
+typedef struct {
+    int B, T, nq, nkv, hd;
+    size_t nqe, nke, nl;
+    double *q, *k, *v, *dout, *out, *lse, *dq, *dk, *dv;
+    float *qf, *kf, *vf, *doutf, *outf, *lsef, *dqf, *dkf, *dvf;
+    float *dq0, *dk0, *dv0;   // the non-zero starts of dqf, dkf, dvf
+} AttnCase;
+
+static void case_init(AttnCase *c, Rng *r, int B, int T, int nq, int nkv, int hd, double q_sd) {
+    *c = (AttnCase){.B = B, .T = T, .nq = nq, .nkv = nkv, .hd = hd};
+    c->nqe = (size_t)B * T * nq * hd;
+    c->nke = (size_t)B * T * nkv * hd;
+    c->nl = (size_t)B * nq * T;
+    c->q = rand_d(r, c->nqe, q_sd);
+    c->k = rand_d(r, c->nke, 1.0);
+    c->v = rand_d(r, c->nke, 1.0);
+    c->dout = rand_d(r, c->nqe, 1.0);
+    c->dq = zeros_d(c->nqe);
+    c->dk = zeros_d(c->nke);
+    c->dv = zeros_d(c->nke);
+    c->qf = to_float_exact(c->q, c->nqe);
+    c->kf = to_float_exact(c->k, c->nke);
+    c->vf = to_float_exact(c->v, c->nke);
+    c->doutf = to_float_exact(c->dout, c->nqe);
+    c->dqf = rand_f(r, c->nqe, 0.5);   // non-zero: backward must accumulate
+    c->dkf = rand_f(r, c->nke, 0.5);
+    c->dvf = rand_f(r, c->nke, 0.5);
+    c->dq0 = copy_f(c->dqf, c->nqe);
+    c->dk0 = copy_f(c->dkf, c->nke);
+    c->dv0 = copy_f(c->dvf, c->nke);
+    c->out = zeros_d(c->nqe);
+    c->lse = zeros_d(c->nl);
+    c->outf = zeros_f(c->nqe);
+    c->lsef = zeros_f(c->nl);
+}
+
+static void case_free(AttnCase *c) {
+    double *d[] = {c->q, c->k, c->v, c->dout, c->out, c->lse, c->dq, c->dk, c->dv};
+    float *f[] = {c->qf, c->kf, c->vf, c->doutf, c->outf, c->lsef, c->dqf, c->dkf, c->dvf};
+    for (int i = 0; i < 9; i++) {
+        free(d[i]);
+        free(f[i]);
+    }
+    free(c->dq0);
+    free(c->dk0);
+    free(c->dv0);
+}
+
+static void compare_case(Rng *r, int B, int T, int nq, int nkv, int hd, const int *seg, double q_sd) {
+    AttnCase c;
+    case_init(&c, r, B, T, nq, nkv, hd, q_sd);
+    attention_forward_ref(c.out, c.q, c.k, c.v, seg, B, T, nq, nkv, hd);
+    lse_ref(c.lse, c.q, c.k, seg, B, T, nq, nkv, hd);
+    attention_backward_ref(c.dq, c.dk, c.dv, c.dout, c.q, c.k, c.v, seg, B, T, nq, nkv, hd);
+    attention_forward(c.outf, c.lsef, c.qf, c.kf, c.vf, seg, B, T, nq, nkv, hd);
+    attention_backward(c.dqf, c.dkf, c.dvf, c.doutf, c.outf, c.lsef, c.qf, c.kf, c.vf, seg, B, T, nq, nkv, hd);
+    double e[5] = {rel_err_f(c.outf, c.out, c.nqe), rel_err_f(c.lsef, c.lse, c.nl), rel_err_delta_f(c.dqf, c.dq0, c.dq, c.nqe),
+                   rel_err_delta_f(c.dkf, c.dk0, c.dk, c.nke), rel_err_delta_f(c.dvf, c.dv0, c.dv, c.nke)};
+    printf("  B=%d T=%2d nq=%d nkv=%d hd=%2d%s q_sd=%.0f: out %.1e lse %.1e dq %.1e dk %.1e dv %.1e\n", B, T, nq,
+           nkv, hd, seg ? " seg" : "    ", q_sd, e[0], e[1], e[2], e[3], e[4]);
+    for (int i = 0; i < 5; i++) assert_true(e[i] <= ATTN_TOL);
+    case_free(&c);
+}
+
+// Random packing: segments of 1..25 tokens, ids counting up per row.
+static int *random_segments(Rng *r, int B, int T) {
+    int *seg = xmalloc((size_t)B * T * sizeof(int), "seg");
+    for (int b = 0; b < B; b++) {
+        int id = 100 * b, left = 0;
+        for (int t = 0; t < T; t++) {
+            if (left == 0) {
+                id++;
+                left = 1 + (int)(rng_next(r) % 25);
+            }
+            seg[b * T + t] = id;
+            left--;
+        }
+    }
+    return seg;
+}
+
+static void test_attention_vs_ref(void **state) {
+    (void)state;
+    Rng r;
+    rng_seed(&r, 31);
+    int *seg = random_segments(&r, 3, 70);
+    compare_case(&r, 2, 70, 2, 2, 6, NULL, 1.0);    // nq/nkv 1
+    compare_case(&r, 2, 70, 4, 2, 12, NULL, 1.0);   // 2
+    compare_case(&r, 1, 67, 3, 1, 16, NULL, 1.0);   // 3
+    compare_case(&r, 2, 70, 7, 1, 64, NULL, 1.0);   // 7, the Pocket head size
+    compare_case(&r, 2, 70, 4, 2, 12, seg, 1.0);
+    compare_case(&r, 3, 70, 7, 1, 16, seg, 1.0);
+    compare_case(&r, 2, 70, 6, 2, 6, NULL, 6.0);   // peaked softmax: the running max moves a lot
+    compare_case(&r, 2, 70, 3, 3, 18, seg, 6.0);
+    compare_case(&r, 3, 1, 2, 1, 6, NULL, 1.0);    // T = 1
+    free(seg);
+}
+
+// Keys and values outside a query's segment must not reach it: changing them
+// leaves that segment's outputs and lse bit for bit the same, and a gradient
+// that enters only through one segment leaves nothing outside it.
+static void test_attention_packing_isolation(void **state) {
+    (void)state;
+    Rng r;
+    rng_seed(&r, 32);
+    const int B = 2, T = 70, nq = 4, nkv = 2, hd = 12;
+    int *seg = random_segments(&r, B, T);
+    const int target = seg[30];   // the segment holding token 30 of row 0
+    AttnCase c;
+    case_init(&c, &r, B, T, nq, nkv, hd, 1.0);
+    attention_forward(c.outf, c.lsef, c.qf, c.kf, c.vf, seg, B, T, nq, nkv, hd);
+    float *out2 = zeros_f(c.nqe), *lse2 = zeros_f(c.nl);
+    float *k2 = xmalloc(c.nke * sizeof(float), "k2"), *v2 = xmalloc(c.nke * sizeof(float), "v2");
+    memcpy(k2, c.kf, c.nke * sizeof(float));
+    memcpy(v2, c.vf, c.nke * sizeof(float));
+    int first = -1, last = -1;
+    for (int n = 0; n < B * T; n++) {
+        if (n < T && seg[n] == target) {
+            if (first < 0) first = n;
+            last = n;
+            continue;
+        }
+        for (int i = 0; i < nkv * hd; i++) {
+            k2[(size_t)n * nkv * hd + i] += 3.0f;
+            v2[(size_t)n * nkv * hd + i] *= -2.0f;
+        }
+    }
+    assert_true(first > 0 && last < T - 1);   // segments on both sides of it
+    attention_forward(out2, lse2, c.qf, k2, v2, seg, B, T, nq, nkv, hd);
+    for (int t = first; t <= last; t++) {
+        assert_memory_equal(out2 + (size_t)t * nq * hd, c.outf + (size_t)t * nq * hd, nq * hd * sizeof(float));
+        for (int h = 0; h < nq; h++) assert_true(lse2[(size_t)h * T + t] == c.lsef[(size_t)h * T + t]);
+    }
+    // Gradient entering only at the target segment's outputs.
+    float *dout = zeros_f(c.nqe), *dq = zeros_f(c.nqe), *dk = zeros_f(c.nke), *dv = zeros_f(c.nke);
+    for (int t = first; t <= last; t++)
+        memcpy(dout + (size_t)t * nq * hd, c.doutf + (size_t)t * nq * hd, nq * hd * sizeof(float));
+    attention_backward(dq, dk, dv, dout, c.outf, c.lsef, c.qf, c.kf, c.vf, seg, B, T, nq, nkv, hd);
+    double inside = 0.0;
+    for (int n = 0; n < B * T; n++) {
+        int in = n >= first && n <= last;
+        for (int i = 0; i < nq * hd; i++) {
+            if (in) inside += fabs(dq[(size_t)n * nq * hd + i]);
+            else assert_true(dq[(size_t)n * nq * hd + i] == 0.0f);
+        }
+        for (int i = 0; i < nkv * hd; i++) {
+            if (in) inside += fabs(dk[(size_t)n * nkv * hd + i]) + fabs(dv[(size_t)n * nkv * hd + i]);
+            else assert_true(dk[(size_t)n * nkv * hd + i] == 0.0f && dv[(size_t)n * nkv * hd + i] == 0.0f);
+        }
+    }
+    assert_true(inside > 0.0);
+    printf("  segment rows %d..%d isolated (forward bit-exact, no gradient outside)\n", first, last);
+    case_free(&c);
+    free(seg); free(out2); free(lse2); free(k2); free(v2); free(dout); free(dq); free(dk); free(dv);
+}
+
+// A packed segment gives the same result as that document run on its own
+// (positions of the block boundaries differ, so only to float rounding).
+static void test_attention_packed_equals_alone(void **state) {
+    (void)state;
+    Rng r;
+    rng_seed(&r, 33);
+    const int T = 70, nq = 7, nkv = 1, hd = 16, C = nq * hd, KC = nkv * hd;
+    int *seg = random_segments(&r, 1, T);
+    AttnCase c;
+    case_init(&c, &r, 1, T, nq, nkv, hd, 1.0);
+    memset(c.dqf, 0, c.nqe * sizeof(float));
+    memset(c.dkf, 0, c.nke * sizeof(float));
+    memset(c.dvf, 0, c.nke * sizeof(float));
+    attention_forward(c.outf, c.lsef, c.qf, c.kf, c.vf, seg, 1, T, nq, nkv, hd);
+    attention_backward(c.dqf, c.dkf, c.dvf, c.doutf, c.outf, c.lsef, c.qf, c.kf, c.vf, seg, 1, T, nq, nkv, hd);
+    double worst = 0.0;
+    for (int s0 = 0; s0 < T;) {
+        int s1 = s0;
+        while (s1 < T && seg[s1] == seg[s0]) s1++;
+        int L = s1 - s0;
+        float *o = zeros_f((size_t)L * C), *l = zeros_f((size_t)nq * L);
+        float *dq = zeros_f((size_t)L * C), *dk = zeros_f((size_t)L * KC), *dv = zeros_f((size_t)L * KC);
+        const float *q = c.qf + (size_t)s0 * C, *k = c.kf + (size_t)s0 * KC, *v = c.vf + (size_t)s0 * KC;
+        attention_forward(o, l, q, k, v, NULL, 1, L, nq, nkv, hd);
+        attention_backward(dq, dk, dv, c.doutf + (size_t)s0 * C, o, l, q, k, v, NULL, 1, L, nq, nkv, hd);
+        for (size_t i = 0; i < (size_t)L * C; i++) {
+            worst = fmax(worst, fabs(o[i] - c.outf[(size_t)s0 * C + i]));
+            worst = fmax(worst, fabs(dq[i] - c.dqf[(size_t)s0 * C + i]));
+        }
+        for (size_t i = 0; i < (size_t)L * KC; i++) {
+            worst = fmax(worst, fabs(dk[i] - c.dkf[(size_t)s0 * KC + i]));
+            worst = fmax(worst, fabs(dv[i] - c.dvf[(size_t)s0 * KC + i]));
+        }
+        free(o); free(l); free(dq); free(dk); free(dv);
+        s0 = s1;
+    }
+    printf("  packed vs each document alone: max abs diff %.1e\n", worst);
+    assert_true(worst < 1e-5);
+    case_free(&c);
+    free(seg);
+}
+
+// Every output element is owned by one task, so the thread count must not
+// change a single bit.
+static void test_attention_thread_independent(void **state) {
+    (void)state;
+    Rng r;
+    rng_seed(&r, 34);
+    const int B = 2, T = 70, nq = 4, nkv = 2, hd = 16;
+    AttnCase c;
+    case_init(&c, &r, B, T, nq, nkv, hd, 1.0);
+    float *res[2][5];
+    int saved = omp_get_max_threads();
+    for (int run = 0; run < 2; run++) {
+        omp_set_num_threads(run == 0 ? 1 : 3);
+        float *o = zeros_f(c.nqe), *l = zeros_f(c.nl), *dq = zeros_f(c.nqe), *dk = zeros_f(c.nke), *dv = zeros_f(c.nke);
+        attention_forward(o, l, c.qf, c.kf, c.vf, NULL, B, T, nq, nkv, hd);
+        attention_backward(dq, dk, dv, c.doutf, o, l, c.qf, c.kf, c.vf, NULL, B, T, nq, nkv, hd);
+        res[run][0] = o; res[run][1] = l; res[run][2] = dq; res[run][3] = dk; res[run][4] = dv;
+    }
+    omp_set_num_threads(saved);
+    size_t sizes[5] = {c.nqe, c.nl, c.nqe, c.nke, c.nke};
+    for (int i = 0; i < 5; i++) {
+        assert_memory_equal(res[0][i], res[1][i], sizes[i] * sizeof(float));
+        free(res[0][i]);
+        free(res[1][i]);
+    }
+    case_free(&c);
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_attention_vs_ref),
+        cmocka_unit_test(test_attention_packing_isolation),
+        cmocka_unit_test(test_attention_packed_equals_alone),
+        cmocka_unit_test(test_attention_thread_independent),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
