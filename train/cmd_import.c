@@ -1,4 +1,74 @@
-// Placeholder so the binary links while the command is written.
-#include <stdio.h>
+// pocket import: an HF model directory (later also a GGUF file) into an HDF5
+// checkpoint that training, eval and export start from.
+#include <string.h>
+#include "../model/hf_import.h"
+#include "checkpoint.h"
 #include "commands.h"
-int cmd_import(int argc, char **argv) { (void)argc; (void)argv; fprintf(stderr, "pocket import: not built yet\n"); return 1; }
+
+static void help(FILE *f) {
+    fprintf(f,
+            "usage: pocket import HF_DIR --out CKPT.h5\n\n"
+            "Reads a Hugging Face model directory: config.json (model_type qwen3 or llama),\n"
+            "model.safetensors or model.safetensors.index.json with its shards (F32, BF16\n"
+            "or F16), and tokenizer.json / tokenizer_config.json when present, and writes\n"
+            "an fp32 checkpoint. Every parameter must be present with the shape config.json\n"
+            "implies; extra or missing tensors are an error.\n\n"
+            "  HF_DIR          the model directory\n"
+            "  --out CKPT.h5   the checkpoint to write (written atomically)\n");
+}
+
+static int ends_with(const char *s, const char *suffix) {
+    size_t a = strlen(s), b = strlen(suffix);
+    return a >= b && strcmp(s + a - b, suffix) == 0;
+}
+
+// One place decides which reader takes a source.
+static int import_any(const char *src, ModelBundle *b, PtError *e) {
+    if (path_is_dir(src)) return hf_import(src, b, e);
+    if (ends_with(src, ".gguf")) return pt_fail(e, "%s: GGUF import is not supported yet", src);
+    if (!path_exists(src)) return pt_fail(e, "%s: no such file or directory", src);
+    return pt_fail(e, "%s: not an HF model directory or a .gguf file", src);
+}
+
+int cmd_import(int argc, char **argv) {
+    const char *src = NULL, *out = NULL, *v;
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
+            help(stdout);
+            return 0;
+        } else if ((v = arg_value(argc, argv, &i, "--out"))) {
+            out = v;
+        } else if (argv[i][0] == '-') {
+            fprintf(stderr, "pocket import: unknown option '%s' (see --help)\n", argv[i]);
+            return 1;
+        } else if (!src) {
+            src = argv[i];
+        } else {
+            fprintf(stderr, "pocket import: one source at a time ('%s')\n", argv[i]);
+            return 1;
+        }
+    }
+    if (!src || !out) {
+        fprintf(stderr, "pocket import: %s\n", !src ? "missing HF_DIR (see --help)" : "missing --out CKPT.h5");
+        return 1;
+    }
+    double t0 = now_seconds();
+    PtError err;
+    ModelBundle b;
+    if (import_any(src, &b, &err)) {
+        fprintf(stderr, "pocket import: %s\n", err.msg);
+        return 1;
+    }
+    if (checkpoint_save(out, &b, &err)) {
+        fprintf(stderr, "pocket import: %s\n", err.msg);
+        bundle_free(&b);
+        return 1;
+    }
+    size_t numel = 0;
+    for (int i = 0; i < b.tt.n; i++) numel += b.tt.t[i].numel;
+    config_print(&b.cfg, stdout);
+    printf("imported %s -> %s: %d tensors, %zu parameters (%.1f MB fp32), tokenizer %s, %.2f s\n", src, out, b.tt.n,
+           numel, numel * 4.0 / 1e6, b.tokenizer_json ? "yes" : "no", now_seconds() - t0);
+    bundle_free(&b);
+    return 0;
+}
