@@ -51,15 +51,16 @@ test: $(POCKET) $(TEST_BIN)
 	@set -e; for t in $(TEST_BIN); do echo "== $$t"; POCKET=./$(POCKET) OMP_NUM_THREADS=2 $$t; done
 
 VENV = tests/.venv
-$(VENV)/ok: tests/requirements-ci.txt
-	python3 -m venv $(VENV)
-	$(VENV)/bin/pip install -q $${PIP_CACHE_DIR:+--cache-dir $$PIP_CACHE_DIR} -r tests/requirements-ci.txt
+$(VENV)/ok: tests/setup_venv.sh tests/requirements-ci.txt
+	bash tests/setup_venv.sh $(VENV)
 	touch $@
 
 interop: $(POCKET) $(VENV)/ok
 	POCKET=./$(POCKET) $(VENV)/bin/python -m pytest -q tests/interop
 
-check: test interop
+check: deps
+	$(MAKE) test
+	$(MAKE) interop
 
 bench: $(POCKET) $(BENCH_BIN)
 	@for b in $(BENCH_BIN); do OMP_NUM_THREADS=2 $$b; done
@@ -69,7 +70,8 @@ DEB_PKGS = gcc make pkg-config libhdf5-dev hdf5-tools zlib1g-dev libcmocka-dev l
 deps:
 	@missing=""; for p in $(DEB_PKGS); do dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
 	if [ -n "$$missing" ]; then echo "installing:$$missing"; \
-	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing; \
+	  [ -n "$(APT_UPDATED)" ] || apt-get update -qq; \
+	  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $$missing; \
 	else echo "all Debian packages present"; fi
 
 clean:

@@ -145,6 +145,8 @@ int config_from_hf_json(ModelConfig *c, const char *json_text, const char *src, 
     int flag = 0;
     if (get_bool(root, "attention_bias", &flag, src, e)) goto out;
     if (flag) { pt_fail(e, "%s: attention_bias=true is not supported", src); goto out; }
+    if (get_bool(root, "use_sliding_window", &flag, src, e)) goto out;
+    if (flag) { pt_fail(e, "%s: use_sliding_window=true is not supported", src); goto out; }
     if (get_bool(root, "mlp_bias", &flag, src, e)) goto out;
     if (flag) { pt_fail(e, "%s: mlp_bias=true is not supported", src); goto out; }
     json_t *act = json_object_get(root, "hidden_act");

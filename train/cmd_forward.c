@@ -1,4 +1,123 @@
-// Placeholder so the binary links while the command is written.
-#include <stdio.h>
+// pocket forward: the probe that tests and users compare against other
+// frameworks. Runs the model on N token ids, writes logits, the
+// transformers-convention loss and (with --grad) every parameter gradient.
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include "../model/model.h"
+#include "../model/safetensors.h"
+#include "checkpoint.h"
 #include "commands.h"
-int cmd_forward(int argc, char **argv) { (void)argc; (void)argv; fprintf(stderr, "pocket forward: not built yet\n"); return 1; }
+
+static void help(FILE *f) {
+    fprintf(f,
+            "usage: pocket forward --ckpt CKPT.h5 --tokens-file F --dump OUT.safetensors [--grad]\n\n"
+            "Reads N token ids (whitespace-separated) from F and runs the model on all N.\n"
+            "Writes to OUT.safetensors: logits [N, vocab] (F32), loss [1] = mean next-token\n"
+            "cross-entropy over the first N-1 positions (transformers' labels=input_ids), and\n"
+            "with --grad the gradient of that loss for every parameter under its HF name.\n");
+}
+
+// Reads whitespace-separated ids; errors name the file and the token's index.
+static int read_tokens(const char *path, int vocab, int **out, int *n_out, PtError *e) {
+    uint8_t *text;
+    size_t len;
+    if (read_whole_file(path, &text, &len, e)) return -1;
+    int n = 0, cap = 256;
+    int *ids = xmalloc(cap * sizeof(int), "token ids");
+    char *p = (char *)text;
+    for (;;) {
+        while (*p == ' ' || *p == '\n' || *p == '\t' || *p == '\r') p++;
+        if (!*p) break;
+        char *end;
+        errno = 0;
+        long v = strtol(p, &end, 10);
+        if (end == p || errno || (*end && *end != ' ' && *end != '\n' && *end != '\t' && *end != '\r')) {
+            free(ids);
+            free(text);
+            return pt_fail(e, "%s: token %d is not an integer", path, n + 1);
+        }
+        if (v < 0 || v >= vocab) {
+            free(ids);
+            free(text);
+            return pt_fail(e, "%s: token %d = %ld is outside the vocabulary [0, %d)", path, n + 1, v, vocab);
+        }
+        if (n == cap) ids = realloc(ids, (cap *= 2) * sizeof(int));
+        if (!ids) die("out of memory reading %s", path);
+        ids[n++] = (int)v;
+        p = end;
+    }
+    free(text);
+    if (n < 2) {
+        free(ids);
+        return pt_fail(e, "%s: needs at least 2 token ids, found %d", path, n);
+    }
+    *out = ids;
+    *n_out = n;
+    return 0;
+}
+
+int cmd_forward(int argc, char **argv) {
+    const char *ckpt = NULL, *tokens_path = NULL, *dump = NULL, *v;
+    int grad = 0;
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) { help(stdout); return 0; }
+        else if (!strcmp(argv[i], "--grad")) grad = 1;
+        else if ((v = arg_value(argc, argv, &i, "--ckpt"))) ckpt = v;
+        else if ((v = arg_value(argc, argv, &i, "--tokens-file"))) tokens_path = v;
+        else if ((v = arg_value(argc, argv, &i, "--dump"))) dump = v;
+        else { fprintf(stderr, "pocket forward: unknown argument '%s' (see --help)\n", argv[i]); return 2; }
+    }
+    if (!ckpt || !tokens_path || !dump) {
+        fprintf(stderr, "pocket forward: --ckpt, --tokens-file and --dump are required (see --help)\n");
+        return 2;
+    }
+    PtError e;
+    ModelBundle b;
+    if (checkpoint_load(ckpt, &b, &e)) { fprintf(stderr, "pocket forward: %s\n", e.msg); return 1; }
+    int *tokens = NULL, N = 0;
+    if (read_tokens(tokens_path, b.cfg.vocab_size, &tokens, &N, &e)) {
+        fprintf(stderr, "pocket forward: %s\n", e.msg);
+        bundle_free(&b);
+        return 1;
+    }
+    Model m;
+    model_from_bundle(&m, &b);
+    int rc = 1;
+    float *logits = NULL;
+    int *targets = xmalloc(N * sizeof(int), "targets");
+    if (model_plan(&m, 1, N, grad, NULL, &e)) { fprintf(stderr, "pocket forward: %s\n", e.msg); goto out; }
+    for (int i = 0; i < N; i++) targets[i] = i + 1 < N ? tokens[i + 1] : -1;
+    ModelInput in = {.B = 1, .T = N, .tokens = tokens, .targets = targets};
+    int V = m.w.cfg.vocab_size, count;
+    logits = xmalloc((size_t)N * V * sizeof(float), "logits");
+    double sum;
+    if (grad) {
+        model_zero_grads(&m);
+        sum = model_forward_backward(&m, &in, 1.0f / (N - 1), logits, &count);
+    } else {
+        sum = model_forward(&m, &in, logits, &count);
+    }
+    float loss = (float)(sum / count);
+    int nt = 2 + (grad ? m.w.tt.n : 0);
+    StWriteTensor *w = xcalloc(nt, sizeof *w, "tensor list");
+    w[0] = (StWriteTensor){.name = "logits", .dtype = "F32", .ndim = 2, .shape = {N, V}, .data = logits};
+    w[1] = (StWriteTensor){.name = "loss", .dtype = "F32", .ndim = 1, .shape = {1}, .data = &loss};
+    for (int i = 0; grad && i < m.w.tt.n; i++) {
+        const TensorInfo *t = &m.w.tt.t[i];
+        w[2 + i] = (StWriteTensor){.name = t->name, .dtype = "F32", .ndim = t->ndim,
+                                   .shape = {t->shape[0], t->shape[1]}, .data = m.grads + t->offset};
+    }
+    if (st_write(dump, w, nt, &e)) fprintf(stderr, "pocket forward: %s\n", e.msg);
+    else {
+        printf("loss %.6f over %d positions; wrote %s\n", loss, count, dump);
+        rc = 0;
+    }
+    free(w);
+out:
+    free(logits);
+    free(targets);
+    free(tokens);
+    model_free(&m);
+    return rc;
+}

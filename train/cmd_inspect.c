@@ -1,4 +1,75 @@
-// Placeholder so the binary links while the command is written.
-#include <stdio.h>
+// pocket inspect: says what a file holds (checkpoint, token dataset,
+// safetensors file or HF model directory).
+#include <hdf5.h>
+#include <string.h>
+#include "../data/dataset.h"
+#include "../data/tokenizer.h"
+#include "../model/safetensors.h"
+#include "checkpoint.h"
 #include "commands.h"
-int cmd_inspect(int argc, char **argv) { (void)argc; (void)argv; fprintf(stderr, "pocket inspect: not built yet\n"); return 1; }
+
+static void help(FILE *f) {
+    fprintf(f,
+            "usage: pocket inspect FILE [--tokenizer tokenizer.json|CKPT.h5]\n\n"
+            "  CKPT.h5            config, tensors, shapes, sizes\n"
+            "  DATA.h5            token counts, tokenizer hash, a decoded sample (needs --tokenizer)\n"
+            "  X.safetensors      tensors, dtypes, shapes, sizes\n"
+            "  HF_DIR             config.json and the safetensors files in it\n");
+}
+
+static int h5_has(const char *path, const char *name) {
+    H5Eset_auto2(H5E_DEFAULT, NULL, NULL);
+    hid_t f = H5Fopen(path, H5F_ACC_RDONLY, H5P_DEFAULT);
+    if (f < 0) return 0;
+    int has = H5Lexists(f, name, H5P_DEFAULT) > 0;
+    H5Fclose(f);
+    return has;
+}
+
+// A tokenizer from tokenizer.json or from a checkpoint's stored copy.
+static int load_tokenizer(const char *path, Tokenizer **tok, PtError *e) {
+    if (!checkpoint_is_hdf5(path)) return tokenizer_load_file(tok, path, e);
+    ModelBundle b;
+    if (checkpoint_load(path, &b, e)) return -1;
+    int rc = b.tokenizer_json ? tokenizer_load(tok, b.tokenizer_json, b.tokenizer_json_len, path, e)
+                              : pt_fail(e, "%s: the checkpoint stores no tokenizer.json", path);
+    bundle_free(&b);
+    return rc;
+}
+
+static int inspect_hf_dir(const char *dir, PtError *e) {
+    ModelConfig cfg;
+    if (config_load(&cfg, dir, e)) return -1;
+    config_print(&cfg, stdout);
+    char *single = path_join(dir, "model.safetensors");
+    int rc = 0;
+    if (path_exists(single)) rc = st_inspect(single, stdout, e);
+    else printf("(sharded or no model.safetensors; inspect each shard file)\n");
+    free(single);
+    return rc;
+}
+
+int cmd_inspect(int argc, char **argv) {
+    const char *file = NULL, *tok_path = NULL, *v;
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) { help(stdout); return 0; }
+        else if ((v = arg_value(argc, argv, &i, "--tokenizer"))) tok_path = v;
+        else if (argv[i][0] == '-') { fprintf(stderr, "pocket inspect: unknown option '%s'\n", argv[i]); return 2; }
+        else if (!file) file = argv[i];
+        else { fprintf(stderr, "pocket inspect: one FILE at a time ('%s')\n", argv[i]); return 2; }
+    }
+    if (!file) { help(stderr); return 2; }
+    PtError e;
+    int rc;
+    if (!path_exists(file)) rc = pt_fail(&e, "%s: no such file or directory", file);
+    else if (path_is_dir(file)) rc = inspect_hf_dir(file, &e);
+    else if (checkpoint_is_hdf5(file) && h5_has(file, "tokens")) {
+        Tokenizer *tok = NULL;
+        rc = tok_path ? load_tokenizer(tok_path, &tok, &e) : 0;
+        if (rc == 0) rc = dataset_inspect(file, tok, stdout, &e);
+        if (tok) tokenizer_free(tok);
+    } else if (checkpoint_is_hdf5(file)) rc = checkpoint_inspect(file, stdout, &e);
+    else rc = st_inspect(file, stdout, &e);
+    if (rc) fprintf(stderr, "pocket inspect: %s\n", e.msg);
+    return rc ? 1 : 0;
+}
