@@ -1,4 +1,303 @@
-// Placeholder so the binary links while the command is written.
-#include <stdio.h>
+// pocket tokenize: corpus files or chat JSONL -> HDF5 token dataset.
+//
+// Records are read in blocks on the main thread, tokenized in parallel (one
+// record per task) and appended to the dataset in input order, so the output
+// does not depend on the thread count.
+#include <inttypes.h>
+#include <omp.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+#include "../data/corpus.h"
+#include "../data/dataset.h"
+#include "../data/sft.h"
 #include "commands.h"
-int cmd_tokenize(int argc, char **argv) { (void)argc; (void)argv; fprintf(stderr, "pocket tokenize: not built yet\n"); return 1; }
+
+enum { BLOCK_RECORDS = 1024, BLOCK_BYTES = 8 << 20, MAX_SKIP_WARNINGS = 5 };
+
+static void help(FILE *f) {
+    fprintf(f,
+            "usage: pocket tokenize --tokenizer tokenizer.json|CKPT.h5 [--chat] [--max-len N] [--truncate]\n"
+            "                       [--skip-bad] [--threads N] INPUT... --out DATA.h5\n"
+            "       pocket tokenize --tokenizer tokenizer.json|CKPT.h5 --print-ids FILE\n\n"
+            "Tokenizes text into an HDF5 token dataset for `pocket train` and `pocket eval`.\n\n"
+            "INPUT is a .txt file (one document), a .jsonl file (one document per line, its \"text\" field),\n"
+            "either of them gzip-compressed (.txt.gz, .jsonl.gz), or a directory of such files (recursive,\n"
+            "sorted by name). Documents are separated by the <|endoftext|> token.\n\n"
+            "  --tokenizer  tokenizer.json, or a checkpoint holding one (/tokenizer/tokenizer.json)\n"
+            "  --out        dataset to write (HDF5; written to a temporary name and renamed at the end)\n"
+            "  --chat       inputs are chat JSONL for SFT: {\"messages\": [{\"role\", \"content\"}, ...]} with roles\n"
+            "               system (first only), user, assistant; or {\"prompt\", \"completion\"}. The loss mask\n"
+            "               covers the assistant replies and their closing <|im_end|>.\n"
+            "  --max-len N  (--chat) examples longer than N tokens are dropped (default: no limit)\n"
+            "  --truncate   (--chat) cut examples longer than --max-len instead of dropping them\n"
+            "  --skip-bad   skip and count bad records (malformed JSON, bad roles, invalid UTF-8) instead of\n"
+            "               stopping at the first one\n"
+            "  --threads N  worker threads (default: OMP_NUM_THREADS or all cores)\n"
+            "  --print-ids FILE  print the token ids of FILE's whole text on one line; writes no dataset\n");
+}
+
+typedef struct {
+    const char *tokenizer, *out, *print_ids;
+    int chat, truncate, skip_bad, threads;
+    size_t max_len;
+    char **inputs;
+    int n_inputs;
+} Args;
+
+static int parse_count(const char *flag, const char *v, size_t *out) {
+    char *end;
+    unsigned long long x = strtoull(v, &end, 10);
+    if (!*v || *end || x == 0 || v[0] == '-') {
+        fprintf(stderr, "pocket tokenize: %s '%s' is not a positive integer\n", flag, v);
+        return -1;
+    }
+    *out = (size_t)x;
+    return 0;
+}
+
+// 0: run; 1: done (help printed); -1: usage error (message printed).
+static int parse_args(int argc, char **argv, Args *a) {
+    memset(a, 0, sizeof *a);
+    a->inputs = xcalloc((size_t)argc, sizeof(char *), "inputs");
+    const char *v;
+    for (int i = 1; i < argc; i++) {
+        size_t n;
+        if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) { help(stdout); return 1; }
+        else if ((v = arg_value(argc, argv, &i, "--tokenizer"))) a->tokenizer = v;
+        else if ((v = arg_value(argc, argv, &i, "--out"))) a->out = v;
+        else if ((v = arg_value(argc, argv, &i, "--print-ids"))) a->print_ids = v;
+        else if (!strcmp(argv[i], "--chat")) a->chat = 1;
+        else if (!strcmp(argv[i], "--truncate")) a->truncate = 1;
+        else if (!strcmp(argv[i], "--skip-bad")) a->skip_bad = 1;
+        else if ((v = arg_value(argc, argv, &i, "--max-len"))) {
+            if (parse_count("--max-len", v, &a->max_len)) return -1;
+        } else if ((v = arg_value(argc, argv, &i, "--threads"))) {
+            if (parse_count("--threads", v, &n)) return -1;
+            a->threads = n > 1024 ? 1024 : (int)n;
+        } else if (argv[i][0] == '-' && argv[i][1]) {
+            fprintf(stderr, "pocket tokenize: unknown argument '%s' (see --help)\n", argv[i]);
+            return -1;
+        } else a->inputs[a->n_inputs++] = argv[i];
+    }
+    const char *problem = NULL;
+    if (!a->tokenizer) problem = "--tokenizer is required";
+    else if (a->print_ids && (a->out || a->n_inputs)) problem = "--print-ids takes one FILE and writes no dataset";
+    else if (!a->print_ids && !a->out) problem = "--out is required";
+    else if (!a->print_ids && !a->n_inputs) problem = "no INPUT given";
+    else if (!a->chat && (a->max_len || a->truncate)) problem = "--max-len and --truncate apply to --chat only";
+    else if (a->truncate && !a->max_len) problem = "--truncate needs --max-len";
+    if (problem) {
+        fprintf(stderr, "pocket tokenize: %s (see --help)\n", problem);
+        return -1;
+    }
+    return 0;
+}
+
+static int print_ids(const Tokenizer *tok, const char *path) {
+    uint8_t *data;
+    size_t len, n = 0, cap = 0;
+    int *ids = NULL;
+    PtError e, te;
+    if (read_whole_file(path, &data, &len, &e)) {
+        fprintf(stderr, "pocket tokenize: %s\n", e.msg);
+        return 1;
+    }
+    int rc = tokenizer_encode(tok, (const char *)data, len, &ids, &n, &cap, &te);
+    if (rc) fprintf(stderr, "pocket tokenize: %s: %s\n", path, te.msg);
+    else {
+        for (size_t i = 0; i < n; i++) printf(i ? " %d" : "%d", ids[i]);
+        putchar('\n');
+    }
+    free(ids);
+    free(data);
+    return rc ? 1 : 0;
+}
+
+// One record and what its worker made of it.
+typedef enum { JOB_OK, JOB_EMPTY, JOB_DROPPED, JOB_BAD, JOB_FATAL } JobStatus;
+typedef struct {
+    CorpusRecord rec;
+    SftExample ex;         // CPT uses ids/n only
+    JobStatus status;
+    int truncated;
+    PtError err;
+} Job;
+
+static void run_cpt_job(const Tokenizer *tok, int eot, Job *j) {
+    char *text;
+    size_t len;
+    j->ex.n = 0;
+    if (corpus_record_text(&j->rec, &text, &len, &j->err)) { j->status = JOB_BAD; return; }
+    PtError te;
+    if (tokenizer_encode(tok, text, len, &j->ex.ids, &j->ex.n, &j->ex.cap, &te)) {
+        char where[1100];
+        pt_fail(&j->err, "%s: %s", corpus_where(&j->rec, where, sizeof where), te.msg);
+        j->status = JOB_BAD;
+    } else if (j->ex.n == 0) {
+        j->status = JOB_EMPTY;
+    } else {
+        if (j->ex.n == j->ex.cap) {
+            j->ex.cap = 2 * j->ex.cap + 1;
+            int *grown = realloc(j->ex.ids, j->ex.cap * sizeof(int));
+            if (!grown) die("out of memory growing token ids");
+            j->ex.ids = grown;
+        }
+        j->ex.ids[j->ex.n++] = eot;   // documents end with <|endoftext|>
+        j->status = JOB_OK;
+    }
+    free(text);
+}
+
+static void run_sft_job(const Tokenizer *tok, const Args *a, Job *j) {
+    char where[1100];
+    corpus_where(&j->rec, where, sizeof where);
+    if (j->rec.format != CORPUS_JSONL) {
+        pt_fail(&j->err, "%s: --chat reads chat .jsonl files, not .txt", where);
+        j->status = JOB_FATAL;
+        return;
+    }
+    // A merged segment boundary is a bad record too: --skip-bad skips and
+    // reports it (on a template bug every line fails, so nothing is written).
+    if (sft_encode_line(tok, j->rec.data, j->rec.len, where, &j->ex, &j->err)) {
+        j->status = JOB_BAD;
+        return;
+    }
+    SftFit fit = sft_fit(&j->ex, a->max_len, a->truncate);
+    j->status = fit == SFT_DROPPED ? JOB_DROPPED : JOB_OK;
+    j->truncated = fit == SFT_TRUNCATED;
+}
+
+typedef struct {
+    uint64_t docs, dropped, truncated, skipped, empty;
+} Counts;
+
+static void progress(const Corpus *c, const DatasetWriter *w, double t0, int final) {
+    double dt = now_seconds() - t0, mb = corpus_bytes_read(c) / 1e6;
+    fprintf(stderr, "\r  %.1f MB read, %.2f MB/s, %" PRIu64 " tokens, %" PRIu64 " documents%s", mb,
+            dt > 0 ? mb / dt : 0.0, dataset_writer_tokens(w), dataset_writer_docs(w), final ? "\n" : "");
+}
+
+static int tokenize_inputs(const Args *a, const Tokenizer *tok) {
+    PtError e;
+    int eot = tokenizer_token_id(tok, "<|endoftext|>");
+    if (!a->chat && eot < 0) {
+        fprintf(stderr, "pocket tokenize: %s: the tokenizer has no <|endoftext|> token to separate documents\n",
+                a->tokenizer);
+        return 1;
+    }
+    Corpus *corpus;
+    if (corpus_open(&corpus, a->inputs, a->n_inputs, &e)) {
+        fprintf(stderr, "pocket tokenize: %s\n", e.msg);
+        return 1;
+    }
+    DatasetWriter *w;
+    if (dataset_writer_open(&w, a->out, a->chat ? DATASET_SFT : DATASET_CPT, tokenizer_vocab_size(tok),
+                            tokenizer_hash(tok), &e)) {
+        fprintf(stderr, "pocket tokenize: %s\n", e.msg);
+        corpus_close(corpus);
+        return 1;
+    }
+    int threads = a->threads ? a->threads : omp_get_max_threads(), tty = isatty(2), rc = 0, more = 1;
+    int read_failed = 0;
+    PtError read_err;
+    double t0 = now_seconds(), last_progress = t0;
+    int shown = 0;   // a progress line is on the terminal
+    Counts n = {0};
+    Job *jobs = xcalloc(BLOCK_RECORDS, sizeof *jobs, "jobs");
+    while (more && !rc) {
+        int n_jobs = 0;
+        size_t bytes = 0;
+        while (n_jobs < BLOCK_RECORDS && bytes < BLOCK_BYTES) {
+            int got = corpus_next(corpus, &jobs[n_jobs].rec, &read_err);
+            if (got < 0) { read_failed = 1; more = 0; break; }
+            if (got == 0) { more = 0; break; }
+            bytes += jobs[n_jobs++].rec.len;
+        }
+#pragma omp parallel for schedule(dynamic, 1) num_threads(threads)
+        for (int i = 0; i < n_jobs; i++) {
+            if (a->chat) run_sft_job(tok, a, &jobs[i]);
+            else run_cpt_job(tok, eot, &jobs[i]);
+        }
+        for (int i = 0; i < n_jobs; i++) {
+            Job *j = &jobs[i];
+            if (!rc) {
+                if (j->status == JOB_FATAL || (j->status == JOB_BAD && !a->skip_bad)) {
+                    e = j->err;
+                    rc = 1;
+                } else if (j->status == JOB_BAD) {
+                    if (n.skipped++ < MAX_SKIP_WARNINGS)
+                        fprintf(stderr, "%spocket tokenize: skipped %s\n", shown ? "\n" : "", j->err.msg);
+                } else if (j->status == JOB_EMPTY) n.empty++;
+                else if (j->status == JOB_DROPPED) n.dropped++;
+                else {
+                    if (dataset_writer_add(w, j->ex.ids, a->chat ? j->ex.mask : NULL, j->ex.n, &e)) rc = 1;
+                    n.truncated += (uint64_t)j->truncated;
+                }
+            }
+            free(j->rec.data);
+            j->rec.data = NULL;
+            j->ex.n = 0;
+            j->truncated = 0;
+        }
+        if (!rc && read_failed) {   // after the records read before it, in input order
+            e = read_err;
+            rc = 1;
+        }
+        if (tty && !rc && now_seconds() - last_progress > 0.5) {
+            progress(corpus, w, t0, 0);
+            last_progress = now_seconds();
+            shown = 1;
+        }
+    }
+    for (int i = 0; i < BLOCK_RECORDS; i++) sft_example_free(&jobs[i].ex);
+    free(jobs);
+    if (!rc && dataset_writer_docs(w) == 0) {
+        pt_fail(&e, "no document with any token in the inputs (%" PRIu64 " skipped, %" PRIu64 " dropped, %" PRIu64
+                    " empty)", n.skipped, n.dropped, n.empty);
+        rc = 1;
+    }
+    if (n.skipped > MAX_SKIP_WARNINGS)
+        fprintf(stderr, "pocket tokenize: ... %" PRIu64 " bad records skipped in all\n", n.skipped);
+    if (shown) progress(corpus, w, t0, 1);
+    uint64_t tokens = dataset_writer_tokens(w), docs = dataset_writer_docs(w);
+    double mb = corpus_bytes_read(corpus) / 1e6;
+    int n_files = corpus_n_files(corpus);
+    corpus_close(corpus);
+    if (rc) {
+        dataset_writer_abort(w);
+        fprintf(stderr, "pocket tokenize: %s\n", e.msg);
+        return 1;
+    }
+    dataset_writer_set_counts(w, n.dropped, n.truncated, n.skipped);
+    if (dataset_writer_commit(w, &e)) {
+        fprintf(stderr, "pocket tokenize: %s\n", e.msg);
+        return 1;
+    }
+    double dt = now_seconds() - t0;
+    printf("pocket tokenize: %s: %" PRIu64 " %s, %" PRIu64 " tokens from %d file%s (%.2f MB in %.2f s, %.2f MB/s, "
+           "%d threads); dropped %" PRIu64 ", truncated %" PRIu64 ", skipped %" PRIu64 ", empty %" PRIu64 "\n",
+           a->out, docs, a->chat ? (docs == 1 ? "example" : "examples") : (docs == 1 ? "document" : "documents"), tokens, n_files, n_files == 1 ? "" : "s", mb, dt,
+           dt > 0 ? mb / dt : 0.0, threads, n.dropped, n.truncated, n.skipped, n.empty);
+    return 0;
+}
+
+int cmd_tokenize(int argc, char **argv) {
+    Args a;
+    int parsed = parse_args(argc, argv, &a);
+    if (parsed) {
+        free(a.inputs);
+        return parsed > 0 ? 0 : 2;
+    }
+    PtError e;
+    Tokenizer *tok;
+    if (dataset_load_tokenizer(a.tokenizer, &tok, &e)) {
+        fprintf(stderr, "pocket tokenize: %s\n", e.msg);
+        free(a.inputs);
+        return 1;
+    }
+    int rc = a.print_ids ? print_ids(tok, a.print_ids) : tokenize_inputs(&a, tok);
+    tokenizer_free(tok);
+    free(a.inputs);
+    return rc;
+}

@@ -1,0 +1,76 @@
+// dataset.h: HDF5 token datasets, the output of `pocket tokenize` and the
+// input of training and eval.
+//
+// Layout (h5py and h5dump read every field):
+//   /tokens       uint16 when vocab_size <= 65536, else uint32; chunked, deflated
+//   /doc_offsets  uint64, n_docs + 1 entries: document d is tokens[off[d], off[d+1])
+//   /loss_mask    uint8, one per token, SFT only: 1 on the tokens the loss trains
+//   attributes on "/": kind ("cpt"|"sft"), tokenizer_hash (SHA-256 hex of the
+//   tokenizer.json bytes), vocab_size, n_tokens, n_docs, n_dropped,
+//   n_truncated, n_skipped, format_version.
+// A CPT document ends with the end-of-text token; an SFT document is one
+// rendered chat example.
+#pragma once
+#include <stdint.h>
+#include <stdio.h>
+#include "../util/util.h"
+#include "tokenizer.h"
+
+typedef enum { DATASET_CPT = 0, DATASET_SFT = 1 } DatasetKind;
+
+// An opened, validated dataset held in memory (2 or 4 bytes per token).
+typedef struct {
+    char *path;
+    DatasetKind kind;
+    char *tokenizer_hash;
+    int vocab_size;
+    int token_bytes;          // 2 (uint16 storage) or 4 (uint32)
+    uint64_t n_tokens, n_docs;
+    uint64_t n_dropped, n_truncated, n_skipped;   // what tokenize left out, for reports
+    void *tokens;             // uint16_t[n_tokens] or uint32_t[n_tokens]
+    uint64_t *doc_offsets;    // n_docs + 1
+    uint8_t *loss_mask;       // n_tokens, NULL for CPT
+} Dataset;
+
+// Reads and validates: required datasets and attributes, dtypes and ranks,
+// offsets starting at 0, non-decreasing, ending at n_tokens, token ids below
+// vocab_size, mask values 0/1. Errors name the file and the dataset.
+int dataset_open(Dataset *d, const char *path, PtError *e);
+void dataset_close(Dataset *d);
+
+static inline uint32_t dataset_token(const Dataset *d, uint64_t i) {
+    return d->token_bytes == 2 ? ((const uint16_t *)d->tokens)[i] : ((const uint32_t *)d->tokens)[i];
+}
+static inline uint64_t dataset_doc_len(const Dataset *d, uint64_t doc) {
+    return d->doc_offsets[doc + 1] - d->doc_offsets[doc];
+}
+
+// Refuses a dataset tokenized with another tokenizer; the message names both hashes.
+int dataset_check_tokenizer(const Dataset *d, const char *model_tokenizer_hash, PtError *e);
+
+// Counts, hash and a decoded sample with the loss-mask span between [[ and ]]
+// (ids instead of text when tok is NULL). `pocket inspect DATA.h5` calls it.
+int dataset_inspect(const char *path, const Tokenizer *tok_or_NULL, FILE *out, PtError *e);
+
+// 1 when path is an HDF5 file with a /tokens dataset (for inspect's dispatch).
+int dataset_is_token_file(const char *path);
+
+// Loads a tokenizer from a tokenizer.json or from a checkpoint's
+// /tokenizer/tokenizer.json bytes (so a checkpoint alone is enough).
+int dataset_load_tokenizer(const char *json_or_ckpt, Tokenizer **out, PtError *e);
+
+// Streaming writer: documents are appended as they come (buffers of one
+// chunk) into PATH.tmp.PID, renamed over PATH by commit. Nothing is left
+// behind by abort or by an error.
+typedef struct DatasetWriter DatasetWriter;
+int dataset_writer_open(DatasetWriter **out, const char *path, DatasetKind kind, int vocab_size,
+                        const char *tokenizer_hash, PtError *e);
+// One document of n tokens; mask (n values 0/1) is required for SFT and
+// ignored for CPT. Ids outside [0, vocab_size) are an error.
+int dataset_writer_add(DatasetWriter *w, const int *ids, const uint8_t *mask, size_t n, PtError *e);
+void dataset_writer_set_counts(DatasetWriter *w, uint64_t n_dropped, uint64_t n_truncated, uint64_t n_skipped);
+uint64_t dataset_writer_tokens(const DatasetWriter *w);
+uint64_t dataset_writer_docs(const DatasetWriter *w);
+// Writes the attributes, closes, fsyncs and renames. Frees w either way.
+int dataset_writer_commit(DatasetWriter *w, PtError *e);
+void dataset_writer_abort(DatasetWriter *w);   // frees w, removes the temp file

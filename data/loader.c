@@ -1,0 +1,187 @@
+// loader.c: CPT windows and SFT packing with a seeded, resumable shuffle
+// (behaviour described in loader.h).
+#include "loader.h"
+#include <inttypes.h>
+#include <string.h>
+
+void batch_alloc(Batch *b, int B, int T) {
+    size_t n = (size_t)B * T;
+    b->B = B;
+    b->T = T;
+    b->tokens = xcalloc(n, sizeof(int), "batch tokens");
+    b->targets = xcalloc(n, sizeof(int), "batch targets");
+    b->pos = xcalloc(n, sizeof(int), "batch positions");
+    b->seg = xcalloc(n, sizeof(int), "batch segments");
+    b->mask = xcalloc(n, 1, "batch mask");
+    b->n_loss = 0;
+}
+
+void batch_free(Batch *b) {
+    free(b->tokens);
+    free(b->targets);
+    free(b->pos);
+    free(b->seg);
+    free(b->mask);
+    memset(b, 0, sizeof *b);
+}
+
+// Uniform in [0, n): rejection removes the modulo bias.
+static uint64_t uniform_below(Rng *r, uint64_t n) {
+    uint64_t limit = UINT64_MAX - UINT64_MAX % n, x;
+    do x = rng_next(r);
+    while (x >= limit);
+    return x % n;
+}
+
+// This epoch's order from cur.rng (Fisher-Yates); remembers where the RNG
+// ends up, which is where the next epoch starts.
+static void draw_order(Loader *l) {
+    Rng r;
+    memcpy(r.s, l->cur.rng, sizeof r.s);
+    for (uint64_t i = 0; i < l->n_items; i++) l->order[i] = i;
+    for (uint64_t i = l->n_items - 1; i > 0; i--) {
+        uint64_t j = uniform_below(&r, i + 1), t = l->order[i];
+        l->order[i] = l->order[j];
+        l->order[j] = t;
+    }
+    memcpy(l->next_rng, r.s, sizeof r.s);
+}
+
+int loader_open(Loader *l, const Dataset *d, int B, int T, uint64_t seed, int rank, int world, PtError *e) {
+    memset(l, 0, sizeof *l);
+    if (B < 1 || T < 1) return pt_fail(e, "loader: batch %d x %d must be at least 1 x 1", B, T);
+    if (world < 1 || rank < 0 || rank >= world) return pt_fail(e, "loader: rank %d of %d is not valid", rank, world);
+    l->d = d;
+    l->B = B;
+    l->T = T;
+    l->rank = rank;
+    l->world = world;
+    l->sft = d->kind == DATASET_SFT;
+    if (l->sft) {
+        if (!d->loss_mask) return pt_fail(e, "%s: an SFT dataset needs /loss_mask", d->path);
+        for (uint64_t i = 0; i < d->n_docs; i++)
+            if (dataset_doc_len(d, i) == 0) return pt_fail(e, "%s: /doc_offsets: example %" PRIu64 " is empty", d->path, i);
+        l->n_items = d->n_docs;
+        if (l->n_items < (uint64_t)world)
+            return pt_fail(e, "%s: %" PRIu64 " examples cannot feed %d ranks", d->path, l->n_items, world);
+    } else {
+        l->n_items = d->n_tokens > 0 ? (d->n_tokens - 1) / (uint64_t)T : 0;
+        if (l->n_items < (uint64_t)world)
+            return pt_fail(e, "%s: %" PRIu64 " tokens give %" PRIu64 " windows of %d+1 tokens, fewer than the %d ranks",
+                           d->path, d->n_tokens, l->n_items, T, world);
+    }
+    l->per_rank = l->n_items / (uint64_t)world;
+    l->order = xmalloc(l->n_items * sizeof(uint64_t), "loader order");
+    Rng r;
+    rng_seed(&r, seed);
+    memcpy(l->cur.rng, r.s, sizeof r.s);
+    draw_order(l);
+    return 0;
+}
+
+void loader_set_doc_mask(Loader *l, int on) { l->doc_mask = on; }
+
+void loader_close(Loader *l) {
+    free(l->order);
+    memset(l, 0, sizeof *l);
+}
+
+void loader_get_cursor(const Loader *l, LoaderCursor *c) { *c = l->cur; }
+
+int loader_set_cursor(Loader *l, const LoaderCursor *c, PtError *e) {
+    if (c->index > l->per_rank)
+        return pt_fail(e, "loader cursor: index %" PRIu64 " is past the %" PRIu64 " items per epoch of this rank "
+                          "(different dataset, batch or world size?)", c->index, l->per_rank);
+    l->cur = *c;
+    draw_order(l);
+    return 0;
+}
+
+// The next item of this rank, rolling into a new epoch when the share is used up.
+static uint64_t peek_item(Loader *l) {
+    if (l->cur.index == l->per_rank) {
+        l->cur.epoch++;
+        l->cur.index = 0;
+        memcpy(l->cur.rng, l->next_rng, sizeof l->cur.rng);
+        draw_order(l);
+    }
+    return l->order[l->cur.index * (uint64_t)l->world + (uint64_t)l->rank];
+}
+
+// The document holding token i (the last document starting at or before i).
+static uint64_t doc_of(const Dataset *d, uint64_t i) {
+    uint64_t lo = 0, hi = d->n_docs;   // doc_offsets[lo] <= i < doc_offsets[hi]
+    while (hi - lo > 1) {
+        uint64_t mid = lo + (hi - lo) / 2;
+        if (d->doc_offsets[mid] <= i) lo = mid;
+        else hi = mid;
+    }
+    return lo;
+}
+
+static void fill_cpt_row(Loader *l, int *tok, int *tgt, int *pos, int *seg, uint8_t *mask) {
+    const Dataset *d = l->d;
+    int T = l->T;
+    uint64_t start = peek_item(l) * (uint64_t)T;
+    l->cur.index++;
+    // With the document mask, the next boundary is where the next document starts.
+    uint64_t doc = l->doc_mask ? doc_of(d, start) : 0;
+    uint64_t boundary = l->doc_mask ? d->doc_offsets[doc + 1] : UINT64_MAX;
+    int s = 0, p = 0;
+    for (int t = 0; t < T; t++, p++) {
+        uint64_t i = start + (uint64_t)t;
+        while (i >= boundary) {   // a document starts here (skipping empty ones)
+            doc++;
+            boundary = d->doc_offsets[doc + 1];
+            if (p) { s++; p = 0; }
+        }
+        tok[t] = (int)dataset_token(d, i);
+        pos[t] = p;
+        seg[t] = s;
+        int ends_doc = i + 1 >= boundary;
+        tgt[t] = ends_doc ? -1 : (int)dataset_token(d, i + 1);
+        mask[t] = ends_doc ? 0 : 1;
+    }
+}
+
+static void fill_sft_row(Loader *l, int *tok, int *tgt, int *pos, int *seg, uint8_t *mask) {
+    const Dataset *d = l->d;
+    int T = l->T, t = 0, s = 0;
+    while (t < T) {
+        uint64_t ex = peek_item(l), off = d->doc_offsets[ex], full = dataset_doc_len(d, ex);
+        int len = full > (uint64_t)T ? T : (int)full;
+        if (t + len > T) break;   // it starts the next row
+        l->cur.index++;
+        if ((uint64_t)len < full) l->n_truncated++;
+        for (int i = 0; i < len; i++) {
+            uint64_t at = off + (uint64_t)i;
+            int has_next = (uint64_t)i + 1 < full;   // a cut example still predicts its next token
+            tok[t + i] = (int)dataset_token(d, at);
+            pos[t + i] = i;
+            seg[t + i] = s;
+            tgt[t + i] = has_next ? (int)dataset_token(d, at + 1) : -1;
+            mask[t + i] = has_next ? d->loss_mask[at + 1] : 0;
+        }
+        t += len;
+        s++;
+    }
+    for (int i = t; i < T; i++) {   // padding: its own segment, never trained
+        tok[i] = 0;
+        pos[i] = i - t;
+        seg[i] = s;
+        tgt[i] = -1;
+        mask[i] = 0;
+    }
+}
+
+void loader_next(Loader *l, Batch *b) {
+    int T = l->T;
+    for (int r = 0; r < l->B; r++) {
+        size_t o = (size_t)r * T;
+        if (l->sft) fill_sft_row(l, b->tokens + o, b->targets + o, b->pos + o, b->seg + o, b->mask + o);
+        else fill_cpt_row(l, b->tokens + o, b->targets + o, b->pos + o, b->seg + o, b->mask + o);
+    }
+    int n = 0;
+    for (size_t i = 0; i < (size_t)l->B * T; i++) n += b->mask[i];
+    b->n_loss = n;
+}

@@ -1,0 +1,71 @@
+// loader.h: batches of B rows x T positions from a token dataset.
+//
+// CPT: the token stream is cut into windows of T+1 tokens starting at
+// multiples of T (inputs = the first T, targets = the last T); each epoch
+// visits the windows in a seeded shuffled order.
+// SFT: each epoch visits the examples (documents) in a seeded shuffled order
+// and packs whole examples into rows: every example gets its own segment id
+// (attention_forward's seg), positions restarting at 0, targets = the next
+// token of the same example and -1 at its last token and on padding, and
+// mask[t] = loss_mask of the target token. An example longer than T is cut
+// to T tokens (counted in n_truncated). Padding: token 0, target -1, mask 0,
+// a segment id of its own.
+//
+// Ranks: position p of an epoch's order belongs to rank p % world; every rank
+// sees the same number of items per epoch (the last few, fewer than world,
+// are left out of that epoch; the shuffle differs each epoch). The loader
+// never ends: loader_next rolls over into the next epoch, mid-batch if need
+// be, so all ranks always take the same number of steps.
+//
+// Same dataset, B, T, seed, rank and world -> the same batches, and a cursor
+// saved after any batch restores the exact continuation.
+#pragma once
+#include <stdint.h>
+#include "dataset.h"
+
+typedef struct {
+    int B, T;
+    int *tokens;       // [B*T] input ids
+    int *targets;      // [B*T] next-token ids, -1 where nothing is predicted
+    int *pos;          // [B*T] position ids (RoPE)
+    int *seg;          // [B*T] segment ids: position u is visible to t iff same row, u <= t, seg equal
+    uint8_t *mask;     // [B*T] 1 where the loss counts (never where targets == -1)
+    int n_loss;        // number of mask == 1 positions, what the loss averages over
+} Batch;
+
+void batch_alloc(Batch *b, int B, int T);
+void batch_free(Batch *b);
+
+// Where the loader stands: a plain struct of integers for checkpoints.
+typedef struct {
+    uint64_t epoch;      // epochs completed
+    uint64_t index;      // next item of this rank's share of the epoch
+    uint64_t rng[4];     // shuffle RNG state before this epoch's order was drawn
+} LoaderCursor;
+
+typedef struct {
+    const Dataset *d;
+    int B, T, rank, world;
+    int sft;
+    int doc_mask;            // CPT only: keep attention inside documents (off by default)
+    uint64_t n_items;        // CPT windows or SFT examples in the dataset
+    uint64_t per_rank;       // items each rank sees per epoch
+    uint64_t *order;         // this epoch's permutation of [0, n_items)
+    LoaderCursor cur;
+    uint64_t next_rng[4];    // shuffle RNG state after drawing this epoch's order
+    uint64_t n_truncated;    // SFT examples cut to T so far
+} Loader;
+
+// d must stay open while the loader is used. The caller checks the
+// tokenizer first (dataset_check_tokenizer). Errors: B or T < 1, bad
+// rank/world, an SFT dataset without /loss_mask or with an empty example, a
+// dataset too small to give every rank an item.
+int loader_open(Loader *l, const Dataset *d, int B, int T, uint64_t seed, int rank, int world, PtError *e);
+// CPT: segment ids and positions restart at each document start inside a
+// window, and the target of a document's last token is -1.
+void loader_set_doc_mask(Loader *l, int on);
+void loader_next(Loader *l, Batch *b);   // b from batch_alloc(b, l->B, l->T)
+void loader_get_cursor(const Loader *l, LoaderCursor *c);
+// Errors: an index beyond this rank's share of an epoch.
+int loader_set_cursor(Loader *l, const LoaderCursor *c, PtError *e);
+void loader_close(Loader *l);
