@@ -1,0 +1,172 @@
+// optim.c: AdamW, gradient norm and clipping, learning-rate schedules.
+#include "optim.h"
+#include <math.h>
+#include <string.h>
+
+// The elementwise math follows torch.optim.AdamW (single-tensor path) op by
+// op: the scalars are formed in double, rounded to float where PyTorch hands
+// them to an fp32 kernel, and the fp32 expressions keep PyTorch's order and
+// its fused multiply-adds (lerp, addcmul), so the results agree to the last
+// bit or two.
+typedef struct {
+    float decay_mul;       // 1 - lr * wd (1 on tensors without TF_DECAY)
+    float m_weight;        // lerp(m, g, 1 - beta1)
+    float m_keep_weight;   // 1 - m_weight, for lerp's other form
+    int lerp_small;        // PyTorch's lerp switches form at weight 0.5 to stay exact near both ends
+    float v_keep, v_weight;
+    float neg_step_size;   // -lr / (1 - beta1^step)
+    float bias2_sqrt;      // sqrt(1 - beta2^step)
+    float eps;
+} AdamWScalars;
+
+// GCC vectorizes this loop only under -fno-math-errno (sqrtf may set errno).
+static void adamw_range(float *restrict p, const float *restrict g, float *restrict m, float *restrict v, long n,
+                        const AdamWScalars *s) {
+    const AdamWScalars k = *s;
+    for (long i = 0; i < n; i++) {
+        float pi = p[i] * k.decay_mul, gi = g[i], mi = m[i], vi = v[i];
+        mi = k.lerp_small ? fmaf(k.m_weight, gi - mi, mi) : fmaf(-(gi - mi), k.m_keep_weight, gi);
+        vi = fmaf(k.v_weight * gi, gi, vi * k.v_keep);
+        float denom = sqrtf(vi) / k.bias2_sqrt + k.eps;
+        p[i] = pi + k.neg_step_size * mi / denom;
+        m[i] = mi;
+        v[i] = vi;
+    }
+}
+
+#define ADAMW_BLOCK 4096L   // floats per OpenMP work item
+
+void adamw_step(float *params, const float *grads, float *m, float *v, const TensorTable *tt,
+                const AdamWConfig *c, float lr, long step) {
+    const double beta1 = c->beta1, beta2 = c->beta2;
+    AdamWScalars decayed = {
+        .decay_mul = (float)(1.0 - (double)lr * c->weight_decay),
+        .m_weight = (float)(1.0 - beta1),
+        .v_keep = c->beta2,
+        .v_weight = (float)(1.0 - beta2),
+        .neg_step_size = (float)(-(double)lr / (1.0 - pow(beta1, (double)step))),
+        .bias2_sqrt = (float)sqrt(1.0 - pow(beta2, (double)step)),
+        .eps = c->eps,
+    };
+    decayed.m_keep_weight = 1.0f - decayed.m_weight;
+    decayed.lerp_small = fabsf(decayed.m_weight) < 0.5f;
+    AdamWScalars plain = decayed;
+    plain.decay_mul = 1.0f;   // p * 1.0f == p exactly
+
+#pragma omp parallel
+    for (int k = 0; k < tt->n; k++) {
+        const TensorInfo *t = &tt->t[k];
+        const AdamWScalars *s = (t->flags & TF_DECAY) ? &decayed : &plain;
+        const long n = (long)t->numel, n_blocks = (n + ADAMW_BLOCK - 1) / ADAMW_BLOCK;
+        const size_t o = t->offset;
+#pragma omp for schedule(static) nowait
+        for (long b = 0; b < n_blocks; b++) {
+            long lo = b * ADAMW_BLOCK, len = n - lo < ADAMW_BLOCK ? n - lo : ADAMW_BLOCK;
+            adamw_range(params + o + lo, grads + o + lo, m + o + lo, v + o + lo, len, s);
+        }
+    }
+}
+
+// Chunk size for the deterministic reduction: big enough that the per-chunk
+// overhead vanishes, small enough to spread over many threads.
+#define NORM_CHUNK ((size_t)1 << 15)
+
+double grad_norm(const float *grads, const TensorTable *tt) {
+    size_t total = tt->total, n_chunks = (total + NORM_CHUNK - 1) / NORM_CHUNK;
+    if (n_chunks == 0) return 0.0;
+    double *partial = xmalloc(n_chunks * sizeof(double), "grad norm partial sums");
+#pragma omp parallel for schedule(static)
+    for (size_t ch = 0; ch < n_chunks; ch++) {
+        size_t lo = ch * NORM_CHUNK, hi = lo + NORM_CHUNK < total ? lo + NORM_CHUNK : total;
+        // Eight independent sums give the CPU parallel adds; the order is fixed.
+        double acc[8] = {0};
+        size_t i = lo;
+        for (; i + 8 <= hi; i += 8)
+            for (int j = 0; j < 8; j++) {
+                double x = grads[i + j];
+                acc[j] += x * x;
+            }
+        for (; i < hi; i++) {
+            double x = grads[i];
+            acc[0] += x * x;
+        }
+        partial[ch] = ((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7]));
+    }
+    double sum = 0.0;
+    for (size_t ch = 0; ch < n_chunks; ch++) sum += partial[ch];
+    free(partial);
+    return sqrt(sum);
+}
+
+int all_finite(const float *grads, const TensorTable *tt) {
+    long total = (long)tt->total;
+    int bad = 0;
+#pragma omp parallel for schedule(static) reduction(| : bad)
+    for (long i = 0; i < total; i++) {
+        uint32_t bits;
+        memcpy(&bits, &grads[i], sizeof bits);
+        // exponent all ones: Inf or NaN
+        bad |= (bits & 0x7f800000u) == 0x7f800000u;
+    }
+    return !bad;
+}
+
+void grad_scale(float *grads, const TensorTable *tt, float s) {
+    long total = (long)tt->total;
+#pragma omp parallel for schedule(static)
+    for (long i = 0; i < total; i++) grads[i] *= s;
+}
+
+float grad_clip_factor(double norm, float max_norm) {
+    if (max_norm <= 0.0f) return 1.0f;
+    // torch.nn.utils.clip_grad_norm_: coef = max_norm / (norm + 1e-6), at most 1.
+    float coef = (float)((double)max_norm / (norm + 1e-6));
+    return coef < 1.0f ? coef : 1.0f;
+}
+
+static const char *SCHED_NAMES[SCHED_KIND_COUNT] = {"constant", "cosine", "linear", "wsd"};
+
+const char *schedule_kind_name(int kind) {
+    return kind >= 0 && kind < SCHED_KIND_COUNT ? SCHED_NAMES[kind] : "?";
+}
+
+long schedule_wsd_decay_steps(const Schedule *s) {
+    long decay = (long)floor((double)s->decay_fraction * (double)s->total + 0.5);
+    long room = s->total - s->warmup;
+    if (decay > room) decay = room;
+    return decay > 0 ? decay : 0;
+}
+
+// Fraction of the way from `begin` to `begin + span`, clamped to [0, 1].
+static double progress(long step, long begin, long span) {
+    double p = (double)(step - begin) / (double)(span > 1 ? span : 1);
+    return p < 0.0 ? 0.0 : p > 1.0 ? 1.0 : p;
+}
+
+float schedule_lr(const Schedule *s, float base_lr, long step) {
+    if (step < 0) step = 0;
+    double floor_ratio = s->min_lr_ratio, f;
+    if (step < s->warmup) {
+        f = (double)step / (double)s->warmup;
+    } else {
+        switch (s->kind) {
+        case SCHED_COSINE: {
+            double cosine = 0.5 * (1.0 + cos(M_PI * progress(step, s->warmup, s->total - s->warmup)));
+            f = cosine * (1.0 - floor_ratio) + floor_ratio;
+            break;
+        }
+        case SCHED_LINEAR:
+            f = (1.0 - progress(step, s->warmup, s->total - s->warmup)) * (1.0 - floor_ratio) + floor_ratio;
+            break;
+        case SCHED_WSD: {
+            long decay = schedule_wsd_decay_steps(s), decay_begin = s->total - decay;
+            if (step < decay_begin) f = 1.0;
+            else if (step >= s->total) f = floor_ratio;   // also when there is no decay phase
+            else f = (1.0 - progress(step, decay_begin, decay)) * (1.0 - floor_ratio) + floor_ratio;
+            break;
+        }
+        default: f = 1.0; break;   // SCHED_CONSTANT
+        }
+    }
+    return (float)((double)base_lr * (f > 0.0 ? f : 0.0));
+}

@@ -1,0 +1,489 @@
+// recipe.c: the recipe key table and the INI reader/writer built on it.
+#include "recipe.h"
+#include <errno.h>
+#include <ini.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <string.h>
+#include <strings.h>
+
+typedef enum { KT_INT, KT_LONG, KT_FLOAT, KT_BOOL, KT_CHOICE, KT_STR } KeyType;
+
+typedef struct {
+    const char *section, *key;
+    KeyType type;
+    size_t offset;          // of the field in Recipe
+    const char *def;        // default, as INI text (parsed by the same code as a file)
+    const char *range;      // numbers: "[lo, hi]" with ( ) for open ends, "inf" allowed; NULL = any
+    const char *choices;    // KT_CHOICE: "a|b|c", the field holds the index
+    int required;           // strings only: must be non-empty after loading
+    const char *help;
+} KeySpec;
+
+#define F(field) offsetof(Recipe, field)
+
+// THE list of recipe keys. A new key: a field in Recipe and a row here.
+// A new section: rows with its name (the order here is the order in files).
+static const KeySpec KEYS[] = {
+    {"model", "init", KT_STR, F(model.init), "", NULL, NULL, 1,
+     "checkpoint .h5 to start from, or a preset name for a fresh model"},
+    {"model", "tokenizer", KT_STR, F(model.tokenizer), "", NULL, NULL, 0,
+     "tokenizer.json for a fresh model (a checkpoint carries its own)"},
+    {"data", "train", KT_STR, F(data.train), "", NULL, NULL, 1, "training token dataset (.h5 from pocket tokenize)"},
+    {"data", "val", KT_STR, F(data.val), "", NULL, NULL, 0, "validation token dataset; empty = no evaluation"},
+    {"train", "mode", KT_CHOICE, F(train.mode), "cpt", NULL, "cpt|sft", 0,
+     "cpt: continued pre-training on every token; sft: loss on assistant tokens only"},
+    {"train", "micro_batch", KT_INT, F(train.micro_batch), "4", "[1, 65536]", NULL, 0, "sequences per forward/backward"},
+    {"train", "seq_len", KT_INT, F(train.seq_len), "256", "[2, 1048576]", NULL, 0, "tokens per sequence"},
+    {"train", "grad_accum", KT_INT, F(train.grad_accum), "1", "[1, 65536]", NULL, 0,
+     "micro-batches summed into one optimizer update"},
+    {"train", "steps", KT_LONG, F(train.steps), "0", "[0, 1e12]", NULL, 0,
+     "optimizer updates; 0 = derive from tokens (or epochs)"},
+    {"train", "tokens", KT_LONG, F(train.tokens), "0", "[0, 1e15]", NULL, 0,
+     "training tokens when steps = 0; 0 = derive from epochs"},
+    {"train", "epochs", KT_FLOAT, F(train.epochs), "1", "(0, 1000]", NULL, 0,
+     "passes over the train set when steps and tokens are both 0"},
+    {"train", "stop_after", KT_LONG, F(train.stop_after), "0", "[0, 1e12]", NULL, 0,
+     "stop and save once this many updates are done (the run resumes later); 0 = run to the end"},
+    {"train", "eval_interval", KT_LONG, F(train.eval_interval), "100", "[0, 1e12]", NULL, 0,
+     "updates between evaluations on [data] val; 0 = never"},
+    {"train", "eval_batches", KT_INT, F(train.eval_batches), "20", "[1, 1000000]", NULL, 0,
+     "micro-batches per evaluation"},
+    {"train", "save_interval", KT_LONG, F(train.save_interval), "100", "[0, 1e12]", NULL, 0,
+     "updates between checkpoints; 0 = only at the end"},
+    {"train", "keep_last", KT_INT, F(train.keep_last), "2", "[1, 1000000]", NULL, 0,
+     "checkpoints kept in run_dir (older ones are deleted)"},
+    {"train", "seed", KT_LONG, F(train.seed), "1234", "[0, 9e15]", NULL, 0, "seed for data order, init and sampling"},
+    {"train", "threads", KT_INT, F(train.threads), "0", "[0, 4096]", NULL, 0, "CPU threads; 0 = all cores"},
+    {"train", "run_dir", KT_STR, F(train.run_dir), "", NULL, NULL, 0,
+     "checkpoints, log and resolved recipe; empty = runs/<recipe file name>"},
+    {"train", "max_bad_steps", KT_INT, F(train.max_bad_steps), "5", "[1, 1000000]", NULL, 0,
+     "stop after this many non-finite updates in a row (each is skipped)"},
+    {"train", "sample_prompt", KT_STR, F(train.sample_prompt), "", NULL, NULL, 0,
+     "text to sample from at each evaluation; empty = none"},
+    {"train", "sample_tokens", KT_INT, F(train.sample_tokens), "48", "[1, 1000000]", NULL, 0,
+     "tokens generated per sample"},
+    {"train", "doc_mask", KT_BOOL, F(train.doc_mask), "0", NULL, NULL, 0,
+     "cpt: attention stays inside each packed document"},
+    {"optim", "lr", KT_FLOAT, F(optim.lr), "3e-4", "(0, 1)", NULL, 0, "peak learning rate"},
+    {"optim", "beta1", KT_FLOAT, F(optim.beta1), "0.9", "[0, 1)", NULL, 0, "AdamW first-moment decay"},
+    {"optim", "beta2", KT_FLOAT, F(optim.beta2), "0.95", "[0, 1)", NULL, 0, "AdamW second-moment decay"},
+    {"optim", "eps", KT_FLOAT, F(optim.eps), "1e-8", "(0, 1)", NULL, 0, "AdamW denominator epsilon"},
+    {"optim", "weight_decay", KT_FLOAT, F(optim.weight_decay), "0.1", "[0, 10]", NULL, 0,
+     "decoupled weight decay on matrices and embeddings (not norms)"},
+    {"optim", "grad_clip", KT_FLOAT, F(optim.grad_clip), "1.0", "[0, 1e6]", NULL, 0,
+     "max global gradient L2 norm; 0 = no clipping"},
+    // choice order = SCHED_* in optim.h
+    {"optim", "schedule", KT_CHOICE, F(optim.schedule), "cosine", NULL, "constant|cosine|linear|wsd", 0,
+     "learning-rate shape after warmup (wsd = warmup, stable, decay)"},
+    {"optim", "warmup", KT_LONG, F(optim.warmup), "100", "[0, 1e12]", NULL, 0,
+     "updates of linear warmup from 0 to lr"},
+    {"optim", "min_lr_ratio", KT_FLOAT, F(optim.min_lr_ratio), "0.1", "[0, 1]", NULL, 0,
+     "final lr as a fraction of lr (cosine, linear, wsd)"},
+    {"optim", "decay_fraction", KT_FLOAT, F(optim.decay_fraction), "0.2", "[0, 1]", NULL, 0,
+     "wsd: fraction of all updates, at the end, that decays to the final lr"},
+};
+#define N_KEYS ((int)(sizeof KEYS / sizeof KEYS[0]))
+#undef F
+
+// inih's line buffer (INI_MAX_LINE = 200) holds 197 characters plus "\r\n\0".
+#define MAX_LINE_CHARS 197
+
+static const KeySpec *find_key(const char *section, const char *key) {
+    for (int i = 0; i < N_KEYS; i++)
+        if (strcmp(KEYS[i].section, section) == 0 && strcmp(KEYS[i].key, key) == 0) return &KEYS[i];
+    return NULL;
+}
+
+static int section_known(const char *section) {
+    for (int i = 0; i < N_KEYS; i++)
+        if (strcmp(KEYS[i].section, section) == 0) return 1;
+    return 0;
+}
+
+// "model, data, train, optim": the sections in table order.
+static void section_list(char *out, size_t cap) {
+    out[0] = 0;
+    for (int i = 0; i < N_KEYS; i++) {
+        if (i > 0 && strcmp(KEYS[i - 1].section, KEYS[i].section) == 0) continue;
+        size_t len = strlen(out);
+        snprintf(out + len, cap - len, "%s%s", len ? ", " : "", KEYS[i].section);
+    }
+}
+
+// ---- values ----
+
+typedef struct {
+    double lo, hi;
+    int lo_open, hi_open;
+} Range;
+
+static Range parse_range(const char *text) {
+    Range r = {-INFINITY, INFINITY, 0, 0};
+    if (!text) return r;
+    char *end;
+    r.lo_open = text[0] == '(';
+    r.lo = strtod(text + 1, &end);
+    r.hi = strtod(end + 1, &end);   // skips the comma
+    r.hi_open = *end == ')';
+    return r;
+}
+
+static int in_range(const KeySpec *k, double x) {
+    Range r = parse_range(k->range);
+    return (r.lo_open ? x > r.lo : x >= r.lo) && (r.hi_open ? x < r.hi : x <= r.hi);
+}
+
+static int choice_index(const char *choices, const char *text) {
+    size_t len = strlen(text);
+    int idx = 0;
+    for (const char *c = choices; *c; idx++) {
+        size_t n = strcspn(c, "|");
+        if (n == len && strncmp(c, text, n) == 0) return idx;
+        c += n + (c[n] == '|');
+    }
+    return -1;
+}
+
+// Writes choice number idx of "a|b|c" into out.
+static void choice_name(const char *choices, int idx, char *out, size_t cap) {
+    const char *c = choices;
+    for (int i = 0; i < idx && *c; i++) c += strcspn(c, "|") + (c[strcspn(c, "|")] == '|');
+    size_t n = strcspn(c, "|");
+    snprintf(out, cap, "%.*s", (int)n, c);
+}
+
+static void set_string(char *field, const char *value) {
+    memset(field, 0, RECIPE_STR);   // zero tail: equal recipes compare equal bytewise
+    memcpy(field, value, strlen(value));
+}
+
+// Parses `text` (already trimmed, outer quotes removed) into the field of r;
+// on failure writes the reason to why and returns -1.
+static int parse_value(const KeySpec *k, const char *text, Recipe *r, char *why, size_t why_cap) {
+    void *field = (char *)r + k->offset;
+    char *end;
+    switch (k->type) {
+    case KT_INT:
+    case KT_LONG: {
+        errno = 0;
+        long long v = strtoll(text, &end, 10);
+        if (*text == 0 || *end != 0 || errno) {
+            // also accept integral numbers in float notation ("2e9")
+            double d = strtod(text, &end);
+            if (*text == 0 || *end != 0 || !isfinite(d) || d != floor(d) || fabs(d) > 9.2e18) {
+                snprintf(why, why_cap, "'%s' is not an integer", text);
+                return -1;
+            }
+            v = (long long)d;
+        }
+        if (!in_range(k, (double)v) || (k->type == KT_INT && (v < -2147483647LL || v > 2147483647LL))) {
+            snprintf(why, why_cap, "%lld is out of range %s", v, k->range ? k->range : "for an int");
+            return -1;
+        }
+        if (k->type == KT_INT) *(int *)field = (int)v;
+        else *(long *)field = (long)v;
+        return 0;
+    }
+    case KT_FLOAT: {
+        errno = 0;
+        double d = strtod(text, &end);
+        if (*text == 0 || *end != 0 || !isfinite(d) || errno == ERANGE) {
+            snprintf(why, why_cap, "'%s' is not a number", text);
+            return -1;
+        }
+        if (!in_range(k, d) || !in_range(k, (float)d)) {
+            snprintf(why, why_cap, "%s is out of range %s", text, k->range);
+            return -1;
+        }
+        *(float *)field = (float)d;
+        return 0;
+    }
+    case KT_BOOL: {
+        static const char *const yes[] = {"1", "true", "yes", "on"}, *const no[] = {"0", "false", "no", "off"};
+        for (int i = 0; i < 4; i++) {
+            if (strcasecmp(text, yes[i]) == 0) return *(int *)field = 1, 0;
+            if (strcasecmp(text, no[i]) == 0) return *(int *)field = 0, 0;
+        }
+        snprintf(why, why_cap, "'%s' is not 0 or 1 (or true/false, yes/no, on/off)", text);
+        return -1;
+    }
+    case KT_CHOICE: {
+        int idx = choice_index(k->choices, text);
+        if (idx < 0) {
+            snprintf(why, why_cap, "'%s' is not one of %s", text, k->choices);
+            return -1;
+        }
+        *(int *)field = idx;
+        return 0;
+    }
+    case KT_STR:
+        if (strlen(text) >= RECIPE_STR) {
+            snprintf(why, why_cap, "value is %zu characters long, at most %d allowed", strlen(text), RECIPE_STR - 1);
+            return -1;
+        }
+        // What the resolved recipe could not hold: inih ends a value at " ;".
+        if (strpbrk(text, "\r\n") || strstr(text, " ;") || strstr(text, "\t;")) {
+            snprintf(why, why_cap, "value contains a line break or ' ;', which an INI value cannot hold");
+            return -1;
+        }
+        set_string(field, text);
+        return 0;
+    }
+    return -1;
+}
+
+// The first n characters of `in`, spaces trimmed and one pair of surrounding
+// double quotes removed, as a malloc'd string.
+static char *clean_value(const char *in, size_t n) {
+    while (n > 0 && (*in == ' ' || *in == '\t')) in++, n--;
+    while (n > 0 && (in[n - 1] == ' ' || in[n - 1] == '\t')) n--;
+    if (n >= 2 && in[0] == '"' && in[n - 1] == '"') in++, n -= 2;
+    char *out = xmalloc(n + 1, "recipe value");
+    memcpy(out, in, n);
+    out[n] = 0;
+    return out;
+}
+
+void recipe_defaults(Recipe *r) {
+    memset(r, 0, sizeof *r);
+    char why[256];
+    for (int i = 0; i < N_KEYS; i++)
+        if (parse_value(&KEYS[i], KEYS[i].def, r, why, sizeof why))
+            die("recipe table: default of [%s] %s: %s", KEYS[i].section, KEYS[i].key, why);
+}
+
+// ---- reading a file with inih ----
+
+typedef struct {
+    Recipe *r;
+    const char *path;
+    FILE *f;
+    char *line;             // getline buffer: whole lines, however long
+    size_t line_cap;
+    int lineno;             // line inih is working on (it asks for one line per read)
+    int set_line[N_KEYS];   // where each key was set, 0 = not yet
+    int failed;             // line of the first error we found, 0 = none
+    PtError *e;
+} Reader;
+
+static int reader_fail(Reader *rd, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static int reader_fail(Reader *rd, const char *fmt, ...) {
+    if (rd->failed) return 0;
+    char msg[768];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    pt_fail(rd->e, "%s:%d: %s", rd->path, rd->lineno, msg);
+    rd->failed = rd->lineno;
+    return 0;
+}
+
+// fgets-style source for ini_parse_stream. It counts lines, drops leading
+// whitespace (so an indented key is a key, not an inih continuation line),
+// shortens over-long comments, refuses other over-long lines, and checks
+// section names where they are written. Returning NULL ends the parse.
+static char *read_line(char *str, int num, void *stream) {
+    Reader *rd = stream;
+    if (rd->failed) return NULL;
+    ssize_t got = getline(&rd->line, &rd->line_cap, rd->f);
+    if (got < 0) return NULL;
+    rd->lineno++;
+    char *s = rd->line;
+    if (rd->lineno == 1 && strncmp(s, "\xEF\xBB\xBF", 3) == 0) s += 3;   // UTF-8 byte order mark
+    while (*s == ' ' || *s == '\t') s++;
+    size_t len = strcspn(s, "\r\n");
+    s[len] = 0;
+    int max = num - 3 < MAX_LINE_CHARS ? num - 3 : MAX_LINE_CHARS;
+    if (*s == '#' || *s == ';') {
+        len = 0;   // the comment's text is not needed
+    } else if ((int)len > max) {
+        reader_fail(rd, "line is %zu characters long, at most %d allowed", len, max);
+        return NULL;
+    } else if (*s == '[') {
+        char name[64];
+        size_t n = strcspn(s + 1, "]");
+        if (s[1 + n] == ']' && n < sizeof name) {
+            memcpy(name, s + 1, n);
+            name[n] = 0;
+            if (!section_known(name)) {
+                char known[128];
+                section_list(known, sizeof known);
+                reader_fail(rd, "unknown section [%s] (sections: %s)", name, known);
+                return NULL;
+            }
+        }
+    }
+    memcpy(str, s, len);
+    str[len] = '\n';
+    str[len + 1] = 0;
+    return str;
+}
+
+static int on_key(void *user, const char *section, const char *name, const char *value) {
+    Reader *rd = user;
+    if (rd->failed) return 0;
+    if (!section[0]) return reader_fail(rd, "key '%s' comes before any [section]", name);
+    if (!section_known(section)) return reader_fail(rd, "unknown section [%s]", section);
+    const KeySpec *k = find_key(section, name);
+    if (!k) return reader_fail(rd, "unknown key '%s' in [%s] (pocket train --help lists the keys)", name, section);
+    int idx = (int)(k - KEYS);
+    if (rd->set_line[idx]) return reader_fail(rd, "[%s] %s is set twice (first on line %d)", section, name, rd->set_line[idx]);
+    rd->set_line[idx] = rd->lineno;
+    char why[512], *text = clean_value(value, strlen(value));
+    int bad = parse_value(k, text, rd->r, why, sizeof why);
+    free(text);
+    if (bad) return reader_fail(rd, "[%s] %s: %s", section, name, why);
+    return 1;
+}
+
+static int load_file(Recipe *r, const char *path, PtError *e) {
+    Reader rd = {.r = r, .path = path, .e = e};
+    rd.f = fopen(path, "r");
+    if (!rd.f) return pt_fail(e, "%s: cannot open recipe: %s", path, strerror(errno));
+    int bad_line = ini_parse_stream(read_line, &rd, on_key, &rd);
+    int read_error = ferror(rd.f);
+    fclose(rd.f);
+    free(rd.line);
+    // inih reports its own (syntax) errors only at the end: the earlier error wins.
+    if (bad_line > 0 && (!rd.failed || bad_line < rd.failed))
+        return pt_fail(e, "%s:%d: not a [section] or key = value line", path, bad_line);
+    if (rd.failed) return -1;
+    if (read_error) return pt_fail(e, "%s: read error", path);
+    if (bad_line < 0) return pt_fail(e, "%s: the INI parser failed (%d)", path, bad_line);
+    return 0;
+}
+
+// ---- --set ----
+
+static int apply_set(Recipe *r, const char *arg, PtError *e) {
+    const char *eq = strchr(arg, '=');
+    const char *dot = eq ? memchr(arg, '.', (size_t)(eq - arg)) : NULL;
+    if (!eq || !dot) return pt_fail(e, "--set '%s': expected section.key=value", arg);
+    char *section = clean_value(arg, (size_t)(dot - arg)), *key = clean_value(dot + 1, (size_t)(eq - dot - 1));
+    char *text = clean_value(eq + 1, strlen(eq + 1)), why[512], known[128];
+    const KeySpec *k = find_key(section, key);
+    int rc = 0;
+    if (!section_known(section)) {
+        section_list(known, sizeof known);
+        rc = pt_fail(e, "--set '%s': unknown section [%s] (sections: %s)", arg, section, known);
+    } else if (!k) {
+        rc = pt_fail(e, "--set '%s': unknown key '%s' in [%s] (pocket train --help lists the keys)", arg, key,
+                     section);
+    } else if (parse_value(k, text, r, why, sizeof why)) {
+        rc = pt_fail(e, "--set '%s': [%s] %s: %s", arg, section, key, why);
+    }
+    free(section), free(key), free(text);
+    return rc;
+}
+
+// ---- the whole load ----
+
+// "runs/<file name without directory and extension>"
+static void default_run_dir(Recipe *r, const char *path) {
+    const char *base = path ? strrchr(path, '/') : NULL;
+    base = base ? base + 1 : path ? path : "run";
+    const char *ext = strrchr(base, '.');
+    size_t n = ext ? (size_t)(ext - base) : strlen(base);
+    if (n == 0) base = "run", n = 3;
+    if (n > RECIPE_STR - 6) n = RECIPE_STR - 6;
+    char dir[RECIPE_STR];
+    snprintf(dir, sizeof dir, "runs/%.*s", (int)n, base);
+    set_string(r->train.run_dir, dir);
+}
+
+int recipe_load(Recipe *r, const char *path, int n_sets, char **sets, PtError *e) {
+    recipe_defaults(r);
+    if (path && load_file(r, path, e)) return -1;
+    for (int i = 0; i < n_sets; i++)
+        if (apply_set(r, sets[i], e)) return -1;
+    const char *src = path ? path : "recipe";
+    for (int i = 0; i < N_KEYS; i++) {
+        const KeySpec *k = &KEYS[i];
+        if (k->required && !((const char *)r + k->offset)[0])
+            return pt_fail(e, "%s: [%s] %s is missing (required: %s)", src, k->section, k->key, k->help);
+    }
+    if (r->train.steps > 0 && r->optim.warmup > r->train.steps)
+        return pt_fail(e, "%s: [optim] warmup (%ld) is longer than [train] steps (%ld)", src, r->optim.warmup,
+                       r->train.steps);
+    if (!r->train.run_dir[0]) default_run_dir(r, path);
+    return 0;
+}
+
+// ---- writing ----
+
+// Shortest text that parses back (strtod, then to float) to exactly x.
+static void format_float(float x, char *out, size_t cap) {
+    for (int prec = 1; prec <= 9; prec++) {
+        snprintf(out, cap, "%.*g", prec, (double)x);
+        if ((float)strtod(out, NULL) == x) return;
+    }
+}
+
+static void format_value(const KeySpec *k, const Recipe *r, char *out, size_t cap) {
+    const void *field = (const char *)r + k->offset;
+    switch (k->type) {
+    case KT_INT: snprintf(out, cap, "%d", *(const int *)field); break;
+    case KT_LONG: snprintf(out, cap, "%ld", *(const long *)field); break;
+    case KT_FLOAT: format_float(*(const float *)field, out, cap); break;
+    case KT_BOOL: snprintf(out, cap, "%d", *(const int *)field != 0); break;
+    case KT_CHOICE: choice_name(k->choices, *(const int *)field, out, cap); break;
+    case KT_STR: {
+        const char *s = field;
+        // quotes keep an empty value visible and protect a leading '"' or ';'
+        // and spaces at either end (inih trims them)
+        size_t n = strlen(s);
+        int quote = n == 0 || s[0] == '"' || s[0] == ';' || s[0] == ' ' || s[0] == '\t' || s[n - 1] == ' ' ||
+                    s[n - 1] == '\t';
+        snprintf(out, cap, quote ? "\"%s\"" : "%s", s);
+        break;
+    }
+    }
+}
+
+void recipe_write(const Recipe *r, FILE *f) {
+    fprintf(f, "# pocket train recipe, resolved: every key with the value in effect.\n");
+    char value[RECIPE_STR + 8];
+    for (int i = 0; i < N_KEYS; i++) {
+        const KeySpec *k = &KEYS[i];
+        if (i == 0 || strcmp(KEYS[i - 1].section, k->section) != 0) fprintf(f, "\n[%s]\n", k->section);
+        format_value(k, r, value, sizeof value);
+        fprintf(f, "# %s\n%s = %s\n", k->help, k->key, value);
+    }
+}
+
+void recipe_help(FILE *f) {
+    for (int i = 0; i < N_KEYS; i++) {
+        const KeySpec *k = &KEYS[i];
+        if (i == 0 || strcmp(KEYS[i - 1].section, k->section) != 0)
+            fprintf(f, "%s  [%s]\n", i ? "\n" : "", k->section);
+        const char *def = k->required ? "(required)" : k->def[0] ? k->def : "\"\"";
+        const char *kind = k->choices ? "; one of " : k->range ? "; range " : k->type == KT_BOOL ? "; " : "";
+        const char *allowed = k->choices ? k->choices : k->range ? k->range : k->type == KT_BOOL ? "0 or 1" : "";
+        fprintf(f, "    %-15s %-11s %s%s%s\n", k->key, def, k->help, kind, allowed);
+    }
+}
+
+const char *train_mode_name(int mode) {
+    static const char *const names[TRAIN_MODE_COUNT] = {"cpt", "sft"};
+    return mode >= 0 && mode < TRAIN_MODE_COUNT ? names[mode] : "?";
+}
+
+void recipe_adamw(const Recipe *r, AdamWConfig *c) {
+    c->lr = r->optim.lr;
+    c->beta1 = r->optim.beta1;
+    c->beta2 = r->optim.beta2;
+    c->eps = r->optim.eps;
+    c->weight_decay = r->optim.weight_decay;
+    c->grad_clip = r->optim.grad_clip;
+}
+
+void recipe_schedule(const Recipe *r, long total_steps, Schedule *s) {
+    s->kind = r->optim.schedule;
+    s->warmup = r->optim.warmup;
+    s->total = total_steps;
+    s->min_lr_ratio = r->optim.min_lr_ratio;
+    s->decay_fraction = r->optim.decay_fraction;
+}

@@ -1,0 +1,83 @@
+// recipe.h: INI training recipes for `pocket train`.
+//
+//     [model]  init, tokenizer
+//     [data]   train, val
+//     [train]  mode, micro_batch, seq_len, grad_accum, steps, tokens, epochs, ...
+//     [optim]  lr, beta1, beta2, eps, weight_decay, grad_clip, schedule, ...
+//
+// The key table in recipe.c is the one place the keys are listed: it drives
+// parsing, --set overrides, validation, `--help` and the resolved recipe the
+// run writes. Adding a key or a section is adding rows there (and the field
+// here).
+//
+// File syntax (libinih): `[section]`, `key = value`, comments on their own
+// line starting with '#' or ';', or after a value as " ; comment". A value may
+// be wrapped in double quotes (needed for an empty string or one starting with
+// '"' or ';'). Lines are at most 197 characters, string values at most
+// RECIPE_STR - 1. Each key may appear once per file. Relative paths stay as
+// written: they are relative to the directory `pocket train` runs in.
+#pragma once
+#include <stdio.h>
+#include "../util/util.h"
+#include "optim.h"
+
+#define RECIPE_STR 180   // string fields; "key = \"value\"" still fits inih's line
+
+enum { TRAIN_MODE_CPT, TRAIN_MODE_SFT, TRAIN_MODE_COUNT };
+
+typedef struct {
+    struct {
+        char init[RECIPE_STR];        // checkpoint path or preset name (required)
+        char tokenizer[RECIPE_STR];   // tokenizer.json for a preset; "" = none
+    } model;
+    struct {
+        char train[RECIPE_STR];       // token dataset .h5 (required)
+        char val[RECIPE_STR];         // "" = no evaluation
+    } data;
+    struct {
+        int mode;                     // TRAIN_MODE_*
+        int micro_batch, seq_len, grad_accum;
+        long steps;                   // 0 = derive from tokens / epochs
+        long tokens;                  // 0 = derive from epochs
+        float epochs;                 // passes over the train set when steps = tokens = 0
+        long stop_after;              // stop (and save) once this many updates are done; 0 = at the end
+        long eval_interval;           // 0 = never
+        int eval_batches;
+        long save_interval;           // 0 = only at the end
+        int keep_last;
+        long seed;
+        int threads;                  // 0 = all cores
+        char run_dir[RECIPE_STR];     // resolved: never empty after recipe_load
+        int max_bad_steps;
+        char sample_prompt[RECIPE_STR];   // "" = no samples
+        int sample_tokens;
+        int doc_mask;                 // 0/1
+    } train;
+    struct {
+        float lr, beta1, beta2, eps, weight_decay, grad_clip;
+        int schedule;                 // SCHED_* (optim.h)
+        long warmup;
+        float min_lr_ratio, decay_fraction;
+    } optim;
+} Recipe;
+
+// Defaults, then the file at `path` (NULL: none), then the --set overrides
+// ("section.key=value", later ones win), then validation. run_dir left empty
+// becomes "runs/<recipe file name without extension>". On error returns -1
+// with one line naming the file and line (or the --set argument), the
+// [section] key and the problem; r is then unspecified.
+int recipe_load(Recipe *r, const char *path, int n_sets, char **sets, PtError *e);
+// Every key at its default (required strings empty, run_dir empty).
+void recipe_defaults(Recipe *r);
+// The resolved recipe as INI: every section and key with a help comment;
+// recipe_load reads it back to an identical struct.
+void recipe_write(const Recipe *r, FILE *f);
+// All sections and keys with default, allowed values and help (for --help;
+// the caller prints its own heading).
+void recipe_help(FILE *f);
+
+const char *train_mode_name(int mode);   // "cpt", "sft"
+// The optimizer and schedule a recipe asks for; the trainer supplies the
+// total number of updates once it has derived it.
+void recipe_adamw(const Recipe *r, AdamWConfig *c);
+void recipe_schedule(const Recipe *r, long total_steps, Schedule *s);
