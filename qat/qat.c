@@ -1,0 +1,208 @@
+// qat.c: QAT state over the tensor table, fake-quant forward, STE/LSQ
+// backward, the scale/zero Adam step and A16 rounding (see qat.h).
+#include "qat.h"
+#include <math.h>
+#include <string.h>
+
+#define F16_MAX 65504.0f
+
+static float round_f16(float x) { return f16_to_f32(f32_to_f16(x)); }
+
+static int is_quantized(const TensorInfo *t, int quant_embedding) {
+    if (t->ndim != 2) return 0;
+    return (t->flags & TF_QUANT) || (quant_embedding && (t->flags & TF_EMBED));
+}
+
+int qat_init(QatState *q, const TensorTable *tt, const QuantSpec *spec, int quant_embedding, int learn_scales,
+             const char *src, PtError *e) {
+    memset(q, 0, sizeof *q);
+    q->spec = *spec;
+    q->quant_embedding = quant_embedding;
+    q->t = xcalloc((size_t)tt->n + 1, sizeof(QatTensor), "qat tensors");
+    for (int i = 0; i < tt->n; i++) {
+        const TensorInfo *ti = &tt->t[i];
+        if (!is_quantized(ti, quant_embedding)) continue;
+        char what[256];
+        snprintf(what, sizeof what, "%s: tensor %s", src, ti->name);
+        if (quant_check(spec, ti->shape[0], ti->shape[1], what, e)) {
+            qat_free(q);
+            return -1;
+        }
+        QatTensor *qt = &q->t[q->n++];
+        qt->tensor = i;
+        qt->rows = ti->shape[0];
+        qt->cols = ti->shape[1];
+        qt->offset = q->total;
+        qt->n_groups = quant_n_groups(spec, qt->rows, qt->cols);
+        q->total += qt->n_groups;
+    }
+    size_t n = q->total ? q->total : 1;
+    q->scale = xcalloc(n, sizeof(float), "qat scale");
+    q->zero = xcalloc(n, sizeof(float), "qat zero");
+    if (learn_scales) {
+        q->grad_scale = xcalloc(n, sizeof(float), "qat scale grad");
+        q->grad_zero = xcalloc(n, sizeof(float), "qat zero grad");
+        q->m_scale = xcalloc(n, sizeof(float), "qat scale m");
+        q->v_scale = xcalloc(n, sizeof(float), "qat scale v");
+        q->m_zero = xcalloc(n, sizeof(float), "qat zero m");
+        q->v_zero = xcalloc(n, sizeof(float), "qat zero v");
+    }
+    return 0;
+}
+
+void qat_free(QatState *q) {
+    free(q->t);
+    free(q->scale);
+    free(q->zero);
+    free(q->grad_scale);
+    free(q->grad_zero);
+    free(q->m_scale);
+    free(q->v_scale);
+    free(q->m_zero);
+    free(q->v_zero);
+    memset(q, 0, sizeof *q);
+}
+
+int qat_init_from_weights(QatState *q, const TensorTable *tt, const float *master, int method, double *sse_rtn,
+                          double *sse_mse, const char *src, PtError *e) {
+    double rtn_total = 0.0, mse_total = 0.0;
+    for (int i = 0; i < q->n; i++) {
+        const QatTensor *qt = &q->t[i];
+        const TensorInfo *ti = &tt->t[qt->tensor];
+        char what[256];
+        snprintf(what, sizeof what, "%s: tensor %s", src, ti->name);
+        const float *w = master + ti->offset;
+        float *s = q->scale + qt->offset, *z = q->zero + qt->offset;
+        int rc;
+        if (method == QAT_INIT_MSE) {
+            double a = 0.0, b = 0.0;
+            rc = quant_init_mse(&q->spec, w, qt->rows, qt->cols, s, z, &a, &b, what, e);
+            rtn_total += a;
+            mse_total += b;
+        } else {
+            rc = quant_init_rtn(&q->spec, w, qt->rows, qt->cols, s, z, what, e);
+        }
+        if (rc) return -1;
+    }
+    if (q->m_scale) {
+        memset(q->m_scale, 0, q->total * sizeof(float));
+        memset(q->v_scale, 0, q->total * sizeof(float));
+        memset(q->m_zero, 0, q->total * sizeof(float));
+        memset(q->v_zero, 0, q->total * sizeof(float));
+    }
+    if (sse_rtn) *sse_rtn = rtn_total;
+    if (sse_mse) *sse_mse = mse_total;
+    return 0;
+}
+
+const QatTensor *qat_find(const QatState *q, int tensor) {
+    for (int i = 0; i < q->n; i++)
+        if (q->t[i].tensor == tensor) return &q->t[i];
+    return NULL;
+}
+
+void qat_forward_weights(const QatState *q, const TensorTable *tt, const float *master, float *effective) {
+    memcpy(effective, master, tt->total * sizeof(float));
+    for (int i = 0; i < q->n; i++) {
+        const QatTensor *qt = &q->t[i];
+        size_t off = tt->t[qt->tensor].offset;
+        quant_fake(&q->spec, master + off, qt->rows, qt->cols, q->scale + qt->offset, q->zero + qt->offset,
+                   effective + off);
+    }
+}
+
+// One quantized tensor: STE mask in place on g (already a copy of the
+// effective gradient), and the per-group scale/zero gradient sums.
+static void backward_tensor(const QuantSpec *spec, const float *x, float *g, int64_t rows, int64_t cols,
+                            const float *scale, const float *zero, float *gs, float *gz) {
+    const int G = spec->group, lo = quant_code_min(spec), sym = spec->symmetric;
+    const int64_t ng = cols / G;
+#pragma omp parallel for schedule(static) if (rows * cols >= QUANT_PARALLEL_MIN)
+    for (int64_t r = 0; r < rows; r++) {
+        for (int64_t gi = 0; gi < ng; gi++) {
+            size_t k = (size_t)(r * ng + gi), base = (size_t)(r * cols + gi * G);
+            float s = scale[k], z = sym ? 0.0f : zero[k];
+            double ds = 0.0, dz = 0.0;
+            for (int i = 0; i < G; i++) {
+                float xi = x[base + i], gi_ = g[base + i], t;
+                int clipped;
+                int u = quant_code_of(xi, s, z, lo, &clipped, &t);
+                if (!clipped) {
+                    // w = (round(t) - 8) * s + z with d round/dt = 1:
+                    // dw/ds = (u - 8) - (x - z) / s, dw/dz = 0, dw/dx = 1.
+                    if (s != 0.0f) ds += (double)gi_ * ((double)(u - QUANT_CODE_MID) - ((double)xi - z) / s);
+                    continue;
+                }
+                // Clipped: w = (u_clip - 8) * s + z does not depend on x.
+                int u_clip = u;
+                if (s == 0.0f) u_clip = xi > z ? QUANT_CODE_MAX : lo;
+                ds += (double)gi_ * (double)(u_clip - QUANT_CODE_MID);
+                dz += (double)gi_;
+                g[base + i] = 0.0f;
+            }
+            if (gs) gs[k] = (float)ds;
+            if (gz) gz[k] = sym ? 0.0f : (float)dz;
+        }
+    }
+}
+
+void qat_backward(QatState *q, const TensorTable *tt, const float *master, const float *grad_eff,
+                  float *grad_master) {
+    if (grad_master != grad_eff) memcpy(grad_master, grad_eff, tt->total * sizeof(float));
+    for (int i = 0; i < q->n; i++) {
+        const QatTensor *qt = &q->t[i];
+        size_t off = tt->t[qt->tensor].offset;
+        backward_tensor(&q->spec, master + off, grad_master + off, qt->rows, qt->cols, q->scale + qt->offset,
+                        q->zero + qt->offset, q->grad_scale ? q->grad_scale + qt->offset : NULL,
+                        q->grad_zero ? q->grad_zero + qt->offset : NULL);
+    }
+}
+
+double qat_grad_sumsq(const QatState *q) {
+    if (!q->grad_scale) return 0.0;
+    double sum = 0.0;
+    for (size_t k = 0; k < q->total; k++)
+        sum += (double)q->grad_scale[k] * q->grad_scale[k] + (double)q->grad_zero[k] * q->grad_zero[k];
+    return sum;
+}
+
+// One Adam update of p[n] followed by the fp16 re-rounding and the clamp.
+static void adam_f16(float *p, const float *g, float *m, float *v, size_t n, const QatAdam *c, float lr, long step,
+                     float lo, float hi) {
+    double bc1 = 1.0 - pow(c->beta1, (double)step), bc2 = 1.0 - pow(c->beta2, (double)step);
+    float step_size = (float)(lr / bc1), bc2_sqrt = (float)sqrt(bc2);
+#pragma omp parallel for schedule(static) if (n >= QUANT_PARALLEL_MIN / 8)
+    for (size_t k = 0; k < n; k++) {
+        m[k] = c->beta1 * m[k] + (1.0f - c->beta1) * g[k];
+        v[k] = c->beta2 * v[k] + (1.0f - c->beta2) * g[k] * g[k];
+        float upd = p[k] - step_size * m[k] / (sqrtf(v[k]) / bc2_sqrt + c->eps);
+        p[k] = round_f16(fminf(fmaxf(upd, lo), hi));
+    }
+}
+
+void qat_step(QatState *q, const QatAdam *c, float lr, long step) {
+    if (!q->grad_scale || step < 1) return;
+    adam_f16(q->scale, q->grad_scale, q->m_scale, q->v_scale, q->total, c, lr, step, 0.0f, F16_MAX);
+    if (!q->spec.symmetric)
+        adam_f16(q->zero, q->grad_zero, q->m_zero, q->v_zero, q->total, c, lr, step, -F16_MAX, F16_MAX);
+}
+
+void a16_round(float *x, size_t n, int mode) {
+    if (mode == A16_BF16) {
+#pragma omp parallel for schedule(static) if (n >= QUANT_PARALLEL_MIN)
+        for (size_t i = 0; i < n; i++) x[i] = bf16_to_f32(f32_to_bf16(x[i]));
+    } else if (mode == A16_FP16) {
+#pragma omp parallel for schedule(static) if (n >= QUANT_PARALLEL_MIN)
+        for (size_t i = 0; i < n; i++) x[i] = f16_to_f32(f32_to_f16(x[i]));
+    }
+}
+
+static const char *A16_NAMES[] = {"off", "bf16", "fp16"};
+
+int a16_mode_from_name(const char *name) {
+    for (int i = 0; i < 3; i++)
+        if (!strcmp(name, A16_NAMES[i])) return i;
+    return -1;
+}
+
+const char *a16_mode_name(int mode) { return mode >= 0 && mode < 3 ? A16_NAMES[mode] : "?"; }
