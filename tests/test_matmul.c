@@ -1,0 +1,256 @@
+// test_matmul: the blocked matmul (every kernel path this CPU runs, 1 to 3
+// threads) against the double-precision reference, on shapes that are not
+// multiples of any tile or block size; the reference itself against hand
+// arithmetic and central differences.
+//
+// Tolerance: the fast ops sum K fp32 products, so their rounding error grows
+// like sqrt(K) * u for random-sign data (u = 2^-24). We compare the normwise
+// relative error max|got - want| / max|want| with TOL_PER_SQRT_K * sqrt(K),
+// about 16 u per sqrt(K) (measured errors sit more than 10x below it); a
+// wrong index or a lost edge tile gives errors of order 1.
+#include <math.h>
+#include <omp.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <cmocka.h>
+#include "../model/ops/matmul_kernels.h"
+#include "../model/ops/ops.h"
+#include "../util/util.h"
+
+#define TOL_PER_SQRT_K 1e-6
+
+static double tol_for(int K) { return TOL_PER_SQRT_K * sqrt(K > 1 ? (double)K : 1.0); }
+
+// Random N(0,1) values, exactly representable in float, as a double array and
+// its float copy.
+static void rand_pair(Rng *r, size_t n, double **d, float **f) {
+    *d = xmalloc((n ? n : 1) * sizeof(double), "test double");
+    *f = xmalloc((n ? n : 1) * sizeof(float), "test float");
+    for (size_t i = 0; i < n; i++) {
+        (*f)[i] = (float)rng_normal(r);
+        (*d)[i] = (*f)[i];
+    }
+}
+
+static double rel_err(const float *got, const double *want, size_t n) {
+    double diff = 0.0, mag = 0.0;
+    for (size_t i = 0; i < n; i++) {
+        double d = fabs((double)got[i] - want[i]);
+        if (!(d <= diff)) diff = isnan(d) ? INFINITY : d;
+        if (fabs(want[i]) > mag) mag = fabs(want[i]);
+    }
+    return mag > 0.0 ? diff / mag : diff;
+}
+
+typedef struct { int N, C, OC; } Shape;
+
+// Small and odd sizes, sizes just past the 8x32 / 6x16 / 4x16 tiles, columns
+// past the 256-column B block, K past the 512 k block (forward K = C, dinp
+// K = OC, dW K = N), rows past the 1024-row packed A block (dW M = OC), OC >=
+// 4N (the transposed forward; with C = 700 in a single k block), 4 KiB row strides (C or OC = 1024) that push
+// the driver from in-place reads to packing, a shared operand wider than the
+// 1024-column shared chunk ({1030, 2, 4128} forward) and a packed shared
+// operand over more k blocks than one 8-block span ({16, 40, 5120} dinp).
+static const Shape SHAPES[] = {
+    {1, 1, 1},      {1, 3, 17},     {3, 17, 1},    {17, 65, 130}, {65, 130, 257}, {130, 257, 65},
+    {257, 33, 3},   {5, 600, 7},    {1030, 9, 5},  {7, 13, 1100}, {9, 1100, 40},  {33, 31, 300},
+    {20, 1024, 40}, {16, 40, 1024}, {64, 96, 128}, {40, 64, 2048}, {6, 700, 30},  {1030, 2, 4128},
+    {16, 40, 5120},
+};
+#define N_SHAPES (sizeof SHAPES / sizeof SHAPES[0])
+
+typedef struct {
+    Shape s;
+    double *inp_d, *W_d, *dout_d, *dinp0_d, *dW0_d;
+    float *inp, *W, *dout, *dinp0, *dW0;
+    double *out_ref, *dinp_ref, *dW_ref;   // dinp0 + dout W, dW0 + dout^T inp
+} Case;
+
+static void case_init(Case *c, Shape s, uint64_t seed) {
+    Rng r;
+    rng_seed(&r, seed);
+    c->s = s;
+    size_t nx = (size_t)s.N * s.C, nw = (size_t)s.OC * s.C, ny = (size_t)s.N * s.OC;
+    rand_pair(&r, nx, &c->inp_d, &c->inp);
+    rand_pair(&r, nw, &c->W_d, &c->W);
+    rand_pair(&r, ny, &c->dout_d, &c->dout);
+    rand_pair(&r, nx, &c->dinp0_d, &c->dinp0);   // nonzero: backward must add to it
+    rand_pair(&r, nw, &c->dW0_d, &c->dW0);
+    c->out_ref = xmalloc(ny * sizeof(double), "out ref");
+    matmul_forward_ref(c->out_ref, c->inp_d, c->W_d, s.N, s.C, s.OC);
+    c->dinp_ref = xmalloc(nx * sizeof(double), "dinp ref");
+    c->dW_ref = xmalloc(nw * sizeof(double), "dW ref");
+    memcpy(c->dinp_ref, c->dinp0_d, nx * sizeof(double));
+    memcpy(c->dW_ref, c->dW0_d, nw * sizeof(double));
+    matmul_backward_ref(c->dinp_ref, c->dW_ref, c->dout_d, c->inp_d, c->W_d, s.N, s.C, s.OC);
+}
+
+static void case_free(Case *c) {
+    free(c->inp_d), free(c->W_d), free(c->dout_d), free(c->dinp0_d), free(c->dW0_d);
+    free(c->inp), free(c->W), free(c->dout), free(c->dinp0), free(c->dW0);
+    free(c->out_ref), free(c->dinp_ref), free(c->dW_ref);
+}
+
+static float *copy_f(const float *x, size_t n) {
+    float *y = xmalloc((n ? n : 1) * sizeof(float), "test copy");
+    memcpy(y, x, n * sizeof(float));
+    return y;
+}
+
+// Runs forward and the backward variants (both grads, dinp only, dW only)
+// with kernel k and checks each against the reference.
+static void check_case(const MatmulKernel *k, const Case *c, int threads) {
+    const Shape s = c->s;
+    size_t nx = (size_t)s.N * s.C, nw = (size_t)s.OC * s.C, ny = (size_t)s.N * s.OC;
+    char where[160];
+    snprintf(where, sizeof where, "%s threads=%d N=%d C=%d OC=%d", k->name, threads, s.N, s.C, s.OC);
+
+    float *out = xmalloc(ny * sizeof(float), "out");
+    for (size_t i = 0; i < ny; i++) out[i] = NAN;   // forward must overwrite every element
+    matmul_forward_with(k, out, c->inp, c->W, s.N, s.C, s.OC);
+    double e = rel_err(out, c->out_ref, ny);
+    if (!(e <= tol_for(s.C))) fail_msg("forward %s: rel err %.3g > %.3g", where, e, tol_for(s.C));
+
+    float *dinp = copy_f(c->dinp0, nx), *dW = copy_f(c->dW0, nw);
+    matmul_backward_with(k, dinp, dW, c->dout, c->inp, c->W, s.N, s.C, s.OC);
+    e = rel_err(dinp, c->dinp_ref, nx);
+    if (!(e <= tol_for(s.OC))) fail_msg("dinp %s: rel err %.3g > %.3g", where, e, tol_for(s.OC));
+    e = rel_err(dW, c->dW_ref, nw);
+    if (!(e <= tol_for(s.N))) fail_msg("dW %s: rel err %.3g > %.3g", where, e, tol_for(s.N));
+
+    // NULL gradients: the other one is still right, nothing else is touched.
+    memcpy(dinp, c->dinp0, nx * sizeof(float));
+    matmul_backward_with(k, dinp, NULL, c->dout, c->inp, c->W, s.N, s.C, s.OC);
+    e = rel_err(dinp, c->dinp_ref, nx);
+    if (!(e <= tol_for(s.OC))) fail_msg("dinp (dW NULL) %s: rel err %.3g", where, e);
+    memcpy(dW, c->dW0, nw * sizeof(float));
+    matmul_backward_with(k, NULL, dW, c->dout, c->inp, c->W, s.N, s.C, s.OC);
+    e = rel_err(dW, c->dW_ref, nw);
+    if (!(e <= tol_for(s.N))) fail_msg("dW (dinp NULL) %s: rel err %.3g", where, e);
+    matmul_backward_with(k, NULL, NULL, c->dout, c->inp, c->W, s.N, s.C, s.OC);
+
+    free(out);
+    free(dinp);
+    free(dW);
+}
+
+static void check_kernel(const MatmulKernel *k) {
+    if (!k) {
+        skip();   // this CPU cannot run the path
+        return;
+    }
+    for (size_t i = 0; i < N_SHAPES; i++) {
+        Case c;
+        case_init(&c, SHAPES[i], 1000 + i);
+        for (int threads = 1; threads <= 3; threads++) {   // 3: an odd team
+            omp_set_num_threads(threads);
+            check_case(k, &c, threads);
+        }
+        case_free(&c);
+    }
+    omp_set_num_threads(2);
+}
+
+static void test_avx512(void **state) { (void)state; check_kernel(matmul_kernel_avx512()); }
+static void test_avx2(void **state) { (void)state; check_kernel(matmul_kernel_avx2()); }
+static void test_portable(void **state) { (void)state; check_kernel(matmul_kernel_portable()); }
+
+// The public ops use the best kernel and give the same bits as calling it
+// directly; a second call gives the same bits again (no run-to-run drift).
+static void test_public_ops_match_best_kernel(void **state) {
+    (void)state;
+    Case c;
+    case_init(&c, (Shape){70, 300, 90}, 7);
+    const Shape s = c.s;
+    size_t nx = (size_t)s.N * s.C, nw = (size_t)s.OC * s.C, ny = (size_t)s.N * s.OC;
+    float *o1 = xmalloc(ny * sizeof(float), "o1"), *o2 = xmalloc(ny * sizeof(float), "o2");
+    matmul_forward(o1, c.inp, c.W, s.N, s.C, s.OC);
+    matmul_forward_with(matmul_kernel_best(), o2, c.inp, c.W, s.N, s.C, s.OC);
+    assert_memory_equal(o1, o2, ny * sizeof(float));
+    matmul_forward(o2, c.inp, c.W, s.N, s.C, s.OC);
+    assert_memory_equal(o1, o2, ny * sizeof(float));
+    float *dx1 = copy_f(c.dinp0, nx), *dx2 = copy_f(c.dinp0, nx);
+    float *dw1 = copy_f(c.dW0, nw), *dw2 = copy_f(c.dW0, nw);
+    matmul_backward(dx1, dw1, c.dout, c.inp, c.W, s.N, s.C, s.OC);
+    matmul_backward_with(matmul_kernel_best(), dx2, dw2, c.dout, c.inp, c.W, s.N, s.C, s.OC);
+    assert_memory_equal(dx1, dx2, nx * sizeof(float));
+    assert_memory_equal(dw1, dw2, nw * sizeof(float));
+    assert_true(rel_err(dx1, c.dinp_ref, nx) <= tol_for(s.OC));
+    free(o1), free(o2), free(dx1), free(dx2), free(dw1), free(dw2);
+    case_free(&c);
+}
+
+// The reference against hand arithmetic: inp = [[1,2],[3,4]],
+// W = [[5,6],[7,8],[9,10]] (OC=3, C=2); dout = ones; grads start at 0.5.
+static void test_reference_by_hand(void **state) {
+    (void)state;
+    const double inp[] = {1, 2, 3, 4}, W[] = {5, 6, 7, 8, 9, 10}, dout[] = {1, 1, 1, 1, 1, 1};
+    const double out_want[] = {17, 23, 29, 39, 53, 67};
+    // dinp row = sum_o W[o,:] = [21, 24]; dW row = sum_n inp[n,:] = [4, 6].
+    const double dinp_want[] = {21.5, 24.5, 21.5, 24.5}, dW_want[] = {4.5, 6.5, 4.5, 6.5, 4.5, 6.5};
+    double out[6], dinp[4], dW[6];
+    matmul_forward_ref(out, inp, W, 2, 2, 3);
+    for (int i = 0; i < 6; i++) assert_true(out[i] == out_want[i]);
+    for (int i = 0; i < 4; i++) dinp[i] = 0.5;
+    for (int i = 0; i < 6; i++) dW[i] = 0.5;
+    matmul_backward_ref(dinp, dW, dout, inp, W, 2, 2, 3);
+    for (int i = 0; i < 4; i++) assert_true(dinp[i] == dinp_want[i]);
+    for (int i = 0; i < 6; i++) assert_true(dW[i] == dW_want[i]);
+}
+
+// The reference backward is the gradient of L = sum(out * G): central
+// differences of L with respect to every input and weight.
+static double loss_with(const double *inp, const double *W, const double *G, int N, int C, int OC) {
+    double *out = xmalloc((size_t)N * OC * sizeof(double), "fd out"), L = 0.0;
+    matmul_forward_ref(out, inp, W, N, C, OC);
+    for (int i = 0; i < N * OC; i++) L += out[i] * G[i];
+    free(out);
+    return L;
+}
+
+static void test_reference_finite_differences(void **state) {
+    (void)state;
+    const int N = 3, C = 5, OC = 4;
+    Rng r;
+    rng_seed(&r, 99);
+    double inp[15], W[20], G[12], dinp[15] = {0}, dW[20] = {0};
+    for (int i = 0; i < 15; i++) inp[i] = rng_normal(&r);
+    for (int i = 0; i < 20; i++) W[i] = rng_normal(&r);
+    for (int i = 0; i < 12; i++) G[i] = rng_normal(&r);
+    matmul_backward_ref(dinp, dW, G, inp, W, N, C, OC);
+    const double h = 1e-4;
+    for (int i = 0; i < 15; i++) {
+        double saved = inp[i];
+        inp[i] = saved + h;
+        double lp = loss_with(inp, W, G, N, C, OC);
+        inp[i] = saved - h;
+        double lm = loss_with(inp, W, G, N, C, OC);
+        inp[i] = saved;
+        assert_true(fabs((lp - lm) / (2 * h) - dinp[i]) < 1e-8);
+    }
+    for (int i = 0; i < 20; i++) {
+        double saved = W[i];
+        W[i] = saved + h;
+        double lp = loss_with(inp, W, G, N, C, OC);
+        W[i] = saved - h;
+        double lm = loss_with(inp, W, G, N, C, OC);
+        W[i] = saved;
+        assert_true(fabs((lp - lm) / (2 * h) - dW[i]) < 1e-8);
+    }
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_reference_by_hand),
+        cmocka_unit_test(test_reference_finite_differences),
+        cmocka_unit_test(test_avx512),
+        cmocka_unit_test(test_avx2),
+        cmocka_unit_test(test_portable),
+        cmocka_unit_test(test_public_ops_match_best_kernel),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
