@@ -1,0 +1,275 @@
+// pocket generate: continue a prompt with the KV-cache generator
+// (model/generate.h), streaming the completion to stdout as text or ids.
+#include <errno.h>
+#include <math.h>
+#include <string.h>
+#include "../data/chat.h"
+#include "../model/generate.h"
+#include "checkpoint.h"
+#include "commands.h"
+#include "int4.h"
+
+static void help(FILE *f) {
+    fprintf(f,
+            "usage: pocket generate --ckpt CKPT.h5 (--prompt TEXT | --prompt-ids \"ID ID ...\") [--chat] [--int4]\n"
+            "                       [--max-new N] [--temperature T] [--top-k K] [--top-p P] [--seed S] [--ids]\n\n"
+            "Continues the prompt with the checkpoint's model (KV cache: the prompt is read in one\n"
+            "pass, then one token per step) and prints the new text to stdout as it is generated.\n"
+            "Generation stops after --max-new tokens or at an end token: the config's eos id,\n"
+            "<|im_end|> and <|endoftext|> (when the tokenizer has them); the end token is not\n"
+            "printed as text (--ids prints it). A statistics line goes to stderr.\n\n"
+            "  --ckpt CKPT.h5       checkpoint; its stored tokenizer.json encodes the prompt and\n"
+            "                       decodes the output (required unless --prompt-ids with --ids)\n"
+            "  --prompt TEXT        the prompt text\n"
+            "  --prompt-ids IDS     the prompt as token ids (space- or comma-separated)\n"
+            "  --int4               run the int4 weights: the checkpoint's QAT scales, or RTN\n"
+            "                       (group 64, asymmetric) from the float weights when it has none\n"
+            "  --chat               wrap --prompt as one user turn of the Qwen3 chat template with\n"
+            "                       the assistant header appended and thinking off (enable_thinking\n"
+            "                       = false: an empty <think></think> block), as a chat model expects\n"
+            "  --max-new N          new tokens at most (default 128); prompt + N must fit the\n"
+            "                       model's max_position_embeddings\n"
+            "  --temperature T      0 = greedy, the most likely token each step (default 0)\n"
+            "  --top-k K            sample among the K most likely tokens only; 0 = all (default 0)\n"
+            "  --top-p P            then among the smallest set with probability >= P (default 1)\n"
+            "  --seed S             sampling seed (default 0); same seed, same output\n"
+            "  --ids                print the new token ids (space-separated) instead of text\n");
+}
+
+static int parse_long(const char *flag, const char *s, long lo, long hi, long *out) {
+    char *end;
+    errno = 0;
+    long v = strtol(s, &end, 10);
+    if (end == s || *end || errno || v < lo || v > hi) {
+        fprintf(stderr, "pocket generate: %s '%s' is not an integer in [%ld, %ld]\n", flag, s, lo, hi);
+        return -1;
+    }
+    *out = v;
+    return 0;
+}
+
+static int parse_float(const char *flag, const char *s, double lo, double hi, float *out) {
+    char *end;
+    errno = 0;
+    double v = strtod(s, &end);
+    if (end == s || *end || errno || !isfinite(v) || v < lo || v > hi) {
+        fprintf(stderr, "pocket generate: %s '%s' is not a number in [%g, %g]\n", flag, s, lo, hi);
+        return -1;
+    }
+    *out = (float)v;
+    return 0;
+}
+
+// "1 2 3" or "1,2,3"; errors name the position of the bad entry.
+static int parse_ids(const char *s, int vocab, int **out, int *n_out, PtError *e) {
+    int n = 0, cap = 64;
+    int *ids = xmalloc((size_t)cap * sizeof(int), "prompt ids");
+    const char *p = s;
+    for (;;) {
+        while (*p == ' ' || *p == ',' || *p == '\t' || *p == '\n') p++;
+        if (!*p) break;
+        char *end;
+        errno = 0;
+        long v = strtol(p, &end, 10);
+        if (end == p || errno || (*end && !strchr(" ,\t\n", *end))) {
+            free(ids);
+            return pt_fail(e, "--prompt-ids: entry %d is not an integer", n + 1);
+        }
+        if (v < 0 || v >= vocab) {
+            free(ids);
+            return pt_fail(e, "--prompt-ids: entry %d = %ld is outside the vocabulary [0, %d)", n + 1, v, vocab);
+        }
+        if (n == cap) {
+            ids = realloc(ids, (size_t)(cap *= 2) * sizeof(int));
+            if (!ids) die("out of memory reading --prompt-ids");
+        }
+        ids[n++] = (int)v;
+        p = end;
+    }
+    if (n == 0) {
+        free(ids);
+        return pt_fail(e, "--prompt-ids: no token ids given");
+    }
+    *out = ids;
+    *n_out = n;
+    return 0;
+}
+
+// Streams the completion as it is generated. Text is re-decoded from all new
+// ids each step (a token may end in the middle of a UTF-8 character) and
+// printed up to any trailing U+FFFD, which a later byte may still complete.
+typedef struct {
+    const Tokenizer *tok;
+    const GenParams *params;
+    int print_ids;
+    int *ids, n;
+    size_t printed;       // bytes of decoded text already on stdout
+    double t_first;       // when the first new token was chosen (end of the prefill)
+} Stream;
+
+static void stream_text(Stream *s, int final) {
+    int n = s->n;
+    if (n > 0 && gen_is_stop(s->params, s->ids[n - 1])) n--;   // the end token is not part of the text
+    char *text = tokenizer_decode(s->tok, s->ids, (size_t)n, 0);
+    size_t len = strlen(text);
+    if (!final)
+        while (len >= 3 && !memcmp(text + len - 3, "\xEF\xBF\xBD", 3)) len -= 3;
+    if (len > s->printed) {
+        fwrite(text + s->printed, 1, len - s->printed, stdout);
+        fflush(stdout);
+        s->printed = len;
+    }
+    free(text);
+}
+
+static void on_token(void *ctx, int id) {
+    Stream *s = ctx;
+    if (s->n == 0) s->t_first = now_seconds();
+    s->ids[s->n++] = id;
+    if (s->print_ids) {
+        printf("%s%d", s->n > 1 ? " " : "", id);
+        fflush(stdout);
+    } else {
+        stream_text(s, 0);
+    }
+}
+
+int cmd_generate(int argc, char **argv) {
+    const char *ckpt = NULL, *prompt_text = NULL, *prompt_ids = NULL, *v;
+    int chat = 0, print_ids = 0, int4 = 0;
+    GenParams params;
+    gen_params_default(&params);
+    for (int i = 1; i < argc; i++) {
+        long n;
+        if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) { help(stdout); return 0; }
+        else if (!strcmp(argv[i], "--chat")) chat = 1;
+        else if (!strcmp(argv[i], "--ids")) print_ids = 1;
+        else if (!strcmp(argv[i], "--int4")) int4 = 1;
+        else if ((v = arg_value(argc, argv, &i, "--ckpt"))) ckpt = v;
+        else if ((v = arg_value(argc, argv, &i, "--prompt"))) prompt_text = v;
+        else if ((v = arg_value(argc, argv, &i, "--prompt-ids"))) prompt_ids = v;
+        else if ((v = arg_value(argc, argv, &i, "--max-new"))) {
+            if (parse_long("--max-new", v, 1, 1 << 24, &n)) return 2;
+            params.max_new = (int)n;
+        } else if ((v = arg_value(argc, argv, &i, "--top-k"))) {
+            if (parse_long("--top-k", v, 0, 1 << 30, &n)) return 2;
+            params.top_k = (int)n;
+        } else if ((v = arg_value(argc, argv, &i, "--seed"))) {
+            char *end;
+            errno = 0;
+            params.seed = strtoull(v, &end, 10);
+            if (end == v || *end || errno || v[0] == '-') {
+                fprintf(stderr, "pocket generate: --seed '%s' is not a non-negative integer\n", v);
+                return 2;
+            }
+        } else if ((v = arg_value(argc, argv, &i, "--temperature"))) {
+            if (parse_float("--temperature", v, 0.0, 1e4, &params.temperature)) return 2;
+        } else if ((v = arg_value(argc, argv, &i, "--top-p"))) {
+            if (parse_float("--top-p", v, 0.0, 1.0, &params.top_p)) return 2;
+            if (params.top_p <= 0.0f) {
+                fprintf(stderr, "pocket generate: --top-p must be above 0\n");
+                return 2;
+            }
+        } else { fprintf(stderr, "pocket generate: unknown argument '%s' (see --help)\n", argv[i]); return 2; }
+    }
+    if (!ckpt || (!prompt_text == !prompt_ids)) {
+        fprintf(stderr, "pocket generate: --ckpt and one of --prompt or --prompt-ids are required (see --help)\n");
+        return 2;
+    }
+    if (chat && !prompt_text) {
+        fprintf(stderr, "pocket generate: --chat wraps a text --prompt, not --prompt-ids\n");
+        return 2;
+    }
+
+    PtError e;
+    ModelBundle b;
+    if (checkpoint_load(ckpt, &b, &e)) { fprintf(stderr, "pocket generate: %s\n", e.msg); return 1; }
+    Model m;
+    model_from_bundle(&m, &b);
+    const ModelConfig *c = &m.w.cfg;
+    int rc = 1, *prompt = NULL, n_prompt = 0, *out = NULL;
+    Tokenizer *tok = NULL;
+    char *rendered = NULL;
+    float *int4_weights = NULL;
+    QatState q;
+    GenContext g;
+    memset(&g, 0, sizeof g);
+
+    if (!m.w.tokenizer_json && (prompt_text || !print_ids)) {
+        fprintf(stderr, "pocket generate: %s has no /tokenizer/tokenizer.json; use --prompt-ids with --ids\n", ckpt);
+        goto done;
+    }
+    if (m.w.tokenizer_json) {
+        char src[1100];
+        snprintf(src, sizeof src, "%s:/tokenizer/tokenizer.json", ckpt);
+        if (tokenizer_load(&tok, m.w.tokenizer_json, m.w.tokenizer_json_len, src, &e)) goto fail;
+    }
+    if (prompt_ids) {
+        if (parse_ids(prompt_ids, c->vocab_size, &prompt, &n_prompt, &e)) goto fail;
+    } else {
+        const char *text = prompt_text;
+        if (chat) {
+            if (tokenizer_token_id(tok, "<|im_start|>") < 0 || tokenizer_token_id(tok, "<|im_end|>") < 0) {
+                fprintf(stderr, "pocket generate: %s: the tokenizer has no <|im_start|>/<|im_end|> tokens, so "
+                                "--chat does not apply\n", ckpt);
+                goto done;
+            }
+            ChatRender r = {0};
+            ChatMessage msg = {"user", prompt_text};
+            if (chat_render(&r, &msg, 1, 1, 0, &e)) goto fail;
+            text = rendered = chat_render_text(&r);
+            chat_render_free(&r);
+        }
+        size_t n = 0, cap = 0;
+        if (tokenizer_encode(tok, text, strlen(text), &prompt, &n, &cap, &e)) goto fail;
+        if (n == 0) {
+            fprintf(stderr, "pocket generate: --prompt gives no tokens (empty text)\n");
+            goto done;
+        }
+        n_prompt = (int)n;
+        for (int i = 0; i < n_prompt; i++)
+            if (prompt[i] >= c->vocab_size) {
+                fprintf(stderr, "pocket generate: %s: the tokenizer gives id %d (prompt token %d), outside the "
+                                "model's vocabulary of %d\n", ckpt, prompt[i], i + 1, c->vocab_size);
+                goto done;
+            }
+    }
+    gen_add_default_stops(&params, c, tok);
+    if (int4 && int4_use_weights(&m, ckpt, &q, &int4_weights, stderr, &e)) goto fail;
+
+    // The cache holds what this call can use; generate() reports a prompt
+    // that does not fit the model's context.
+    long need = (long)n_prompt + params.max_new;
+    if (gen_init(&g, &m, need < c->max_seq ? (int)need : c->max_seq, &e)) goto fail;
+    out = xmalloc((size_t)params.max_new * sizeof(int), "generated ids");
+    // The stream records each id as it is chosen, into the array generate() fills anyway.
+    Stream s = {tok, &params, print_ids, out, 0, 0, 0};
+    params.on_token = on_token;
+    params.on_token_ctx = &s;
+    double t0 = now_seconds();
+    int n_new = generate(&g, prompt, n_prompt, &params, out, params.max_new, &e);
+    if (n_new < 0) goto fail;
+    double t1 = now_seconds();
+    if (!print_ids) stream_text(&s, 1);
+    printf("\n");
+    fflush(stdout);
+    int stopped = n_new > 0 && gen_is_stop(&params, out[n_new - 1]);
+    double prefill = s.t_first - t0, decode = t1 - s.t_first;
+    fprintf(stderr, "pocket generate: %d prompt + %d new tokens (%s); prefill %.1f tok/s, decode %.1f tok/s\n",
+            n_prompt, n_new, stopped ? "end token" : "max-new reached", n_prompt / fmax(prefill, 1e-9),
+            n_new > 1 ? (n_new - 1) / fmax(decode, 1e-9) : 0.0);
+    rc = 0;
+    goto done;
+fail:
+    fprintf(stderr, "pocket generate: %s\n", e.msg);
+done:
+    if (int4_weights) qat_free(&q);
+    free(int4_weights);
+    gen_free(&g);
+    free(out);
+    free(prompt);
+    free(rendered);
+    if (tok) tokenizer_free(tok);
+    model_free(&m);
+    return rc;
+}
