@@ -1,5 +1,6 @@
 #include "config.h"
 #include <jansson.h>
+#include <stdlib.h>
 #include <string.h>
 
 typedef struct {
@@ -192,6 +193,17 @@ int config_validate(const ModelConfig *c, const char *src, PtError *e) {
     return 0;
 }
 
+// The shortest decimal that reads back as the same float, as a double, so
+// config.json says 1e-06 rather than 9.9999999747524271e-07.
+static json_t *json_float(float x) {
+    char buf[32];
+    for (int digits = 6; digits <= 9; digits++) {
+        snprintf(buf, sizeof buf, "%.*g", digits, (double)x);
+        if ((float)strtod(buf, NULL) == x) break;
+    }
+    return json_real(strtod(buf, NULL));
+}
+
 char *config_to_hf_json(const ModelConfig *c) {
     json_t *o = json_object();
     int qwen = strcmp(c->model_type, "llama") != 0;
@@ -202,14 +214,14 @@ char *config_to_hf_json(const ModelConfig *c) {
     json_object_set_new(o, "head_dim", json_integer(c->head_dim));
     json_object_set_new(o, "hidden_act", json_string("silu"));
     json_object_set_new(o, "hidden_size", json_integer(c->d_model));
-    json_object_set_new(o, "initializer_range", json_real(c->init_std));
+    json_object_set_new(o, "initializer_range", json_float(c->init_std));
     json_object_set_new(o, "intermediate_size", json_integer(c->d_ff));
     json_object_set_new(o, "max_position_embeddings", json_integer(c->max_seq));
     json_object_set_new(o, "num_attention_heads", json_integer(c->n_head));
     json_object_set_new(o, "num_hidden_layers", json_integer(c->n_layer));
     json_object_set_new(o, "num_key_value_heads", json_integer(c->n_kv_head));
-    json_object_set_new(o, "rms_norm_eps", json_real(c->norm_eps));
-    json_object_set_new(o, "rope_theta", json_real(c->rope_theta));
+    json_object_set_new(o, "rms_norm_eps", json_float(c->norm_eps));
+    json_object_set_new(o, "rope_theta", json_float(c->rope_theta));
     json_object_set_new(o, "rope_scaling", json_null());
     json_object_set_new(o, "tie_word_embeddings", json_boolean(c->tied_embeddings));
     json_object_set_new(o, "use_cache", json_true());
@@ -219,7 +231,7 @@ char *config_to_hf_json(const ModelConfig *c) {
     if (c->eos_id >= 0) json_object_set_new(o, "eos_token_id", json_integer(c->eos_id));
     if (c->pad_id >= 0) json_object_set_new(o, "pad_token_id", json_integer(c->pad_id));
     json_object_set_new(o, "torch_dtype", json_string("float32"));
-    char *s = json_dumps(o, JSON_INDENT(2) | JSON_SORT_KEYS);
+    char *s = json_dumps(o, JSON_INDENT(2) | JSON_SORT_KEYS | JSON_REAL_PRECISION(15));
     json_decref(o);
     if (!s) die("out of memory serialising config.json");
     return s;

@@ -1,5 +1,6 @@
 #include "model.h"
 #include <string.h>
+#include "../qat/qat.h"
 
 void model_from_bundle(Model *m, ModelBundle *b) {
     memset(m, 0, sizeof *m);
@@ -16,6 +17,8 @@ void model_free(Model *m) {
     bundle_free(&m->w);
     memset(m, 0, sizeof *m);
 }
+
+void model_use_weights(Model *m, float *base) { param_views(&m->p, &m->w.tt, base ? base : m->w.params); }
 
 void model_zero_grads(Model *m) {
     if (m->grads) memset(m->grads, 0, m->w.tt.total * sizeof(float));
@@ -132,9 +135,13 @@ static void block_forward(Model *m, int l, int s, const int *pos, const int *seg
 
     // attention: norm -> q/k/v -> per-head QK-norm -> RoPE -> causal GQA -> o_proj -> residual
     rmsnorm_forward(ln1, a->ln1_rstd + (size_t)s * N, x_in, w->ln1, N, H, c->norm_eps);
+    a16_round(ln1, (size_t)N * H, m->a16);   // A16: the device's matmuls see 16-bit inputs and outputs
     matmul_forward(q_raw, ln1, w->wq, N, H, Q);
     matmul_forward(k_raw, ln1, w->wk, N, H, KV);
     matmul_forward(v, ln1, w->wv, N, H, KV);
+    a16_round(q_raw, (size_t)N * Q, m->a16);
+    a16_round(k_raw, (size_t)N * KV, m->a16);
+    a16_round(v, (size_t)N * KV, m->a16);
     if (c->qk_norm) {
         rmsnorm_forward(q, a->q_rstd + (size_t)s * N * nq, q_raw, w->qnorm, N * nq, hd, c->norm_eps);
         rmsnorm_forward(k, a->k_rstd + (size_t)s * N * nkv, k_raw, w->knorm, N * nkv, hd, c->norm_eps);
@@ -142,15 +149,22 @@ static void block_forward(Model *m, int l, int s, const int *pos, const int *seg
     rope_forward(q, &m->rope, pos, N, nq, hd);
     rope_forward(k, &m->rope, pos, N, nkv, hd);
     attention_forward(att, a->lse + (size_t)s * N * nq, q, k, v, seg, B, T, nq, nkv, hd);
+    a16_round(att, (size_t)N * Q, m->a16);
     matmul_forward(m->s.tmp, att, w->wo, N, Q, H);
+    a16_round(m->s.tmp, (size_t)N * H, m->a16);
     residual_forward(x_mid, x_in, m->s.tmp, (size_t)N * H);
 
     // MLP: norm -> gate/up -> SwiGLU -> down -> residual
     rmsnorm_forward(ln2, a->ln2_rstd + (size_t)s * N, x_mid, w->ln2, N, H, c->norm_eps);
+    a16_round(ln2, (size_t)N * H, m->a16);
     matmul_forward(gate, ln2, w->wgate, N, H, F);
     matmul_forward(up, ln2, w->wup, N, H, F);
+    a16_round(gate, (size_t)N * F, m->a16);
+    a16_round(up, (size_t)N * F, m->a16);
     swiglu_forward(act, gate, up, (size_t)N * F);
+    a16_round(act, (size_t)N * F, m->a16);
     matmul_forward(m->s.tmp, act, w->wdown, N, F, H);
+    a16_round(m->s.tmp, (size_t)N * H, m->a16);
     residual_forward(x_out, x_mid, m->s.tmp, (size_t)N * H);
 }
 

@@ -52,6 +52,7 @@ typedef struct {
     Scratch s;
     float *arena;           // one allocation for Activations + Scratch
     size_t arena_floats;
+    int a16;                // A16_* (qat/qat.h): round matmul inputs/outputs as the device does
 } Model;
 
 // Takes ownership of the bundle's contents (b is zeroed).
@@ -60,6 +61,9 @@ void model_from_bundle(Model *m, ModelBundle *b);
 // prints the memory plan to `log` if non-NULL. Fails if T > max_seq.
 int model_plan(Model *m, int B, int T, int training, FILE *log, PtError *e);
 void model_free(Model *m);
+// Points the parameter views at another buffer laid out by the same table:
+// the fake-quantized weights of QAT or int4 inference. NULL = the model's own.
+void model_use_weights(Model *m, float *base);
 void model_zero_grads(Model *m);
 
 // Forward only. Returns the SUM of the per-token losses over counted targets

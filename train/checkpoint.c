@@ -1,5 +1,6 @@
 #include "checkpoint.h"
 #include <hdf5.h>
+#include "../qat/qat_io.h"
 #include <string.h>
 #include <unistd.h>
 
@@ -100,7 +101,48 @@ static int write_bytes(hid_t group, const char *name, const char *data, size_t l
     return rc;
 }
 
-int checkpoint_save(const char *path, const ModelBundle *b, PtError *e) {
+static int write_tensor_group(hid_t parent, const char *name, const TensorTable *tt, const float *base) {
+    hid_t g = H5Gcreate2(parent, name, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
+    if (g < 0) return -1;
+    int rc = 0;
+    for (int i = 0; i < tt->n && rc == 0; i++) {
+        const TensorInfo *t = &tt->t[i];
+        rc = write_floats(g, t->name, base + t->offset, t->ndim, t->shape);
+    }
+    H5Gclose(g);
+    return rc;
+}
+
+static int write_i64(hid_t obj, const char *name, const void *v, int n, hid_t type) {
+    hsize_t dims[1] = {(hsize_t)n};
+    hid_t space = n == 1 ? H5Screate(H5S_SCALAR) : H5Screate_simple(1, dims, NULL);
+    hid_t attr = H5Acreate2(obj, name, type, space, H5P_DEFAULT, H5P_DEFAULT);
+    int rc = (attr >= 0 && H5Awrite(attr, type, v) >= 0) ? 0 : -1;
+    if (attr >= 0) H5Aclose(attr);
+    H5Sclose(space);
+    return rc;
+}
+
+static int write_state(hid_t f, const float *m, const float *v, const TensorTable *tt, const TrainState *st) {
+    hid_t g = H5Gcreate2(f, "optim", H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
+    int rc = (g >= 0 && write_tensor_group(g, "m", tt, m) == 0 && write_tensor_group(g, "v", tt, v) == 0) ? 0 : -1;
+    if (g >= 0) H5Gclose(g);
+    if (rc) return rc;
+    g = H5Gcreate2(f, "state", H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
+    if (g < 0) return -1;
+    rc |= write_i64(g, "step", &st->step, 1, H5T_NATIVE_INT64);
+    rc |= write_i64(g, "tokens", &st->tokens, 1, H5T_NATIVE_INT64);
+    rc |= write_i64(g, "bad_steps", &st->bad_steps, 1, H5T_NATIVE_INT64);
+    rc |= write_i64(g, "best_val_loss", &st->best_val_loss, 1, H5T_NATIVE_DOUBLE);
+    rc |= write_i64(g, "loader_epoch", &st->cursor.epoch, 1, H5T_NATIVE_UINT64);
+    rc |= write_i64(g, "loader_index", &st->cursor.index, 1, H5T_NATIVE_UINT64);
+    rc |= write_i64(g, "loader_rng", st->cursor.rng, 4, H5T_NATIVE_UINT64);
+    H5Gclose(g);
+    return rc;
+}
+
+static int save(const char *path, const ModelBundle *b, const float *m, const float *v, const TrainState *st,
+                const QatState *qat, PtError *e) {
     quiet_hdf5();
     char *tmp = temp_path_for(path);
     hid_t f = H5Fcreate(tmp, H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT);
@@ -112,12 +154,14 @@ int checkpoint_save(const char *path, const ModelBundle *b, PtError *e) {
     hid_t g = H5Gcreate2(f, "config", H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
     for (int i = 0; i < N_CONFIG_FIELDS && rc == 0; i++) rc = write_attr(g, &CONFIG_FIELDS[i], &b->cfg);
     H5Gclose(g);
-    g = H5Gcreate2(f, "params", H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
-    for (int i = 0; i < b->tt.n && rc == 0; i++) {
-        const TensorInfo *t = &b->tt.t[i];
-        rc = write_floats(g, t->name, b->params + t->offset, t->ndim, t->shape);
+    if (rc == 0) rc = write_tensor_group(f, "params", &b->tt, b->params);
+    if (rc == 0 && st) rc = write_state(f, m, v, &b->tt, st);
+    if (rc == 0 && qat && qat_save(f, qat, &b->tt, path, e)) {
+        H5Fclose(f);
+        unlink(tmp);
+        free(tmp);
+        return -1;
     }
-    H5Gclose(g);
     if (rc == 0 && (b->tokenizer_json || b->tokenizer_config_json)) {
         g = H5Gcreate2(f, "tokenizer", H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
         if (b->tokenizer_json) rc = write_bytes(g, "tokenizer.json", b->tokenizer_json, b->tokenizer_json_len);
@@ -139,6 +183,37 @@ int checkpoint_save(const char *path, const ModelBundle *b, PtError *e) {
         pt_fail(e, "%s: writing the checkpoint failed (disk full or not writable?)", path);
     }
     free(tmp);
+    return rc;
+}
+
+int checkpoint_save(const char *path, const ModelBundle *b, PtError *e) {
+    return save(path, b, NULL, NULL, NULL, NULL, e);
+}
+
+int checkpoint_save_qat(const char *path, const ModelBundle *b, const QatState *qat, PtError *e) {
+    return save(path, b, NULL, NULL, NULL, qat, e);
+}
+
+int checkpoint_save_train(const char *path, const ModelBundle *b, const float *adam_m, const float *adam_v,
+                          const TrainState *st, const QatState *qat, PtError *e) {
+    return save(path, b, adam_m, adam_v, st, qat, e);
+}
+
+int checkpoint_read_qat_spec(const char *path, QuantSpec *spec, int *quant_embedding, PtError *e) {
+    quiet_hdf5();
+    hid_t f = H5Fopen(path, H5F_ACC_RDONLY, H5P_DEFAULT);
+    if (f < 0) return pt_fail(e, "%s: cannot open as HDF5", path);
+    int rc = qat_read_spec(f, spec, quant_embedding, path, e);
+    H5Fclose(f);
+    return rc;
+}
+
+int checkpoint_load_qat(const char *path, QatState *q, const TensorTable *tt, PtError *e) {
+    quiet_hdf5();
+    hid_t f = H5Fopen(path, H5F_ACC_RDONLY, H5P_DEFAULT);
+    if (f < 0) return pt_fail(e, "%s: cannot open as HDF5", path);
+    int rc = qat_load(f, q, tt, path, e);
+    H5Fclose(f);
     return rc;
 }
 
@@ -283,4 +358,46 @@ int checkpoint_inspect(const char *path, FILE *out, PtError *e) {
     H5Fclose(f);
     bundle_free(&b);
     return 0;
+}
+
+static int read_state_attr(hid_t g, const char *name, void *v, hid_t type, const char *path, PtError *e) {
+    if (H5Aexists(g, name) <= 0) return pt_fail(e, "%s: /state has no attribute '%s'", path, name);
+    hid_t a = H5Aopen(g, name, H5P_DEFAULT);
+    herr_t st = H5Aread(a, type, v);
+    H5Aclose(a);
+    return st < 0 ? pt_fail(e, "%s: /state attribute '%s' cannot be read", path, name) : 0;
+}
+
+int checkpoint_load_train(const char *path, const TensorTable *tt, float *adam_m, float *adam_v, TrainState *st,
+                          PtError *e) {
+    quiet_hdf5();
+    hid_t f = H5Fopen(path, H5F_ACC_RDONLY, H5P_DEFAULT);
+    if (f < 0) return pt_fail(e, "%s: cannot open as HDF5", path);
+    if (H5Lexists(f, "state", H5P_DEFAULT) <= 0 || H5Lexists(f, "optim", H5P_DEFAULT) <= 0) {
+        H5Fclose(f);
+        return 1;
+    }
+    int rc = 0;
+    hid_t g = H5Gopen2(f, "state", H5P_DEFAULT);
+    rc = rc ? rc : read_state_attr(g, "step", &st->step, H5T_NATIVE_INT64, path, e);
+    rc = rc ? rc : read_state_attr(g, "tokens", &st->tokens, H5T_NATIVE_INT64, path, e);
+    rc = rc ? rc : read_state_attr(g, "bad_steps", &st->bad_steps, H5T_NATIVE_INT64, path, e);
+    rc = rc ? rc : read_state_attr(g, "best_val_loss", &st->best_val_loss, H5T_NATIVE_DOUBLE, path, e);
+    rc = rc ? rc : read_state_attr(g, "loader_epoch", &st->cursor.epoch, H5T_NATIVE_UINT64, path, e);
+    rc = rc ? rc : read_state_attr(g, "loader_index", &st->cursor.index, H5T_NATIVE_UINT64, path, e);
+    rc = rc ? rc : read_state_attr(g, "loader_rng", st->cursor.rng, H5T_NATIVE_UINT64, path, e);
+    H5Gclose(g);
+    const char *groups[2] = {"optim/m", "optim/v"};
+    float *bufs[2] = {adam_m, adam_v};
+    for (int k = 0; k < 2 && rc == 0; k++) {
+        g = H5Gopen2(f, groups[k], H5P_DEFAULT);
+        if (g < 0) {
+            rc = pt_fail(e, "%s: /%s is missing", path, groups[k]);
+            break;
+        }
+        for (int i = 0; i < tt->n && rc == 0; i++) rc = read_param(g, &tt->t[i], bufs[k] + tt->t[i].offset, path, e);
+        H5Gclose(g);
+    }
+    H5Fclose(f);
+    return rc ? -1 : 0;
 }

@@ -3,9 +3,35 @@
 // tokenizer_config.json} (bytes), later /optim and /state. Written to a
 // temporary name and renamed, so a crash never leaves a broken checkpoint.
 #pragma once
+#include "../data/loader.h"
 #include "../model/bundle.h"
+#include "../qat/qat.h"
+
+// Everything besides weights and Adam moments that a run needs to resume
+// exactly where it stopped.
+typedef struct {
+    int64_t step;             // optimizer steps done
+    int64_t tokens;           // training tokens consumed
+    int64_t bad_steps;        // non-finite steps in a row
+    double best_val_loss;     // lowest validation loss so far (INFINITY if none)
+    LoaderCursor cursor;      // the training loader's position
+} TrainState;
 
 int checkpoint_save(const char *path, const ModelBundle *b, PtError *e);
+// Weights plus /qat (a QAT model's int4 scales), no optimizer state.
+int checkpoint_save_qat(const char *path, const ModelBundle *b, const QatState *qat, PtError *e);
+// Also writes /optim/m, /optim/v (same layout as the params), /state and,
+// when qat is non-NULL, /qat (the int4 scales and zero points).
+int checkpoint_save_train(const char *path, const ModelBundle *b, const float *adam_m, const float *adam_v,
+                          const TrainState *st, const QatState *qat, PtError *e);
+// The int4 spec a checkpoint's /qat was trained with: 1 when it has none.
+int checkpoint_read_qat_spec(const char *path, QuantSpec *spec, int *quant_embedding, PtError *e);
+// Reads /qat into q (made by qat_init for the same spec and table): 1 when absent.
+int checkpoint_load_qat(const char *path, QatState *q, const TensorTable *tt, PtError *e);
+// Reads /optim and /state into buffers laid out by tt; returns 1 when the
+// file holds weights only (a fresh start from it), 0 when read, -1 on error.
+int checkpoint_load_train(const char *path, const TensorTable *tt, float *adam_m, float *adam_v, TrainState *st,
+                          PtError *e);
 int checkpoint_load(const char *path, ModelBundle *b, PtError *e);
 int checkpoint_is_hdf5(const char *path);
 // Prints config and tensor list (name, shape, dtype, bytes) of a checkpoint.

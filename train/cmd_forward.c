@@ -8,14 +8,17 @@
 #include "../model/safetensors.h"
 #include "checkpoint.h"
 #include "commands.h"
+#include "int4.h"
 
 static void help(FILE *f) {
     fprintf(f,
-            "usage: pocket forward --ckpt CKPT.h5 --tokens-file F --dump OUT.safetensors [--grad]\n\n"
+            "usage: pocket forward --ckpt CKPT.h5 --tokens-file F --dump OUT.safetensors [--grad] [--int4]\n\n"
             "Reads N token ids (whitespace-separated) from F and runs the model on all N.\n"
             "Writes to OUT.safetensors: logits [N, vocab] (F32), loss [1] = mean next-token\n"
             "cross-entropy over the first N-1 positions (transformers' labels=input_ids), and\n"
-            "with --grad the gradient of that loss for every parameter under its HF name.\n");
+            "with --grad the gradient of that loss for every parameter under its HF name.\n"
+            "--int4 runs the int4 weights: the checkpoint's QAT scales, or RTN (group 64,\n"
+            "asymmetric) from its float weights; gradients are then those of the dequantized weights.\n");
 }
 
 // Reads whitespace-separated ids; errors name the file and the token's index.
@@ -59,10 +62,11 @@ static int read_tokens(const char *path, int vocab, int **out, int *n_out, PtErr
 
 int cmd_forward(int argc, char **argv) {
     const char *ckpt = NULL, *tokens_path = NULL, *dump = NULL, *v;
-    int grad = 0;
+    int grad = 0, int4 = 0;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) { help(stdout); return 0; }
         else if (!strcmp(argv[i], "--grad")) grad = 1;
+        else if (!strcmp(argv[i], "--int4")) int4 = 1;
         else if ((v = arg_value(argc, argv, &i, "--ckpt"))) ckpt = v;
         else if ((v = arg_value(argc, argv, &i, "--tokens-file"))) tokens_path = v;
         else if ((v = arg_value(argc, argv, &i, "--dump"))) dump = v;
@@ -84,7 +88,14 @@ int cmd_forward(int argc, char **argv) {
     Model m;
     model_from_bundle(&m, &b);
     int rc = 1;
-    float *logits = NULL;
+    float *logits = NULL, *int4_weights = NULL;
+    QatState q;
+    if (int4 && int4_use_weights(&m, ckpt, &q, &int4_weights, stderr, &e)) {
+        fprintf(stderr, "pocket forward: %s\n", e.msg);
+        free(tokens);
+        model_free(&m);
+        return 1;
+    }
     int *targets = xmalloc(N * sizeof(int), "targets");
     if (model_plan(&m, 1, N, grad, NULL, &e)) { fprintf(stderr, "pocket forward: %s\n", e.msg); goto out; }
     for (int i = 0; i < N; i++) targets[i] = i + 1 < N ? tokens[i + 1] : -1;
@@ -115,6 +126,8 @@ int cmd_forward(int argc, char **argv) {
     }
     free(w);
 out:
+    if (int4_weights) qat_free(&q);
+    free(int4_weights);
     free(logits);
     free(targets);
     free(tokens);

@@ -9,3 +9,6 @@ int cmd_export(int argc, char **argv);     // train/cmd_export.c
 int cmd_forward(int argc, char **argv);    // train/cmd_forward.c
 int cmd_inspect(int argc, char **argv);    // train/cmd_inspect.c
 int cmd_tokenize(int argc, char **argv);   // train/cmd_tokenize.c
+int cmd_train(int argc, char **argv);      // train/cmd_train.c
+int cmd_eval(int argc, char **argv);       // train/cmd_eval.c
+int cmd_generate(int argc, char **argv);   // train/cmd_generate.c

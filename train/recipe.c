@@ -83,6 +83,23 @@ static const KeySpec KEYS[] = {
      "final lr as a fraction of lr (cosine, linear, wsd)"},
     {"optim", "decay_fraction", KT_FLOAT, F(optim.decay_fraction), "0.2", "[0, 1]", NULL, 0,
      "wsd: fraction of all updates, at the end, that decays to the final lr"},
+    {"qat", "enabled", KT_BOOL, F(qat.enabled), "0", NULL, NULL, 0,
+     "W4A16 quantization-aware training: matmul weights are fake-quantized to int4"},
+    {"qat", "group", KT_INT, F(qat.group), "64", "[2, 4096]", NULL, 0,
+     "input-dimension weights per int4 group (64 as the released INT4 model; 32, 128)"},
+    {"qat", "symmetric", KT_BOOL, F(qat.symmetric), "0", NULL, NULL, 0, "symmetric int4 (no zero point)"},
+    {"qat", "quant_embedding", KT_BOOL, F(qat.quant_embedding), "1", NULL, NULL, 0,
+     "also quantize the embedding (with tied weights it is the lm_head the runtime quantizes)"},
+    {"qat", "init", KT_CHOICE, F(qat.init), "rtn", NULL, "rtn|mse", 0,
+     "scale/zero initialisation: min/max (rtn) or a small MSE search over the range"},
+    {"qat", "learn_scales", KT_BOOL, F(qat.learn_scales), "0", NULL, NULL, 0,
+     "train scale and zero point (LSQ-style gradients, Adam) besides the weights"},
+    {"qat", "scale_lr", KT_FLOAT, F(qat.scale_lr), "1e-4", "(0, 1)", NULL, 0,
+     "learning rate of scale/zero when learn_scales = 1"},
+    {"qat", "start_step", KT_LONG, F(qat.start_step), "0", "[0, 1e12]", NULL, 0,
+     "update at which fake-quant starts (float training before it)"},
+    {"qat", "a16", KT_CHOICE, F(qat.a16), "off", NULL, "off|bf16|fp16", 0,
+     "round matmul inputs and outputs to this 16-bit type, as the device computes"},
 };
 #define N_KEYS ((int)(sizeof KEYS / sizeof KEYS[0]))
 #undef F

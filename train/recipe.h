@@ -59,6 +59,14 @@ typedef struct {
         long warmup;
         float min_lr_ratio, decay_fraction;
     } optim;
+    struct {
+        int enabled, group, symmetric, quant_embedding;
+        int init;                     // QAT_INIT_* (qat/qat.h): rtn, mse
+        int learn_scales;
+        float scale_lr;
+        long start_step;
+        int a16;                      // A16_* (qat/qat.h): off, bf16, fp16
+    } qat;
 } Recipe;
 
 // Defaults, then the file at `path` (NULL: none), then the --set overrides

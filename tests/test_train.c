@@ -1,0 +1,330 @@
+// pocket train end to end on a tiny model: resume equivalence (bitwise, one
+// thread), gradient accumulation, SFT masking at model level, SIGKILL during
+// checkpoint writes, and recipes that must fail before any training.
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <cmocka.h>
+#include <dirent.h>
+#include <math.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+#include "../model/model.h"
+#include "../train/checkpoint.h"
+
+static char g_dir[256];
+static const char *pocket(void) { return getenv("POCKET") ? getenv("POCKET") : "./pocket"; }
+
+static int sh(const char *fmt, ...) {
+    char cmd[4096];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(cmd, sizeof cmd, fmt, ap);
+    va_end(ap);
+    int st = system(cmd);
+    return WIFEXITED(st) ? WEXITSTATUS(st) : 128;
+}
+
+// A tiny Qwen3 whose vocabulary fits the fixture tokenizer, a CPT dataset from
+// the fixture corpus and an SFT dataset from the fixture chats.
+static int setup(void **state) {
+    (void)state;
+    snprintf(g_dir, sizeof g_dir, "/tmp/pocket_train_XXXXXX");
+    if (!mkdtemp(g_dir)) return -1;
+    char path[300];
+    snprintf(path, sizeof path, "%s/config.json", g_dir);
+    FILE *f = fopen(path, "w");
+    fprintf(f, "{\"model_type\": \"qwen3\", \"num_hidden_layers\": 2, \"hidden_size\": 48, \"num_attention_heads\": 4,"
+               " \"num_key_value_heads\": 2, \"head_dim\": 12, \"intermediate_size\": 100, \"vocab_size\": 1505,"
+               " \"max_position_embeddings\": 128, \"tie_word_embeddings\": true, \"eos_token_id\": 1502,"
+               " \"pad_token_id\": 1500, \"rope_theta\": 10000.0}\n");
+    fclose(f);
+    if (sh("%s init --model %s/config.json --tokenizer tests/fixtures/tok/tokenizer.json --out %s/init.h5 >/dev/null",
+           pocket(), g_dir, g_dir))
+        return -1;
+    if (sh("%s tokenize --tokenizer tests/fixtures/tok/tokenizer.json tests/fixtures/tok/corpus.txt "
+           "tests/fixtures/data/corpus --out %s/cpt.h5 >/dev/null", pocket(), g_dir))
+        return -1;
+    if (sh("%s tokenize --chat --tokenizer tests/fixtures/tok/tokenizer.json tests/fixtures/data/chat.jsonl "
+           "--out %s/sft.h5 >/dev/null", pocket(), g_dir))
+        return -1;
+    snprintf(path, sizeof path, "%s/cpt.ini", g_dir);
+    f = fopen(path, "w");
+    fprintf(f, "[model]\ninit = %s/init.h5\n[data]\ntrain = %s/cpt.h5\nval = %s/cpt.h5\n"
+               "[train]\nmode = cpt\nmicro_batch = 4\nseq_len = 32\nsteps = 6\neval_interval = 3\neval_batches = 2\n"
+               "save_interval = 2\nthreads = 1\n[optim]\nlr = 0.003\nwarmup = 2\nschedule = cosine\n",
+            g_dir, g_dir, g_dir);
+    fclose(f);
+    return 0;
+}
+
+static int teardown(void **state) {
+    (void)state;
+    return sh("rm -rf %s", g_dir);
+}
+
+static void load_params(const char *path, ModelBundle *b) {
+    PtError e;
+    if (checkpoint_load(path, b, &e)) fail_msg("%s", e.msg);
+}
+
+static long newest_ckpt(const char *dir, char *out, size_t cap) {
+    DIR *d = opendir(dir);
+    long best = -1;
+    struct dirent *ent;
+    while (d && (ent = readdir(d))) {
+        long s;
+        int used = 0;
+        if (sscanf(ent->d_name, "ckpt-%ld.h5%n", &s, &used) == 1 && !ent->d_name[used] && s > best) {
+            best = s;
+            snprintf(out, cap, "%s/%s", dir, ent->d_name);
+        }
+    }
+    if (d) closedir(d);
+    return best;
+}
+
+// Losses per step from metrics.jsonl, as text, so "identical" means identical.
+static void read_losses(const char *run, char *out, size_t cap) {
+    char cmd[600];
+    snprintf(cmd, sizeof cmd, "grep -o '\"loss\": *[-0-9.e+]*' %s/metrics.jsonl", run);
+    FILE *p = popen(cmd, "r");
+    size_t n = fread(out, 1, cap - 1, p);
+    out[n] = 0;
+    pclose(p);
+}
+
+static void assert_same_params(const char *a, const char *b, double rel_tol) {
+    ModelBundle x, y;
+    load_params(a, &x);
+    load_params(b, &y);
+    assert_int_equal(x.tt.total, y.tt.total);
+    if (rel_tol == 0) {
+        assert_memory_equal(x.params, y.params, x.tt.total * sizeof(float));
+    } else {
+        double d2 = 0, r2 = 0;
+        for (size_t i = 0; i < x.tt.total; i++) {
+            double d = (double)x.params[i] - y.params[i];
+            d2 += d * d;
+            r2 += (double)x.params[i] * x.params[i];
+        }
+        printf("  relative difference of the parameters: %.2e\n", sqrt(d2 / r2));
+        assert_true(sqrt(d2 / r2) <= rel_tol);
+    }
+    bundle_free(&x);
+    bundle_free(&y);
+}
+
+static void test_resume_is_bitwise_identical(void **s) {
+    (void)s;
+    assert_int_equal(sh("%s train %s/cpt.ini --set train.run_dir=%s/full >/dev/null", pocket(), g_dir, g_dir), 0);
+    // the same run stopped after 3 steps, then resumed by running the same command again
+    assert_int_equal(sh("%s train %s/cpt.ini --set train.run_dir=%s/split --set train.stop_after=3 >/dev/null",
+                        pocket(), g_dir, g_dir), 0);
+    char ck[400];
+    assert_int_equal(newest_ckpt(strcat(strcpy(ck, g_dir), "/split"), ck, sizeof ck), 3);
+    assert_int_equal(sh("%s train %s/cpt.ini --set train.run_dir=%s/split >/dev/null", pocket(), g_dir, g_dir), 0);
+    char la[4096], lb[4096], a[400], b[400];
+    snprintf(a, sizeof a, "%s/full", g_dir);
+    snprintf(b, sizeof b, "%s/split", g_dir);
+    read_losses(a, la, sizeof la);
+    read_losses(b, lb, sizeof lb);
+    assert_true(strlen(la) > 0);
+    assert_string_equal(la, lb);
+    char ca[400], cb[400];
+    assert_int_equal(newest_ckpt(a, ca, sizeof ca), 6);
+    assert_int_equal(newest_ckpt(b, cb, sizeof cb), 6);
+    assert_same_params(ca, cb, 0);
+}
+
+// The same with QAT mid-run: learned scales, bf16 activations, fake-quant
+// from step 2; the resumed run restores /qat and its Adam moments.
+static void test_qat_resume_is_bitwise_identical(void **s) {
+    (void)s;
+    const char *qat = "--set qat.enabled=1 --set qat.group=4 --set qat.learn_scales=1 --set qat.scale_lr=1e-3 "
+                      "--set qat.a16=bf16 --set qat.start_step=2";
+    assert_int_equal(sh("%s train %s/cpt.ini --set train.run_dir=%s/qfull %s >/dev/null", pocket(), g_dir, g_dir, qat), 0);
+    assert_int_equal(sh("%s train %s/cpt.ini --set train.run_dir=%s/qsplit --set train.stop_after=4 %s >/dev/null",
+                        pocket(), g_dir, g_dir, qat), 0);
+    assert_int_equal(sh("%s train %s/cpt.ini --set train.run_dir=%s/qsplit %s >/dev/null", pocket(), g_dir, g_dir, qat), 0);
+    char a[400], b[400], ca[400], cb[400], la[4096], lb[4096];
+    snprintf(a, sizeof a, "%s/qfull", g_dir);
+    snprintf(b, sizeof b, "%s/qsplit", g_dir);
+    read_losses(a, la, sizeof la);
+    read_losses(b, lb, sizeof lb);
+    assert_string_equal(la, lb);
+    assert_int_equal(newest_ckpt(a, ca, sizeof ca), 6);
+    assert_int_equal(newest_ckpt(b, cb, sizeof cb), 6);
+    assert_same_params(ca, cb, 0);
+    QuantSpec spec;
+    int quant_embedding;
+    PtError e;
+    assert_int_equal(checkpoint_read_qat_spec(ca, &spec, &quant_embedding, &e), 0);
+    assert_int_equal(spec.group, 4);
+}
+
+static void test_grad_accumulation_matches_bigger_batch(void **s) {
+    (void)s;
+    assert_int_equal(sh("%s train %s/cpt.ini --set train.run_dir=%s/mb4 --set train.steps=2 >/dev/null", pocket(), g_dir,
+                        g_dir), 0);
+    assert_int_equal(sh("%s train %s/cpt.ini --set train.run_dir=%s/mb2x2 --set train.steps=2 --set train.micro_batch=2 "
+                        "--set train.grad_accum=2 >/dev/null", pocket(), g_dir, g_dir), 0);
+    char a[400], b[400], ca[400], cb[400];
+    snprintf(a, sizeof a, "%s/mb4", g_dir);
+    snprintf(b, sizeof b, "%s/mb2x2", g_dir);
+    assert_int_equal(newest_ckpt(a, ca, sizeof ca), 2);
+    assert_int_equal(newest_ckpt(b, cb, sizeof cb), 2);
+    assert_same_params(ca, cb, 1e-6);
+    char la[4096], lb[4096];
+    read_losses(a, la, sizeof la);
+    read_losses(b, lb, sizeof lb);
+    double x, y;
+    const char *pa = strstr(la, ":"), *pb = strstr(lb, ":");
+    x = atof(pa + 1);
+    y = atof(pb + 1);
+    assert_true(fabs(x - y) <= 1e-6 * fabs(x));
+}
+
+// A masked-out position's target must not move the loss or any gradient.
+static void test_masked_targets_do_not_count(void **s) {
+    (void)s;
+    char path[300];
+    snprintf(path, sizeof path, "%s/init.h5", g_dir);
+    ModelBundle b;
+    load_params(path, &b);
+    Model m;
+    model_from_bundle(&m, &b);
+    PtError e;
+    int T = 24;
+    assert_int_equal(model_plan(&m, 1, T, 1, NULL, &e), 0);
+    int tokens[24], targets[24];
+    uint8_t mask[24];
+    for (int i = 0; i < T; i++) {
+        tokens[i] = (i * 37 + 5) % 1500;
+        targets[i] = (i * 53 + 11) % 1500;
+        mask[i] = i >= 10 && i < 20;
+    }
+    ModelInput in = {.B = 1, .T = T, .tokens = tokens, .targets = targets, .mask = mask};
+    model_zero_grads(&m);
+    int c1, c2;
+    double l1 = model_forward_backward(&m, &in, 0.1f, NULL, &c1);
+    float *g1 = malloc(m.w.tt.total * sizeof(float));
+    memcpy(g1, m.grads, m.w.tt.total * sizeof(float));
+    targets[3] = 999;   // masked out
+    targets[22] = 7;    // masked out
+    model_zero_grads(&m);
+    double l2 = model_forward_backward(&m, &in, 0.1f, NULL, &c2);
+    assert_int_equal(c1, 10);
+    assert_int_equal(c2, 10);
+    assert_true(l1 == l2);
+    assert_memory_equal(g1, m.grads, m.w.tt.total * sizeof(float));
+    targets[12] = 999;  // masked in: must move the loss
+    model_zero_grads(&m);
+    double l3 = model_forward_backward(&m, &in, 0.1f, NULL, &c2);
+    assert_true(l3 != l1);
+    free(g1);
+    model_free(&m);
+}
+
+// SIGKILL while a checkpoint is being written (a temp file exists) never
+// breaks the run: the next start resumes from the newest complete checkpoint
+// and finishes with the same weights as an uninterrupted run.
+static void test_sigkill_during_checkpoint_write(void **s) {
+    (void)s;
+    char run[400];
+    snprintf(run, sizeof run, "%s/killed", g_dir);
+    int killed_in_write = 0;
+    for (int attempt = 0; attempt < 6; attempt++) {
+        pid_t pid = fork();
+        if (pid == 0) {
+            char recipe[400], rd[420];
+            snprintf(recipe, sizeof recipe, "%s/cpt.ini", g_dir);
+            snprintf(rd, sizeof rd, "train.run_dir=%s", run);
+            freopen("/dev/null", "w", stdout);
+            execl(pocket(), pocket(), "train", recipe, "--set", rd, "--set", "train.save_interval=1", (char *)NULL);
+            _exit(127);
+        }
+        // poll for a checkpoint temp file and kill the trainer the moment one appears
+        int done = 0;
+        for (int i = 0; i < 200000 && !done; i++) {
+            DIR *d = opendir(run);
+            struct dirent *ent;
+            while (d && (ent = readdir(d)))
+                if (strstr(ent->d_name, ".h5.tmp.")) {
+                    kill(pid, SIGKILL);
+                    killed_in_write++;
+                    done = 1;
+                    break;
+                }
+            if (d) closedir(d);
+            int st;
+            if (!done && waitpid(pid, &st, WNOHANG) == pid) { pid = 0; break; }
+            usleep(200);
+        }
+        if (pid) waitpid(pid, NULL, 0);
+        char ck[400];
+        if (newest_ckpt(run, ck, sizeof ck) == 6) break;
+    }
+    printf("  killed %d times during a checkpoint write\n", killed_in_write);
+    assert_true(killed_in_write > 0);
+    // whatever state the kills left, the same command finishes the run
+    assert_int_equal(sh("%s train %s/cpt.ini --set train.run_dir=%s --set train.save_interval=1 >/dev/null 2>&1",
+                        pocket(), g_dir, run), 0);
+    char ca[400], cb[400], full[400];
+    snprintf(full, sizeof full, "%s/full", g_dir);
+    assert_int_equal(newest_ckpt(run, ca, sizeof ca), 6);
+    if (newest_ckpt(full, cb, sizeof cb) != 6)
+        assert_int_equal(sh("%s train %s/cpt.ini --set train.run_dir=%s >/dev/null", pocket(), g_dir, full), 0);
+    newest_ckpt(full, cb, sizeof cb);
+    assert_same_params(ca, cb, 0);
+}
+
+// Each bad recipe fails before training with one line naming the problem.
+static void expect_recipe_error(const char *sets, const char *needle) {
+    char err[400], cmd_out[2048];
+    snprintf(err, sizeof err, "%s/err.txt", g_dir);
+    int rc = sh("%s train %s/cpt.ini --set train.run_dir=%s/bad %s >/dev/null 2>%s", pocket(), g_dir, g_dir, sets, err);
+    FILE *f = fopen(err, "r");
+    size_t n = fread(cmd_out, 1, sizeof cmd_out - 1, f);
+    fclose(f);
+    cmd_out[n] = 0;
+    printf("  %s -> %s", sets, cmd_out);
+    assert_int_not_equal(rc, 0);
+    assert_non_null(strstr(cmd_out, needle));
+    int lines = 0;
+    for (size_t i = 0; i < n; i++) lines += cmd_out[i] == '\n';
+    assert_int_equal(lines, 1);
+    char ck[400], bad[400];
+    snprintf(bad, sizeof bad, "%s/bad", g_dir);
+    assert_true(newest_ckpt(bad, ck, sizeof ck) < 0);
+}
+
+static void test_bad_recipes_fail_before_training(void **s) {
+    (void)s;
+    expect_recipe_error("--set train.no_such_key=1", "no_such_key");
+    expect_recipe_error("--set data.train=/nonexistent/data.h5", "/nonexistent/data.h5");
+    expect_recipe_error("--set train.seq_len=4096", "seq_len");
+    expect_recipe_error("--set train.mode=sft", "mode");
+    // a dataset made with another tokenizer
+    assert_int_equal(sh("%s tokenize --tokenizer tests/fixtures/tok/tokenizer_gpt2ish.json tests/fixtures/tok/corpus.txt "
+                        "--out %s/other.h5 >/dev/null", pocket(), g_dir), 0);
+    char set[400];
+    snprintf(set, sizeof set, "--set data.train=%s/other.h5", g_dir);
+    expect_recipe_error(set, "tokenizer");
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_masked_targets_do_not_count),
+        cmocka_unit_test(test_resume_is_bitwise_identical),
+        cmocka_unit_test(test_qat_resume_is_bitwise_identical),
+        cmocka_unit_test(test_grad_accumulation_matches_bigger_batch),
+        cmocka_unit_test(test_sigkill_during_checkpoint_write),
+        cmocka_unit_test(test_bad_recipes_fail_before_training),
+    };
+    return cmocka_run_group_tests(tests, setup, teardown);
+}

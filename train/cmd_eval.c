@@ -1,0 +1,107 @@
+// pocket eval: held-out loss and perplexity of a checkpoint on a token
+// dataset, and for SFT data the exact-match rate of greedy completions.
+#include <math.h>
+#include <omp.h>
+#include <stdlib.h>
+#include <string.h>
+#include "checkpoint.h"
+#include "commands.h"
+#include "evaluate.h"
+#include "int4.h"
+
+static void help(FILE *f) {
+    fprintf(f,
+            "usage: pocket eval --ckpt CKPT.h5 --data DATA.h5 [options]\n\n"
+            "Prints loss and perplexity over the dataset (one pass, or --max-batches), and for SFT\n"
+            "data the exact-match rate: greedy completion of each example's last assistant turn\n"
+            "must equal the reference reply token for token.\n\n"
+            "  --batch B          rows per batch (default 4)\n"
+            "  --seq-len T        tokens per row (default: 512, at most the model's context)\n"
+            "  --max-batches K    stop the loss pass after K batches (default: all)\n"
+            "  --exact-match N    score the first N SFT examples (default 200; 0 = skip)\n"
+            "  --threads N        OpenMP threads (default: all cores)\n"
+            "  --int4             evaluate the int4 model: the checkpoint's QAT scales, or RTN\n"
+            "                     (group 64, asymmetric) from its float weights\n");
+}
+
+static int parse_int(const char *flag, const char *v, long lo, long *out) {
+    char *end;
+    long x = strtol(v, &end, 10);
+    if (*end || !*v || x < lo) {
+        fprintf(stderr, "pocket eval: %s '%s' must be an integer >= %ld\n", flag, v, lo);
+        return -1;
+    }
+    *out = x;
+    return 0;
+}
+
+int cmd_eval(int argc, char **argv) {
+    const char *ckpt = NULL, *data = NULL, *v;
+    long batch = 4, seq = 512, max_batches = 0, n_exact = 200, threads = 0;
+    int int4 = 0;
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) { help(stdout); return 0; }
+        else if (!strcmp(argv[i], "--int4")) int4 = 1;
+        else if ((v = arg_value(argc, argv, &i, "--ckpt"))) ckpt = v;
+        else if ((v = arg_value(argc, argv, &i, "--data"))) data = v;
+        else if ((v = arg_value(argc, argv, &i, "--batch"))) { if (parse_int("--batch", v, 1, &batch)) return 2; }
+        else if ((v = arg_value(argc, argv, &i, "--seq-len"))) { if (parse_int("--seq-len", v, 2, &seq)) return 2; }
+        else if ((v = arg_value(argc, argv, &i, "--max-batches"))) { if (parse_int("--max-batches", v, 0, &max_batches)) return 2; }
+        else if ((v = arg_value(argc, argv, &i, "--exact-match"))) { if (parse_int("--exact-match", v, 0, &n_exact)) return 2; }
+        else if ((v = arg_value(argc, argv, &i, "--threads"))) { if (parse_int("--threads", v, 0, &threads)) return 2; }
+        else { fprintf(stderr, "pocket eval: unknown argument '%s' (see --help)\n", argv[i]); return 2; }
+    }
+    if (!ckpt || !data) { fprintf(stderr, "pocket eval: --ckpt and --data are required (see --help)\n"); return 2; }
+    if (threads > 0) omp_set_num_threads((int)threads);
+    PtError e;
+    ModelBundle b;
+    Dataset d;
+    Tokenizer *tok = NULL;
+    if (checkpoint_load(ckpt, &b, &e)) { fprintf(stderr, "pocket eval: %s\n", e.msg); return 1; }
+    if (!b.tokenizer_json) {
+        fprintf(stderr, "pocket eval: %s: the checkpoint stores no tokenizer.json\n", ckpt);
+        bundle_free(&b);
+        return 1;
+    }
+    if (tokenizer_load(&tok, b.tokenizer_json, b.tokenizer_json_len, ckpt, &e) || dataset_open(&d, data, &e)) {
+        fprintf(stderr, "pocket eval: %s\n", e.msg);
+        if (tok) tokenizer_free(tok);
+        bundle_free(&b);
+        return 1;
+    }
+    int rc = 1;
+    Model m;
+    model_from_bundle(&m, &b);
+    QatState q;
+    float *int4_weights = NULL;
+    if (int4 && int4_use_weights(&m, ckpt, &q, &int4_weights, stdout, &e)) {
+        fprintf(stderr, "pocket eval: %s\n", e.msg);
+        goto out;
+    }
+    if (seq > m.w.cfg.max_seq) seq = m.w.cfg.max_seq;
+    if (dataset_check_tokenizer(&d, tokenizer_hash(tok), &e) || model_plan(&m, (int)batch, (int)seq, 0, NULL, &e)) {
+        fprintf(stderr, "pocket eval: %s\n", e.msg);
+        goto out;
+    }
+    double t0 = now_seconds();
+    long count;
+    double loss = eval_loss(&m, &d, 0, max_batches, &count, &e);
+    if (isnan(loss)) { fprintf(stderr, "pocket eval: %s\n", e.msg); goto out; }
+    printf("%s on %s: loss %.4f, perplexity %.2f over %ld tokens (%.1f s)\n", ckpt, data, loss, exp(loss), count,
+           now_seconds() - t0);
+    if (d.kind == DATASET_SFT && n_exact > 0) {
+        int scored;
+        t0 = now_seconds();
+        double em = eval_exact_match(&m, tok, &d, (int)n_exact, &scored, stdout, &e);
+        if (scored == 0 && isnan(em)) { fprintf(stderr, "pocket eval: %s\n", e.msg); goto out; }
+        printf("exact match: %.1f%% of %d examples (%.1f s)\n", 100 * em, scored, now_seconds() - t0);
+    }
+    rc = 0;
+out:
+    if (int4_weights) qat_free(&q);
+    free(int4_weights);
+    model_free(&m);
+    dataset_close(&d);
+    tokenizer_free(tok);
+    return rc;
+}

@@ -1,0 +1,66 @@
+// pocket train: CPT, SFT (and later QAT) from an INI recipe; running the same
+// command again resumes from the run directory's newest checkpoint.
+#include <signal.h>
+#include <string.h>
+#include "commands.h"
+#include "trainer.h"
+
+// The one piece of process-wide state: set by the signal handler, read by the
+// training loop between steps (a handler can reach nothing else).
+static volatile sig_atomic_t g_stop;
+
+static void on_signal(int sig) {
+    g_stop = 1;
+    signal(sig, SIG_DFL);   // a second Ctrl-C kills at once
+}
+
+static void help(FILE *f) {
+    fprintf(f,
+            "usage: pocket train RECIPE.ini [--set section.key=value]...\n\n"
+            "Trains as the recipe says (continued pre-training or SFT). The run directory gets\n"
+            "recipe.ini (resolved), metrics.jsonl, loss.svg, samples.txt, ckpt-<step>.h5 (the newest\n"
+            "train.keep_last) and best.h5 (lowest validation loss). Running the same command again\n"
+            "resumes from the newest checkpoint: weights, Adam state, schedule and data order.\n"
+            "Ctrl-C (SIGINT) or SIGTERM finishes the current step, saves and exits.\n\n"
+            "Recipe keys:\n");
+    recipe_help(f);
+}
+
+int cmd_train(int argc, char **argv) {
+    const char *recipe_path = NULL;
+    char **sets = xcalloc(argc, sizeof(char *), "--set list");
+    int n_sets = 0;
+    for (int i = 1; i < argc; i++) {
+        const char *v;
+        if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
+            help(stdout);
+            free(sets);
+            return 0;
+        } else if ((v = arg_value(argc, argv, &i, "--set"))) sets[n_sets++] = (char *)v;
+        else if (argv[i][0] == '-' || recipe_path) {
+            fprintf(stderr, "pocket train: unexpected argument '%s' (see --help)\n", argv[i]);
+            free(sets);
+            return 2;
+        } else recipe_path = argv[i];
+    }
+    if (!recipe_path) {
+        fprintf(stderr, "pocket train: a RECIPE.ini is required (see --help)\n");
+        free(sets);
+        return 2;
+    }
+    PtError e;
+    Recipe r;
+    int rc = recipe_load(&r, recipe_path, n_sets, sets, &e);
+    free(sets);
+    if (rc) {
+        fprintf(stderr, "pocket train: %s\n", e.msg);
+        return 1;
+    }
+    signal(SIGINT, on_signal);
+    signal(SIGTERM, on_signal);
+    if (train_run(&r, &g_stop, &e)) {
+        fprintf(stderr, "pocket train: %s\n", e.msg);
+        return 1;
+    }
+    return 0;
+}

@@ -1,0 +1,77 @@
+#include "evaluate.h"
+#include <math.h>
+#include <string.h>
+#include "../data/loader.h"
+#include "../model/generate.h"
+
+double eval_loss(Model *m, const Dataset *d, int doc_mask, long max_batches, long *count, PtError *e) {
+    Loader l;
+    if (loader_open(&l, d, m->B, m->T, 4242, 0, 1, e)) return NAN;
+    if (d->kind == DATASET_CPT) loader_set_doc_mask(&l, doc_mask);
+    Batch b;
+    batch_alloc(&b, m->B, m->T);
+    long batches = (long)((l.per_rank + m->B - 1) / m->B);
+    if (max_batches > 0 && batches > max_batches) batches = max_batches;
+    double sum = 0;
+    long n = 0;
+    for (long i = 0; i < batches; i++) {
+        loader_next(&l, &b);
+        ModelInput in = {.B = b.B, .T = b.T, .tokens = b.tokens, .targets = b.targets, .mask = b.mask,
+                         .pos = b.pos, .seg = b.seg};
+        int c;
+        sum += model_forward(m, &in, NULL, &c);
+        n += c;
+    }
+    batch_free(&b);
+    loader_close(&l);
+    if (count) *count = n;
+    return n ? sum / n : NAN;
+}
+
+double eval_exact_match(const Model *m, const Tokenizer *tok, const Dataset *d, int max_examples, int *n_scored,
+                        FILE *log, PtError *e) {
+    *n_scored = 0;
+    if (d->kind != DATASET_SFT || !d->loss_mask) {
+        pt_fail(e, "%s: exact match needs an SFT dataset", d->path);
+        return NAN;
+    }
+    int max_len = m->w.cfg.max_seq;
+    GenContext g;
+    if (gen_init(&g, m, max_len, e)) return NAN;
+    GenParams p;
+    gen_params_default(&p);
+    gen_add_default_stops(&p, &m->w.cfg, tok);
+    int *doc = xmalloc((size_t)max_len * sizeof(int), "example"), *out = xmalloc((size_t)max_len * sizeof(int), "completion");
+    int hits = 0, scored = 0;
+    for (uint64_t k = 0; k < d->n_docs && scored < max_examples; k++) {
+        uint64_t off = d->doc_offsets[k], len = dataset_doc_len(d, k);
+        if (len > (uint64_t)max_len) continue;
+        // the last run of trained tokens is the reference reply
+        int64_t end = (int64_t)len - 1;
+        while (end >= 0 && !d->loss_mask[off + end]) end--;
+        if (end < 0) continue;
+        int64_t start = end;
+        while (start > 0 && d->loss_mask[off + start - 1]) start--;
+        if (start == 0) continue;
+        for (uint64_t i = 0; i < len; i++) doc[i] = (int)dataset_token(d, off + i);
+        int ref_len = (int)(end - start + 1);
+        p.max_new = ref_len;   // a longer completion cannot match anyway
+        int got = generate(&g, doc, (int)start, &p, out, max_len, e);
+        if (got < 0) break;
+        int match = got == ref_len && !memcmp(out, doc + start, ref_len * sizeof(int));
+        hits += match;
+        scored++;
+        if (log && scored <= 3) {
+            char *want = tokenizer_decode(tok, doc + start, ref_len, 1), *have = tokenizer_decode(tok, out, got, 1);
+            fprintf(log, "  example %d: %s\n    reference: %s\n    generated: %s\n", scored, match ? "match" : "MISS",
+                    want, have);
+            free(want);
+            free(have);
+        }
+    }
+    free(doc);
+    free(out);
+    gen_free(&g);
+    *n_scored = scored;
+    return scored ? (double)hits / scored : NAN;
+}

@@ -1,0 +1,17 @@
+// evaluate.h: held-out loss over a token dataset and the exact-match rate of
+// greedy completions on SFT data; used by `pocket eval` and the trainer.
+#pragma once
+#include "../data/dataset.h"
+#include "../model/model.h"
+
+// Mean loss over the dataset's batches (a fixed-seed loader, so every call
+// sees the same batches); max_batches <= 0 = one pass. The model must be
+// planned; its B x T is used. NAN with e filled on error.
+double eval_loss(Model *m, const Dataset *d, int doc_mask, long max_batches, long *count, PtError *e);
+
+// For each of the first max_examples SFT examples: the prompt is everything
+// before the last trained span (the final assistant reply), the reference is
+// that span (reply + <|im_end|>); greedy generation must reproduce it token
+// for token. Returns the rate in [0,1] (NAN on error); *n_scored examples.
+double eval_exact_match(const Model *m, const Tokenizer *tok, const Dataset *d, int max_examples, int *n_scored,
+                        FILE *log, PtError *e);

@@ -1,0 +1,14 @@
+// int4.h: run a loaded model with int4 weights (W4A16 inference): the
+// checkpoint's QAT scales and zero points when it has them, else round-to-
+// nearest from the float weights (group 64, asymmetric, as deployed).
+// `pocket forward/eval/generate --int4` use it.
+#pragma once
+#include "../model/model.h"
+#include "../qat/qat.h"
+
+// Fills q, allocates *effective (the dequantized weights) and points the
+// model's views at it. log (optional) says which scales were used.
+int int4_use_weights(Model *m, const char *ckpt_path, QatState *q, float **effective, FILE *log, PtError *e);
+// The default deployment spec for a config: group 64, asymmetric, and the
+// embedding quantized when it is also the (tied) lm_head.
+void int4_default_spec(const ModelConfig *c, QuantSpec *spec, int *quant_embedding);
