@@ -152,7 +152,7 @@ static void test_file_errors(void **state) {
     (void)state;
     // MINIMAL has 4 lines, so a body's first line is line 5.
     const FileError cases[] = {
-        {"[qat]\nbits = 4\n", 5, "unknown section [qat]", "model, data, train, optim"},
+        {"[export]\nbits = 4\n", 5, "unknown section [export]", "model, data, train, optim, qat"},
         {"[train]\nmicro_batchs = 4\n", 6, "unknown key 'micro_batchs'", "[train]"},
         {"[optim]\nlr = fast\n", 6, "[optim] lr:", "'fast' is not a number"},
         {"[optim]\nlr = 1e-4 # note\n", 6, "[optim] lr:", "not a number"},
@@ -219,7 +219,7 @@ static void test_set_errors(void **state) {
         {"train.micro_batch", "expected section.key=value"},
         {"micro_batch=4", "expected section.key=value"},
         {"train.nope=1", "unknown key 'nope' in [train]"},
-        {"qat.bits=4", "unknown section [qat]"},
+        {"export.bits=4", "unknown section [export]"},
         {"optim.lr=abc", "[optim] lr: 'abc' is not a number"},
         {"optim.warmup=-1", "[optim] warmup: -1 is out of range"},
         {"train.mode=pretrain", "[train] mode: 'pretrain' is not one of cpt|sft"},
