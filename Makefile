@@ -63,6 +63,7 @@ interop: $(POCKET) $(VENV)/ok
 
 check: deps
 	$(MAKE) test
+	$(MAKE) test SAN=1
 	$(MAKE) interop
 
 bench: $(POCKET) $(BENCH_BIN)
