@@ -51,7 +51,7 @@ $(BUILD)/tests/%: $(BUILD)/tests/%.o $(BUILD)/libpocket.a
 
 # Tests run from the repo root; POCKET names the binary for CLI tests.
 test: $(POCKET) $(TEST_BIN)
-	@set -e; for t in $(TEST_BIN); do echo "== $$t"; POCKET=./$(POCKET) OMP_NUM_THREADS=2 $$t; done
+	@set -e; for t in $(TEST_BIN); do echo "== $$t"; POCKET=./$(POCKET) OMP_NUM_THREADS=2 OMP_WAIT_POLICY=PASSIVE $$t; done
 
 VENV = tests/.venv
 $(VENV)/ok: tests/setup_venv.sh tests/requirements-ci.txt

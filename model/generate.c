@@ -4,14 +4,19 @@
 // (model.c), row for row: norm, q/k/v projections, per-head QK-norm, RoPE at
 // the chunk's absolute positions, attention, o_proj, residual, SwiGLU MLP.
 // The differences: K and V land in the cache instead of a per-batch buffer,
-// and each query row attends to every cached position up to its own (the
-// earlier chunks and the causal part of its own chunk).
+// and each query row attends to every cached position up to its own. A
+// first chunk (position 0 on) is an ordinary causal batch and runs the
+// training attention kernel; later chunks and single decode steps run
+// cached_attention over the earlier positions and their own causal part.
 #include "generate.h"
+#include <float.h>
 #include <math.h>
 #include <string.h>
 #include "../qat/qat.h"
 
-enum { GEN_CHUNK = 64 };   // rows per pass over a long prompt; bounds the activation buffers
+// Rows per pass over a prompt: bounds the activation buffers (about 28 MiB
+// for pocket-0.3b) while keeping the matmuls wide.
+enum { GEN_CHUNK = 512 };
 
 // ---------------------------------------------------------------- parameters
 
@@ -68,6 +73,7 @@ static void plan(GenContext *g, Carver *c) {
     g->up = carve(c, C * F);
     g->act = carve(c, C * F);
     g->rstd = carve(c, C * (size_t)cfg->n_head);   // n_head >= n_kv_head rows per token
+    g->lse = carve(c, C * (size_t)cfg->n_head);
     g->logits = carve(c, V);
     g->probs = carve(c, V);
 }
@@ -130,16 +136,19 @@ static void cached_attention(float *out, const float *q, const float *K, const f
             for (int u = 0; u <= p0 + i; u++) {
                 const float *ku = Kh + u * KVw, *vu = Vh + u * KVw;
                 float s = 0.0f;
+                #pragma omp simd reduction(+ : s)
                 for (int d = 0; d < hd; d++) s += qh[d] * ku[d];
                 s *= scale;
                 if (s > max) {   // rescale what was summed under the old maximum
                     float r = expf(max - s);
                     sum *= r;
+                    #pragma omp simd
                     for (int d = 0; d < hd; d++) acc[d] *= r;
                     max = s;
                 }
                 float p = expf(s - max);
                 sum += p;
+                #pragma omp simd
                 for (int d = 0; d < hd; d++) acc[d] += p * vu[d];
             }
             float inv = 1.0f / sum;
@@ -175,7 +184,10 @@ static void block(GenContext *g, int l, int n, int p0) {
     }
     rope_forward(g->q, &m->rope, g->pos, n, nq, hd);
     rope_forward(k_new, &m->rope, g->pos, n, nkv, hd);
-    cached_attention(g->att, g->q, K_layer, V_layer, p0, n, nq, nkv, hd);
+    if (p0 == 0)   // a first chunk is a plain causal batch: the training forward's kernel fits
+        attention_forward(g->att, g->lse, g->q, K_layer, V_layer, NULL, 1, n, nq, nkv, hd);
+    else
+        cached_attention(g->att, g->q, K_layer, V_layer, p0, n, nq, nkv, hd);
     a16_round(g->att, nQ, a16);
     matmul_forward(g->tmp, g->att, w->wo, n, Q, H);
     a16_round(g->tmp, nH, a16);
@@ -246,85 +258,98 @@ static int argmax(const float *x, int n) {
     return best;
 }
 
-// Min-heap of token ids ordered by logit, a lower id counting as larger on
-// ties (as argmax prefers it). Ordering by logit rather than by probability
-// keeps distinct logits distinct even where their exponentials round equal.
-static int heap_less(const float *x, int a, int b) { return x[a] < x[b] || (x[a] == x[b] && a > b); }
+// Candidate ids are ordered by logit, the lower id first on ties (as argmax
+// prefers it), so every key is distinct. Ordering by logit rather than by
+// probability keeps distinct logits apart even where their exponentials
+// round to the same float.
+static int ranks_above(const float *logits, int a, int b) {
+    return logits[a] > logits[b] || (logits[a] == logits[b] && a < b);
+}
 
-static void heap_sift_down(int *h, int n, int i, const float *x) {
-    for (;;) {
-        int l = 2 * i + 1, r = l + 1, s = i;
-        if (l < n && heap_less(x, h[l], h[s])) s = l;
-        if (r < n && heap_less(x, h[r], h[s])) s = r;
-        if (s == i) return;
-        int t = h[i];
-        h[i] = h[s];
-        h[s] = t;
-        i = s;
+static void swap_ids(int *x, int i, int j) {
+    int t = x[i];
+    x[i] = x[j];
+    x[j] = t;
+}
+
+// Partitions ids[lo..hi) around a median-of-three pivot: on return the ids
+// ranked above the pivot are ids[lo..g), the pivot is ids[g], the rest follow.
+static int partition(int *ids, int lo, int hi, const float *logits) {
+    int mid = lo + (hi - lo) / 2, last = hi - 1;
+    if (ranks_above(logits, ids[mid], ids[lo])) swap_ids(ids, mid, lo);
+    if (ranks_above(logits, ids[last], ids[lo])) swap_ids(ids, last, lo);
+    if (ranks_above(logits, ids[last], ids[mid])) swap_ids(ids, last, mid);
+    swap_ids(ids, mid, last);   // the median of the three goes to the end
+    int pivot = ids[last], g = lo;
+    for (int j = lo; j < last; j++)
+        if (ranks_above(logits, ids[j], pivot)) swap_ids(ids, g++, j);
+    swap_ids(ids, g, last);
+    return g;
+}
+
+// Moves the k best-ranked of ids[0..n) to ids[0..k) (in no particular order).
+static void select_top_k(int *ids, int n, int k, const float *logits) {
+    int lo = 0, hi = n;
+    while (hi - lo > 1) {
+        int g = partition(ids, lo, hi, logits);
+        if (g >= k) hi = g;              // all k lie above the pivot
+        else if (g + 1 >= k) return;     // ... the pivot completes them
+        else lo = g + 1;                 // all above and the pivot are in; look below
     }
 }
 
-// Writes the ids of the k largest logits into order[0..k), largest first
-// (ties: lower id first). A heap of k keeps this O(V log k), not a full sort.
-static void top_ids(int *order, const float *logits, int V, int k) {
-    for (int i = 0; i < k; i++) order[i] = i;
-    for (int i = k / 2 - 1; i >= 0; i--) heap_sift_down(order, k, i, logits);
-    for (int id = k; id < V; id++)
-        if (heap_less(logits, order[0], id)) {
-            order[0] = id;
-            heap_sift_down(order, k, 0, logits);
+// The nucleus: moves to ids[0..m) the m best-ranked of ids[0..n), m the
+// smallest count whose probability mass reaches `need` (> 0), and returns m.
+// A quickselect weighted by prob: each pass keeps the side that holds the cut.
+static int select_nucleus(int *ids, int n, double need, const float *prob, const float *logits) {
+    int lo = 0, hi = n;
+    while (hi - lo > 1) {
+        int g = partition(ids, lo, hi, logits);
+        double above = 0;
+        for (int i = lo; i < g; i++) above += prob[ids[i]];
+        if (above >= need) {
+            hi = g;
+        } else {
+            need -= above;
+            if (prob[ids[g]] >= need) return g + 1;
+            need -= prob[ids[g]];
+            lo = g + 1;
         }
-    // Moving the minimum to the back repeatedly leaves the array descending.
-    for (int n = k - 1; n > 0; n--) {
-        int t = order[0];
-        order[0] = order[n];
-        order[n] = t;
-        heap_sift_down(order, n, 0, logits);
     }
+    return hi;
 }
 
 int gen_sample(GenContext *g, const float *logits, const GenParams *p, Rng *rng) {
     int V = g->m->w.cfg.vocab_size;
     if (p->temperature <= 0.0f) return argmax(logits, V);
-    // Softmax of logits / T (unnormalised: the largest term is 1).
+    // Softmax of logits / T, unnormalised (the largest term is 1).
     float max = logits[argmax(logits, V)], inv_t = 1.0f / p->temperature;
     float *prob = g->probs;
     for (int i = 0; i < V; i++) prob[i] = expf((logits[i] - max) * inv_t);
-    int filter = (p->top_k > 0 && p->top_k < V) || p->top_p < 1.0f;
-    if (!filter) {
-        double total = 0;
-        for (int i = 0; i < V; i++) total += prob[i];
-        double u = rng_uniform(rng) * total, cum = 0;
-        int last = 0;
-        for (int i = 0; i < V; i++) {
-            if (prob[i] > 0.0f) last = i;
-            cum += prob[i];
-            if (u < cum) return i;
-        }
-        return last;   // u rounded up to the total
+    // Candidates: the top k, then the nucleus of those (renormalised), both
+    // found by selection in O(V) rather than by sorting the vocabulary.
+    int *ids = g->order, n = V;
+    for (int i = 0; i < V; i++) ids[i] = i;
+    if (p->top_k > 0 && p->top_k < V) {
+        select_top_k(ids, V, p->top_k, logits);
+        n = p->top_k;
     }
-    // Candidates most probable first: the top k, or the whole vocabulary.
-    int k = p->top_k > 0 && p->top_k < V ? p->top_k : V;
-    top_ids(g->order, logits, V, k);
     double mass = 0;
-    for (int i = 0; i < k; i++) mass += prob[g->order[i]];
-    // Nucleus over the top-k set (renormalised): keep a token while the mass
-    // of the tokens ranked above it is below top_p; the first is always kept.
-    int kept = k;
+    for (int i = 0; i < n; i++) mass += prob[ids[i]];
     if (p->top_p < 1.0f) {
-        double above = 0, limit = (double)p->top_p * mass;
-        for (kept = 0; kept < k; kept++) {
-            if (kept > 0 && above >= limit) break;
-            above += prob[g->order[kept]];
-        }
-        mass = above;
+        // (a top_p of 0 or below keeps the best token alone)
+        n = select_nucleus(ids, n, fmax((double)p->top_p * mass, DBL_MIN), prob, logits);
+        mass = 0;
+        for (int i = 0; i < n; i++) mass += prob[ids[i]];
     }
     double u = rng_uniform(rng) * mass, cum = 0;
-    for (int i = 0; i < kept; i++) {
-        cum += prob[g->order[i]];
-        if (u < cum) return g->order[i];
+    int last = ids[0];
+    for (int i = 0; i < n; i++) {
+        if (prob[ids[i]] > 0.0f) last = ids[i];
+        cum += prob[ids[i]];
+        if (u < cum) return ids[i];
     }
-    return g->order[kept - 1];
+    return last;   // u rounded up to the total
 }
 
 // ---------------------------------------------------------------- generate

@@ -2,7 +2,10 @@
 //
 // The context only reads the model (params, config, RoPE table); it never
 // calls model_plan, so eval (exact match of greedy completions) and the
-// trainer (samples at eval time) can run it on the model they hold.
+// trainer (samples at eval time) can run it on the model they hold. It runs
+// whatever weights the model's views point at (model_use_weights: QAT
+// fake-quant or int4) and rounds activations as the model does (m->a16).
+// One context per thread; several may share one Model.
 //
 // The prompt is fed in chunks of rows (matmuls over many rows at once) and
 // then one token per step; every fed position leaves its K (after QK-norm
@@ -40,11 +43,11 @@ typedef struct {
     const Model *m;
     int max_len;            // cache capacity in positions (<= the config's max_seq)
     int n_past;             // positions held in the cache
-    int chunk;              // rows per pass when feeding many tokens
+    int chunk;              // rows per pass when feeding many tokens (may be lowered after gen_init)
     float *k_cache;         // [L][max_len][n_kv*hd], after QK-norm and RoPE
     float *v_cache;         // [L][max_len][n_kv*hd]
     // one chunk of activations, [chunk, width]
-    float *x, *x_mid, *ln, *q_raw, *q, *k_raw, *att, *tmp, *gate, *up, *act, *rstd;
+    float *x, *x_mid, *ln, *q_raw, *q, *k_raw, *att, *tmp, *gate, *up, *act, *rstd, *lse;
     int *pos;               // [chunk]
     float *logits;          // [V]: the logits of the last fed position
     float *probs;           // [V] sampling scratch

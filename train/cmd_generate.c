@@ -216,9 +216,10 @@ int cmd_generate(int argc, char **argv) {
             }
             ChatRender r = {0};
             ChatMessage msg = {"user", prompt_text};
-            if (chat_render(&r, &msg, 1, 1, 0, &e)) goto fail;
-            text = rendered = chat_render_text(&r);
+            int bad = chat_render(&r, &msg, 1, 1, 0, &e);
+            if (!bad) text = rendered = chat_render_text(&r);
             chat_render_free(&r);
+            if (bad) goto fail;
         }
         size_t n = 0, cap = 0;
         if (tokenizer_encode(tok, text, strlen(text), &prompt, &n, &cap, &e)) goto fail;

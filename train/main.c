@@ -15,7 +15,7 @@ static const Command COMMANDS[] = {
     {"tokenize", cmd_tokenize, "tokenize  --tokenizer T [--chat] INPUT... --out DATA.h5          corpus or chats to tokens"},
     {"train", cmd_train, "train     RECIPE.ini [--set section.key=value]...                CPT, SFT; resumes itself"},
     {"eval", cmd_eval, "eval      --ckpt CKPT.h5 --data DATA.h5                         loss, perplexity, exact match"},
-    {"generate", cmd_generate, "generate  --ckpt CKPT.h5 [--chat] --prompt TEXT               sampling with a KV cache"},
+    {"generate", cmd_generate, "generate  --ckpt CKPT.h5 [--chat] [--int4] --prompt TEXT        sampling with a KV cache"},
     {"forward", cmd_forward, "forward   --ckpt CKPT.h5 --tokens-file F [--grad] --dump OUT      logits/loss/grads probe"},
     {"export", cmd_export, "export    --ckpt CKPT.h5 --format hf --out DIR                  deployment files out"},
     {"inspect", cmd_inspect, "inspect   FILE                                                  what a file holds"},
