@@ -6,9 +6,12 @@
 #include <stdlib.h>
 #include <string.h>
 #include "../model/model.h"
+#include "../qat/qat.h"
 #include "../util/cpu.h"
 
-static void run(const char *preset, int T, int steps, double peak) {
+// qat != 0: the QAT step (fake-quant of every quantized weight before the
+// forward, the straight-through backward after it), as pocket train does it.
+static double run(const char *preset, int T, int steps, double peak, int qat) {
     PtError e;
     ModelConfig cfg;
     if (config_preset(&cfg, preset, &e)) die("%s", e.msg);
@@ -25,21 +28,41 @@ static void run(const char *preset, int T, int steps, double peak) {
     for (int i = 0; i < T; i++) targets[i] = i + 1 < T ? tokens[i + 1] : -1;
     ModelInput in = {.B = 1, .T = T, .tokens = tokens, .targets = targets};
     double flops = config_train_flops_per_token(&cfg, T) * T, best = 1e30;
+    QatState q;
+    float *effective = NULL;
+    if (qat) {
+        // group 64 as deployed; tiny test presets have widths only 16 divides
+        int g = cfg.d_model % 64 == 0 && cfg.d_ff % 64 == 0 && (cfg.n_head * cfg.head_dim) % 64 == 0 ? 64 : 16;
+        QuantSpec spec = {g, 0};
+        if (qat_init(&q, &m.w.tt, &spec, cfg.tied_embeddings, 1, preset, &e) ||
+            qat_init_from_weights(&q, &m.w.tt, m.w.params, QAT_INIT_RTN, NULL, NULL, preset, &e))
+            die("%s", e.msg);
+        effective = xaligned(m.w.tt.total * sizeof(float), "fake-quantized weights");
+        model_use_weights(&m, effective);
+    }
     for (int s = 0; s < steps + 1; s++) {   // the first step warms caches and pages
         model_zero_grads(&m);
         double t0 = now_seconds();
         int count;
+        if (qat) qat_forward_weights(&q, &m.w.tt, m.w.params, effective);
         double loss = model_forward_backward(&m, &in, 1.0f / (T - 1), NULL, &count);
+        if (qat) qat_backward(&q, &m.w.tt, m.w.params, m.grads, m.grads);
         double dt = now_seconds() - t0;
         if (s > 0 && dt < best) best = dt;
         if (s == 0) printf("  warmup step %.2f s (loss %.4f)\n", dt, loss / count);
     }
     double gflops = flops / best / 1e9;
-    printf("%s fwd+bwd B=1 T=%d: %.1f tokens/s, %.1f GFLOP/s = %.1f%% of peak, step %.2f s, peak RSS %.2f GB\n",
-           preset, T, T / best, gflops, 100 * gflops / peak, best, peak_rss_kb() / 1048576.0);
+    printf("%s %s B=1 T=%d: %.1f tokens/s, %.1f GFLOP/s = %.1f%% of peak, step %.2f s, peak RSS %.2f GB\n",
+           preset, qat ? "QAT fwd+bwd (int4 fake-quant + STE)" : "fwd+bwd", T, T / best, gflops,
+           100 * gflops / peak, best, peak_rss_kb() / 1048576.0);
+    if (qat) {
+        qat_free(&q);
+        free(effective);
+    }
     free(tokens);
     free(targets);
     model_free(&m);
+    return T / best;
 }
 
 int main(int argc, char **argv) {
@@ -47,7 +70,9 @@ int main(int argc, char **argv) {
     int T = argc > 2 ? atoi(argv[2]) : 512, steps = argc > 3 ? atoi(argv[3]) : 2;
     double peak = cpu_peak_fp32_gflops(2);
     printf("== bench_model: fp32 FMA peak (2 threads, %s): %.1f GFLOP/s\n", cpu_kernel_name(), peak);
-    run(preset, T, steps, peak);
-    if (argc <= 2) run(preset, 1024, 1, peak);   // memory figure at T=1024 (RSS is the process peak)
+    double plain = run(preset, T, steps, peak, 0);
+    double qat = run(preset, T, steps, peak, 1);
+    printf("QAT step throughput: %.1f%% of the plain step (same batch)\n", 100 * qat / plain);
+    if (argc <= 2) run(preset, 1024, 1, peak, 0);   // memory figure at T=1024 (RSS is the process peak)
     return 0;
 }
