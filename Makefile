@@ -66,8 +66,9 @@ check: deps
 	$(MAKE) test SAN=1
 	$(MAKE) interop
 
-bench: $(POCKET) $(BENCH_BIN)
-	@for b in $(BENCH_BIN); do OMP_NUM_THREADS=2 $$b; done
+# Our kernels and training step, PyTorch's step and HF tokenizers, in one run.
+bench: $(POCKET) $(BENCH_BIN) $(VENV)/ok
+	PYTHON=$(VENV)/bin/python bash tests/bench.sh ./$(POCKET) $(BUILD)/tests
 
 DEB_PKGS = gcc make pkg-config libhdf5-dev hdf5-tools zlib1g-dev libcmocka-dev libjansson-dev \
            libinih-dev libutf8proc-dev libpcre2-dev python3-venv

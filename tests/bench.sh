@@ -1,0 +1,160 @@
+#!/usr/bin/env bash
+# tests/bench.sh: the driver `make bench` calls. It builds nothing: it runs the
+# C benchmarks that are already built and, in the same run, the reference
+# frameworks on the same work, then prints one summary table.
+#
+#   1. every BENCH_DIR/bench_* binary (bench_matmul, bench_model, ...), with
+#      OMP_NUM_THREADS=THREADS; the fp32 FMA peaks they measure are kept;
+#   2. tests/bench_torch_step.py: the same pocket-0.3b training step in torch +
+#      transformers (fp32, sdpa attention, same threads, same B and T); the
+#      AdamW step is timed separately;
+#   3. tests/bench_tokenize.py: `pocket tokenize` beside HF tokenizers on the
+#      same documents, 1 and THREADS threads, with a token-for-token check.
+#
+# The summary's "% of peak" divides each GFLOP/s figure by the HIGHEST fp32 FMA
+# peak measured in this run (other work on a shared machine can only lower a
+# measurement), so it can differ from the fraction a bench printed with its own.
+#
+# usage: tests/bench.sh [POCKET [BENCH_DIR]]
+# env:   POCKET (./pocket), BENCH_DIR (build/tests), PYTHON (tests/.venv/bin/python),
+#        BENCH_THREADS (2), BENCH_TOKENIZE_MB (4), BENCH_REPS (3, tokenizer runs per side)
+#
+# Timings on a shared machine are noisy: every figure is the best of several
+# repetitions (each bench says how many), since other work can only slow a run.
+set -uo pipefail
+
+POCKET=${1:-${POCKET:-./pocket}}
+BENCH_DIR=${2:-${BENCH_DIR:-build/tests}}
+PYTHON=${PYTHON:-tests/.venv/bin/python}
+THREADS=${BENCH_THREADS:-2}
+TOKENIZE_MB=${BENCH_TOKENIZE_MB:-4}
+REPS=${BENCH_REPS:-3}
+HERE=$(cd "$(dirname "$0")" && pwd)
+
+fail() { echo "pocket bench: $*" >&2; exit 1; }
+case $POCKET in /*) ;; *) POCKET=$PWD/$POCKET ;; esac
+[ -x "$POCKET" ] || fail "$POCKET is not an executable pocket binary (build it first: make)"
+[ -d "$BENCH_DIR" ] || fail "$BENCH_DIR: no such folder of benchmark binaries (build them first: make bench)"
+command -v "$PYTHON" >/dev/null 2>&1 ||
+    fail "$PYTHON not found: the reference side needs the test venv (make tests/.venv/ok)"
+
+LOGS=$(mktemp -d "${TMPDIR:-/tmp}/pocket-bench.XXXXXX")
+trap 'rm -rf "$LOGS"' EXIT
+SUMMARY=$LOGS/summary.tsv   # what, who, threads, throughput, GFLOP/s, peak RSS, note (% of peak added at the end)
+PEAKS=""                    # "where value" lines, one per fp32 peak measured
+failed=""
+start=$(date +%s)
+
+section() { printf '\n######## %s\n' "$*"; }
+row() { local IFS=$'\t'; echo "$*" >>"$SUMMARY"; }
+highest_peak() { printf '%s' "$PEAKS" | awk '$2 > p { p = $2 } END { if (p > 0) print p }'; }
+
+echo "pocket bench: $(uname -m), $(nproc) cores ($(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ *//')),"
+echo "  load average $(cut -d' ' -f1-3 /proc/loadavg) at the start"
+echo "  pocket $POCKET, benches in $BENCH_DIR, reference Python $PYTHON, $THREADS threads"
+
+# ---- 1. the C benchmarks ---------------------------------------------------
+for b in "$BENCH_DIR"/bench_*; do
+    if [ ! -f "$b" ] || [ ! -x "$b" ]; then continue; fi
+    name=$(basename "$b")
+    case $name in *.*) continue ;; esac   # objects and dependency files beside the binaries
+    log=$LOGS/$name.log
+    case $name in
+        bench_matmul) section "bench_matmul: the three training matmuls on pocket-0.3b shapes, $THREADS threads (ours)"
+                      args=("$THREADS") ;;
+        bench_model)  section "bench_model: pocket-0.3b fwd+bwd, B=1, fp32, OMP_NUM_THREADS=$THREADS (ours)"
+                      args=() ;;
+        *)            section "$name (OMP_NUM_THREADS=$THREADS)"
+                      args=() ;;
+    esac
+    if ! OMP_NUM_THREADS=$THREADS "$b" "${args[@]}" 2>&1 | tee "$log"; then
+        failed="$failed $name"
+        continue
+    fi
+    case $name in
+        bench_model)
+            # "== bench_model: fp32 FMA peak (2 threads, avx512): 235.4 GFLOP/s"
+            p=$(sed -n 's/.*fp32 FMA peak ([^)]*): \([0-9.]*\) GFLOP\/s.*/\1/p' "$log" | head -1)
+            [ -n "$p" ] && PEAKS="$PEAKS"$'\n'"bench_model $p"
+            # "pocket-0.3b fwd+bwd B=1 T=512: 17.3 tokens/s, 34.0 GFLOP/s = 14.4% of peak, step 29.67 s, peak RSS 3.10 GB"
+            sed -n 's/.* fwd+bwd B=1 T=\([0-9]*\): \([0-9.]*\) tokens\/s, \([0-9.]*\) GFLOP\/s.* peak RSS \([0-9.]*\) GB.*/\1 \2 \3 \4/p' "$log" |
+                while read -r T tps gf rss; do
+                    how="best of 2 after warm-up"; [ "$T" -gt 512 ] && how="1 step after warm-up"
+                    row "model fwd+bwd T=$T" "pocket" "$THREADS" "$tps tok/s" "$gf" "$rss GB" "$how"
+                done
+            # "pocket-0.3b QAT fwd+bwd (int4 fake-quant + STE) B=1 T=512: 16.0 tokens/s, ..."
+            sed -n 's/.* QAT fwd+bwd ([^)]*) B=1 T=\([0-9]*\): \([0-9.]*\) tokens\/s, \([0-9.]*\) GFLOP\/s.* peak RSS \([0-9.]*\) GB.*/\1 \2 \3 \4/p' "$log" |
+                while read -r T tps gf rss; do
+                    q=$(sed -n 's/QAT step throughput: \([0-9.]*\)%.*/\1/p' "$log")
+                    row "model QAT fwd+bwd T=$T" "pocket" "$THREADS" "$tps tok/s" "$gf" "$rss GB" "$q% of the plain step"
+                done ;;
+        bench_matmul)
+            # "== bench_matmul: kernel avx512, 2 threads, fp32 FMA peak 235.8 GFLOP/s (measured 235.7 before, 235.8 after)"
+            p=$(sed -n 's/.*fp32 FMA peak \([0-9.]*\) GFLOP\/s.*/\1/p' "$log" | head -1)
+            [ -n "$p" ] && PEAKS="$PEAKS"$'\n'"bench_matmul $p"
+            # "gate/up     1024   896   2560 |  120.1 GF/s  51.0% pk | ... | ..."
+            awk -F'|' -v th="$THREADS" '/ GF\/s .*% pk/ {
+                f = "";
+                for (i = 2; i <= 4; i++) { split($i, v, " +"); f = f (f ? " / " : "") v[2] }
+                shape = $1; sub(/ +$/, "", shape); gsub(/  +/, " ", shape);
+                printf "matmul %s\tpocket\t%s\tfwd / dX / dW\t%s\t-\tbench_matmul, best of 3+\n", shape, th, f }' "$log" >>"$SUMMARY" ;;
+    esac
+done
+PEAK=$(highest_peak)
+[ -n "$PEAK" ] || echo "pocket bench: no fp32 peak measured by the C benches; no fraction of peak" >&2
+
+# ---- 2. the same training step in PyTorch ----------------------------------
+section "bench_torch_step: the same pocket-0.3b step in torch + transformers (reference), $THREADS threads"
+echo "(OPENBLAS_CORETYPE and OPENBLAS_L2_SIZE are unset for this command only: they slow current numpy/torch builds)"
+env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE OMP_NUM_THREADS="$THREADS" MKL_NUM_THREADS="$THREADS" \
+    "$PYTHON" "$HERE/bench_torch_step.py" --threads "$THREADS" ${PEAK:+--peak "$PEAK"} --summary "$SUMMARY" ||
+    failed="$failed bench_torch_step"
+
+# ---- 3. tokenizer throughput beside HF tokenizers ---------------------------
+section "bench_tokenize: pocket tokenize vs HF tokenizers, same documents, 1 and $THREADS threads"
+"$PYTHON" "$HERE/bench_tokenize.py" --pocket "$POCKET" --threads "1,$THREADS" --mb "$TOKENIZE_MB" \
+    --reps "$REPS" --summary "$SUMMARY" || failed="$failed bench_tokenize"
+
+# ---- summary ---------------------------------------------------------------
+section "summary ($(( $(date +%s) - start )) s, load average $(cut -d' ' -f1-3 /proc/loadavg) at the end)"
+if [ -n "$PEAK" ]; then
+    echo "% of peak: GFLOP/s over the highest fp32 FMA peak measured in this run, $PEAK GFLOP/s on $THREADS threads" \
+         "(measured:$(printf '%s' "$PEAKS" | awk 'NF { printf " %s %s", $1, $2 }'))"
+fi
+echo "each figure is the best of its repetitions (see the sections above); tokenize MB/s count document text bytes"
+{
+    printf 'what\twho\tthreads\tthroughput\tGFLOP/s\tpeak RSS\tnote\n'
+    cat "$SUMMARY"
+} | awk -F'\t' -v peak="${PEAK:-0}" '
+    function pct(gf,   n, v, i, s) {   # "a / b / c" GFLOP/s -> "x% / y% / z%"
+        if (peak <= 0 || gf !~ /^[0-9]/) return "-"
+        n = split(gf, v, " / "); s = ""
+        for (i = 1; i <= n; i++) s = s (i > 1 ? " / " : "") sprintf("%.1f%%", 100 * v[i] / peak)
+        return s
+    }
+    {   # insert the "% of peak" column after GFLOP/s
+        n = 0
+        for (i = 1; i <= NF; i++) {
+            cell[NR, ++n] = $i
+            if (i == 5) cell[NR, ++n] = (NR == 1 ? $i : pct($5))
+        }
+        if (NR == 1) cell[NR, 6] = "% of peak"
+        if (n > nf) nf = n
+        for (i = 1; i <= n; i++) if (length(cell[NR, i]) > w[i]) w[i] = length(cell[NR, i])
+    }
+    END {
+        for (r = 1; r <= NR; r++) {
+            line = ""
+            for (i = 1; i <= nf; i++) line = line sprintf(i < nf ? "%-" w[i] "s | " : "%s", cell[r, i])
+            print line
+            if (r == 1) {
+                sep = ""
+                for (i = 1; i <= nf; i++) { d = sprintf("%" w[i] "s", ""); gsub(/ /, "-", d); sep = sep (i > 1 ? "-+-" : "") d }
+                print sep
+            }
+        }
+    }'
+if [ -n "$failed" ]; then
+    echo "pocket bench: failed:$failed" >&2
+    exit 1
+fi
