@@ -31,7 +31,7 @@ TEST_BIN := $(TEST_SRC:tests/%.c=$(BUILD)/tests/%)
 BENCH_SRC := $(wildcard tests/bench_*.c)
 BENCH_BIN := $(BENCH_SRC:tests/%.c=$(BUILD)/tests/%)
 
-.PHONY: all test check interop bench demo deps clean
+.PHONY: all test check interop bench demo deps clean fuzz
 .SECONDARY:
 all: $(POCKET)
 
@@ -78,6 +78,16 @@ deps:
 	  [ -n "$(APT_UPDATED)" ] || apt-get update -qq; \
 	  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $$missing; \
 	else echo "all Debian packages present"; fi
+
+# libFuzzer target for the GGUF reader (needs clang); how to run it: tests/fuzz/README.md
+FUZZ_SRC = tests/fuzz/fuzz_gguf.c model/gguf_reader.c model/gguf_import.c export/gguf_tokenizer.c \
+           export/gguf_writer.c model/config.c model/tensors.c model/bundle.c data/tokenizer.c \
+           data/tokenizer_bpe.c data/tokenizer_text.c data/sha256.c util/util.c
+fuzz: build-fuzz/fuzz_gguf
+build-fuzz/fuzz_gguf: $(FUZZ_SRC)
+	@mkdir -p build-fuzz
+	clang -std=c11 -D_GNU_SOURCE -g -O1 -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined \
+	  -o $@ $(FUZZ_SRC) -ljansson -lutf8proc -lpcre2-8 -lm
 
 clean:
 	rm -rf build build-san pocket

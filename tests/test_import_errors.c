@@ -410,7 +410,7 @@ static void test_other_sources(void **state) {
     expect_import_fails(c, dir, dir, "no model.safetensors");
     char *gguf = path_join(c->root, "model.gguf");
     write_text(c->root, "model.gguf", "GGUF");
-    expect_import_fails(c, gguf, "model.gguf", "not supported yet");
+    expect_import_fails(c, gguf, "model.gguf", "truncated");
     expect_import_fails(c, "/nonexistent/model", "/nonexistent/model", NULL);
     free(gguf);
     free(dir);

@@ -1,19 +1,24 @@
-// pocket import: an HF model directory (later also a GGUF file) into an HDF5
+// pocket import: an HF model directory or a GGUF file into an HDF5
 // checkpoint that training, eval and export start from.
 #include <string.h>
+#include "../model/gguf_import.h"
 #include "../model/hf_import.h"
 #include "checkpoint.h"
 #include "commands.h"
 
 static void help(FILE *f) {
     fprintf(f,
-            "usage: pocket import HF_DIR --out CKPT.h5\n\n"
+            "usage: pocket import HF_DIR|FILE.gguf --out CKPT.h5\n\n"
             "Reads a Hugging Face model directory: config.json (model_type qwen3 or llama),\n"
             "model.safetensors or model.safetensors.index.json with its shards (F32, BF16\n"
             "or F16), and tokenizer.json / tokenizer_config.json when present, and writes\n"
             "an fp32 checkpoint. Every parameter must be present with the shape config.json\n"
             "implies; extra or missing tensors are an error.\n\n"
+            "A GGUF file (architecture qwen3 or llama; tensors F32, F16, BF16, Q8_0, Q4_0 or\n"
+            "Q4_1, dequantized to fp32) gives the config from its metadata and a tokenizer.json\n"
+            "rebuilt from its tokenizer.ggml.* keys (byte-level BPE, pre-tokenizer qwen2 or gpt-2).\n\n"
             "  HF_DIR          the model directory\n"
+            "  FILE.gguf       a GGUF file\n"
             "  --out CKPT.h5   the checkpoint to write (written atomically)\n");
 }
 
@@ -25,8 +30,8 @@ static int ends_with(const char *s, const char *suffix) {
 // One place decides which reader takes a source.
 static int import_any(const char *src, ModelBundle *b, PtError *e) {
     if (path_is_dir(src)) return hf_import(src, b, e);
-    if (ends_with(src, ".gguf")) return pt_fail(e, "%s: GGUF import is not supported yet", src);
     if (!path_exists(src)) return pt_fail(e, "%s: no such file or directory", src);
+    if (ends_with(src, ".gguf") || gguf_is_file(src)) return gguf_import(src, b, e);
     return pt_fail(e, "%s: not an HF model directory or a .gguf file", src);
 }
 
@@ -49,7 +54,7 @@ int cmd_import(int argc, char **argv) {
         }
     }
     if (!src || !out) {
-        fprintf(stderr, "pocket import: %s\n", !src ? "missing HF_DIR (see --help)" : "missing --out CKPT.h5");
+        fprintf(stderr, "pocket import: %s\n", !src ? "missing HF_DIR or FILE.gguf (see --help)" : "missing --out CKPT.h5");
         return 1;
     }
     double t0 = now_seconds();

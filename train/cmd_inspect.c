@@ -4,6 +4,7 @@
 #include <string.h>
 #include "../data/dataset.h"
 #include "../data/tokenizer.h"
+#include "../model/gguf_reader.h"
 #include "../model/safetensors.h"
 #include "checkpoint.h"
 #include "commands.h"
@@ -14,6 +15,7 @@ static void help(FILE *f) {
             "  CKPT.h5            config, tensors, shapes, sizes\n"
             "  DATA.h5            token counts, tokenizer hash, a decoded sample (needs --tokenizer)\n"
             "  X.safetensors      tensors, dtypes, shapes, sizes\n"
+            "  X.gguf             metadata keys and values, tensors, types, shapes, offsets\n"
             "  HF_DIR             config.json and the safetensors files in it\n");
 }
 
@@ -63,6 +65,8 @@ int cmd_inspect(int argc, char **argv) {
     int rc;
     if (!path_exists(file)) rc = pt_fail(&e, "%s: no such file or directory", file);
     else if (path_is_dir(file)) rc = inspect_hf_dir(file, &e);
+    else if (gguf_is_file(file) || (strlen(file) > 5 && !strcmp(file + strlen(file) - 5, ".gguf")))
+        rc = gguf_inspect(file, stdout, &e);
     else if (checkpoint_is_hdf5(file) && h5_has(file, "tokens")) {
         Tokenizer *tok = NULL;
         rc = tok_path ? load_tokenizer(tok_path, &tok, &e) : 0;

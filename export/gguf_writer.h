@@ -1,0 +1,78 @@
+// gguf_writer.h: GGUF v3 files for llama.cpp (shared/spec/gguf.md).
+//
+// A GgufWriter collects metadata pairs and tensors, then writes the file in
+// one pass (spec 7): header, pairs, tensor infos, padding, each tensor's
+// bytes padded to the alignment, the last one included. Tensors given as fp32
+// are encoded while writing, a block of rows at a time, so no second copy of
+// the model is held in memory. Files are written to PATH.tmp.PID and renamed.
+//
+//     GgufWriter *w = gguf_writer_new();
+//     gguf_kv_str(w, "general.architecture", "qwen3");
+//     gguf_add_tensor(w, "output_norm.weight", 1, ne, GGML_TYPE_F32, data);
+//     if (gguf_writer_save(w, "model.gguf", &err)) { ... }
+//     gguf_writer_free(w);
+//
+// gguf_export() writes a whole model: general.* and <arch>.* keys, the
+// tokenizer (export/gguf_tokenizer.h) and every tensor of the table under its
+// llama.cpp name.
+#pragma once
+#include "../model/bundle.h"
+#include "../model/gguf_reader.h"
+
+typedef struct GgufWriter GgufWriter;
+
+GgufWriter *gguf_writer_new(void);
+void gguf_writer_free(GgufWriter *w);
+
+// Metadata, in the order added. A repeated key, an over-long string or an
+// empty array is recorded and reported by gguf_writer_save.
+void gguf_kv_u32(GgufWriter *w, const char *key, uint32_t v);
+void gguf_kv_i32(GgufWriter *w, const char *key, int32_t v);
+void gguf_kv_u64(GgufWriter *w, const char *key, uint64_t v);
+void gguf_kv_f32(GgufWriter *w, const char *key, float v);
+void gguf_kv_bool(GgufWriter *w, const char *key, int v);
+void gguf_kv_str(GgufWriter *w, const char *key, const char *s);
+void gguf_kv_strn(GgufWriter *w, const char *key, const char *s, size_t len);
+// Array of n strings; lens may be NULL (then strlen).
+void gguf_kv_arr_str(GgufWriter *w, const char *key, const char *const *s, const size_t *lens, uint64_t n);
+void gguf_kv_arr_i32(GgufWriter *w, const char *key, const int32_t *v, uint64_t n);
+void gguf_kv_arr_f32(GgufWriter *w, const char *key, const float *v, uint64_t n);
+
+// A tensor of ne[0] x ... x ne[n_dims-1] fp32 values (ne[0] contiguous)
+// stored as type (F32, F16, BF16, Q8_0, Q4_0, Q4_1); data must stay valid
+// until gguf_writer_save. Errors (bad name, ne[0] not a multiple of the block
+// size, unsupported type) are reported here.
+int gguf_add_tensor(GgufWriter *w, const char *name, int n_dims, const int64_t *ne, uint32_t type,
+                    const float *data, PtError *e);
+// A tensor whose bytes are already encoded in its type (nbytes must match).
+int gguf_add_tensor_bytes(GgufWriter *w, const char *name, int n_dims, const int64_t *ne, uint32_t type,
+                          const void *bytes, uint64_t nbytes, PtError *e);
+int gguf_writer_save(GgufWriter *w, const char *path, PtError *e);
+
+// Block encoders, llama.cpp's reference rounding (spec 4.2-4.4): 32 values
+// in, one block out. fp16 scales that overflow return -1.
+int ggml_quant_q8_0(const float *x, uint8_t *block);
+int ggml_quant_q4_0(const float *x, uint8_t *block);
+int ggml_quant_q4_1(const float *x, uint8_t *block);
+// n values (a multiple of the block size) to type; returns -1 and the index
+// of the first value that does not fit (fp16 overflow) in *bad.
+int ggml_quant_row(uint32_t type, const float *x, uint8_t *out, uint64_t n, uint64_t *bad);
+
+// ---- whole-model export ---------------------------------------------------------
+
+typedef struct {
+    int n_tensors;
+    int n_norm;             // 1-D tensors, always F32
+    int n_quant;            // matrices in the requested type
+    int n_fallback;         // matrices stored as F16 because ne[0] is not a multiple of 32
+    uint64_t bytes;         // file size
+} GgufExportStats;
+
+// quant: f32, f16, bf16, q8_0, q4_0, q4_1. Norms stay F32; matrices whose
+// ne[0] is not a multiple of 32 fall back to F16 for the block types (as
+// llama.cpp's converter does). A tied model has no output.weight. The llama
+// preset is written as architecture "llama" with its q/k rows permuted for
+// llama.cpp's interleaved RoPE.
+int gguf_export(const ModelBundle *b, const char *path, const char *quant, GgufExportStats *st, PtError *e);
+// The ggml type of a --quant name; -1 when unknown.
+int gguf_quant_type(const char *quant);
