@@ -66,6 +66,10 @@ check: deps
 	$(MAKE) test SAN=1
 	$(MAKE) interop
 
+# The README's first command: deps, build, corpus from Debian packages, CPT, SFT, eval (recipes/demo/).
+demo:
+	bash recipes/demo/run.sh
+
 # Our kernels and training step, PyTorch's step and HF tokenizers, in one run.
 bench: $(POCKET) $(BENCH_BIN) $(VENV)/ok
 	PYTHON=$(VENV)/bin/python bash tests/bench.sh ./$(POCKET) $(BUILD)/tests
