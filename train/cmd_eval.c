@@ -20,6 +20,7 @@ static void help(FILE *f) {
             "  --max-batches K    stop the loss pass after K batches (default: all)\n"
             "  --exact-match N    score the first N SFT examples (default 200; 0 = skip)\n"
             "  --threads N        OpenMP threads (default: all cores)\n"
+            "  --doc-mask         CPT data: attention stays inside each document (as train.doc_mask)\n"
             "  --int4             evaluate the int4 model: the checkpoint's QAT scales, or RTN\n"
             "                     (group 64, asymmetric) from its float weights\n");
 }
@@ -38,10 +39,11 @@ static int parse_int(const char *flag, const char *v, long lo, long *out) {
 int cmd_eval(int argc, char **argv) {
     const char *ckpt = NULL, *data = NULL, *v;
     long batch = 4, seq = 512, max_batches = 0, n_exact = 200, threads = 0;
-    int int4 = 0;
+    int int4 = 0, doc_mask = 0;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) { help(stdout); return 0; }
         else if (!strcmp(argv[i], "--int4")) int4 = 1;
+        else if (!strcmp(argv[i], "--doc-mask")) doc_mask = 1;
         else if ((v = arg_value(argc, argv, &i, "--ckpt"))) ckpt = v;
         else if ((v = arg_value(argc, argv, &i, "--data"))) data = v;
         else if ((v = arg_value(argc, argv, &i, "--batch"))) { if (parse_int("--batch", v, 1, &batch)) return 2; }
@@ -85,7 +87,7 @@ int cmd_eval(int argc, char **argv) {
     }
     double t0 = now_seconds();
     long count;
-    double loss = eval_loss(&m, &d, 0, max_batches, &count, &e);
+    double loss = eval_loss(&m, &d, doc_mask, max_batches, &count, &e);
     if (isnan(loss)) { fprintf(stderr, "pocket eval: %s\n", e.msg); goto out; }
     printf("%s on %s: loss %.4f, perplexity %.2f over %ld tokens (%.1f s)\n", ckpt, data, loss, exp(loss), count,
            now_seconds() - t0);

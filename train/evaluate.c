@@ -10,17 +10,20 @@ double eval_loss(Model *m, const Dataset *d, int doc_mask, long max_batches, lon
     if (d->kind == DATASET_CPT) loader_set_doc_mask(&l, doc_mask);
     Batch b;
     batch_alloc(&b, m->B, m->T);
-    long batches = (long)((l.per_rank + m->B - 1) / m->B);
-    if (max_batches > 0 && batches > max_batches) batches = max_batches;
     double sum = 0;
     long n = 0;
-    for (long i = 0; i < batches; i++) {
+    // One pass: until the loader has handed out every item of its epoch
+    // (an SFT row packs several examples, so batches != items / B).
+    for (long i = 0; max_batches <= 0 || i < max_batches; i++) {
+        LoaderCursor c;
+        loader_get_cursor(&l, &c);
+        if (c.epoch > 0) break;
         loader_next(&l, &b);
         ModelInput in = {.B = b.B, .T = b.T, .tokens = b.tokens, .targets = b.targets, .mask = b.mask,
                          .pos = b.pos, .seg = b.seg};
-        int c;
-        sum += model_forward(m, &in, NULL, &c);
-        n += c;
+        int cnt;
+        sum += model_forward(m, &in, NULL, &cnt);
+        n += cnt;
     }
     batch_free(&b);
     loader_close(&l);

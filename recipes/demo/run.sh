@@ -92,13 +92,15 @@ em_of() { sed -n 's/^exact match: \([0-9.]*\)%.*/\1/p' "$RUN/eval/$1.txt"; }
 
 # ---------------------------------------------------------------------------
 stage "dependencies"
-for tool in make gcc python3 awk apt-get dpkg; do
+# The Makefile's deps target installs the missing Debian packages (as root):
+# compiler, libraries, python3.
+make -s deps
+for tool in gcc python3 awk apt-get dpkg sha256sum; do
     command -v "$tool" >/dev/null || {
-        echo "demo: '$tool' is missing; on Debian: apt-get install build-essential python3" >&2
+        echo "demo: '$tool' is missing; the demo needs Debian (or Ubuntu) with make deps done as root" >&2
         exit 1
     }
 done
-make -s deps
 
 stage "build"
 if [ -n "${DEMO_POCKET:-}" ]; then
