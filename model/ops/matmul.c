@@ -254,14 +254,15 @@ static void gemm_block(const Gemm *g, const KBlock *kb, const Scratch *s, int i_
 }
 
 // C (+)= A B over OpenMP threads. One dimension (M or N) is split into tasks
-// of whole tiles, TASKS_PER_THREAD per thread, handed out dynamically: on a
-// quiet machine each thread ends up with an even share, and when another
-// process takes part of a core the other thread picks up the slack instead
-// of waiting at the barrier. The other ("shared") operand is read in place,
-// or packed by all threads together, in chunks of at most SHARED_MAX
-// rows/columns by SHARED_SPAN_BLOCKS k blocks and SHARED_SPAN_BYTES, so the
-// shared buffer stays in L3.
-#define TASKS_PER_THREAD 8
+// of whole tiles, TASKS_PER_THREAD per thread (few, because each task reads
+// all of the other operand), handed out dynamically: on a quiet machine each
+// thread ends up with an even share, and when another process takes part of
+// a core the other thread picks up the slack instead of waiting at the
+// barrier. The other ("shared") operand is read in place, or packed by all
+// threads together, in chunks of at most SHARED_MAX rows/columns by
+// SHARED_SPAN_BLOCKS k blocks and SHARED_SPAN_BYTES, so the shared buffer
+// stays in L3.
+#define TASKS_PER_THREAD 4
 #define SHARED_MAX 1024
 #define SHARED_SPAN_BLOCKS 8
 #define SHARED_SPAN_BYTES (4 << 20)
@@ -287,11 +288,18 @@ static void gemm(const MatmulKernel *kern, int M, int N, int K, View A, View B, 
     g.a_in_place = A.cs == 1 && spread_ok(A.rs * 4, MR, (ptrdiff_t)g.kc * 4, 64);
     g.b_in_place = B.cs == 1 && spread_ok(B.rs * 4, g.kc, (ptrdiff_t)NC_MAX * 4, 2048);
 
-    // Split the dimension with more tiles: the tasks balance better.
+    // Every task reads all of the operand that is not split (all of B when
+    // M is split, all of A when N is), so split the longer of M and N: the
+    // operand read again and again is then the smaller one. (The classifier's
+    // dX, M = 256 rows against W's N = 896 columns, would otherwise stream
+    // the whole 65536 x 896 W from memory once per task.) Fall back to the
+    // other dimension when this one has too few tiles for the threads.
     const int m_panels = (M + MR - 1) / MR, n_panels = (N + NR - 1) / NR;
     int threads = omp_in_parallel() ? 1 : omp_get_max_threads();
     if (2.0 * M * N * K < 1e6) threads = 1;   // a fork costs more than it saves
-    const int split_n = n_panels >= m_panels;
+    int split_n = N > M;
+    if (split_n && n_panels < threads && m_panels > n_panels) split_n = 0;
+    if (!split_n && m_panels < threads && n_panels > m_panels) split_n = 1;
     const int parts = split_n ? n_panels : m_panels;
     if (threads > parts) threads = parts;
     int tasks = threads > 1 ? threads * TASKS_PER_THREAD : 1;

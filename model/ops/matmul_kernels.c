@@ -53,6 +53,12 @@ avx512_tile_body(const MatmulTile *t, const int rows_in_place) {
     for (int r = 0; r < AVX512_MR; r++) acc0[r] = acc1[r] = _mm512_setzero_ps();
     const float *b = t->b;
     const ptrdiff_t b_ks = t->b_ks;
+    // Start fetching the C tile now; it arrives while the k loop runs.
+    if (t->c_cs == 1)
+        for (int r = 0; r < t->mr; r++) {
+            _mm_prefetch((const char *)(t->c + r * t->c_rs), _MM_HINT_T0);
+            _mm_prefetch((const char *)(t->c + r * t->c_rs + 16), _MM_HINT_T0);
+        }
     if (rows_in_place) {
         // A rows are contiguous in k: one pointer per row, each advancing by 1.
         const float *row[AVX512_MR];
@@ -178,6 +184,8 @@ avx2_tile_body(const MatmulTile *t, const int rows_in_place) {
     for (int r = 0; r < AVX2_MR; r++) acc0[r] = acc1[r] = _mm256_setzero_ps();
     const float *b = t->b;
     const ptrdiff_t b_ks = t->b_ks;
+    if (t->c_cs == 1)   // fetch the C tile while the k loop runs
+        for (int r = 0; r < t->mr; r++) _mm_prefetch((const char *)(t->c + r * t->c_rs), _MM_HINT_T0);
     if (rows_in_place) {
         const float *row[AVX2_MR];
         for (int r = 0; r < AVX2_MR; r++) row[r] = t->a + r * t->a_rs;
