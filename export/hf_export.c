@@ -1,51 +1,11 @@
 // hf_export.c: ModelBundle -> HF model directory; see hf_export.h.
 #include "hf_export.h"
-#include <dirent.h>
 #include <errno.h>
-#include <ftw.h>
 #include <jansson.h>
 #include <string.h>
 #include <strings.h>
-#include <sys/stat.h>
-#include <unistd.h>
 #include "../model/safetensors.h"
-
-static int dir_is_empty(const char *dir) {
-    DIR *d = opendir(dir);
-    if (!d) return 0;
-    struct dirent *ent;
-    int empty = 1;
-    while (empty && (ent = readdir(d)) != NULL)
-        if (strcmp(ent->d_name, ".") != 0 && strcmp(ent->d_name, "..") != 0) empty = 0;
-    closedir(d);
-    return empty;
-}
-
-static int remove_entry(const char *path, const struct stat *st, int type, struct FTW *ftw) {
-    (void)st;
-    (void)type;
-    (void)ftw;
-    return remove(path);
-}
-
-// Deletes a directory tree without following symlinks.
-static void remove_tree(const char *path) { nftw(path, remove_entry, 16, FTW_DEPTH | FTW_PHYS); }
-
-static int write_text(const char *dir, const char *name, const char *text, size_t len, PtError *e) {
-    char *path = path_join(dir, name);
-    AtomicFile af;
-    int rc = atomic_open(&af, path, e);
-    if (rc == 0) {
-        if (fwrite(text, 1, len, af.f) != len) {
-            atomic_abort(&af);
-            rc = pt_fail(e, "%s: write failed: %s", path, strerror(errno));
-        } else {
-            rc = atomic_commit(&af, e);
-        }
-    }
-    free(path);
-    return rc;
-}
+#include "out_dir.h"
 
 // The shortest decimal that reads back as the same float: the config holds
 // floats, and 1e-6 should not be written as 9.9999999747524271e-07.
@@ -60,7 +20,7 @@ static double shortest_float(double x) {
 }
 
 // config_to_hf_json with torch_dtype naming the storage type.
-static int write_config(const ModelBundle *b, const char *dir, const char *torch_dtype, PtError *e) {
+static int write_config(const ModelBundle *b, const OutDir *dir, const char *torch_dtype, PtError *e) {
     char *text = config_to_hf_json(&b->cfg);
     json_t *o = json_loads(text, 0, NULL);
     free(text);
@@ -73,12 +33,12 @@ static int write_config(const ModelBundle *b, const char *dir, const char *torch
     text = json_dumps(o, JSON_INDENT(2) | JSON_SORT_KEYS | JSON_REAL_PRECISION(9));
     json_decref(o);
     if (!text) die("out of memory serialising config.json");
-    int rc = write_text(dir, "config.json", text, strlen(text), e);
+    int rc = out_dir_write(dir, "config.json", text, strlen(text), e);
     free(text);
     return rc;
 }
 
-static int write_weights(const ModelBundle *b, const char *dir, const char *dtype, PtError *e) {
+static int write_weights(const ModelBundle *b, const OutDir *dir, const char *dtype, PtError *e) {
     const TensorTable *tt = &b->tt;
     StWriteTensor *w = xcalloc(tt->n, sizeof(StWriteTensor), "export tensor list");
     uint16_t *half = NULL;   // BF16/F16 copies of all tensors, back to back
@@ -108,33 +68,11 @@ static int write_weights(const ModelBundle *b, const char *dir, const char *dtyp
             w[i].data = src;
         }
     }
-    char *path = path_join(dir, "model.safetensors");
+    char *path = out_dir_path(dir, "model.safetensors");
     int rc = st_write(path, w, tt->n, e);
     free(path);
     free(half);
     free(w);
-    return rc;
-}
-
-// Swaps the finished temporary directory into place.
-static int commit_dir(const char *tmp, const char *dir, int replace, PtError *e) {
-    if (!replace) {
-        if (rename(tmp, dir) != 0) return pt_fail(e, "%s: cannot rename %s into place: %s", dir, tmp, strerror(errno));
-        return 0;
-    }
-    size_t n = strlen(dir) + 32;
-    char *old = xmalloc(n, "path");
-    snprintf(old, n, "%s.old.%ld", dir, (long)getpid());
-    int rc = 0;
-    if (rename(dir, old) != 0) {
-        rc = pt_fail(e, "%s: cannot move the old directory aside: %s", dir, strerror(errno));
-    } else if (rename(tmp, dir) != 0) {
-        rc = pt_fail(e, "%s: cannot rename %s into place: %s", dir, tmp, strerror(errno));
-        rename(old, dir);   // put the old one back
-    } else {
-        remove_tree(old);
-    }
-    free(old);
     return rc;
 }
 
@@ -149,39 +87,14 @@ int hf_export(const ModelBundle *b, const char *dir_arg, const char *dtype_arg, 
     else
         return pt_fail(e, "dtype \"%s\" is not supported for HF export (f32, bf16, f16)", dtype_arg);
 
-    // "out/" and "out" name the same directory; the temporary sits beside it.
-    char *dir = xstrdup(dir_arg);
-    for (size_t n = strlen(dir); n > 1 && dir[n - 1] == '/'; n--) dir[n - 1] = 0;
-    int replace = 0, rc = -1;
-    char *tmp = NULL;
-    if (path_exists(dir)) {
-        if (!path_is_dir(dir)) {
-            pt_fail(e, "%s: exists and is not a directory", dir);
-            goto out;
-        }
-        if (!dir_is_empty(dir) && !force) {
-            pt_fail(e, "%s: directory exists and is not empty (use --force to replace it)", dir);
-            goto out;
-        }
-        replace = !dir_is_empty(dir);
-    }
-    tmp = temp_path_for(dir);
-    remove_tree(tmp);   // a leftover of an earlier run with the same pid
-    if (mkdir(tmp, 0755) != 0) {
-        pt_fail(e, "%s: cannot create the temporary directory %s: %s", dir, tmp, strerror(errno));
-        goto out;
-    }
-    if (write_config(b, tmp, torch_dtype, e) || write_weights(b, tmp, dtype, e) ||
-        (b->tokenizer_json && write_text(tmp, "tokenizer.json", b->tokenizer_json, b->tokenizer_json_len, e)) ||
+    OutDir d;
+    if (out_dir_begin(&d, dir_arg, force, e)) return -1;
+    if (write_config(b, &d, torch_dtype, e) || write_weights(b, &d, dtype, e) ||
+        (b->tokenizer_json && out_dir_write(&d, "tokenizer.json", b->tokenizer_json, b->tokenizer_json_len, e)) ||
         (b->tokenizer_config_json &&
-         write_text(tmp, "tokenizer_config.json", b->tokenizer_config_json, b->tokenizer_config_json_len, e)) ||
-        commit_dir(tmp, dir, replace, e)) {
-        remove_tree(tmp);
-        goto out;
+         out_dir_write(&d, "tokenizer_config.json", b->tokenizer_config_json, b->tokenizer_config_json_len, e))) {
+        out_dir_abort(&d);
+        return -1;
     }
-    rc = 0;
-out:
-    free(tmp);
-    free(dir);
-    return rc;
+    return out_dir_commit(&d, e);
 }

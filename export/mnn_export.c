@@ -1,0 +1,335 @@
+#include "mnn_export.h"
+#include <errno.h>
+#include <jansson.h>
+#include <string.h>
+#include "mnn_tokenizer.h"
+#include "mnn_weights.h"
+#include <math.h>
+#include "out_dir.h"
+
+// What the wiring needs while it streams weights and adds ops.
+typedef struct {
+    const ModelBundle *b;
+    const QatState *q;
+    MnnGraph g;
+    MnnWeightFile wf;
+    int mask, cos, sin;          // tensors shared by all layers
+    int n_linears;
+    int64_t lm_head_offset;      // the lm_head blob, for the tied embedding lookup
+    int64_t lm_head_code_bytes;  // its header + packed codes (external[1])
+    int64_t lm_head_alpha_bytes;
+    PtError *e;
+} Writer;
+
+static char *name_of(char *buf, int layer, const char *what) {   // buf: 256 bytes
+    if (layer < 0) snprintf(buf, 256, "/%s", what);
+    else snprintf(buf, 256, "/layers.%d/%s", layer, what);
+    return buf;
+}
+
+static char *sub(char *buf, const char *base, const char *what) {
+    char tmp[256];
+    snprintf(tmp, sizeof tmp, "%.200s/%.50s", base, what);
+    memcpy(buf, tmp, sizeof tmp);
+    return buf;
+}
+
+// y[1,S,oc] = x[1,S,ic] W^T as MNN runs a linear: a 1x1 convolution on
+// [S, ic, 1, 1] in NC4HW4 between two layout conversions (mnn-graph.md 4.3).
+// The weights go to llm.mnn.weight with the checkpoint's codes and scales.
+static int linear(Writer *w, const char *name, int x, const float *weight, int kind, int layer, const char *out_name,
+                  int *y) {
+    const TensorTable *tt = &w->b->tt;
+    int row = -1;
+    for (int i = 0; i < tt->n && row < 0; i++)
+        if (tt->t[i].layer == layer && (int)tt->t[i].kind == kind) row = i;
+    if (row < 0) return pt_fail(w->e, "%s: no such tensor in the checkpoint", name);
+    const TensorInfo *ti = &tt->t[row];
+    const QatTensor *qt = qat_find(w->q, row);
+    if (!qt) return pt_fail(w->e, "%s: not in the checkpoint's int4 quantizer state", ti->name);
+    int oc = (int)ti->shape[0], ic = (int)ti->shape[1];
+    MnnExternal ext;
+    int64_t at = w->wf.offset;
+    if (mnn_write_linear(&w->wf, &w->q->spec, weight, oc, ic, w->q->scale + qt->offset, w->q->zero + qt->offset, &ext,
+                         w->e))
+        return -1;
+    if (kind == T_LMHEAD || kind == T_EMBED) {
+        w->lm_head_offset = at;
+        w->lm_head_code_bytes = ext.ext[1];
+        w->lm_head_alpha_bytes = ext.ext[2];
+    }
+    w->n_linears++;
+    char buf[256];
+    MnnGraph *g = &w->g;
+    int32_t pre[4] = {-1, ic, 1, 1}, post[3] = {1, -1, oc};
+    MnnQuantLinear ql = {ic, oc, w->q->spec.group, w->q->spec.symmetric};
+    int t = mnn_reshape(g, sub(buf, name, "pre_reshape"), x, pre, 4);
+    t = mnn_convert(g, sub(buf, name, "pre_convert"), t, MNN_NCHW, MNN_NC4HW4);
+    t = mnn_conv_int4(g, name, t, &ql, &ext);
+    t = mnn_convert(g, sub(buf, name, "post_convert"), t, MNN_NC4HW4, MNN_NCHW);
+    *y = mnn_reshape(g, out_name ? out_name : sub(buf, name, "post_reshape"), t, post, 3);
+    return 0;
+}
+
+static int rmsnorm(Writer *w, const char *name, int x, const float *gamma, int n, int *y) {
+    MnnExternal ext;
+    if (mnn_write_rmsnorm(&w->wf, gamma, n, &ext, w->e)) return -1;
+    *y = mnn_rmsnorm(&w->g, name, x, w->b->cfg.norm_eps, &ext);
+    return 0;
+}
+
+// cos/sin rows [1, S, 1, D] for the positions of this call, computed in the
+// graph exactly as model/ops/rope.c does: angle = float(pos) * inv_freq in
+// fp32, inv_freq = 1 / theta^(2i/D); the D/2 values repeated twice
+// (rotate-half layout).
+static void rope_tables(Writer *w, int position_ids) {
+    const ModelConfig *c = &w->b->cfg;
+    MnnGraph *g = &w->g;
+    int half = c->head_dim / 2;
+    float *inv_freq = xmalloc((size_t)half * sizeof(float), "inv_freq");
+    for (int i = 0; i < half; i++) inv_freq[i] = 1.0f / powf(c->rope_theta, (float)(2 * i) / (float)c->head_dim);
+    int32_t col[2] = {-1, 1}, row4[4] = {1, -1, 1, c->head_dim};
+    int pos = mnn_cast(g, "/rotary/pos_float", position_ids, MNN_DT_INT32, MNN_DT_FLOAT);
+    pos = mnn_reshape(g, "/rotary/pos_column", pos, col, 2);
+    int inv = mnn_const_f32(g, "/rotary/inv_freq", inv_freq, half);
+    int angle = mnn_binary(g, "/rotary/angle", pos, inv, MNN_BIN_MUL);
+    int cs = mnn_unary(g, "/rotary/cos_half", angle, MNN_UN_COS);
+    int sn = mnn_unary(g, "/rotary/sin_half", angle, MNN_UN_SIN);
+    cs = mnn_concat(g, "/rotary/cos_full", cs, cs, -1);
+    sn = mnn_concat(g, "/rotary/sin_full", sn, sn, -1);
+    w->cos = mnn_reshape(g, "/rotary/cos", cs, row4, 4);
+    w->sin = mnn_reshape(g, "/rotary/sin", sn, row4, 4);
+    free(inv_freq);
+}
+
+// x * cos + rotate_half(x) * sin on [1, S, heads, D], rotate_half(x) = [-x2, x1].
+static int rope(Writer *w, const char *base, int x) {
+    char buf[256];
+    MnnGraph *g = &w->g;
+    int halves[2];
+    mnn_split_half(g, sub(buf, base, "split"), x, w->b->cfg.head_dim / 2, halves);
+    int neg = mnn_unary(g, sub(buf, base, "neg"), halves[1], MNN_UN_NEG);
+    int rot = mnn_concat(g, sub(buf, base, "rotate_half"), neg, halves[0], -1);
+    int a = mnn_binary(g, sub(buf, base, "mul_cos"), x, w->cos, MNN_BIN_MUL);
+    int b = mnn_binary(g, sub(buf, base, "mul_sin"), rot, w->sin, MNN_BIN_MUL);
+    return mnn_binary(g, sub(buf, base, "out"), a, b, MNN_BIN_ADD);
+}
+
+// One decoder block on h [1, S, H]: returns the next residual stream.
+static int block(Writer *w, int l, int h, int *out) {
+    const ModelConfig *c = &w->b->cfg;
+    const LayerViews *p = NULL;
+    ParamViews views;
+    param_views(&views, &w->b->tt, w->b->params);
+    p = &views.layer[l];
+    MnnGraph *g = &w->g;
+    char n[256], buf[256];
+    int H = c->d_model, D = c->head_dim;
+    int n1, q, k, v, att, o, r1, n2, gate, up, act, down;
+    if (rmsnorm(w, name_of(n, l, "input_layernorm"), h, p->ln1, H, &n1) ||
+        linear(w, name_of(n, l, "self_attn/q_proj/Linear"), n1, p->wq, T_WQ, l, NULL, &q) ||
+        linear(w, name_of(n, l, "self_attn/k_proj/Linear"), n1, p->wk, T_WK, l, NULL, &k) ||
+        linear(w, name_of(n, l, "self_attn/v_proj/Linear"), n1, p->wv, T_WV, l, NULL, &v))
+        return -1;
+    int32_t qs[4] = {1, -1, c->n_head, D}, ks[4] = {1, -1, c->n_kv_head, D};
+    q = mnn_reshape(g, name_of(n, l, "self_attn/q_heads"), q, qs, 4);
+    k = mnn_reshape(g, name_of(n, l, "self_attn/k_heads"), k, ks, 4);
+    v = mnn_reshape(g, name_of(n, l, "self_attn/v_heads"), v, ks, 4);
+    if (c->qk_norm && (rmsnorm(w, name_of(n, l, "self_attn/q_norm"), q, p->qnorm, D, &q) ||
+                       rmsnorm(w, name_of(n, l, "self_attn/k_norm"), k, p->knorm, D, &k)))
+        return -1;
+    q = rope(w, name_of(n, l, "self_attn/q_rope"), q);
+    k = rope(w, name_of(n, l, "self_attn/k_rope"), k);
+    att = mnn_attention(g, name_of(n, l, "self_attn/FusedAttention"), q, k, v, w->mask, l, 0);
+    if (linear(w, name_of(n, l, "self_attn/o_proj/Linear"), att, p->wo, T_WO, l, NULL, &o)) return -1;
+    r1 = mnn_binary(g, name_of(n, l, "attn_residual"), h, o, MNN_BIN_ADD);
+    if (rmsnorm(w, name_of(n, l, "post_attention_layernorm"), r1, p->ln2, H, &n2) ||
+        linear(w, name_of(n, l, "mlp/gate_proj/Linear"), n2, p->wgate, T_WGATE, l, NULL, &gate) ||
+        linear(w, name_of(n, l, "mlp/up_proj/Linear"), n2, p->wup, T_WUP, l, NULL, &up))
+        return -1;
+    act = mnn_unary(g, name_of(n, l, "mlp/silu"), gate, MNN_UN_SILU);
+    act = mnn_binary(g, sub(buf, name_of(n, l, "mlp"), "mul"), act, up, MNN_BIN_MUL);
+    if (linear(w, name_of(n, l, "mlp/down_proj/Linear"), act, p->wdown, T_WDOWN, l, NULL, &down)) return -1;
+    *out = mnn_binary(g, name_of(n, l, "mlp_residual"), r1, down, MNN_BIN_ADD);
+    return 0;
+}
+
+// The whole graph, streaming the weights in op order.
+static int build_graph(Writer *w) {
+    const ModelConfig *c = &w->b->cfg;
+    MnnGraph *g = &w->g;
+    ParamViews views;
+    param_views(&views, &w->b->tt, w->b->params);
+    int32_t ids_dims[3] = {-1, 1, c->d_model}, mask_dims[4] = {1, 1, -1, -1}, pos_dims[2] = {1, -1}, idx_dims[1] = {1};
+    // The four inputs the runtime feeds, by name and in this order (mnn-graph.md 2.1).
+    int ids = mnn_input(g, "input_ids", ids_dims, 3, MNN_DT_FLOAT);
+    w->mask = mnn_input(g, "attention_mask", mask_dims, 4, MNN_DT_FLOAT);
+    int pos = mnn_input(g, "position_ids", pos_dims, 2, MNN_DT_INT32);
+    int logits_index = mnn_input(g, "logits_index", idx_dims, 1, MNN_DT_INT32);
+    rope_tables(w, pos);
+    // [S, 1, H] -> [1, S, H], so the residual adds never broadcast.
+    int32_t hs[3] = {1, -1, c->d_model};
+    int h = mnn_reshape(g, "/embeddings", ids, hs, 3);
+    for (int l = 0; l < c->n_layer; l++)
+        if (block(w, l, h, &h)) return -1;
+    // Rows from logits_index to the end (-1: the last one), final norm, lm_head.
+    h = mnn_slice_from(g, "/logits_rows", h, logits_index, 1);
+    char n[256];
+    if (rmsnorm(w, name_of(n, -1, "norm"), h, views.lnf, c->d_model, &h)) return -1;
+    int kind = c->tied_embeddings ? T_EMBED : T_LMHEAD;
+    int logits;   // the runtime finds the output by this name
+    if (linear(w, "/lm/lm_head/Linear", h, views.lm_head, kind, -1, "logits", &logits)) return -1;
+    mnn_graph_output(g, "logits");
+    return 0;
+}
+
+static int write_json(const OutDir *d, const char *name, json_t *o, PtError *e) {
+    char *text = json_dumps(o, JSON_INDENT(4) | JSON_PRESERVE_ORDER | JSON_REAL_PRECISION(9));
+    json_decref(o);
+    if (!text) die("out of memory serialising %s", name);
+    int rc = out_dir_write(d, name, text, strlen(text), e);
+    free(text);
+    return rc;
+}
+
+// Runtime options; the sampler keys are llmexport's defaults.
+static json_t *runtime_config(const ModelConfig *c, const MnnExportOptions *o) {
+    json_t *j = json_object();
+    json_object_set_new(j, "llm_model", json_string("llm.mnn"));
+    json_object_set_new(j, "llm_weight", json_string("llm.mnn.weight"));
+    json_object_set_new(j, "tokenizer_file", json_string("tokenizer.mtok"));
+    if (!c->tied_embeddings) json_object_set_new(j, "embedding_file", json_string("embeddings_bf16.bin"));
+    json_object_set_new(j, "backend_type", json_string("cpu"));
+    json_object_set_new(j, "thread_num", json_integer(4));
+    json_object_set_new(j, "precision", json_string("low"));
+    json_object_set_new(j, "memory", json_string(o->memory ? o->memory : "low"));
+    json_object_set_new(j, "sampler_type", json_string("mixed"));
+    json_object_set_new(j, "temperature", json_real(0.8));
+    json_object_set_new(j, "top_k", json_integer(40));
+    json_object_set_new(j, "top_p", json_real(0.9));
+    json_object_set_new(j, "min_p", json_real(0.05));
+    json_object_set_new(j, "repetition_penalty", json_real(1.0));
+    return j;
+}
+
+// The model description the runtime reads (mnn-package.md 2.2).
+static json_t *model_config(const Writer *w) {
+    const ModelBundle *b = w->b;
+    const ModelConfig *c = &b->cfg;
+    json_t *j = json_object();
+    json_object_set_new(j, "model_type", json_string(c->model_type));
+    json_object_set_new(j, "hidden_size", json_integer(c->d_model));
+    json_object_set_new(j, "layer_nums", json_integer(c->n_layer));
+    // "float": on CPU the runtime then passes a scalar 0 and the attention op is causal itself.
+    json_object_set_new(j, "attention_mask", json_string("float"));
+    json_object_set_new(j, "attention_type", json_string("full"));
+    json_object_set_new(j, "is_mrope", json_false());
+    json_t *tcfg = b->tokenizer_config_json ? json_loadb(b->tokenizer_config_json, b->tokenizer_config_json_len, 0, NULL)
+                                            : NULL;
+    const char *tmpl = json_string_value(json_object_get(tcfg, "chat_template"));
+    json_t *eos = json_object_get(tcfg, "eos_token");
+    if (json_is_object(eos)) eos = json_object_get(eos, "content");
+    if (tmpl) {
+        json_t *jinja = json_object();
+        json_object_set_new(jinja, "chat_template", json_string(tmpl));
+        if (json_is_string(eos)) json_object_set_new(jinja, "eos", json_string(json_string_value(eos)));
+        json_object_set_new(j, "jinja", jinja);
+    }
+    json_decref(tcfg);
+    if (c->tied_embeddings) {
+        // The input embedding is read from the int4 lm_head rows: codes right
+        // after its IDST header, alpha right after the codes.
+        int64_t header = mnn_idst_header_size(c->vocab_size, c->d_model);
+        json_t *t = json_object();
+        json_object_set_new(t, "weight_offset", json_integer(w->lm_head_offset + header));
+        json_object_set_new(t, "alpha_offset", json_integer(w->lm_head_offset + w->lm_head_code_bytes));
+        json_object_set_new(t, "alpha_size", json_integer(w->lm_head_alpha_bytes));
+        json_object_set_new(t, "quant_bit", json_integer(4));
+        json_object_set_new(t, "quant_block", json_integer(w->q->spec.group));
+        json_object_set_new(t, "alpha_dtype", json_string("fp16"));
+        json_object_set_new(j, "tie_embeddings", t);
+    }
+    return j;
+}
+
+// Untied: the input embedding [V, H] as bf16 rows (round to nearest even).
+static int write_embedding(const OutDir *d, const ModelBundle *b, int64_t *bytes, PtError *e) {
+    ParamViews v;
+    param_views(&v, &b->tt, b->params);
+    size_t n = (size_t)b->cfg.vocab_size * (size_t)b->cfg.d_model;
+    uint16_t *h = xmalloc(n * sizeof(uint16_t), "bf16 embedding");
+    for (size_t i = 0; i < n; i++) h[i] = f32_to_bf16(v.embed[i]);
+    int rc = out_dir_write(d, "embeddings_bf16.bin", h, n * sizeof(uint16_t), e);
+    free(h);
+    *bytes = (int64_t)(n * sizeof(uint16_t));
+    return rc;
+}
+
+// What the package format can hold, checked before anything is written.
+static int check_exportable(const ModelBundle *b, const QatState *q, PtError *e) {
+    const ModelConfig *c = &b->cfg;
+    if (strcmp(c->model_type, "qwen3") != 0 && strcmp(c->model_type, "llama") != 0)
+        return pt_fail(e, "model_type \"%s\" cannot be exported to MNN (qwen3, llama)", c->model_type);
+    // The header stores dims as uint32; the runtime sizes the lm_head and the
+    // embedding lookup in int32 element counts.
+    if ((int64_t)c->vocab_size * c->d_model > INT32_MAX)
+        return pt_fail(e, "vocabulary %d x hidden %d exceeds the %d elements an MNN int4 matrix can hold",
+                       c->vocab_size, c->d_model, INT32_MAX);
+    if (c->d_model % 4 != 0) return pt_fail(e, "hidden size %d is not a multiple of 4 (MNN's NC4HW4 layout)", c->d_model);
+    int sizes[3] = {c->d_model, c->n_head * c->head_dim, c->d_ff};
+    const char *what[3] = {"hidden size", "attention width (heads x head_dim)", "FFN size"};
+    for (int i = 0; i < 3; i++)
+        if (sizes[i] % q->spec.group != 0)
+            return pt_fail(e, "%s %d is not divisible by the int4 block size %d: MNN quantizes each row in blocks",
+                           what[i], sizes[i], q->spec.group);
+    if (c->tied_embeddings && !q->quant_embedding)
+        return pt_fail(e, "the model is tied but its int4 state leaves the embedding in float: MNN reads the input "
+                          "embedding from the int4 lm_head ([qat] quant_embedding = 1)");
+    return 0;
+}
+
+int mnn_export(const ModelBundle *b, const QatState *q, const char *dir, const MnnExportOptions *o, MnnExportStats *st,
+               PtError *e) {
+    memset(st, 0, sizeof *st);
+    if (check_exportable(b, q, e)) return -1;
+    OutDir d;
+    if (out_dir_begin(&d, dir, o->force, e)) return -1;
+    Writer w = {.b = b, .q = q, .e = e};
+    mnn_graph_init(&w.g);
+    char *weight_path = out_dir_path(&d, "llm.mnn.weight");
+    AtomicFile af;
+    uint8_t *graph = NULL, *tok = NULL;
+    size_t graph_len = 0, tok_len = 0;
+    int rc = atomic_open(&af, weight_path, e);
+    if (rc == 0) {
+        w.wf.f = af.f;
+        w.wf.path = weight_path;
+        rc = build_graph(&w);
+        if (rc == 0) rc = atomic_commit(&af, e);
+        else atomic_abort(&af);
+    }
+    if (rc == 0) {
+        graph = mnn_graph_serialize(&w.g, &graph_len);
+        rc = out_dir_write(&d, "llm.mnn", graph, graph_len, e);
+    }
+    if (rc == 0) rc = mnn_tokenizer_build(b, &tok, &tok_len, e);
+    if (rc == 0) rc = out_dir_write(&d, "tokenizer.mtok", tok, tok_len, e);
+    if (rc == 0 && !b->cfg.tied_embeddings) rc = write_embedding(&d, b, &st->embedding_bytes, e);
+    if (rc == 0) rc = write_json(&d, "config.json", runtime_config(&b->cfg, o), e);
+    if (rc == 0) rc = write_json(&d, "llm_config.json", model_config(&w), e);
+    st->n_ops = w.g.n_ops;
+    st->n_tensors = w.g.n_tensors;
+    st->n_linears = w.n_linears;
+    st->graph_bytes = (int64_t)graph_len;
+    st->weight_bytes = w.wf.offset;
+    st->tokenizer_bytes = (int64_t)tok_len;
+    free(graph);
+    free(tok);
+    free(weight_path);
+    mnn_graph_free(&w.g);
+    if (rc) {
+        out_dir_abort(&d);
+        return -1;
+    }
+    return out_dir_commit(&d, e);
+}

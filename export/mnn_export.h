@@ -1,0 +1,27 @@
+// mnn_export.h: a checkpoint as the MNN INT4 deployment package that MNN's
+// LLM runtime loads (spec/mnn-package.md, spec/mnn-graph.md):
+//   llm.mnn            the decoder graph (flatbuffer, written by mnn_graph.c)
+//   llm.mnn.weight     int4 linears + RMSNorm weights (mnn_weights.c)
+//   config.json        runtime options (file names, backend, sampler)
+//   llm_config.json    model description, chat template, tied-embedding location
+//   tokenizer.mtok     the tokenizer (mnn_tokenizer.c)
+//   embeddings_bf16.bin  only for an untied model: the input embedding as bf16
+// The int4 codes and fp16 scales are the QatState's, unchanged: what the
+// checkpoint trained with (QAT) or its RTN quantization.
+#pragma once
+#include "../model/bundle.h"
+#include "../qat/qat.h"
+
+typedef struct {
+    int fused;              // 1: RoPE op, attention output in NC4HW4, MUL_SILU (MNN >= 3.6.1); 0: plain ops
+    const char *memory;     // config.json "memory": "low" (int4 kernels) or "normal" (fp32 weights at load)
+    int force;              // replace a non-empty output directory
+} MnnExportOptions;
+
+typedef struct {
+    int n_ops, n_tensors, n_linears;
+    int64_t graph_bytes, weight_bytes, tokenizer_bytes, embedding_bytes;
+} MnnExportStats;
+
+int mnn_export(const ModelBundle *b, const QatState *q, const char *dir, const MnnExportOptions *o, MnnExportStats *st,
+               PtError *e);

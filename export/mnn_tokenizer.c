@@ -1,0 +1,321 @@
+#include "mnn_tokenizer.h"
+#include <jansson.h>
+#include <stdlib.h>
+#include <string.h>
+#include <utf8proc.h>
+
+static const char SRC[] = "tokenizer.json (stored in the checkpoint)";
+
+// Growable little-endian byte buffer.
+typedef struct {
+    uint8_t *p;
+    size_t len, cap;
+} Buf;
+
+static void put(Buf *b, const void *v, size_t n) {
+    if (b->len + n > b->cap) {
+        while (b->len + n > b->cap) b->cap = b->cap ? 2 * b->cap : 1 << 16;
+        uint8_t *p = realloc(b->p, b->cap);
+        if (!p) die("out of memory building tokenizer.mtok (%zu bytes)", b->cap);
+        b->p = p;
+    }
+    memcpy(b->p + b->len, v, n);
+    b->len += n;
+}
+static void put_u8(Buf *b, unsigned v) { uint8_t x = (uint8_t)v; put(b, &x, 1); }
+static void put_u16(Buf *b, unsigned v) { uint16_t x = (uint16_t)v; put(b, &x, 2); }
+static void put_u32(Buf *b, uint32_t v) { put(b, &v, 4); }
+static void put_text(Buf *b, const char *s) { put(b, s, strlen(s)); }
+// A u16-length string; longer ones cannot be stored.
+static int put_str(Buf *b, const char *s, size_t n, PtError *e) {
+    if (n > 65535) return pt_fail(e, "%s: a token of %zu bytes is longer than tokenizer.mtok can store (65535)", SRC, n);
+    put_u16(b, (unsigned)n);
+    put(b, s, n);
+    return 0;
+}
+
+static const char *type_of(json_t *o) {
+    const char *t = json_string_value(json_object_get(o, "type"));
+    return t ? t : "(none)";
+}
+
+// Normalizer 6 with a per-codepoint NFC table: every codepoint that NFC
+// changes, sorted, with its replacement. (The runtime applies it per
+// codepoint, so decomposed sequences are not composed: HF would compose them.)
+static void put_nfc_table(Buf *b) {
+    put_u8(b, 6);
+    size_t count_at = b->len;
+    put_u32(b, 0);
+    uint32_t n = 0;
+    for (utf8proc_int32_t cp = 0; cp <= 0x10FFFF; cp++) {
+        if (!utf8proc_codepoint_valid(cp)) continue;
+        utf8proc_uint8_t in[4];
+        utf8proc_ssize_t in_n = utf8proc_encode_char(cp, in);
+        utf8proc_uint8_t *out = NULL;
+        utf8proc_ssize_t out_n = utf8proc_map(in, in_n, &out, UTF8PROC_STABLE | UTF8PROC_COMPOSE);
+        if (out_n >= 0 && (out_n != in_n || memcmp(in, out, (size_t)in_n) != 0)) {
+            put_u32(b, (uint32_t)cp);
+            put_u16(b, (unsigned)out_n);
+            put(b, out, (size_t)out_n);
+            n++;
+        }
+        free(out);
+    }
+    memcpy(b->p + count_at, &n, 4);
+}
+
+static int put_normalizer(Buf *b, json_t *root, PtError *e) {
+    json_t *norm = json_object_get(root, "normalizer");
+    if (!norm || json_is_null(norm)) {
+        put_u8(b, 0);
+        return 0;
+    }
+    if (strcmp(type_of(norm), "NFC") != 0)
+        return pt_fail(e, "%s: normalizer \"%s\" is not supported for MNN export (NFC or none)", SRC, type_of(norm));
+    put_nfc_table(b);
+    return 0;
+}
+
+static int put_pre_tokenizer(Buf *b, json_t *root, PtError *e) {
+    json_t *p = json_object_get(root, "pre_tokenizer");
+    json_t *list = json_object_get(p, "pretokenizers");
+    if (strcmp(type_of(p), "Sequence") == 0 && json_array_size(list) == 2) {
+        json_t *split = json_array_get(list, 0), *bl = json_array_get(list, 1);
+        const char *re = json_string_value(json_object_get(json_object_get(split, "pattern"), "Regex"));
+        const char *behavior = json_string_value(json_object_get(split, "behavior"));
+        if (strcmp(type_of(split), "Split") == 0 && re && behavior && strcmp(behavior, "Isolated") == 0 &&
+            !json_is_true(json_object_get(split, "invert")) && strcmp(type_of(bl), "ByteLevel") == 0 &&
+            !json_is_true(json_object_get(bl, "add_prefix_space")) && !json_is_true(json_object_get(bl, "use_regex"))) {
+            put_u8(b, 6);   // Sequence of 2
+            put_u32(b, 2);
+            put_u8(b, 4);   // Split(regex, invert 0, Isolated)
+            if (put_str(b, re, strlen(re), e)) return -1;
+            put_u8(b, 0);
+            put_u8(b, 0);
+            put_u8(b, 1);   // ByteLevel without its own regex
+            put_u8(b, 0);
+            return 0;
+        }
+    } else if (strcmp(type_of(p), "ByteLevel") == 0 && !json_is_true(json_object_get(p, "add_prefix_space"))) {
+        put_u8(b, 1);
+        put_u8(b, !json_is_false(json_object_get(p, "use_regex")));
+        return 0;
+    }
+    return pt_fail(e, "%s: pre_tokenizer \"%s\" is not supported for MNN export (Split + ByteLevel, or ByteLevel)",
+                   SRC, type_of(p));
+}
+
+typedef struct {
+    const char *s;
+    size_t n;
+    uint32_t id;
+} VocabEntry;
+typedef struct {
+    uint32_t left, right, rank;
+} MergeEntry;
+
+static int cmp_vocab(const void *a, const void *b) {   // by bytes, a prefix first
+    const VocabEntry *x = a, *y = b;
+    size_t n = x->n < y->n ? x->n : y->n;
+    int c = memcmp(x->s, y->s, n);
+    return c ? c : (x->n > y->n) - (x->n < y->n);
+}
+static int cmp_merge(const void *a, const void *b) {
+    const MergeEntry *x = a, *y = b;
+    uint64_t kx = (uint64_t)x->left << 32 | x->right, ky = (uint64_t)y->left << 32 | y->right;
+    return (kx > ky) - (kx < ky);
+}
+
+// "a b" or ["a", "b"].
+static int merge_pair(json_t *m, const char **l, size_t *ln, const char **r, size_t *rn) {
+    if (json_is_array(m) && json_array_size(m) == 2 && json_is_string(json_array_get(m, 0)) &&
+        json_is_string(json_array_get(m, 1))) {
+        *l = json_string_value(json_array_get(m, 0)), *ln = json_string_length(json_array_get(m, 0));
+        *r = json_string_value(json_array_get(m, 1)), *rn = json_string_length(json_array_get(m, 1));
+        return 0;
+    }
+    const char *s = json_string_value(m);
+    const char *sp = s ? strchr(s, ' ') : NULL;
+    if (!sp) return -1;
+    *l = s, *ln = (size_t)(sp - s), *r = sp + 1, *rn = strlen(sp + 1);
+    return 0;
+}
+
+static int put_model(Buf *b, json_t *model, PtError *e) {
+    if (strcmp(type_of(model), "BPE") != 0)
+        return pt_fail(e, "%s: model \"%s\" is not supported for MNN export (BPE)", SRC, type_of(model));
+    if (json_is_true(json_object_get(model, "ignore_merges")))
+        return pt_fail(e, "%s: ignore_merges is not implemented by the MNN runtime", SRC);
+    json_t *vocab = json_object_get(model, "vocab"), *merges = json_object_get(model, "merges");
+    size_t nv = json_object_size(vocab), nm = json_array_size(merges);
+    VocabEntry *v = xcalloc(nv ? nv : 1, sizeof *v, "mtok vocab");
+    // id -> vocab entry, to check the ids are exactly 0..nv-1 (the runtime indexes an array by id).
+    const char **by_id = xcalloc(nv ? nv : 1, sizeof *by_id, "mtok vocab index");
+    size_t *len_by_id = xcalloc(nv ? nv : 1, sizeof *len_by_id, "mtok vocab index");
+    MergeEntry *m = xcalloc(nm ? nm : 1, sizeof *m, "mtok merges");
+    int rc = -1;
+    size_t i = 0;
+    const char *key;
+    json_t *val;
+    json_object_foreach(vocab, key, val) {
+        json_int_t id = json_integer_value(val);
+        if (!json_is_integer(val) || id < 0 || (size_t)id >= nv || by_id[id]) {
+            pt_fail(e, "%s: vocab ids must be 0..%zu without gaps for MNN export (\"%s\" has id %lld)", SRC,
+                    nv - 1, key, (long long)id);
+            goto out;
+        }
+        v[i].s = key, v[i].n = strlen(key), v[i].id = (uint32_t)id;
+        by_id[id] = key, len_by_id[id] = v[i].n;
+        i++;
+    }
+    qsort(v, nv, sizeof *v, cmp_vocab);
+    // Merge ranks: the line index; the two sides by id (a lookup in the sorted vocab).
+    for (size_t k = 0; k < nm; k++) {
+        const char *l, *r;
+        size_t ln, rn;
+        if (merge_pair(json_array_get(merges, k), &l, &ln, &r, &rn)) {
+            pt_fail(e, "%s: merge %zu is neither \"a b\" nor [a, b]", SRC, k);
+            goto out;
+        }
+        VocabEntry kl = {l, ln, 0}, kr = {r, rn, 0};
+        VocabEntry *fl = bsearch(&kl, v, nv, sizeof *v, cmp_vocab), *fr = bsearch(&kr, v, nv, sizeof *v, cmp_vocab);
+        if (!fl || !fr) {
+            pt_fail(e, "%s: merge %zu names a token that is not in the vocab", SRC, k);
+            goto out;
+        }
+        m[k].left = fl->id, m[k].right = fr->id, m[k].rank = (uint32_t)k;
+    }
+    qsort(m, nm, sizeof *m, cmp_merge);
+    put_u8(b, 0);   // BPE
+    put_u32(b, (uint32_t)nv);
+    put_u8(b, json_is_true(json_object_get(model, "byte_fallback")));
+    put_u8(b, 0);   // byte_level: the ByteLevel pre-tokenizer already maps the bytes
+    put_u32(b, (uint32_t)nm);
+    for (i = 0; i < nv; i++) {
+        if (put_str(b, v[i].s, v[i].n, e)) goto out;
+        put_u32(b, v[i].id);
+    }
+    for (size_t k = 0; k < nm; k++) {
+        put_u32(b, m[k].left);
+        put_u32(b, m[k].right);
+        put_u32(b, m[k].rank);
+    }
+    rc = 0;
+out:
+    free(v), free(by_id), free(len_by_id), free(m);
+    return rc;
+}
+
+static const char *special_content(json_t *cfg, const char *key) {
+    json_t *v = json_object_get(cfg, key);
+    if (json_is_object(v)) v = json_object_get(v, "content");
+    return json_string_value(v);
+}
+
+static int added_id(json_t *added, const char *content) {
+    size_t i;
+    json_t *t;
+    if (!content) return -1;
+    json_array_foreach(added, i, t) {
+        const char *c = json_string_value(json_object_get(t, "content"));
+        if (c && strcmp(c, content) == 0) return (int)json_integer_value(json_object_get(t, "id"));
+    }
+    return -1;
+}
+
+static void add_unique(int *ids, int *n, int id) {
+    if (id < 0) return;
+    for (int i = 0; i < *n; i++)
+        if (ids[i] == id) return;
+    ids[(*n)++] = id;
+}
+
+int mnn_tokenizer_build(const ModelBundle *bundle, uint8_t **out, size_t *out_len, PtError *e) {
+    if (!bundle->tokenizer_json) return pt_fail(e, "the checkpoint has no tokenizer.json: an MNN package needs one");
+    json_error_t je;
+    json_t *root = json_loadb(bundle->tokenizer_json, bundle->tokenizer_json_len, 0, &je);
+    if (!root) return pt_fail(e, "%s: line %d: %s", SRC, je.line, je.text);
+    json_t *cfg = bundle->tokenizer_config_json
+                      ? json_loadb(bundle->tokenizer_config_json, bundle->tokenizer_config_json_len, 0, &je)
+                      : NULL;
+    json_t *added = json_object_get(root, "added_tokens");
+    Buf body = {0}, b = {0};
+    int rc = -1;
+    if (put_normalizer(&body, root, e) || put_pre_tokenizer(&body, root, e) ||
+        put_model(&body, json_object_get(root, "model"), e))
+        goto out;
+    json_t *dec = json_object_get(root, "decoder");
+    if (strcmp(type_of(dec), "ByteLevel") != 0) {
+        pt_fail(e, "%s: decoder \"%s\" is not supported for MNN export (ByteLevel)", SRC, type_of(dec));
+        goto out;
+    }
+    put_u8(&body, 0);   // decoder ByteLevel
+    size_t n_added = json_array_size(added), i;
+    json_t *t;
+    put_u32(&body, (uint32_t)n_added);
+    int *special = xcalloc(n_added + 1, sizeof(int), "special ids"), n_special = 0;
+    json_array_foreach(added, i, t) {
+        const char *c = json_string_value(json_object_get(t, "content"));
+        json_int_t id = json_integer_value(json_object_get(t, "id"));
+        if (!c || id < 0) {
+            free(special);
+            pt_fail(e, "%s: added_tokens[%zu] has no content or id", SRC, i);
+            goto out;
+        }
+        int is_special = json_is_true(json_object_get(t, "special"));
+        put_u32(&body, (uint32_t)id);
+        put_u8(&body, (unsigned)is_special);
+        put_u8(&body, json_is_true(json_object_get(t, "lstrip")));
+        put_u8(&body, json_is_true(json_object_get(t, "rstrip")));
+        if (put_str(&body, c, strlen(c), e)) {
+            free(special);
+            goto out;
+        }
+        if (is_special) add_unique(special, &n_special, (int)id);
+    }
+    // Tail: chat template, eos string, flags, bos string.
+    const char *tmpl = cfg ? json_string_value(json_object_get(cfg, "chat_template")) : NULL;
+    const char *eos = cfg ? special_content(cfg, "eos_token") : NULL;
+    const char *bos = cfg ? special_content(cfg, "bos_token") : NULL;
+    put_u32(&body, tmpl ? (uint32_t)strlen(tmpl) : 0);
+    if (tmpl) put_text(&body, tmpl);
+    if (put_str(&body, eos ? eos : "", eos ? strlen(eos) : 0, e)) {
+        free(special);
+        goto out;
+    }
+    put_u8(&body, cfg && json_is_true(json_object_get(cfg, "clean_up_tokenization_spaces")));
+    if (put_str(&body, bos ? bos : "", bos ? strlen(bos) : 0, e)) {
+        free(special);
+        goto out;
+    }
+    // Header: magic and type 4, then the special / stop / prefix id lists.
+    int stop[4], n_stop = 0;
+    add_unique(stop, &n_stop, added_id(added, eos));
+    add_unique(stop, &n_stop, bundle->cfg.eos_id);
+    add_unique(stop, &n_stop, added_id(added, "<|im_end|>"));
+    char line[64];
+    put_text(&b, "430 4\n");
+    snprintf(line, sizeof line, "%d %d 0\n", n_special, n_stop);
+    put_text(&b, line);
+    for (int k = 0; k < n_special; k++) {
+        snprintf(line, sizeof line, "%d ", special[k]);
+        put_text(&b, line);
+    }
+    for (int k = 0; k < n_stop; k++) {
+        snprintf(line, sizeof line, "%d ", stop[k]);
+        put_text(&b, line);
+    }
+    put_text(&b, "\n");
+    free(special);
+    put(&b, body.p, body.len);
+    *out = b.p;
+    *out_len = b.len;
+    b.p = NULL;
+    rc = 0;
+out:
+    free(body.p);
+    free(b.p);
+    json_decref(root);
+    json_decref(cfg);
+    return rc;
+}
