@@ -13,7 +13,9 @@ typedef struct {
     const QatState *q;
     MnnGraph g;
     MnnWeightFile wf;
-    int mask, cos, sin;          // tensors shared by all layers
+    int fused;                   // MnnExportOptions.fused
+    int mask, cos, sin;          // tensors shared by all layers: cos/sin [1, S, 1, D]
+    int cos_rows, sin_rows;      // the same as [S, D] rows, for the fused RoPE op
     int n_linears;
     int64_t lm_head_offset;      // the lm_head blob, for the tied embedding lookup
     int64_t lm_head_code_bytes;  // its header + packed codes (external[1])
@@ -34,11 +36,10 @@ static char *sub(char *buf, const char *base, const char *what) {
     return buf;
 }
 
-// y[1,S,oc] = x[1,S,ic] W^T as MNN runs a linear: a 1x1 convolution on
-// [S, ic, 1, 1] in NC4HW4 between two layout conversions (mnn-graph.md 4.3).
-// The weights go to llm.mnn.weight with the checkpoint's codes and scales.
-static int linear(Writer *w, const char *name, int x, const float *weight, int kind, int layer, const char *out_name,
-                  int *y) {
+// The int4 convolution of one projection on an NC4HW4 [S, ic, 1, 1] input,
+// its weights streamed to llm.mnn.weight with the checkpoint's codes and
+// scales. Output NC4HW4 [S, oc, 1, 1].
+static int conv(Writer *w, const char *name, int x_c4, const float *weight, int kind, int layer, int *y_c4) {
     const TensorTable *tt = &w->b->tt;
     int row = -1;
     for (int i = 0; i < tt->n && row < 0; i++)
@@ -59,15 +60,38 @@ static int linear(Writer *w, const char *name, int x, const float *weight, int k
         w->lm_head_alpha_bytes = ext.ext[2];
     }
     w->n_linears++;
-    char buf[256];
-    MnnGraph *g = &w->g;
-    int32_t pre[4] = {-1, ic, 1, 1}, post[3] = {1, -1, oc};
     MnnQuantLinear ql = {ic, oc, w->q->spec.group, w->q->spec.symmetric};
-    int t = mnn_reshape(g, sub(buf, name, "pre_reshape"), x, pre, 4);
-    t = mnn_convert(g, sub(buf, name, "pre_convert"), t, MNN_NCHW, MNN_NC4HW4);
-    t = mnn_conv_int4(g, name, t, &ql, &ext);
-    t = mnn_convert(g, sub(buf, name, "post_convert"), t, MNN_NC4HW4, MNN_NCHW);
-    *y = mnn_reshape(g, out_name ? out_name : sub(buf, name, "post_reshape"), t, post, 3);
+    *y_c4 = mnn_conv_int4(&w->g, name, x_c4, &ql, &ext);
+    return 0;
+}
+
+// [1, S, n] (NCHW) -> NC4HW4 [S, n, 1, 1], the layout convolutions run on.
+static int to_c4(Writer *w, const char *name, int x, int n) {
+    char buf[256];
+    int32_t dims[4] = {-1, n, 1, 1};
+    int t = mnn_reshape(&w->g, sub(buf, name, "pre_reshape"), x, dims, 4);
+    return mnn_convert(&w->g, sub(buf, name, "pre_convert"), t, MNN_NCHW, MNN_NC4HW4);
+}
+
+// NC4HW4 [S, n, 1, 1] -> [1, S, n] (NCHW), the output named out_name if given.
+static int from_c4(Writer *w, const char *name, int y, int n, const char *out_name) {
+    char buf[256];
+    int32_t dims[3] = {1, -1, n};
+    int t = mnn_convert(&w->g, sub(buf, name, "post_convert"), y, MNN_NC4HW4, MNN_NCHW);
+    return mnn_reshape(&w->g, out_name ? out_name : sub(buf, name, "post_reshape"), t, dims, 3);
+}
+
+// y[1,S,oc] = x[1,S,ic] W^T: the convolution between two layout conversions
+// (mnn-graph.md 4.3).
+static int linear(Writer *w, const char *name, int x, const float *weight, int kind, int layer, const char *out_name,
+                  int *y) {
+    const TensorInfo *ti = NULL;
+    for (int i = 0; i < w->b->tt.n && !ti; i++)
+        if (w->b->tt.t[i].layer == layer && (int)w->b->tt.t[i].kind == kind) ti = &w->b->tt.t[i];
+    if (!ti) return pt_fail(w->e, "%s: no such tensor in the checkpoint", name);
+    int c4;
+    if (conv(w, name, to_c4(w, name, x, (int)ti->shape[1]), weight, kind, layer, &c4)) return -1;
+    *y = from_c4(w, name, c4, (int)ti->shape[0], out_name);
     return 0;
 }
 
@@ -97,6 +121,8 @@ static void rope_tables(Writer *w, int position_ids) {
     int sn = mnn_unary(g, "/rotary/sin_half", angle, MNN_UN_SIN);
     cs = mnn_concat(g, "/rotary/cos_full", cs, cs, -1);
     sn = mnn_concat(g, "/rotary/sin_full", sn, sn, -1);
+    w->cos_rows = cs;
+    w->sin_rows = sn;
     w->cos = mnn_reshape(g, "/rotary/cos", cs, row4, 4);
     w->sin = mnn_reshape(g, "/rotary/sin", sn, row4, 4);
     free(inv_freq);
@@ -154,6 +180,47 @@ static int block(Writer *w, int l, int h, int *out) {
     return 0;
 }
 
+// The same block with MNN's fused ops (profile B of mnn-graph.md 4.6): q/k
+// norm + RoPE in one op on the projections' NC4HW4 outputs, attention writing
+// NC4HW4 straight into o_proj, and the MLP kept in NC4HW4 from the gate/up
+// convolutions through MUL_SILU to down_proj: 4 layout conversions per layer
+// instead of 14, and about half the ops.
+static int block_fused(Writer *w, int l, int h, int *out) {
+    const ModelConfig *c = &w->b->cfg;
+    ParamViews views;
+    param_views(&views, &w->b->tt, w->b->params);
+    const LayerViews *p = &views.layer[l];
+    MnnGraph *g = &w->g;
+    char n[256], buf[256];
+    int H = c->d_model, D = c->head_dim, KV = c->n_kv_head * D;
+    int n1, qc, kc, vc, v, rot[2], att, oc, o, r1, n2, gc, uc, mc, dc, d;
+    if (rmsnorm(w, name_of(n, l, "input_layernorm"), h, p->ln1, H, &n1)) return -1;
+    int n1c = to_c4(w, name_of(n, l, "self_attn/qkv_input"), n1, H);
+    if (conv(w, name_of(n, l, "self_attn/q_proj/Linear"), n1c, p->wq, T_WQ, l, &qc) ||
+        conv(w, name_of(n, l, "self_attn/k_proj/Linear"), n1c, p->wk, T_WK, l, &kc) ||
+        conv(w, name_of(n, l, "self_attn/v_proj/Linear"), n1c, p->wv, T_WV, l, &vc))
+        return -1;
+    int32_t vs[4] = {1, -1, c->n_kv_head, D};
+    v = from_c4(w, name_of(n, l, "self_attn/v_proj/Linear"), vc, KV, NULL);
+    v = mnn_reshape(g, name_of(n, l, "self_attn/v_heads"), v, vs, 4);
+    mnn_rope(g, name_of(n, l, "self_attn/FusedRoPE"), qc, kc, w->cos_rows, w->sin_rows, c->n_head, c->n_kv_head, D,
+             c->qk_norm ? p->qnorm : NULL, c->qk_norm ? p->knorm : NULL, c->norm_eps, rot);
+    att = mnn_attention(g, name_of(n, l, "self_attn/FusedAttention"), rot[0], rot[1], v, w->mask, l, 1);
+    if (conv(w, name_of(n, l, "self_attn/o_proj/Linear"), att, p->wo, T_WO, l, &oc)) return -1;
+    o = from_c4(w, name_of(n, l, "self_attn/o_proj/Linear"), oc, H, NULL);
+    r1 = mnn_binary(g, name_of(n, l, "attn_residual"), h, o, MNN_BIN_ADD);
+    if (rmsnorm(w, name_of(n, l, "post_attention_layernorm"), r1, p->ln2, H, &n2)) return -1;
+    int n2c = to_c4(w, name_of(n, l, "mlp/input"), n2, H);
+    if (conv(w, name_of(n, l, "mlp/gate_proj/Linear"), n2c, p->wgate, T_WGATE, l, &gc) ||
+        conv(w, name_of(n, l, "mlp/up_proj/Linear"), n2c, p->wup, T_WUP, l, &uc))
+        return -1;
+    mc = mnn_binary(g, sub(buf, name_of(n, l, "mlp"), "mul_silu"), uc, gc, MNN_BIN_MUL_SILU);   // up * silu(gate)
+    if (conv(w, name_of(n, l, "mlp/down_proj/Linear"), mc, p->wdown, T_WDOWN, l, &dc)) return -1;
+    d = from_c4(w, name_of(n, l, "mlp/down_proj/Linear"), dc, H, NULL);
+    *out = mnn_binary(g, name_of(n, l, "mlp_residual"), r1, d, MNN_BIN_ADD);
+    return 0;
+}
+
 // The whole graph, streaming the weights in op order.
 static int build_graph(Writer *w) {
     const ModelConfig *c = &w->b->cfg;
@@ -171,7 +238,7 @@ static int build_graph(Writer *w) {
     int32_t hs[3] = {1, -1, c->d_model};
     int h = mnn_reshape(g, "/embeddings", ids, hs, 3);
     for (int l = 0; l < c->n_layer; l++)
-        if (block(w, l, h, &h)) return -1;
+        if ((w->fused ? block_fused(w, l, h, &h) : block(w, l, h, &h))) return -1;
     // Rows from logits_index to the end (-1: the last one), final norm, lm_head.
     h = mnn_slice_from(g, "/logits_rows", h, logits_index, 1);
     char n[256];
@@ -294,7 +361,7 @@ int mnn_export(const ModelBundle *b, const QatState *q, const char *dir, const M
     if (check_exportable(b, q, e)) return -1;
     OutDir d;
     if (out_dir_begin(&d, dir, o->force, e)) return -1;
-    Writer w = {.b = b, .q = q, .e = e};
+    Writer w = {.b = b, .q = q, .fused = o->fused, .e = e};
     mnn_graph_init(&w.g);
     char *weight_path = out_dir_path(&d, "llm.mnn.weight");
     AtomicFile af;

@@ -1,6 +1,7 @@
 #include "mnn_graph.h"
 #include <stdio.h>
 #include <string.h>
+#include "../util/util.h"
 
 // Field ids of the tables used (declaration order in MNN's .fbs files).
 enum { NET_BIZ = 0, NET_OPS = 3, NET_OUTPUTS = 4, NET_FORWARD = 5, NET_SOURCE = 6, NET_NAMES = 7, NET_NTENSORS = 8,
@@ -220,4 +221,36 @@ int mnn_slice_from(MnnGraph *g, const char *name, int in, int begin, int axis) {
     fb_i32(p, 7, 1);   // fromType 1: ONNX (begin, end, axes, steps inputs)
     int inputs[5] = {in, begin, t_end, t_axes, t_steps};
     return op1(g, name, MNN_OP_STRIDED_SLICE, MNN_P_STRIDED_SLICE, p, inputs, 5);
+}
+
+static FbNode *inline_rmsnorm(MnnGraph *g, const float *gamma, int n, float eps) {
+    FbNode *p = fb_table(&g->fb);   // LayerNorm: 0 axis, 1 epsilon, 2 gamma, 3 beta, 4 group, 6 useRMSNorm
+    int32_t axis = -1;
+    float *beta = xcalloc((size_t)n, sizeof(float), "rmsnorm beta");
+    fb_ref(p, 0, fb_vec_i32(&g->fb, &axis, 1));
+    fb_f32(p, 1, eps);
+    fb_ref(p, 2, fb_vec_f32(&g->fb, gamma, (size_t)n));
+    fb_ref(p, 3, fb_vec_f32(&g->fb, beta, (size_t)n));
+    fb_i32(p, 4, 1);
+    fb_u8(p, 6, 1);
+    free(beta);
+    return p;
+}
+
+void mnn_rope(MnnGraph *g, const char *name, int q, int k, int cos, int sin, int n_head, int n_kv_head, int head_dim,
+              const float *q_gamma, const float *k_gamma, float eps, int out[2]) {
+    FbNode *p = fb_table(&g->fb);   // RoPEParam: 0 rope_cut_head_dim, 1 num_head, 2 kv_num_head, 3 head_dim, 4 q_norm, 5 k_norm
+    fb_i32(p, 0, head_dim);
+    fb_i32(p, 1, n_head);
+    fb_i32(p, 2, n_kv_head);
+    fb_i32(p, 3, head_dim);
+    if (q_gamma) fb_ref(p, 4, inline_rmsnorm(g, q_gamma, head_dim, eps));
+    if (k_gamma) fb_ref(p, 5, inline_rmsnorm(g, k_gamma, head_dim, eps));
+    char buf[256];
+    for (int i = 0; i < 2; i++) {
+        snprintf(buf, sizeof buf, "%s/%s", name, i ? "k" : "q");
+        out[i] = new_tensor(g, buf);
+    }
+    int in[4] = {q, k, cos, sin};
+    add_op(g, name, MNN_OP_ROPE, MNN_P_ROPE, p, in, 4, out, 2);
 }

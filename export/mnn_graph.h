@@ -68,3 +68,9 @@ void mnn_split_half(MnnGraph *g, const char *name, int in, int half, int out[2])
 int mnn_attention(MnnGraph *g, const char *name, int q, int k, int v, int mask, int layer, int output_c4);
 // hidden[:, begin:, :] with begin a tensor (StridedSlice, ONNX form) along `axis`.
 int mnn_slice_from(MnnGraph *g, const char *name, int in, int begin, int axis);
+// Fused q/k RMSNorm + rotary embedding (MNN >= 3.6.1, mnn-graph.md 4.6
+// profile B): q and k are the NC4HW4 [S, heads*D, 1, 1] projection outputs,
+// cos/sin S rows of D values; q_gamma/k_gamma (D values, inline) may be NULL
+// when the model has no q/k norm. Outputs [1, S, heads, D] in out[0], out[1].
+void mnn_rope(MnnGraph *g, const char *name, int q, int k, int cos, int sin, int n_head, int n_kv_head, int head_dim,
+              const float *q_gamma, const float *k_gamma, float eps, int out[2]);
