@@ -39,27 +39,79 @@ static const char *type_of(json_t *o) {
     return t ? t : "(none)";
 }
 
-// Normalizer 6 with a per-codepoint NFC table: every codepoint that NFC
-// changes, sorted, with its replacement. (The runtime applies it per
-// codepoint, so decomposed sequences are not composed: HF would compose them.)
-static void put_nfc_table(Buf *b) {
-    put_u8(b, 6);
+// NFC as the runtime can run it. Its NFC table normalizer (type 6) also turns
+// ZWJ, ZWSP, BOM, bidi marks and control characters into spaces, which breaks
+// emoji sequences; so instead a Sequence of literal Replace normalizers:
+//   1. every codepoint NFC maps to something else (singletons such as the
+//      Kelvin and Angstrom signs, CJK compatibility ideographs) -> its NFC;
+//   2. every canonical pair "starter, mark" that NFC composes (e + U+0301 ->
+//      U+00E9), pairs whose first half is itself a composite last, so
+//      o + U+0308 + U+0304 becomes U+022B in two steps as NFC does.
+// Not covered: conjoining Hangul jamo and marks out of canonical order (the
+// runtime cannot reorder); text already in NFC, as typed text almost always
+// is, tokenizes exactly as HF does.
+// Canonical decomposition steps down to the first base codepoint.
+static int decomposition_depth(utf8proc_int32_t cp) {
+    int depth = 0;
+    utf8proc_int32_t d[8];
+    while (utf8proc_decompose_char(cp, d, 8, UTF8PROC_DECOMPOSE, NULL) >= 2) cp = d[0], depth++;
+    return depth;
+}
+
+// NFC of a codepoint sequence as UTF-8 (malloc'd) and its length.
+static utf8proc_ssize_t nfc_of(const utf8proc_int32_t *cps, int n, utf8proc_uint8_t *in, utf8proc_uint8_t **out) {
+    utf8proc_ssize_t len = 0;
+    for (int i = 0; i < n; i++) len += utf8proc_encode_char(cps[i], in + len);
+    return utf8proc_map(in, len, out, UTF8PROC_STABLE | UTF8PROC_COMPOSE);
+}
+
+static void put_replace(Buf *b, const utf8proc_uint8_t *from, size_t from_n, const utf8proc_uint8_t *to, size_t to_n) {
+    put_u8(b, 3);
+    put_u16(b, (unsigned)from_n);
+    put(b, from, from_n);
+    put_u16(b, (unsigned)to_n);
+    put(b, to, to_n);
+}
+
+static void put_nfc_replacements(Buf *b) {
+    put_u8(b, 4);   // Sequence
     size_t count_at = b->len;
     put_u32(b, 0);
     uint32_t n = 0;
-    for (utf8proc_int32_t cp = 0; cp <= 0x10FFFF; cp++) {
-        if (!utf8proc_codepoint_valid(cp)) continue;
-        utf8proc_uint8_t in[4];
-        utf8proc_ssize_t in_n = utf8proc_encode_char(cp, in);
-        utf8proc_uint8_t *out = NULL;
-        utf8proc_ssize_t out_n = utf8proc_map(in, in_n, &out, UTF8PROC_STABLE | UTF8PROC_COMPOSE);
-        if (out_n >= 0 && (out_n != in_n || memcmp(in, out, (size_t)in_n) != 0)) {
-            put_u32(b, (uint32_t)cp);
-            put_u16(b, (unsigned)out_n);
-            put(b, out, (size_t)out_n);
-            n++;
+    // Pass 0: singletons. Pass k > 0: composites whose first half has depth k - 1.
+    for (int pass = 0; pass < 4; pass++) {
+        for (utf8proc_int32_t cp = 0; cp <= 0x10FFFF; cp++) {
+            if (!utf8proc_codepoint_valid(cp) || (cp >= 0xAC00 && cp <= 0xD7A3)) continue;   // Hangul: not covered
+            utf8proc_uint8_t in[64], *out = NULL;
+            utf8proc_ssize_t in_n = utf8proc_encode_char(cp, in);
+            utf8proc_ssize_t out_n = nfc_of(&cp, 1, in + 16, &out);
+            int stable = out_n == in_n && memcmp(in, out, (size_t)in_n) == 0;
+            free(out);
+            if (pass == 0) {
+                if (!stable) {
+                    nfc_of(&cp, 1, in + 16, &out);
+                    put_replace(b, in, (size_t)in_n, out, (size_t)out_n);
+                    free(out);
+                    n++;
+                }
+                continue;
+            }
+            utf8proc_int32_t d[8];
+            utf8proc_ssize_t dn = utf8proc_decompose_char(cp, d, 8, UTF8PROC_DECOMPOSE, NULL);
+            if (!stable || dn < 2) continue;
+            // One canonical step: (NFC of all but the last, the last).
+            utf8proc_uint8_t *head = NULL;
+            utf8proc_ssize_t hn = nfc_of(d, (int)dn - 1, in + 16, &head);
+            utf8proc_int32_t first = -1;
+            if (hn > 0 && utf8proc_iterate(head, hn, &first) == hn && decomposition_depth(first) == pass - 1) {
+                utf8proc_uint8_t pair[16];
+                utf8proc_ssize_t pn = utf8proc_encode_char(first, pair);
+                pn += utf8proc_encode_char(d[dn - 1], pair + pn);
+                put_replace(b, pair, (size_t)pn, in, (size_t)in_n);
+                n++;
+            }
+            free(head);
         }
-        free(out);
     }
     memcpy(b->p + count_at, &n, 4);
 }
@@ -72,7 +124,7 @@ static int put_normalizer(Buf *b, json_t *root, PtError *e) {
     }
     if (strcmp(type_of(norm), "NFC") != 0)
         return pt_fail(e, "%s: normalizer \"%s\" is not supported for MNN export (NFC or none)", SRC, type_of(norm));
-    put_nfc_table(b);
+    put_nfc_replacements(b);
     return 0;
 }
 
@@ -297,12 +349,8 @@ int mnn_tokenizer_build(const ModelBundle *bundle, uint8_t **out, size_t *out_le
     put_text(&b, "430 4\n");
     snprintf(line, sizeof line, "%d %d 0\n", n_special, n_stop);
     put_text(&b, line);
-    for (int k = 0; k < n_special; k++) {
-        snprintf(line, sizeof line, "%d ", special[k]);
-        put_text(&b, line);
-    }
-    for (int k = 0; k < n_stop; k++) {
-        snprintf(line, sizeof line, "%d ", stop[k]);
+    for (int k = 0; k < n_special + n_stop; k++) {
+        snprintf(line, sizeof line, "%s%d", k ? " " : "", k < n_special ? special[k] : stop[k - n_special]);
         put_text(&b, line);
     }
     put_text(&b, "\n");

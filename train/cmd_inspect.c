@@ -4,6 +4,7 @@
 #include <string.h>
 #include "../data/dataset.h"
 #include "../data/tokenizer.h"
+#include "../export/mnn_inspect.h"
 #include "../model/gguf_reader.h"
 #include "../model/safetensors.h"
 #include "checkpoint.h"
@@ -16,7 +17,9 @@ static void help(FILE *f) {
             "  DATA.h5            token counts, tokenizer hash, a decoded sample (needs --tokenizer)\n"
             "  X.safetensors      tensors, dtypes, shapes, sizes\n"
             "  X.gguf             metadata keys and values, tensors, types, shapes, offsets\n"
-            "  HF_DIR             config.json and the safetensors files in it\n");
+            "  HF_DIR             config.json and the safetensors files in it\n"
+            "  MNN_DIR            an MNN package (llm.mnn): ops per layer, weight offsets, int4 parameters,\n"
+            "                     and a check that llm.mnn.weight agrees with every reference of the graph\n");
 }
 
 static int h5_has(const char *path, const char *name) {
@@ -64,6 +67,7 @@ int cmd_inspect(int argc, char **argv) {
     PtError e;
     int rc;
     if (!path_exists(file)) rc = pt_fail(&e, "%s: no such file or directory", file);
+    else if (path_is_dir(file) && mnn_is_package(file)) rc = mnn_inspect(file, stdout, &e);
     else if (path_is_dir(file)) rc = inspect_hf_dir(file, &e);
     else if (gguf_is_file(file) || (strlen(file) > 5 && !strcmp(file + strlen(file) - 5, ".gguf")))
         rc = gguf_inspect(file, stdout, &e);
