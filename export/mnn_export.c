@@ -1,6 +1,7 @@
 #include "mnn_export.h"
 #include <errno.h>
 #include <jansson.h>
+#include <stdint.h>
 #include <string.h>
 #include "mnn_tokenizer.h"
 #include "mnn_weights.h"
@@ -337,8 +338,8 @@ static int check_exportable(const ModelBundle *b, const QatState *q, PtError *e)
     const ModelConfig *c = &b->cfg;
     if (strcmp(c->model_type, "qwen3") != 0 && strcmp(c->model_type, "llama") != 0)
         return pt_fail(e, "model_type \"%s\" cannot be exported to MNN (qwen3, llama)", c->model_type);
-    // The header stores dims as uint32; the runtime sizes the lm_head and the
-    // embedding lookup in int32 element counts.
+    // MNN counts a tensor's elements in int32 (Tensor::elementSize), and the
+    // lm_head [V, H] is one tensor: beyond that the runtime cannot load it.
     if ((int64_t)c->vocab_size * c->d_model > INT32_MAX)
         return pt_fail(e, "vocabulary %d x hidden %d exceeds the %d elements an MNN int4 matrix can hold",
                        c->vocab_size, c->d_model, INT32_MAX);
@@ -367,7 +368,9 @@ int mnn_export(const ModelBundle *b, const QatState *q, const char *dir, const M
     AtomicFile af;
     uint8_t *graph = NULL, *tok = NULL;
     size_t graph_len = 0, tok_len = 0;
-    int rc = atomic_open(&af, weight_path, e);
+    // The tokenizer first: its checks fail before 170 MB of weights are written.
+    int rc = mnn_tokenizer_build(b, &tok, &tok_len, e);
+    if (rc == 0) rc = atomic_open(&af, weight_path, e);
     if (rc == 0) {
         w.wf.f = af.f;
         w.wf.path = weight_path;
@@ -379,7 +382,6 @@ int mnn_export(const ModelBundle *b, const QatState *q, const char *dir, const M
         graph = mnn_graph_serialize(&w.g, &graph_len);
         rc = out_dir_write(&d, "llm.mnn", graph, graph_len, e);
     }
-    if (rc == 0) rc = mnn_tokenizer_build(b, &tok, &tok_len, e);
     if (rc == 0) rc = out_dir_write(&d, "tokenizer.mtok", tok, tok_len, e);
     if (rc == 0 && !b->cfg.tied_embeddings) rc = write_embedding(&d, b, &st->embedding_bytes, e);
     if (rc == 0) rc = write_json(&d, "config.json", runtime_config(&b->cfg, o), e);

@@ -193,7 +193,7 @@ static int merge_pair(json_t *m, const char **l, size_t *ln, const char **r, siz
     return 0;
 }
 
-static int put_model(Buf *b, json_t *model, PtError *e) {
+static int put_model(Buf *b, json_t *model, int model_vocab, PtError *e) {
     if (strcmp(type_of(model), "BPE") != 0)
         return pt_fail(e, "%s: model \"%s\" is not supported for MNN export (BPE)", SRC, type_of(model));
     if (json_is_true(json_object_get(model, "ignore_merges")))
@@ -211,6 +211,11 @@ static int put_model(Buf *b, json_t *model, PtError *e) {
     json_t *val;
     json_object_foreach(vocab, key, val) {
         json_int_t id = json_integer_value(val);
+        if (json_is_integer(val) && id >= model_vocab) {
+            pt_fail(e, "%s: token \"%s\" has id %lld but the model has only %d embedding rows", SRC, key, (long long)id,
+                    model_vocab);
+            goto out;
+        }
         if (!json_is_integer(val) || id < 0 || (size_t)id >= nv || by_id[id]) {
             pt_fail(e, "%s: vocab ids must be 0..%zu without gaps for MNN export (\"%s\" has id %lld)", SRC,
                     nv - 1, key, (long long)id);
@@ -294,7 +299,7 @@ int mnn_tokenizer_build(const ModelBundle *bundle, uint8_t **out, size_t *out_le
     Buf body = {0}, b = {0};
     int rc = -1;
     if (put_normalizer(&body, root, e) || put_pre_tokenizer(&body, root, e) ||
-        put_model(&body, json_object_get(root, "model"), e))
+        put_model(&body, json_object_get(root, "model"), bundle->cfg.vocab_size, e))
         goto out;
     json_t *dec = json_object_get(root, "decoder");
     if (strcmp(type_of(dec), "ByteLevel") != 0) {
@@ -309,9 +314,11 @@ int mnn_tokenizer_build(const ModelBundle *bundle, uint8_t **out, size_t *out_le
     json_array_foreach(added, i, t) {
         const char *c = json_string_value(json_object_get(t, "content"));
         json_int_t id = json_integer_value(json_object_get(t, "id"));
-        if (!c || id < 0) {
+        if (!c || id < 0 || id >= bundle->cfg.vocab_size) {
             free(special);
-            pt_fail(e, "%s: added_tokens[%zu] has no content or id", SRC, i);
+            if (!c || id < 0) pt_fail(e, "%s: added_tokens[%zu] has no content or id", SRC, i);
+            else pt_fail(e, "%s: added token \"%s\" has id %lld but the model has only %d embedding rows", SRC, c,
+                         (long long)id, bundle->cfg.vocab_size);
             goto out;
         }
         int is_special = json_is_true(json_object_get(t, "special"));

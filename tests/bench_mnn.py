@@ -10,6 +10,11 @@ default) and "normal" (weights dequantized to fp32 at load, the numerics of
 decoding of 64 tokens after it (tokens/s). Each figure is the best of 3 runs,
 each run in a fresh process. Prints one line per package and setting, and
 the package size.
+
+--llmexport: the same checkpoint, written as an HF directory, exported by MNN's
+official exporter from PyPI (llmexport 0.0.5, 4-bit, block 64; installed from
+tests/requirements-bench.txt when missing) and measured the same way, plus the
+logits of both packages on one prompt (memory normal).
 """
 import argparse
 import json
@@ -50,8 +55,66 @@ def run_timer(pkg, mem, threads):
     return best
 
 
+# llmexport calls MNN's converter in-process; the wheel's converter script
+# imports a telemetry module that pip-installs an SDK and contacts a server,
+# so a stand-in with no logger is registered first.
+LLMEXPORT = r"""
+import runpy, sys, types, os, importlib.util
+stub = types.ModuleType("MNN.tools.utils.log"); stub.mnn_logger = None
+sys.modules["MNN.tools.utils.log"] = stub
+root = os.path.dirname(importlib.util.find_spec("llmexport").origin)
+sys.path.insert(0, root)   # its modules import each other as top-level 'utils'
+sys.argv = ["llmexport.py"] + sys.argv[1:]
+runpy.run_path(os.path.join(root, "llmexport.py"), run_name="__main__")
+"""
+
+LOGITS = r"""
+import json, os, sys
+import numpy as np
+import MNN.llm as llm
+m = llm.create(sys.argv[1] + "/config.json")
+m.set_config({"memory": "normal", "thread_num": 2, "use_template": False, "all_logits": True})
+m.load(); m.generate_init()
+ids = [(97 * i + 13) % 1400 + 10 for i in range(64)]
+np.save(sys.argv[2], np.array(m.forward(ids).read(), dtype=np.float32).reshape(len(ids), -1))
+os._exit(0)
+"""
+
+
+def llmexport_package(pocket, ckpt, work, env):
+    try:
+        import llmexport  # noqa: F401
+    except ImportError:
+        subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", "--no-deps", "-r",
+                        str(ROOT / "tests/requirements-bench.txt")], check=True)
+    hf, pkg = work / "hf", work / "mnn-llmexport"
+    if not (pkg / "config.json").exists():
+        subprocess.run([pocket, "export", "--ckpt", str(ckpt), "--format", "hf", "--force", "--out", str(hf)],
+                       check=True, env=env, stdout=subprocess.DEVNULL)
+        (hf / "tokenizer.json").write_bytes((ROOT / "tests/fixtures/tok/tokenizer.json").read_bytes())
+        (hf / "tokenizer_config.json").write_text(json.dumps({
+            "chat_template": (ROOT / "tests/fixtures/tok/qwen3_chat_template.jinja").read_text(),
+            "eos_token": "<|im_end|>", "pad_token": "<|endoftext|>", "bos_token": None}))
+        t = time.perf_counter()
+        subprocess.run([sys.executable, "-c", LLMEXPORT, "--path", str(hf), "--dst_path", str(pkg), "--export", "mnn",
+                        "--quant_bit", "4", "--quant_block", "64"], check=True, cwd=work,
+                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        print(f"llmexport 0.0.5 export: {time.perf_counter() - t:.0f} s", flush=True)
+    for junk in ["llm.mnn.json", "export_args.json", "onnx"]:   # left over by the exporter, not shipped
+        p = pkg / junk
+        if p.is_file():
+            p.unlink()
+    return pkg
+
+
+def logits_of(pkg, out):
+    subprocess.run([sys.executable, "-c", LOGITS, str(pkg), str(out)], check=True, capture_output=True, timeout=900)
+    import numpy as np
+    return np.load(out)
+
+
 def size_of(d):
-    return sum(p.stat().st_size for p in Path(d).iterdir())
+    return sum(p.stat().st_size for p in Path(d).iterdir() if p.is_file())
 
 
 def main():
@@ -59,6 +122,7 @@ def main():
     ap.add_argument("pocket")
     ap.add_argument("workdir")
     ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--llmexport", action="store_true")
     a = ap.parse_args()
     work = Path(a.workdir)
     work.mkdir(parents=True, exist_ok=True)
@@ -68,16 +132,28 @@ def main():
         subprocess.run([a.pocket, "init", "--model", "pocket-0.3b", "--tokenizer",
                         str(ROOT / "tests/fixtures/tok/tokenizer.json"), "--out", str(ckpt)],
                        check=True, env=env, stdout=subprocess.DEVNULL)
+    packages = []
     for graph in ["fused", "plain"]:
         pkg = work / f"mnn-{graph}"
         subprocess.run([a.pocket, "export", "--ckpt", str(ckpt), "--format", "mnn", "--graph", graph, "--force",
                         "--out", str(pkg)], check=True, env=env, stdout=subprocess.DEVNULL)
-        print(f"mnn package ({graph} graph): {size_of(pkg) / 1e6:.1f} MB "
+        packages.append((graph, pkg))
+    if a.llmexport:
+        packages.append(("llmexport", llmexport_package(a.pocket, ckpt, work, env)))
+    for graph, pkg in packages:
+        print(f"mnn package ({graph}): {size_of(pkg) / 1e6:.1f} MB "
               f"(llm.mnn.weight {(pkg / 'llm.mnn.weight').stat().st_size / 1e6:.1f} MB)", flush=True)
         for mem in ["low", "normal"]:
             r = run_timer(pkg, mem, a.threads)
-            print(f"mnn runtime {graph:5s} memory={mem:6s} {a.threads} threads: prefill {r['prefill_tps']:7.1f} tok/s "
+            print(f"mnn runtime {graph:9s} memory={mem:6s} {a.threads} threads: prefill {r['prefill_tps']:7.1f} tok/s "
                   f"({PROMPT} tokens), decode {r['decode_tps']:6.1f} tok/s ({NEW} tokens)", flush=True)
+
+
+    if a.llmexport:
+        import numpy as np
+        ours, theirs = logits_of(work / "mnn-fused", work / "ours.npy"), logits_of(work / "mnn-llmexport", work / "theirs.npy")
+        print(f"logits, ours vs llmexport (64 tokens, memory normal): max |diff| {np.abs(ours - theirs).max():.3g} "
+              f"(max |logit| {np.abs(ours).max():.3g}), top-1 agreement {(ours.argmax(-1) == theirs.argmax(-1)).mean():.1%}")
 
 
 if __name__ == "__main__":

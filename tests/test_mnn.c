@@ -7,7 +7,10 @@
 // - a decoder written here from that layout, run over a whole exported
 //   package: every code and fp16 alpha equals the quantizer's for the
 //   checkpoint, and the LayerNorm blobs hold the norm weights.
-// The runtime itself judges the packages in tests/interop/test_mnn_runtime.py.
+// Bad input (a vocabulary the format cannot hold, a tokenizer with more ids
+// than the model has rows, a damaged weight file) fails with one message and
+// leaves no directory. The runtime itself judges the packages in
+// tests/interop/test_mnn_runtime.py.
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -15,6 +18,7 @@
 #include <string.h>
 #include <unistd.h>
 #include "../export/flatbuf.h"
+#include "../export/mnn_inspect.h"
 #include "../export/mnn_export.h"
 #include "../export/mnn_graph.h"
 #include "../export/mnn_weights.h"
@@ -107,10 +111,99 @@ static void weight_blob_matches_spec_example(void **state) {
     assert_memory_equal(blob + 150, alpha, 16);
 }
 
+
+// A tiny tied model with the fixture tokenizer (1505 ids) and its RTN int4 state.
+static const char TINY[] =
+    "{\"model_type\": \"qwen3\", \"num_hidden_layers\": 2, \"hidden_size\": 64, \"num_attention_heads\": 4, "
+    "\"num_key_value_heads\": 2, \"head_dim\": 16, \"intermediate_size\": 128, \"vocab_size\": %d, "
+    "\"max_position_embeddings\": 256, \"rms_norm_eps\": 1e-6, \"rope_theta\": 10000.0, "
+    "\"tie_word_embeddings\": true}";
+
+static void tiny_model(ModelBundle *b, QatState *q, int vocab) {
+    char json[512];
+    snprintf(json, sizeof json, TINY, vocab);
+    ModelConfig cfg;
+    PtError e;
+    if (config_from_hf_json(&cfg, json, "test config", &e)) fail_msg("%s", e.msg);
+    bundle_alloc(b, &cfg);
+    bundle_init_random(b, 5);
+    uint8_t *tok;
+    if (read_whole_file("tests/fixtures/tok/tokenizer.json", &tok, &b->tokenizer_json_len, &e)) fail_msg("%s", e.msg);
+    b->tokenizer_json = (char *)tok;
+    QuantSpec spec = {64, 0};
+    if (qat_init(q, &b->tt, &spec, 1, 0, "test", &e) ||
+        qat_init_from_weights(q, &b->tt, b->params, QAT_INIT_RTN, NULL, NULL, "test", &e))
+        fail_msg("%s", e.msg);
+}
+
+static char *tmp_dir(const char *name) {
+    char buf[128];
+    snprintf(buf, sizeof buf, "/tmp/pt-mnn-%ld-%s", (long)getpid(), name);
+    return xstrdup(buf);
+}
+
+static void export_then_inspect_and_detect_damage(void **state) {
+    (void)state;
+    ModelBundle b;
+    QatState q;
+    tiny_model(&b, &q, 1536);
+    char *dir = tmp_dir("ok");
+    MnnExportOptions o = {.fused = 1, .memory = "normal", .force = 1};
+    MnnExportStats st;
+    PtError e;
+    if (mnn_export(&b, &q, dir, &o, &st, &e)) fail_msg("%s", e.msg);
+    assert_int_equal(st.n_linears, 2 * 7 + 1);
+    FILE *devnull = fopen("/dev/null", "w");
+    if (mnn_inspect(dir, devnull, &e)) fail_msg("%s", e.msg);
+    // One byte short: the lm_head's alpha now runs past the end.
+    char *weight = path_join(dir, "llm.mnn.weight");
+    assert_int_equal(truncate(weight, st.weight_bytes - 1), 0);
+    assert_int_equal(mnn_inspect(dir, devnull, &e), -1);
+    assert_non_null(strstr(e.msg, "llm.mnn.weight"));
+    fclose(devnull);
+    char cmd[256];
+    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+    assert_int_equal(system(cmd), 0);
+    free(weight);
+    free(dir);
+    qat_free(&q);
+    bundle_free(&b);
+}
+
+static void refuses_what_the_format_cannot_hold(void **state) {
+    (void)state;
+    ModelBundle b;
+    QatState q;
+    PtError e;
+    MnnExportOptions o = {.fused = 1, .memory = "low"};
+    MnnExportStats st;
+    // The tokenizer has ids up to 1504; the model only 1024 rows.
+    tiny_model(&b, &q, 1024);
+    char *dir = tmp_dir("small-vocab");
+    assert_int_equal(mnn_export(&b, &q, dir, &o, &st, &e), -1);
+    assert_non_null(strstr(e.msg, "1024 embedding rows"));
+    assert_false(path_exists(dir));
+    char *tmp = temp_path_for(dir);
+    assert_false(path_exists(tmp));
+    free(tmp);
+    // A vocabulary whose lm_head has more elements than an MNN tensor can count
+    // (checked before any weight is touched, so no parameters are needed).
+    ModelBundle huge = b;
+    huge.cfg.vocab_size = 1 << 25;
+    assert_int_equal(mnn_export(&huge, &q, dir, &o, &st, &e), -1);
+    assert_non_null(strstr(e.msg, "vocabulary 33554432"));
+    assert_false(path_exists(dir));
+    free(dir);
+    qat_free(&q);
+    bundle_free(&b);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(flatbuffer_matches_spec_example),
         cmocka_unit_test(weight_blob_matches_spec_example),
+        cmocka_unit_test(export_then_inspect_and_detect_damage),
+        cmocka_unit_test(refuses_what_the_format_cannot_hold),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
