@@ -59,13 +59,14 @@ def run_timer(pkg, mem, threads):
 # imports a telemetry module that pip-installs an SDK and contacts a server,
 # so a stand-in with no logger is registered first.
 LLMEXPORT = r"""
-import runpy, sys, types, os, importlib.util
+import sys, types, os, importlib.util
 stub = types.ModuleType("MNN.tools.utils.log"); stub.mnn_logger = None
 sys.modules["MNN.tools.utils.log"] = stub
 root = os.path.dirname(importlib.util.find_spec("llmexport").origin)
 sys.path.insert(0, root)   # its modules import each other as top-level 'utils'
-sys.argv = ["llmexport.py"] + sys.argv[1:]
-runpy.run_path(os.path.join(root, "llmexport.py"), run_name="__main__")
+path = os.path.join(root, "llmexport.py")
+sys.argv = [path] + sys.argv[1:]
+exec(compile(open(path).read(), path, "exec"), {"__name__": "__main__", "__file__": path})
 """
 
 LOGITS = r"""

@@ -1,8 +1,9 @@
 """Our MNN packages judged by the real runtime: the PyPI `mnn` wheel (MNN.llm).
 
 For tiny checkpoints with the fixture tokenizer -- tied, untied, a config with
-other sizes (3 layers, hidden 128, 6/2 heads of 32, theta 1e6), and one whose
-int4 state is not RTN (a /qat group with shifted scales and zero points) --
+other sizes (3 layers, hidden 128, 6/2 heads of 32, theta 1e6), one whose
+int4 state is not RTN (a /qat group with shifted scales and zero points), and
+a Llama-style one without q/k norm --
 exported with both graph forms (plain ops, fused MNN ops), with
 `memory: normal` (weights dequantized to fp32 at load, fp32 activations on x86):
 
@@ -54,6 +55,7 @@ MODELS = {
     "other": {"num_hidden_layers": 3, "hidden_size": 128, "num_attention_heads": 6, "num_key_value_heads": 2,
               "head_dim": 32, "intermediate_size": 320, "rope_theta": 1000000.0},
     "qat": {},
+    "llama": {"model_type": "llama", "architectures": ["LlamaForCausalLM"]},   # no q/k norm
 }
 GRAPHS = ["plain", "fused"]
 RUNTIME = {"memory": "normal", "precision": "high", "sampler_type": "greedy", "thread_num": 2,
