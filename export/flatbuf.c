@@ -1,6 +1,7 @@
 #include "flatbuf.h"
 #include <stdlib.h>
 #include <string.h>
+#include "../util/bytes.h"
 #include "../util/util.h"
 
 enum { FB_TABLE, FB_STRING, FB_VEC_SCALAR, FB_VEC_REFS };
@@ -116,26 +117,8 @@ size_t fb_vec_len(const FbNode *vec) { return vec->n; }
 
 // ---- serialization ----
 
-typedef struct {
-    uint8_t *p;
-    size_t len, cap;
-} Out;
-
-static void out_reserve(Out *o, size_t more) {
-    if (o->len + more <= o->cap) return;
-    while (o->len + more > o->cap) o->cap = o->cap ? 2 * o->cap : 4096;
-    uint8_t *p = realloc(o->p, o->cap);
-    if (!p) {
-        fprintf(stderr, "out of memory serializing a flatbuffer (%zu bytes)\n", o->cap);
-        exit(1);
-    }
-    o->p = p;
-}
-static void out_put(Out *o, const void *v, size_t n) {
-    out_reserve(o, n);
-    memcpy(o->p + o->len, v, n);
-    o->len += n;
-}
+typedef Bytes Out;
+static void out_put(Out *o, const void *v, size_t n) { bytes_put(o, v, n); }
 static void out_pad_to(Out *o, size_t align, size_t phase) {   // until len % align == phase
     while (o->len % align != phase) out_put(o, "", 1);
 }
@@ -171,12 +154,10 @@ static size_t write_table(Out *o, const FbNode *t) {
     out_pad_to(o, 4, 0);
     size_t start = o->len;
     int32_t soffset = (int32_t)(start - vt);
-    out_reserve(o, inline_size);
-    memset(o->p + start, 0, inline_size);
+    bytes_put_zeros(o, inline_size);
     memcpy(o->p + start, &soffset, 4);
     for (int id = 0; id < n_slots; id++)
         if (t->field[id].present) memcpy(o->p + start + off[id], t->field[id].bytes, t->field[id].size);
-    o->len = start + inline_size;
     for (int id = 0; id < n_slots; id++)
         if (t->field[id].present && t->field[id].is_ref) write_child(o, start + off[id], t->field[id].child);
     return start;
@@ -206,9 +187,7 @@ static size_t write_node(Out *o, const FbNode *nd) {
         at = o->len;
         out_put(o, &count, 4);
         size_t slots = o->len;
-        out_reserve(o, 4 * nd->n);
-        memset(o->p + slots, 0, 4 * nd->n);
-        o->len += 4 * nd->n;
+        bytes_put_zeros(o, 4 * nd->n);
         for (size_t i = 0; i < nd->n; i++) write_child(o, slots + 4 * i, nd->items[i]);
         return at;
     }
@@ -216,7 +195,7 @@ static size_t write_node(Out *o, const FbNode *nd) {
 }
 
 uint8_t *fb_serialize(const FbNode *root, size_t *len) {
-    Out o = {0};
+    Out o = {.what = "the flatbuffer"};
     uint32_t zero = 0;
     out_put(&o, &zero, 4);
     write_child(&o, 0, root);

@@ -3,29 +3,16 @@
 #include <stdlib.h>
 #include <string.h>
 #include <utf8proc.h>
+#include "../util/bytes.h"
 
 static const char SRC[] = "tokenizer.json (stored in the checkpoint)";
 
-// Growable little-endian byte buffer.
-typedef struct {
-    uint8_t *p;
-    size_t len, cap;
-} Buf;
-
-static void put(Buf *b, const void *v, size_t n) {
-    if (b->len + n > b->cap) {
-        while (b->len + n > b->cap) b->cap = b->cap ? 2 * b->cap : 1 << 16;
-        uint8_t *p = realloc(b->p, b->cap);
-        if (!p) die("out of memory building tokenizer.mtok (%zu bytes)", b->cap);
-        b->p = p;
-    }
-    memcpy(b->p + b->len, v, n);
-    b->len += n;
-}
-static void put_u8(Buf *b, unsigned v) { uint8_t x = (uint8_t)v; put(b, &x, 1); }
-static void put_u16(Buf *b, unsigned v) { uint16_t x = (uint16_t)v; put(b, &x, 2); }
-static void put_u32(Buf *b, uint32_t v) { put(b, &v, 4); }
-static void put_text(Buf *b, const char *s) { put(b, s, strlen(s)); }
+typedef Bytes Buf;
+static void put(Buf *b, const void *v, size_t n) { bytes_put(b, v, n); }
+static void put_u8(Buf *b, unsigned v) { bytes_put_u8(b, v); }
+static void put_u16(Buf *b, unsigned v) { bytes_put_u16(b, v); }
+static void put_u32(Buf *b, uint32_t v) { bytes_put_u32(b, v); }
+static void put_text(Buf *b, const char *s) { bytes_put(b, s, strlen(s)); }
 // A u16-length string; longer ones cannot be stored.
 static int put_str(Buf *b, const char *s, size_t n, PtError *e) {
     if (n > 65535) return pt_fail(e, "%s: a token of %zu bytes is longer than tokenizer.mtok can store (65535)", SRC, n);
@@ -296,7 +283,7 @@ int mnn_tokenizer_build(const ModelBundle *bundle, uint8_t **out, size_t *out_le
                       ? json_loadb(bundle->tokenizer_config_json, bundle->tokenizer_config_json_len, 0, &je)
                       : NULL;
     json_t *added = json_object_get(root, "added_tokens");
-    Buf body = {0}, b = {0};
+    Buf body = {.what = "tokenizer.mtok"}, b = {.what = "tokenizer.mtok"};
     int rc = -1;
     if (put_normalizer(&body, root, e) || put_pre_tokenizer(&body, root, e) ||
         put_model(&body, json_object_get(root, "model"), bundle->cfg.vocab_size, e))
