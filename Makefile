@@ -74,7 +74,7 @@ demo:
 bench: $(POCKET) $(BENCH_BIN) $(VENV)/ok
 	PYTHON=$(VENV)/bin/python bash tests/bench.sh ./$(POCKET) $(BUILD)/tests
 
-DEB_PKGS = gcc make pkg-config libhdf5-dev hdf5-tools zlib1g-dev libcmocka-dev libjansson-dev \
+DEB_PKGS = gcc g++ cmake ninja-build make pkg-config libhdf5-dev hdf5-tools zlib1g-dev libcmocka-dev libjansson-dev \
            libinih-dev libutf8proc-dev libpcre2-dev python3-venv
 deps:
 	@missing=""; for p in $(DEB_PKGS); do dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
@@ -86,7 +86,7 @@ deps:
 # libFuzzer target for the GGUF reader (needs clang); how to run it: tests/fuzz/README.md
 FUZZ_SRC = tests/fuzz/fuzz_gguf.c model/gguf_reader.c model/gguf_import.c export/gguf_tokenizer.c \
            export/gguf_writer.c model/config.c model/tensors.c model/bundle.c data/tokenizer.c \
-           data/tokenizer_bpe.c data/tokenizer_text.c data/sha256.c util/util.c
+           data/tokenizer_bpe.c data/tokenizer_text.c data/sha256.c qat/qat.c qat/quant.c util/util.c util/bytes.c
 fuzz: build-fuzz/fuzz_gguf
 build-fuzz/fuzz_gguf: $(FUZZ_SRC)
 	@mkdir -p build-fuzz

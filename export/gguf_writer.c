@@ -4,23 +4,9 @@
 #include <math.h>
 #include <string.h>
 #include "gguf_tokenizer.h"
+#include "../util/bytes.h"
 
-typedef struct {
-    uint8_t *p;
-    size_t len, cap;
-} Bytes;
-
-static void put(Bytes *b, const void *src, size_t n) {
-    if (b->len + n > b->cap) {
-        size_t cap = b->cap ? b->cap : 4096;
-        while (cap < b->len + n) cap *= 2;
-        uint8_t *p = realloc(b->p, cap);
-        if (!p) die("out of memory growing GGUF metadata to %zu bytes", cap);
-        b->p = p, b->cap = cap;
-    }
-    memcpy(b->p + b->len, src, n);
-    b->len += n;
-}
+static void put(Bytes *b, const void *src, size_t n) { bytes_put(b, src, n); }
 static void put_u32(Bytes *b, uint32_t v) { put(b, &v, 4); }
 static void put_u64(Bytes *b, uint64_t v) { put(b, &v, 8); }
 static void put_str(Bytes *b, const char *s, size_t n) {
@@ -112,6 +98,9 @@ void gguf_kv_arr_str(GgufWriter *w, const char *key, const char *const *s, const
     if (begin_array(w, key, GGUF_TYPE_STRING, n)) return;
     for (uint64_t i = 0; i < n; i++) put_str(&w->kv, s[i], lens ? lens[i] : strlen(s[i]));
 }
+void gguf_kv_arr_u16(GgufWriter *w, const char *key, const uint16_t *v, uint64_t n) {
+    if (begin_array(w, key, GGUF_TYPE_UINT16, n) == 0) put(&w->kv, v, n * 2);
+}
 void gguf_kv_arr_i32(GgufWriter *w, const char *key, const int32_t *v, uint64_t n) {
     if (begin_array(w, key, GGUF_TYPE_INT32, n) == 0) put(&w->kv, v, n * 4);
 }
@@ -119,9 +108,9 @@ void gguf_kv_arr_f32(GgufWriter *w, const char *key, const float *v, uint64_t n)
     if (begin_array(w, key, GGUF_TYPE_FLOAT32, n) == 0) put(&w->kv, v, n * 4);
 }
 
+// Types encoded from fp32 values here; Q4_0/Q4_1 come from gguf_encode_int4.
 static int is_writable_type(uint32_t type) {
-    return type == GGML_TYPE_F32 || type == GGML_TYPE_F16 || type == GGML_TYPE_BF16 || type == GGML_TYPE_Q8_0 ||
-           type == GGML_TYPE_Q4_0 || type == GGML_TYPE_Q4_1;
+    return type == GGML_TYPE_F32 || type == GGML_TYPE_F16 || type == GGML_TYPE_BF16 || type == GGML_TYPE_Q8_0;
 }
 
 static int add_pending(GgufWriter *w, const char *name, int n_dims, const int64_t *ne, uint32_t type, PtError *e,
@@ -158,6 +147,9 @@ static int add_pending(GgufWriter *w, const char *name, int n_dims, const int64_
 
 int gguf_add_tensor(GgufWriter *w, const char *name, int n_dims, const int64_t *ne, uint32_t type, const float *data,
                     PtError *e) {
+    if (type == GGML_TYPE_Q4_0 || type == GGML_TYPE_Q4_1)
+        return pt_fail(e, "tensor \"%s\": %s codes come from the int4 quantizer (gguf_encode_int4), not from fp32 values",
+                       name, ggml_type_name(type));
     if (!is_writable_type(type))
         return pt_fail(e, "tensor \"%s\": cannot encode fp32 values as %s", name,
                        ggml_type_name(type) ? ggml_type_name(type) : "an unknown type");
@@ -180,7 +172,7 @@ int gguf_add_tensor_bytes(GgufWriter *w, const char *name, int n_dims, const int
     return 0;
 }
 
-// ---- block encoders (spec 4.2-4.4, llama.cpp's reference rounding) ------------------
+// ---- block encoders (spec 4.2-4.5) --------------------------------------------------
 
 static int store_f16(uint8_t *p, float v) {
     uint16_t h = f32_to_f16(v);
@@ -194,34 +186,6 @@ int ggml_quant_q8_0(const float *x, uint8_t *block) {
     float d = amax / 127.0f, id = d != 0 ? 1.0f / d : 0.0f;
     for (int j = 0; j < GGML_QK; j++) block[2 + j] = (uint8_t)(int8_t)roundf(x[j] * id);
     return store_f16(block, d);
-}
-
-int ggml_quant_q4_0(const float *x, uint8_t *block) {
-    // The signed value of largest magnitude (the first one on ties) maps to code 0.
-    float amax = 0, max = 0;
-    for (int j = 0; j < GGML_QK; j++)
-        if (fabsf(x[j]) > amax) amax = fabsf(x[j]), max = x[j];
-    float d = max / -8.0f, id = d != 0 ? 1.0f / d : 0.0f;
-    uint8_t *qs = block + 2;
-    for (int j = 0; j < GGML_QK / 2; j++) {
-        int lo = (int)(x[j] * id + 8.5f), hi = (int)(x[j + GGML_QK / 2] * id + 8.5f);
-        lo = lo > 15 ? 15 : lo, hi = hi > 15 ? 15 : hi;
-        qs[j] = (uint8_t)(lo | hi << 4);
-    }
-    return store_f16(block, d);
-}
-
-int ggml_quant_q4_1(const float *x, uint8_t *block) {
-    float min = x[0], max = x[0];
-    for (int j = 1; j < GGML_QK; j++) min = fminf(min, x[j]), max = fmaxf(max, x[j]);
-    float d = (max - min) / 15.0f, id = d != 0 ? 1.0f / d : 0.0f;
-    uint8_t *qs = block + 4;
-    for (int j = 0; j < GGML_QK / 2; j++) {
-        int lo = (int)((x[j] - min) * id + 0.5f), hi = (int)((x[j + GGML_QK / 2] - min) * id + 0.5f);
-        lo = lo > 15 ? 15 : lo, hi = hi > 15 ? 15 : hi;
-        qs[j] = (uint8_t)(lo | hi << 4);
-    }
-    return store_f16(block, d) | store_f16(block + 2, min);
 }
 
 int ggml_quant_row(uint32_t type, const float *x, uint8_t *out, uint64_t n, uint64_t *bad) {
@@ -240,13 +204,80 @@ int ggml_quant_row(uint32_t type, const float *x, uint8_t *out, uint64_t n, uint
             if (store_f16(out + 2 * i, x[i])) return *bad = i, -1;
         return 0;
     case GGML_TYPE_Q8_0: block_fn = ggml_quant_q8_0, block_bytes = GGML_Q8_0_BYTES; break;
-    case GGML_TYPE_Q4_0: block_fn = ggml_quant_q4_0, block_bytes = GGML_Q4_0_BYTES; break;
-    case GGML_TYPE_Q4_1: block_fn = ggml_quant_q4_1, block_bytes = GGML_Q4_1_BYTES; break;
     default: return *bad = 0, -1;
     }
     for (uint64_t b = 0; b < n / GGML_QK; b++)
         if (block_fn(x + b * GGML_QK, out + b * (uint64_t)block_bytes)) return *bad = b * GGML_QK, -1;
     return 0;
+}
+
+// One group's blocks: G/32 blocks of 32 codes, each with d (and m for Q4_1).
+// Byte j of a block holds element j (low nibble) and element j+16 (high).
+static void put_int4_group(uint8_t *out, int block_bytes, int n_blocks, uint16_t d, int has_m, uint16_t m,
+                           const uint8_t *codes) {
+    for (int b = 0; b < n_blocks; b++, out += block_bytes, codes += GGML_QK) {
+        memcpy(out, &d, 2);
+        if (has_m) memcpy(out + 2, &m, 2);
+        uint8_t *qs = out + (has_m ? 4 : 2);
+        for (int j = 0; j < GGML_QK / 2; j++) qs[j] = (uint8_t)((codes[j] & 15u) | (codes[j + GGML_QK / 2] & 15u) << 4);
+    }
+}
+
+int gguf_encode_int4(uint32_t type, const QuantSpec *spec, const float *w, int64_t rows, int64_t cols,
+                     const float *scale, const float *zero, uint8_t *out, uint64_t *inexact_blocks,
+                     const char *what, PtError *e) {
+    if (type != GGML_TYPE_Q4_0 && type != GGML_TYPE_Q4_1)
+        return pt_fail(e, "%s: int4 weights are written as Q4_0 or Q4_1, not %s", what,
+                       ggml_type_name(type) ? ggml_type_name(type) : "an unknown type");
+    if (spec->group <= 0 || spec->group % GGML_QK)
+        return pt_fail(e, "%s: int4 group size %d is not a multiple of 32 (a %s block holds 32 weights of one "
+                          "group; use group 32, 64 or 128)", what, spec->group, ggml_type_name(type));
+    if (quant_check(spec, rows, cols, what, e)) return -1;
+    const int q4_1 = type == GGML_TYPE_Q4_1, G = spec->group, per_group = G / GGML_QK;
+    const int block_bytes = q4_1 ? GGML_Q4_1_BYTES : GGML_Q4_0_BYTES;
+    const int64_t ng = cols / G;
+    // Codes a chunk of rows at a time, so the embedding never needs a byte per weight at once.
+    int64_t chunk = ((int64_t)1 << 22) / cols + 1;
+    if (chunk > rows) chunk = rows;
+    uint8_t *codes = xmalloc((size_t)(chunk * cols), "int4 codes");
+    uint64_t inexact = 0;
+    int rc = 0;
+    for (int64_t r0 = 0; r0 < rows && rc == 0; r0 += chunk) {
+        int64_t n = rows - r0 < chunk ? rows - r0 : chunk;
+        quant_codes(spec, w + r0 * cols, n, cols, scale + r0 * ng, zero ? zero + r0 * ng : NULL, codes);
+        for (int64_t r = r0; r < r0 + n && rc == 0; r++)
+            for (int64_t g = 0; g < ng; g++) {
+                size_t k = (size_t)(r * ng + g);
+                float s = scale[k], z = (spec->symmetric || !zero) ? 0.0f : zero[k];
+                uint16_t d = f32_to_f16(s), m = 0;
+                if (!(s >= 0.0f) || f16_to_f32(d) != s) {
+                    rc = pt_fail(e, "%s: row %lld, group %lld: scale %g is not a non-negative fp16 value", what,
+                                 (long long)r, (long long)g, s);
+                    break;
+                }
+                if (!q4_1 && z != 0.0f) {
+                    rc = pt_fail(e, "%s: row %lld, group %lld: zero point %g; Q4_0 holds w = (u-8)*d only, so it "
+                                    "needs a symmetric int4 state (export q4_1 instead)", what, (long long)r,
+                                 (long long)g, z);
+                    break;
+                }
+                if (q4_1) {
+                    int exact;
+                    m = ggml_q4_1_offset(s, z, &exact);
+                    if (isinf(f16_to_f32(m))) {
+                        rc = pt_fail(e, "%s: row %lld, group %lld: offset zero - 8*scale = %g is beyond the fp16 range",
+                                     what, (long long)r, (long long)g, z - 8.0f * s);
+                        break;
+                    }
+                    if (!exact) inexact += (uint64_t)per_group;
+                }
+                put_int4_group(out + k * (size_t)per_group * block_bytes, block_bytes, per_group, d, q4_1, m,
+                               codes + (r - r0) * cols + g * G);
+            }
+    }
+    free(codes);
+    if (rc == 0 && inexact_blocks) *inexact_blocks += inexact;
+    return rc;
 }
 
 // ---- the file ---------------------------------------------------------------------
@@ -360,7 +391,56 @@ static void put_hparams(GgufWriter *w, const ModelConfig *c, const char *arch, u
 #undef KEY
 }
 
-int gguf_export(const ModelBundle *b, const char *path, const char *quant, GgufExportStats *st, PtError *e) {
+// The int4 state must describe this model's table: every quantized tensor a
+// 2-D row of it with the same shape.
+static int check_int4(const ModelBundle *b, const QatState *q, uint32_t type, const char *path, PtError *e) {
+    if (!q)
+        return pt_fail(e, "%s: a %s export needs the int4 quantizer state (QAT scales or RTN from the weights)", path,
+                       ggml_type_name(type));
+    for (int i = 0; i < q->n; i++) {
+        const QatTensor *qt = &q->t[i];
+        if (qt->tensor < 0 || qt->tensor >= b->tt.n || b->tt.t[qt->tensor].ndim != 2 ||
+            b->tt.t[qt->tensor].shape[0] != qt->rows || b->tt.t[qt->tensor].shape[1] != qt->cols)
+            return pt_fail(e, "%s: the int4 quantizer state does not match the model's tensor table (tensor %d)", path,
+                           qt->tensor);
+    }
+    if (q->spec.group <= 0 || q->spec.group % GGML_QK)
+        return pt_fail(e, "%s: int4 group size %d is not a multiple of 32: %s blocks hold 32 weights of one group "
+                          "(quantize with group 32, 64 or 128)", path, q->spec.group, ggml_type_name(type));
+    return 0;
+}
+
+// One matrix of a q4 export: its int4 blocks (int4 quantizes it) or floats
+// (BF16 when bf16 is set, else F32). scale/zero rows follow the weights' rows
+// (permuted with them for llama). The fp16 zero point of each group is
+// appended to zero_hint (Q4_1).
+static int add_int4_tensor(GgufWriter *w, const char *path, const char *name, const int64_t ne[2], uint32_t type,
+                           const QatState *q, const QatTensor *qt, int bf16, const float *src, const float *scale,
+                           const float *zero, uint8_t **bytes_out, uint16_t *zero_hint, uint64_t *n_hint,
+                           GgufExportStats *st, PtError *e) {
+    if (!qt) {   // as int4 mode runs it (train/int4.c): an untied embedding at bf16, the rest fp32
+        st->n_int4_float++;
+        return gguf_add_tensor(w, name, 2, ne, bf16 ? GGML_TYPE_BF16 : GGML_TYPE_F32, src, e);
+    }
+    uint64_t nbytes = ggml_row_bytes(type, (uint64_t)ne[0]) * (uint64_t)ne[1];
+    uint8_t *bytes = xmalloc((size_t)nbytes, "Q4 blocks");
+    char what[512];
+    snprintf(what, sizeof what, "%s: tensor %s", path, name);
+    if (gguf_encode_int4(type, &q->spec, src, ne[1], ne[0], scale, zero, bytes, &st->inexact_offset_blocks, what, e) ||
+        gguf_add_tensor_bytes(w, name, 2, ne, type, bytes, nbytes, e)) {
+        free(bytes);
+        return -1;
+    }
+    *bytes_out = bytes;
+    if (type == GGML_TYPE_Q4_1)
+        for (size_t k = 0; k < qt->n_groups; k++) zero_hint[(*n_hint)++] = f32_to_f16(q->spec.symmetric ? 0.0f : zero[k]);
+    st->n_quant++;
+    st->int4_blocks += nbytes / (type == GGML_TYPE_Q4_1 ? GGML_Q4_1_BYTES : GGML_Q4_0_BYTES);
+    return 0;
+}
+
+int gguf_export(const ModelBundle *b, const char *path, const char *quant, const QatState *int4,
+                GgufExportStats *st, PtError *e) {
     int q = 0;
     while (q < N_QUANTS && strcmp(QUANTS[q].name, quant) != 0) q++;
     if (q == N_QUANTS) return pt_fail(e, "unknown GGUF quantization '%s' (f32, f16, bf16, q8_0, q4_0, q4_1)", quant);
@@ -370,42 +450,81 @@ int gguf_export(const ModelBundle *b, const char *path, const char *quant, GgufE
         return pt_fail(e, "model_type \"%s\" has no GGUF architecture here (qwen3, llama)", c->model_type);
     if (llama && c->qk_norm) return pt_fail(e, "a llama model with q/k norms has no llama.cpp architecture");
     if (!llama && !c->qk_norm) return pt_fail(e, "a qwen3 model without q/k norms has no llama.cpp architecture");
+    const uint32_t qtype = QUANTS[q].type;
+    const int is_int4 = qtype == GGML_TYPE_Q4_0 || qtype == GGML_TYPE_Q4_1;
+    if (is_int4 && check_int4(b, int4, qtype, path, e)) return -1;
     GgufExportStats local;
     if (!st) st = &local;
     memset(st, 0, sizeof *st);
     GgufWriter *w = gguf_writer_new();
     put_hparams(w, c, llama ? "llama" : "qwen3", QUANTS[q].file_type);
-    float *permuted = NULL;
+    float *permuted = NULL, *perm_scale = NULL, *perm_zero = NULL;
+    uint8_t **blocks = xcalloc((size_t)b->tt.n, sizeof *blocks, "Q4 tensor list");
+    uint16_t *zero_hint = is_int4 ? xmalloc((int4->total + 1) * sizeof(uint16_t), "zero points") : NULL;
+    uint64_t n_hint = 0;
     int rc = gguf_tokenizer_put(w, b, e);
     if (rc) goto out;
-    // llama.cpp's llama graph rotates interleaved pairs: q and k rows go in permuted.
-    size_t perm_floats = 0;
+    // llama.cpp's llama graph rotates interleaved pairs: q and k rows go in
+    // permuted, and with them the rows of their int4 scales and zero points.
+    size_t perm_floats = 0, perm_groups = 0;
     if (llama)
         for (int i = 0; i < b->tt.n; i++)
-            if (b->tt.t[i].kind == T_WQ || b->tt.t[i].kind == T_WK) perm_floats += b->tt.t[i].numel;
+            if (b->tt.t[i].kind == T_WQ || b->tt.t[i].kind == T_WK) {
+                perm_floats += b->tt.t[i].numel;
+                const QatTensor *qt = is_int4 ? qat_find(int4, i) : NULL;
+                if (qt) perm_groups += qt->n_groups;
+            }
     permuted = perm_floats ? xmalloc(perm_floats * sizeof(float), "permuted q/k") : NULL;
-    size_t perm_used = 0;
+    if (perm_groups) {
+        perm_scale = xmalloc(perm_groups * sizeof(float), "permuted q/k scales");
+        perm_zero = xmalloc(perm_groups * sizeof(float), "permuted q/k zero points");
+    }
+    size_t perm_used = 0, groups_used = 0;
     for (int i = 0; i < b->tt.n && rc == 0; i++) {
         const TensorInfo *ti = &b->tt.t[i];
         char name[GGUF_MAX_NAME];
         gguf_tensor_name(ti, name);
         int64_t ne[2] = {ti->ndim == 2 ? ti->shape[1] : ti->shape[0], ti->shape[0]};
         const float *src = b->params + ti->offset;
+        const QatTensor *qt = is_int4 && ti->ndim == 2 ? qat_find(int4, i) : NULL;
+        const float *scale = qt ? int4->scale + qt->offset : NULL, *zero = qt ? int4->zero + qt->offset : NULL;
         if (llama && (ti->kind == T_WQ || ti->kind == T_WK)) {
             int heads = ti->kind == T_WQ ? c->n_head : c->n_kv_head;
             gguf_llama_permute(src, permuted + perm_used, heads, c->head_dim, ne[0], 1);
             src = permuted + perm_used;
             perm_used += ti->numel;
+            if (qt) {
+                int64_t ng = qt->cols / int4->spec.group;
+                gguf_llama_permute(scale, perm_scale + groups_used, heads, c->head_dim, ng, 1);
+                gguf_llama_permute(zero, perm_zero + groups_used, heads, c->head_dim, ng, 1);
+                scale = perm_scale + groups_used, zero = perm_zero + groups_used;
+                groups_used += qt->n_groups;
+            }
         }
-        uint32_t type = QUANTS[q].type;
-        int block, block_bytes;
-        ggml_type_geometry(type, &block, &block_bytes);
-        if (ti->ndim == 1) type = GGML_TYPE_F32, st->n_norm++;
-        else if (ne[0] % block) type = GGML_TYPE_F16, st->n_fallback++;
-        else st->n_quant++;
-        rc = gguf_add_tensor(w, name, ti->ndim, ne, type, src, e);
+        if (ti->ndim == 1) {
+            st->n_norm++;
+            rc = gguf_add_tensor(w, name, 1, ne, GGML_TYPE_F32, src, e);
+        } else if (is_int4) {
+            int bf16 = ti->kind == T_EMBED && !c->tied_embeddings;
+            rc = add_int4_tensor(w, path, name, ne, qtype, int4, qt, bf16, src, scale, zero, &blocks[i], zero_hint, &n_hint,
+                                 st, e);
+        } else {
+            uint32_t type = qtype;
+            int block, block_bytes;
+            ggml_type_geometry(type, &block, &block_bytes);
+            if (ne[0] % block) type = GGML_TYPE_F16, st->n_fallback++;
+            else st->n_quant++;
+            rc = gguf_add_tensor(w, name, 2, ne, type, src, e);
+        }
     }
     st->n_tensors = b->tt.n;
+    if (rc == 0 && is_int4) {
+        st->int4_group = int4->spec.group;
+        gguf_kv_u32(w, "pocket.quantization.group_size", (uint32_t)int4->spec.group);
+        gguf_kv_bool(w, "pocket.quantization.symmetric", int4->spec.symmetric);
+        gguf_kv_u64(w, "pocket.quantization.inexact_offset_blocks", st->inexact_offset_blocks);
+        if (st->inexact_offset_blocks) gguf_kv_arr_u16(w, "pocket.quantization.zero", zero_hint, n_hint);
+    }
     if (rc == 0) rc = gguf_writer_save(w, path, e);
     if (rc == 0) {
         FILE *f = fopen(path, "rb");
@@ -413,7 +532,12 @@ int gguf_export(const ModelBundle *b, const char *path, const char *quant, GgufE
         if (f) fclose(f);
     }
 out:
+    for (int i = 0; i < b->tt.n; i++) free(blocks[i]);
+    free(blocks);
+    free(zero_hint);
     free(permuted);
+    free(perm_scale);
+    free(perm_zero);
     gguf_writer_free(w);
     return rc;
 }

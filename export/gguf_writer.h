@@ -18,6 +18,7 @@
 #pragma once
 #include "../model/bundle.h"
 #include "../model/gguf_reader.h"
+#include "../qat/qat.h"
 
 typedef struct GgufWriter GgufWriter;
 
@@ -35,13 +36,15 @@ void gguf_kv_str(GgufWriter *w, const char *key, const char *s);
 void gguf_kv_strn(GgufWriter *w, const char *key, const char *s, size_t len);
 // Array of n strings; lens may be NULL (then strlen).
 void gguf_kv_arr_str(GgufWriter *w, const char *key, const char *const *s, const size_t *lens, uint64_t n);
+void gguf_kv_arr_u16(GgufWriter *w, const char *key, const uint16_t *v, uint64_t n);
 void gguf_kv_arr_i32(GgufWriter *w, const char *key, const int32_t *v, uint64_t n);
 void gguf_kv_arr_f32(GgufWriter *w, const char *key, const float *v, uint64_t n);
 
 // A tensor of ne[0] x ... x ne[n_dims-1] fp32 values (ne[0] contiguous)
-// stored as type (F32, F16, BF16, Q8_0, Q4_0, Q4_1); data must stay valid
-// until gguf_writer_save. Errors (bad name, ne[0] not a multiple of the block
-// size, unsupported type) are reported here.
+// stored as type (F32, F16, BF16, Q8_0); data must stay valid until
+// gguf_writer_save. Errors (bad name, ne[0] not a multiple of the block size,
+// unsupported type) are reported here. Q4_0/Q4_1 tensors are added as bytes
+// made by gguf_encode_int4.
 int gguf_add_tensor(GgufWriter *w, const char *name, int n_dims, const int64_t *ne, uint32_t type,
                     const float *data, PtError *e);
 // A tensor whose bytes are already encoded in its type (nbytes must match).
@@ -49,14 +52,26 @@ int gguf_add_tensor_bytes(GgufWriter *w, const char *name, int n_dims, const int
                           const void *bytes, uint64_t nbytes, PtError *e);
 int gguf_writer_save(GgufWriter *w, const char *path, PtError *e);
 
-// Block encoders, llama.cpp's reference rounding (spec 4.2-4.4): 32 values
-// in, one block out. fp16 scales that overflow return -1.
+// Q8_0 block encoder, llama.cpp's reference rounding (spec 4.2): 32 values
+// in, one block out; -1 when the fp16 scale overflows.
 int ggml_quant_q8_0(const float *x, uint8_t *block);
-int ggml_quant_q4_0(const float *x, uint8_t *block);
-int ggml_quant_q4_1(const float *x, uint8_t *block);
-// n values (a multiple of the block size) to type; returns -1 and the index
-// of the first value that does not fit (fp16 overflow) in *bad.
+// n values (a multiple of the block size) to F32, F16, BF16 or Q8_0; returns
+// -1 and the index of the first value that does not fit (fp16 overflow) in
+// *bad. Q4_0/Q4_1 are not rounded here: their codes come from the int4
+// quantizer (gguf_encode_int4).
 int ggml_quant_row(uint32_t type, const float *x, uint8_t *out, uint64_t n, uint64_t *bad);
+
+// Int4 weights (qat/quant.h) as Q4_0 or Q4_1 blocks (spec 4.3-4.4, 5):
+// codes from quant_codes with the per-(row, group) scale and zero; each group
+// of G weights (G a multiple of 32) becomes G/32 blocks carrying the same
+// codes and d = scale; Q4_1 blocks also carry m = ggml_q4_1_offset(scale,
+// zero), computed once per group. Q4_0 holds w = (u-8)*d only, so it needs
+// zero == 0 in every group (a symmetric state). *inexact_blocks (may be NULL)
+// is increased by the Q4_1 blocks whose m fp16 could not hold exactly.
+// out: rows * cols/32 blocks, rows one after another. `what` names the tensor.
+int gguf_encode_int4(uint32_t type, const QuantSpec *spec, const float *w, int64_t rows, int64_t cols,
+                     const float *scale, const float *zero, uint8_t *out, uint64_t *inexact_blocks,
+                     const char *what, PtError *e);
 
 // ---- whole-model export ---------------------------------------------------------
 
@@ -65,14 +80,34 @@ typedef struct {
     int n_norm;             // 1-D tensors, always F32
     int n_quant;            // matrices in the requested type
     int n_fallback;         // matrices stored as F16 because ne[0] is not a multiple of 32
+    int n_int4_float;       // q4_0/q4_1: matrices int4 mode does not quantize (F32; an untied embedding BF16)
+    int int4_group;         // q4_0/q4_1: the quantizer's group size
+    uint64_t int4_blocks;   // Q4_0/Q4_1 blocks written
+    uint64_t inexact_offset_blocks;   // Q4_1 blocks whose offset m is not exact in fp16
     uint64_t bytes;         // file size
 } GgufExportStats;
 
-// quant: f32, f16, bf16, q8_0, q4_0, q4_1. Norms stay F32; matrices whose
-// ne[0] is not a multiple of 32 fall back to F16 for the block types (as
-// llama.cpp's converter does). A tied model has no output.weight. The llama
-// preset is written as architecture "llama" with its q/k rows permuted for
+// quant: f32, f16, bf16, q8_0, q4_0, q4_1. Norms stay F32; for f16/bf16/q8_0,
+// matrices whose ne[0] is not a multiple of 32 fall back to F16 (q8_0, as
+// llama.cpp's converter does).
+//
+// q4_0/q4_1 write exactly the weights `pocket forward --int4` runs with: int4
+// is that quantizer state (the checkpoint's QAT scales, or RTN from the float
+// weights; required for these two). Its tensors become Q4 blocks
+// (gguf_encode_int4); every other matrix is stored as int4 mode runs it
+// (train/int4.c): an untied embedding as BF16, anything else F32, so llama.cpp
+// computes what --int4 computes. The group size must be a multiple of 32. The metadata gets
+// pocket.quantization.group_size (UINT32), .symmetric (BOOL) and
+// .inexact_offset_blocks (UINT64). When some Q4_1 offset is inexact, also
+// pocket.quantization.zero: ARRAY of UINT16, the fp16 zero point of every
+// group of every Q4_1 tensor, in file order (GGUF rows, then groups). Only
+// then can an import tell the zero point back: the offset m alone fits
+// several fp16 zero points (see model/gguf_import.h). llama.cpp ignores it.
+//
+// A tied model has no output.weight. The llama preset is written as
+// architecture "llama" with its q/k rows (and their int4 scales) permuted for
 // llama.cpp's interleaved RoPE.
-int gguf_export(const ModelBundle *b, const char *path, const char *quant, GgufExportStats *st, PtError *e);
+int gguf_export(const ModelBundle *b, const char *path, const char *quant, const QatState *int4,
+                GgufExportStats *st, PtError *e);
 // The ggml type of a --quant name; -1 when unknown.
 int gguf_quant_type(const char *quant);

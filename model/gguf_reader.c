@@ -550,6 +550,13 @@ int gguf_read_f32(const GgufFile *f, const GgufTensor *t, float *out, PtError *e
     return 0;
 }
 
+uint16_t ggml_q4_1_offset(float scale, float zero, int *exact) {
+    float m = zero - 8.0f * scale;
+    uint16_t h = f32_to_f16(m);
+    *exact = f16_to_f32(h) == m;
+    return h;
+}
+
 // ---- inspect ---------------------------------------------------------------------------
 
 static void print_value(FILE *out, uint32_t type, const GgufKV *kv, const uint8_t *scalar, const char *s, size_t n) {
@@ -572,6 +579,30 @@ static void print_value(FILE *out, uint32_t type, const GgufKV *kv, const uint8_
     else if (type == GGUF_TYPE_BOOL) fputs(one.num.u ? "true" : "false", out);
     else if (is_signed_type(type)) fprintf(out, "%lld", (long long)one.num.i);
     else fprintf(out, "%llu", (unsigned long long)one.num.u);
+}
+
+// The int4 summary of our Q4_0/Q4_1 exports (keys written by export/gguf_writer.c).
+static int inspect_int4(const GgufFile *f, FILE *out, PtError *e) {
+    int64_t group, inexact = -1;
+    int sym = -1;
+    int found = gguf_get_int(f, "pocket.quantization.group_size", &group, e);
+    if (found <= 0) return found;
+    if (gguf_get_int(f, "pocket.quantization.inexact_offset_blocks", &inexact, e) < 0 ||
+        gguf_get_bool(f, "pocket.quantization.symmetric", &sym, e) < 0)
+        return -1;
+    uint64_t q4_1_blocks = 0, q4_0_blocks = 0;
+    for (int64_t i = 0; i < f->n_tensors; i++) {
+        if (f->t[i].type == GGML_TYPE_Q4_1) q4_1_blocks += f->t[i].numel / GGML_QK;
+        if (f->t[i].type == GGML_TYPE_Q4_0) q4_0_blocks += f->t[i].numel / GGML_QK;
+    }
+    fprintf(out, "int4 from the quantizer: group %lld%s; %llu Q4_0 and %llu Q4_1 blocks", (long long)group,
+            sym < 0 ? "" : sym ? ", symmetric" : ", asymmetric", (unsigned long long)q4_0_blocks,
+            (unsigned long long)q4_1_blocks);
+    if (inexact >= 0)
+        fprintf(out, "; %lld Q4_1 blocks (%.2f%%) have an offset m = zero - 8*scale that fp16 could not hold exactly",
+                (long long)inexact, q4_1_blocks ? 100.0 * (double)inexact / (double)q4_1_blocks : 0.0);
+    fputc('\n', out);
+    return 0;
 }
 
 int gguf_inspect(const char *path, FILE *out, PtError *e) {
@@ -617,8 +648,9 @@ int gguf_inspect(const char *path, FILE *out, PtError *e) {
     for (int i = 0; i < N_GGML_TYPES; i++)
         if (count_of[i]) fprintf(out, " %s %llu (%.2f MB)", GGML_TYPES[i].name, (unsigned long long)count_of[i], bytes_of[i] / 1e6);
     fprintf(out, "; total %.2f MB of tensor data, file %.2f MB\n", total / 1e6, f.len / 1e6);
+    int rc = inspect_int4(&f, out, e);
     gguf_close(&f);
-    return 0;
+    return rc;
 }
 
 // ---- names --------------------------------------------------------------------------------

@@ -125,8 +125,16 @@ int ggml_dequant_row(uint32_t type, const uint8_t *src, float *dst, uint64_t n);
 // Whole tensor to fp32 (t->numel floats).
 int gguf_read_f32(const GgufFile *f, const GgufTensor *t, float *out, PtError *e);
 
+// The Q4_1 offset of an int4 group (qat/quant.h: w = (u-8)*scale + zero,
+// Q4_1: w = u*d + m with d = scale): m = zero - 8*scale, computed once in
+// fp32 and rounded to fp16. *exact is 1 when fp16 holds that value exactly.
+// The exporter and the importer both call this, so they agree bit for bit.
+uint16_t ggml_q4_1_offset(float scale, float zero, int *exact);
+
 // Prints the header, every metadata pair (long arrays abbreviated) and every
-// tensor (name, type, shape, offset, bytes), with totals per type.
+// tensor (name, type, shape, offset, bytes), with totals per type, and for
+// our int4 exports a line with pocket.quantization.* (group size, blocks whose
+// offset fp16 could not hold exactly).
 int gguf_inspect(const char *path, FILE *out, PtError *e);
 
 // ---- the model's names in GGUF (spec 3) -------------------------------------

@@ -11,9 +11,19 @@
 #   call into them fails with "no device", and torch.cuda.is_available() is
 #   False. They go into torch/lib, which is on torch's own library search path
 #   ($ORIGIN), so no LD_LIBRARY_PATH is needed.
-# - With PIP_CACHE_DIR set, the downloaded wheels are kept in
-#   $PIP_CACHE_DIR/pocket-wheelhouse and a later run installs from there
-#   without the network.
+# - llama-cpp-python (llama.cpp itself, for tests/interop/test_gguf_llamacpp.py)
+#   has no binary wheel on PyPI. Its pinned sdist is built ONCE into a wheel in
+#   the wheelhouse and installed from there: CPU only; GGML_NATIVE off, so the
+#   wheel and llama.cpp's numbers do not depend on the CPU that built it (it
+#   still needs AVX2/FMA); without llama.cpp's common and mtmd libraries, which
+#   the Python package never loads (about half of the build); without build
+#   isolation: its build backend (scikit-build-core, pathspec) is pinned in
+#   requirements-ci.txt, and cmake, ninja and g++ are Debian packages (.ci/run
+#   installs them).
+# - With PIP_CACHE_DIR set, the downloaded wheels and the built llama-cpp-python
+#   wheel are kept in $PIP_CACHE_DIR/pocket-wheelhouse and a later run installs
+#   from there without the network or a compiler; without it they go to a
+#   temporary folder.
 #
 # Environment: PYTHON (default python3), PIP_CACHE_DIR (optional).
 set -euo pipefail
@@ -26,11 +36,16 @@ VENV=$1
 HERE=$(cd "$(dirname "$0")" && pwd)
 REQ=$HERE/requirements-ci.txt
 PYTHON=${PYTHON:-python3}
+# llama.cpp's Python bindings, built from source (see the top of this file).
+LLAMA_CPP_PYTHON=llama-cpp-python==0.3.36
+LLAMA_CPP_CMAKE_ARGS="-DGGML_NATIVE=OFF -DLLAVA_BUILD=OFF -DGGML_BLAS=OFF -DGGML_CUDA=OFF -DGGML_VULKAN=OFF"
 start=$(date +%s)
 
 for tool in "$PYTHON" gcc readelf; do
     command -v "$tool" >/dev/null || { echo "setup_venv.sh: $tool not found" >&2; exit 1; }
 done
+TEMP_DIRS=()
+trap 'rm -rf "${TEMP_DIRS[@]}"' EXIT
 
 echo "setup_venv.sh: creating $VENV with $("$PYTHON" --version 2>&1)"
 "$PYTHON" -m venv --clear "$VENV"
@@ -39,7 +54,12 @@ INSTALL=(install --quiet --no-deps --only-binary=:all: -r "$REQ")
 
 if [ -n "${PIP_CACHE_DIR:-}" ]; then
     WHEELS=$PIP_CACHE_DIR/pocket-wheelhouse
-    mkdir -p "$WHEELS"
+else
+    WHEELS=$(mktemp -d)
+    TEMP_DIRS+=("$WHEELS")
+fi
+mkdir -p "$WHEELS"
+if [ -n "${PIP_CACHE_DIR:-}" ]; then
     if "${PIP[@]}" "${INSTALL[@]}" --no-index --find-links "$WHEELS" >/dev/null 2>&1; then
         echo "setup_venv.sh: installed from the wheel cache $WHEELS"
     else
@@ -52,10 +72,38 @@ else
     "${PIP[@]}" "${INSTALL[@]}"
 fi
 
+# llama-cpp-python: the wheel from the wheelhouse, built there first if missing.
+LLAMA_VERSION=${LLAMA_CPP_PYTHON#*==}
+if ! compgen -G "$WHEELS/llama_cpp_python-$LLAMA_VERSION-*.whl" >/dev/null; then
+    for tool in cmake g++; do
+        command -v "$tool" >/dev/null || { echo "setup_venv.sh: $tool not found (needed to build $LLAMA_CPP_PYTHON)" >&2; exit 1; }
+    done
+    echo "setup_venv.sh: building $LLAMA_CPP_PYTHON from its sdist into $WHEELS (once; about 6 minutes on 2 cores)"
+    BUILD_LOG=$(mktemp)
+    TEMP_DIRS+=("$BUILD_LOG")
+    t0=$(date +%s)
+    # llama-cpp-python's CMakeLists forces llama.cpp's common library on; the
+    # Python package never loads it, and it is a third of the build. This
+    # file, run right after llama.cpp's project() call, turns it off again.
+    NO_COMMON=$(mktemp -d)
+    TEMP_DIRS+=("$NO_COMMON")
+    echo 'set(LLAMA_BUILD_COMMON OFF CACHE BOOL "not loaded by the Python package" FORCE)' >"$NO_COMMON/no_common.cmake"
+    if ! CMAKE_ARGS="$LLAMA_CPP_CMAKE_ARGS -DCMAKE_PROJECT_llama.cpp_INCLUDE=$NO_COMMON/no_common.cmake" \
+        CMAKE_BUILD_PARALLEL_LEVEL=$(nproc) \
+        "${PIP[@]}" wheel --no-deps --no-build-isolation --no-binary llama-cpp-python -w "$WHEELS" "$LLAMA_CPP_PYTHON" \
+        >"$BUILD_LOG" 2>&1; then
+        tail -n 40 "$BUILD_LOG" >&2
+        echo "setup_venv.sh: building $LLAMA_CPP_PYTHON failed (the end of its log is above)" >&2
+        exit 1
+    fi
+    echo "setup_venv.sh: built $LLAMA_CPP_PYTHON in $(( $(date +%s) - t0 )) s"
+fi
+"${PIP[@]}" install --quiet --no-deps --no-index --find-links "$WHEELS" "$LLAMA_CPP_PYTHON"
+
 # Stand-ins for the CUDA libraries torch links to (see the top of this file).
 TORCH_DIR=$("$VENV/bin/python" -c 'import importlib.util, os; print(os.path.dirname(importlib.util.find_spec("torch").origin))')
 STUB_SRC=$(mktemp -d)
-trap 'rm -rf "$STUB_SRC"' EXIT
+TEMP_DIRS+=("$STUB_SRC")
 "$VENV/bin/python" - "$TORCH_DIR" "$STUB_SRC" <<'PY'
 import collections, ctypes, glob, os, re, subprocess, sys
 
@@ -153,7 +201,7 @@ PY
 
 # Smoke check: the CPU paths the tests rely on.
 "$VENV/bin/python" - <<'PY'
-import h5py, numpy, pytest, safetensors, tokenizers, torch, transformers
+import h5py, llama_cpp, numpy, pytest, safetensors, tokenizers, torch, transformers
 from transformers import Qwen3Config, Qwen3ForCausalLM
 assert not torch.cuda.is_available()
 assert float(torch.ones(2) @ torch.ones(2)) == 2.0
@@ -163,6 +211,6 @@ ids = torch.arange(8)[None]
 Qwen3ForCausalLM(cfg)(input_ids=ids, labels=ids).loss.backward()
 print(f"setup_venv.sh: ok: torch {torch.__version__} (CPU), transformers {transformers.__version__}, "
       f"tokenizers {tokenizers.__version__}, safetensors {safetensors.__version__}, numpy {numpy.__version__}, "
-      f"h5py {h5py.__version__}, pytest {pytest.__version__}")
+      f"h5py {h5py.__version__}, pytest {pytest.__version__}, llama-cpp-python {llama_cpp.__version__}")
 PY
 echo "setup_venv.sh: $VENV ready in $(( $(date +%s) - start )) s"

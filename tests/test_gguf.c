@@ -1,7 +1,8 @@
 // GGUF writer and reader against independent references:
 // - llama.cpp's gguf-py (tests/ref/make_gguf_fixtures.py) quantized an awkward
-//   matrix to F16/BF16/Q8_0/Q4_0/Q4_1: our encoders give the same bytes and our
-//   decoders the same floats; it also wrote the HF fixture models as GGUF the
+//   matrix to F16/BF16/Q8_0/Q4_0/Q4_1: our encoders give the same bytes (F16,
+//   BF16, Q8_0; Q4 codes come from the int4 quantizer instead, test_gguf_q4.c)
+//   and our decoders the same floats; it also wrote the HF fixture models as GGUF the
 //   way llama.cpp's converter does: our import equals our HF import bit for
 //   bit and our export has the same tensor bytes;
 // - blocks worked out by hand from the formulas in shared/spec/gguf.md;
@@ -73,9 +74,11 @@ static void test_quant_matches_gguf_py(void **s) {
         assert_int_equal(qt->type, TYPES[k].type);
         uint8_t *ours = xmalloc(qt->nbytes, "encoded");
         uint64_t bad;
-        assert_int_equal(ggml_quant_row(TYPES[k].type, x, ours, xt->numel, &bad), 0);
+        int is_q4 = TYPES[k].type == GGML_TYPE_Q4_0 || TYPES[k].type == GGML_TYPE_Q4_1;
+        // Q4 blocks are not rounded from floats here (their codes come from the int4 quantizer).
+        assert_int_equal(ggml_quant_row(TYPES[k].type, x, ours, xt->numel, &bad), is_q4 ? -1 : 0);
         const uint8_t *ref = bytes_of(&f, qt);
-        for (uint64_t i = 0; i < qt->nbytes; i++)
+        for (uint64_t i = 0; i < qt->nbytes && !is_q4; i++)
             if (ours[i] != ref[i]) fail_msg("%s: byte %llu is %02X, gguf-py wrote %02X", qname, (unsigned long long)i, ours[i], ref[i]);
         float *deq = read_all(&f, qname), *want = read_all(&f, dname);
         for (uint64_t i = 0; i < xt->numel; i++)
@@ -152,47 +155,21 @@ static void test_q8_0_block_by_hand(void **s) {
     assert_true(back[0] == -63.5f && back[17] == 0.5f);
 }
 
-static void test_q4_0_block_by_hand(void **s) {
+// Decoders by hand; the encoders (the int4 quantizer's codes) are in test_gguf_q4.c.
+static void test_q4_decoders_by_hand(void **s) {
     (void)s;
-    // max = -8 (largest magnitude, signed): d = -8/-8 = 1 (fp16 0x3C00), id = 1,
-    // code = min(15, trunc(x + 8.5)). x[j] = j - 8 for j < 16 gives codes 0..15.
-    float x[32];
-    for (int j = 0; j < 16; j++) x[j] = (float)(j - 8);
-    static const float hi[16] = {7.4f, 7.6f, -7.6f, 0.49f, 0.5f, -0.5f, -0.51f, 3.0f,
-                                 -8.0f, 8.0f, 6.99f, -6.5f, 0.0f, 1.5f, -1.5f, 4.25f};
-    // trunc(v + 8.5): 15.9->15, 16.1->15 (clamped), 0.9->0, 8.99->8, 9->9, 8->8, 7.99->7, 11.5->11,
-    //                 0.5->0, 16.5->15, 15.49->15, 2->2, 8.5->8, 10->10, 7->7, 12.75->12
-    static const int hi_code[16] = {15, 15, 0, 8, 9, 8, 7, 11, 0, 15, 15, 2, 8, 10, 7, 12};
-    memcpy(x + 16, hi, sizeof hi);
-    uint8_t got[18];
-    assert_int_equal(ggml_quant_q4_0(x, got), 0);
-    assert_int_equal(got[0] | got[1] << 8, 0x3C00);
-    for (int j = 0; j < 16; j++) {
-        assert_int_equal(got[2 + j] & 15, j);
-        assert_int_equal(got[2 + j] >> 4, hi_code[j]);
-    }
+    // Q4_0: d = 1 (0x3C00); byte j = element j (low nibble) | element j+16 (high): x = code - 8.
+    uint8_t q4_0[18] = {0x00, 0x3C};
+    for (int j = 0; j < 16; j++) q4_0[2 + j] = (uint8_t)(j | (15 - j) << 4);
     float back[32];
-    ggml_dequant_q4_0(got, back);
-    for (int j = 0; j < 16; j++) assert_true(back[j] == (float)(j - 8) && back[16 + j] == (float)(hi_code[j] - 8));
-}
-
-static void test_q4_1_block_by_hand(void **s) {
-    (void)s;
+    ggml_dequant_q4_0(q4_0, back);
+    for (int j = 0; j < 16; j++) assert_true(back[j] == (float)(j - 8) && back[16 + j] == (float)(7 - j));
     // Spec 5.4 example 1: d = 0x211F, m = 0xAD1F, codes 0..15 then 15..0.
     static const uint8_t spec[20] = {0x1f, 0x21, 0x1f, 0xad, 0xf0, 0xe1, 0xd2, 0xc3, 0xb4, 0xa5,
                                      0x96, 0x87, 0x78, 0x69, 0x5a, 0x4b, 0x3c, 0x2d, 0x1e, 0x0f};
-    float back[32];
     ggml_dequant_q4_1(spec, back);
     assert_true(back[0] == -0.08001708984375f && back[31] == -0.08001708984375f);
     assert_true(fabsf(back[15] - 0.0700150f) < 1e-7f && back[16] == back[15]);
-    // Encoding values 0..15, 15..0: min 0, max 15, d = 1, codes = values.
-    float x[32];
-    for (int j = 0; j < 16; j++) x[j] = (float)j, x[16 + j] = (float)(15 - j);
-    uint8_t got[20];
-    assert_int_equal(ggml_quant_q4_1(x, got), 0);
-    assert_int_equal(got[0] | got[1] << 8, 0x3C00);
-    assert_int_equal(got[2] | got[3] << 8, 0x0000);
-    assert_memory_equal(got + 4, spec + 4, 16);
 }
 
 // ---- writer -> reader ------------------------------------------------------------------------
@@ -223,10 +200,9 @@ static void test_writer_reader_roundtrip(void **s) {
     int32_t ints[] = {5, -6};
     gguf_kv_arr_i32(w, "a.ints", ints, 2);
     int64_t ne[2] = {COLS, ROWS};
-    static const uint32_t TYPES[] = {GGML_TYPE_F32, GGML_TYPE_F16, GGML_TYPE_BF16, GGML_TYPE_Q8_0, GGML_TYPE_Q4_0,
-                                     GGML_TYPE_Q4_1};
+    static const uint32_t TYPES[] = {GGML_TYPE_F32, GGML_TYPE_F16, GGML_TYPE_BF16, GGML_TYPE_Q8_0};
     PtError e;
-    for (int k = 0; k < 6; k++) {
+    for (int k = 0; k < 4; k++) {
         char name[16];
         snprintf(name, sizeof name, "t%d", k);
         assert_int_equal(gguf_add_tensor(w, name, 2, ne, TYPES[k], x, &e), 0);
@@ -237,13 +213,15 @@ static void test_writer_reader_roundtrip(void **s) {
     int64_t odd[2] = {48, 2};
     assert_int_equal(gguf_add_tensor(w, "odd", 2, odd, GGML_TYPE_Q8_0, x, &e), -1);   // 48 % 32
     assert_non_null(strstr(e.msg, "block size"));
+    assert_int_equal(gguf_add_tensor(w, "q4", 2, ne, GGML_TYPE_Q4_1, x, &e), -1);     // codes come from the quantizer
+    assert_non_null(strstr(e.msg, "int4 quantizer"));
     if (gguf_writer_save(w, path, &e)) fail_msg("%s", e.msg);
     gguf_writer_free(w);
 
     GgufFile f;
     open_ok(&f, path);
     assert_int_equal(f.version, 3);
-    assert_int_equal(f.n_tensors, 7);
+    assert_int_equal(f.n_tensors, 5);
     assert_int_equal(f.data_offset % 32, 0);
     // ggml's loader wants tensor data packed in info order, each padded to 32, the last one too.
     uint64_t expect = 0;
@@ -273,8 +251,8 @@ static void test_writer_reader_roundtrip(void **s) {
         memcpy(&bf, &bits, 4);
         if (t1[i] != half || t2[i] != bf) fail_msg("value %d: f16 %g (want %g), bf16 %g (want %g)", i, t1[i], half, t2[i], bf);
     }
-    // Block types: the values decode within the error their formulas allow.
-    for (int k = 3; k < 6; k++) {
+    // Q8_0: the values decode within the error its formula allows.
+    for (int k = 3; k < 4; k++) {
         char name[16];
         snprintf(name, sizeof name, "t%d", k);
         float *q = read_all(&f, name);
@@ -283,9 +261,8 @@ static void test_writer_reader_roundtrip(void **s) {
             for (int j = 0; j < 32; j++)
                 lo = fminf(lo, x[b * 32 + j]), hi = fmaxf(hi, x[b * 32 + j]), amax = fmaxf(amax, fabsf(x[b * 32 + j]));
             // half a step, plus the fp16 rounding of the scale (and offset) times the largest code
-            float bound = k == 3 ? amax / 127 * (0.5f + 127 * 0x1p-11f)
-                        : k == 4 ? amax / 8 * (1.0f + 16 * 0x1p-11f)
-                                 : (hi - lo) / 15 * (0.5f + 15 * 0x1p-11f) + fabsf(lo) * 0x1p-11f;
+            (void)lo, (void)hi;
+            float bound = amax / 127 * (0.5f + 127 * 0x1p-11f);
             for (int j = 0; j < 32; j++)
                 if (fabsf(q[b * 32 + j] - x[b * 32 + j]) > bound * 1.0001f)
                     fail_msg("%s value %d: %g decodes to %g (bound %g)", name, b * 32 + j, x[b * 32 + j], q[b * 32 + j], bound);
@@ -331,7 +308,7 @@ static void test_model_f32_roundtrip_is_exact(void **s) {
         ModelBundle a, b;
         PtError e;
         make_model(&a, PRESETS[p], 11 + p);
-        if (gguf_export(&a, path, "f32", NULL, &e) || gguf_import(path, &b, &e)) fail_msg("%s: %s", PRESETS[p], e.msg);
+        if (gguf_export(&a, path, "f32", NULL, NULL, &e) || gguf_import(path, &b, &e)) fail_msg("%s: %s", PRESETS[p], e.msg);
         same_config(&a.cfg, &b.cfg);
         assert_int_equal(a.tt.total, b.tt.total);
         for (int i = 0; i < a.tt.n; i++)
@@ -352,20 +329,20 @@ static void test_model_f32_roundtrip_is_exact(void **s) {
 }
 
 // Quantized exports: norms F32, matrices in the type (or F16 when ne[0] % 32),
-// values back within the type's error.
+// values back within the type's error. (q4_0/q4_1: test_gguf_q4.c.)
 static void test_model_quant_exports(void **s) {
     (void)s;
-    static const char *const QUANTS[] = {"f16", "bf16", "q8_0", "q4_0", "q4_1"};
-    static const float REL[] = {0x1p-11f, 0x1p-8f, 1.0f / 127, 1.0f / 8, 1.0f / 14};
+    static const char *const QUANTS[] = {"f16", "bf16", "q8_0"};
+    static const float REL[] = {0x1p-11f, 0x1p-8f, 1.0f / 127};
     char *path = tmp_path("q.gguf");
     for (int p = 0; p < 2; p++) {
         ModelBundle a;
         make_model(&a, p ? "tiny-untied" : "tiny", 5);
-        for (int q = 0; q < 5; q++) {
+        for (int q = 0; q < 3; q++) {
             ModelBundle b;
             PtError e;
             GgufExportStats st;
-            if (gguf_export(&a, path, QUANTS[q], &st, &e) || gguf_import(path, &b, &e)) fail_msg("%s", e.msg);
+            if (gguf_export(&a, path, QUANTS[q], NULL, &st, &e) || gguf_import(path, &b, &e)) fail_msg("%s", e.msg);
             GgufFile f;
             open_ok(&f, path);
             for (int i = 0; i < a.tt.n; i++) {
@@ -411,7 +388,7 @@ static void test_converter_files(void **s) {
         same_config(&h.cfg, &g.cfg);
         assert_memory_equal(h.params, g.params, h.tt.total * sizeof(float));
         // bf16 (qwen3-tied) and fp16 (llama-noqk) weights export losslessly in their own type.
-        if (gguf_export(&h, path, m == 0 ? "bf16" : "f16", NULL, &e)) fail_msg("%s", e.msg);
+        if (gguf_export(&h, path, m == 0 ? "bf16" : "f16", NULL, NULL, &e)) fail_msg("%s", e.msg);
         GgufFile ours, ref;
         open_ok(&ours, path);
         open_ok(&ref, gg);
@@ -476,7 +453,7 @@ static void check_rebuilt_tokenizer(const char *tok_file) {
     PtError e;
     model_with_tokenizer(&a, tok_file, 1);
     char *path = tmp_path("tok.gguf");
-    if (gguf_export(&a, path, "f32", NULL, &e) || gguf_import(path, &b, &e)) fail_msg("%s: %s", tok_file, e.msg);
+    if (gguf_export(&a, path, "f32", NULL, NULL, &e) || gguf_import(path, &b, &e)) fail_msg("%s: %s", tok_file, e.msg);
     GgufFile f;
     open_ok(&f, path);
     const GgufKV *types = gguf_find_kv(&f, "tokenizer.ggml.token_type"), *tokens = gguf_find_kv(&f, "tokenizer.ggml.tokens");
@@ -551,14 +528,14 @@ static void test_tokenizer_refused(void **s) {
     PtError e;
     model_with_tokenizer(&a, TOK "tokenizer_gpt2ish.json", 0);
     char *path = tmp_path("bad-tok.gguf");
-    assert_int_equal(gguf_export(&a, path, "f32", NULL, &e), -1);
+    assert_int_equal(gguf_export(&a, path, "f32", NULL, NULL, &e), -1);
     assert_non_null(strstr(e.msg, "llama.cpp"));
     assert_int_equal(access(path, F_OK), -1);   // no output file
     bundle_free(&a);
     // A tokenizer larger than the model's vocabulary is refused too.
     model_with_tokenizer(&a, TOK "tokenizer.json", 0);
     a.cfg.vocab_size = 1000;
-    assert_int_equal(gguf_export(&a, path, "f32", NULL, &e), -1);
+    assert_int_equal(gguf_export(&a, path, "f32", NULL, NULL, &e), -1);
     assert_non_null(strstr(e.msg, "vocab_size"));
     bundle_free(&a);
     free(path);
@@ -569,8 +546,7 @@ int main(void) {
         cmocka_unit_test(test_quant_matches_gguf_py),
         cmocka_unit_test(test_metadata_of_every_type),
         cmocka_unit_test(test_q8_0_block_by_hand),
-        cmocka_unit_test(test_q4_0_block_by_hand),
-        cmocka_unit_test(test_q4_1_block_by_hand),
+        cmocka_unit_test(test_q4_decoders_by_hand),
         cmocka_unit_test(test_writer_reader_roundtrip),
         cmocka_unit_test(test_model_f32_roundtrip_is_exact),
         cmocka_unit_test(test_model_quant_exports),

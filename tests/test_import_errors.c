@@ -562,11 +562,11 @@ static void test_export_errors(void **state) {
     assert_false(path_exists(keep));
     char *st = path_join(out, "model.safetensors");
     assert_true(path_exists(st));
-    // Formats not written yet, unknown formats, a bad dtype, a missing checkpoint.
+    // A bad mnn graph form, unknown formats, a bad dtype, a missing checkpoint.
     char *out2 = path_join(c->root, "exp-out2");
-    run_pocket(c, &r, "export", "--ckpt", ckpt, "--format", "mnn", "--out", out2, NULL, NULL);
+    run_pocket(c, &r, "export", "--ckpt", ckpt, "--format", "mnn", "--out", out2, "--graph", "spiral");
     assert_int_not_equal(r.status, 0);
-    assert_non_null(strstr(r.err, "not supported yet"));
+    assert_non_null(strstr(r.err, "unknown --graph 'spiral'"));
     run_pocket(c, &r, "export", "--ckpt", ckpt, "--format", "onnx", "--out", out2, NULL, NULL);
     assert_int_not_equal(r.status, 0);
     assert_non_null(strstr(r.err, "unknown format 'onnx'"));

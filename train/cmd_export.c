@@ -3,13 +3,18 @@
 #include <string.h>
 #include "../export/gguf_writer.h"
 #include "../export/hf_export.h"
+#include "../export/mnn_export.h"
 #include "checkpoint.h"
 #include "commands.h"
+#include "int4.h"
 
 typedef struct {
+    const char *ckpt;
     const char *out;
     const char *dtype;   // NULL: the format's default
     const char *quant;   // gguf tensor type; NULL: f16
+    const char *graph;   // mnn graph form: "fused" (default) or "plain"
+    const char *memory;  // mnn config.json "memory": "low" (default) or "normal"
     int force;
 } ExportOptions;
 
@@ -20,15 +25,74 @@ static int export_hf(const ModelBundle *b, const ExportOptions *o, PtError *e) {
     return hf_export(b, o->out, o->dtype ? o->dtype : "f32", o->force, e);
 }
 
+// The int4 weights `pocket forward --int4` runs with: the checkpoint's QAT
+// state, else RTN from its float weights with the deployment default (group
+// 64, asymmetric; symmetric for q4_0, whose blocks have no offset).
+static int int4_state(const char *ckpt, const ModelBundle *b, int symmetric_rtn, QatState *q, int *from_qat,
+                      PtError *e) {
+    QuantSpec spec;
+    int quant_embedding;
+    int rc = checkpoint_read_qat_spec(ckpt, &spec, &quant_embedding, e);
+    if (rc < 0) return -1;
+    *from_qat = rc == 0;
+    if (!*from_qat) {
+        int4_default_spec(&b->cfg, &spec, &quant_embedding);
+        spec.symmetric = symmetric_rtn;
+    }
+    if (qat_init(q, &b->tt, &spec, quant_embedding, 0, ckpt, e)) return -1;
+    rc = *from_qat ? checkpoint_load_qat(ckpt, q, &b->tt, e)
+                   : qat_init_from_weights(q, &b->tt, b->params, QAT_INIT_RTN, NULL, NULL, ckpt, e);
+    if (rc > 0) rc = pt_fail(e, "%s: /qat vanished while reading it", ckpt);
+    if (rc) qat_free(q);
+    return rc;
+}
+
 static int export_gguf(const ModelBundle *b, const ExportOptions *o, PtError *e) {
     if (o->dtype) return pt_fail(e, "--dtype is for hf; gguf takes --quant f32|f16|bf16|q8_0|q4_0|q4_1");
     GgufExportStats st;
     const char *quant = o->quant ? o->quant : "f16";
-    if (gguf_export(b, o->out, quant, &st, e)) return -1;
-    printf("%s: %d tensors: %d norms F32, %d %s", o->out, st.n_tensors, st.n_norm, st.n_quant, quant);
-    if (st.n_fallback) printf(", %d F16 (ne[0] not a multiple of 32)", st.n_fallback);
-    printf("; %.2f MB\n", st.bytes / 1e6);
-    return 0;
+    int is_int4 = !strcmp(quant, "q4_0") || !strcmp(quant, "q4_1"), from_qat = 0;
+    QatState q;
+    if (is_int4 && int4_state(o->ckpt, b, !strcmp(quant, "q4_0"), &q, &from_qat, e)) return -1;
+    int rc = gguf_export(b, o->out, quant, is_int4 ? &q : NULL, &st, e);
+    if (rc == 0) {
+        printf("%s: %d tensors: %d norms F32, %d %s", o->out, st.n_tensors, st.n_norm, st.n_quant, quant);
+        if (st.n_fallback) printf(", %d F16 (ne[0] not a multiple of 32)", st.n_fallback);
+        if (st.n_int4_float) printf(", %d F32/BF16 (int4 mode leaves them unquantized)", st.n_int4_float);
+        printf("; %.2f MB\n", st.bytes / 1e6);
+        if (is_int4)
+            printf("int4 codes from %s (group %d, %s): %llu %s blocks; %llu (%.2f%%) with an offset fp16 could not "
+                   "hold exactly\n",
+                   from_qat ? "the checkpoint's QAT state" : "RTN of the float weights", st.int4_group,
+                   q.spec.symmetric ? "symmetric" : "asymmetric", (unsigned long long)st.int4_blocks, quant,
+                   (unsigned long long)st.inexact_offset_blocks,
+                   st.int4_blocks ? 100.0 * (double)st.inexact_offset_blocks / (double)st.int4_blocks : 0.0);
+    }
+    if (is_int4) qat_free(&q);
+    return rc;
+}
+
+static int export_mnn(const ModelBundle *b, const ExportOptions *o, PtError *e) {
+    if (o->dtype || o->quant) return pt_fail(e, "--dtype and --quant are not for mnn: it is always int4 (group of the checkpoint's QAT state, else 64)");
+    const char *graph = o->graph ? o->graph : "fused", *memory = o->memory ? o->memory : "low";
+    if (strcmp(graph, "fused") != 0 && strcmp(graph, "plain") != 0)
+        return pt_fail(e, "unknown --graph '%s' (fused, plain)", graph);
+    if (strcmp(memory, "low") != 0 && strcmp(memory, "normal") != 0)
+        return pt_fail(e, "unknown --memory '%s' (low, normal)", memory);
+    QatState q;
+    int from_qat;
+    if (int4_state(o->ckpt, b, 0, &q, &from_qat, e)) return -1;
+    MnnExportOptions mo = {.fused = strcmp(graph, "fused") == 0, .memory = memory, .force = o->force};
+    MnnExportStats st;
+    int rc = mnn_export(b, &q, o->out, &mo, &st, e);
+    if (rc == 0)
+        printf("%s: %s graph, %d ops; %d int4 linears from %s (group %d, %s); llm.mnn.weight %.2f MB, llm.mnn %.1f kB, "
+               "tokenizer.mtok %.1f kB%s\n",
+               o->out, graph, st.n_ops, st.n_linears, from_qat ? "the checkpoint's QAT state" : "RTN of the float weights",
+               q.spec.group, q.spec.symmetric ? "symmetric" : "asymmetric", st.weight_bytes / 1e6, st.graph_bytes / 1e3,
+               st.tokenizer_bytes / 1e3, st.embedding_bytes ? ", embeddings_bf16.bin" : "");
+    qat_free(&q);
+    return rc;
 }
 
 static const struct {
@@ -37,13 +101,14 @@ static const struct {
     const char *what;
 } FORMATS[] = {
     {"hf", export_hf, "Hugging Face directory: config.json, model.safetensors, tokenizer files"},
-    {"mnn", NULL, "MNN INT4 package"},
+    {"mnn", export_mnn, "MNN INT4 package for MNN's LLM runtime (llm.mnn, llm.mnn.weight, configs, tokenizer.mtok)"},
     {"gguf", export_gguf, "GGUF file for llama.cpp (qwen3; llama for Llama-style models)"},
 };
 #define N_FORMATS (int)(sizeof FORMATS / sizeof FORMATS[0])
 
 static void help(FILE *f) {
-    fprintf(f, "usage: pocket export --ckpt CKPT.h5 --format FORMAT --out PATH [--dtype f32|bf16] [--quant Q] [--force]\n\n");
+    fprintf(f, "usage: pocket export --ckpt CKPT.h5 --format FORMAT --out PATH [--dtype f32|bf16] [--quant Q]\n"
+                 "                     [--graph fused|plain] [--memory low|normal] [--force]\n\n");
     for (int i = 0; i < N_FORMATS; i++)
         fprintf(f, "  --format %-5s %s%s\n", FORMATS[i].name, FORMATS[i].what, FORMATS[i].run ? "" : " (not supported yet)");
     fprintf(f,
@@ -51,8 +116,20 @@ static void help(FILE *f) {
             "  --out PATH       output directory (hf) or file (gguf); written to PATH.tmp.PID and renamed\n"
             "  --dtype D        weight storage type for hf: f32 (default) or bf16\n"
             "  --quant Q        matrix type for gguf: f32, f16 (default), bf16, q8_0, q4_0, q4_1\n"
-            "                   (round to nearest as llama.cpp; norms stay F32; matrices whose rows\n"
-            "                   are not a multiple of 32 fall back to F16)\n"
+            "                   f16/bf16/q8_0: rounded as llama.cpp; matrices whose rows are not a\n"
+            "                   multiple of 32 fall back to F16. q4_0/q4_1: the int4 weights that\n"
+            "                   `pocket forward --int4` runs (the checkpoint's QAT scales, else RTN\n"
+            "                   group 64: asymmetric for q4_1, symmetric for q4_0), codes unchanged,\n"
+            "                   each group split into 32-weight blocks; matrices int4 mode does not\n"
+            "                   quantize are written as it runs them (an untied embedding BF16, else\n"
+            "                   F32). Norms are always F32.\n"
+            "  --graph G        mnn graph form: fused (default; MNN's RoPE op, NC4HW4 attention output and\n"
+            "                   MUL_SILU, needs MNN >= 3.6.1) or plain (elementwise ops, any 3.6.x runtime)\n"
+            "  --memory M       mnn config.json \"memory\": low (default: int4 weight kernels with int8\n"
+            "                   dynamic activations, the smallest and fastest) or normal (weights\n"
+            "                   dequantized to float at load: the numerics of `pocket forward --int4`)\n"
+            "                   mnn: int4 codes and fp16 scales of the checkpoint's QAT state, else RTN\n"
+            "                   group 64 asymmetric, written unchanged; output is a directory\n"
             "  --force          replace an existing non-empty output directory\n");
 }
 
@@ -64,7 +141,7 @@ int cmd_export(int argc, char **argv) {
             help(stdout);
             return 0;
         } else if ((v = arg_value(argc, argv, &i, "--ckpt"))) {
-            ckpt = v;
+            ckpt = o.ckpt = v;
         } else if ((v = arg_value(argc, argv, &i, "--format"))) {
             format = v;
         } else if ((v = arg_value(argc, argv, &i, "--out"))) {
@@ -73,6 +150,10 @@ int cmd_export(int argc, char **argv) {
             o.dtype = v;
         } else if ((v = arg_value(argc, argv, &i, "--quant"))) {
             o.quant = v;
+        } else if ((v = arg_value(argc, argv, &i, "--graph"))) {
+            o.graph = v;
+        } else if ((v = arg_value(argc, argv, &i, "--memory"))) {
+            o.memory = v;
         } else if (!strcmp(argv[i], "--force")) {
             o.force = 1;
         } else {

@@ -16,7 +16,11 @@ static void help(FILE *f) {
             "implies; extra or missing tensors are an error.\n\n"
             "A GGUF file (architecture qwen3 or llama; tensors F32, F16, BF16, Q8_0, Q4_0 or\n"
             "Q4_1, dequantized to fp32) gives the config from its metadata and a tokenizer.json\n"
-            "rebuilt from its tokenizer.ggml.* keys (byte-level BPE, pre-tokenizer qwen2 or gpt-2).\n\n"
+            "rebuilt from its tokenizer.ggml.* keys (byte-level BPE, pre-tokenizer qwen2 or gpt-2).\n"
+            "Q4_0/Q4_1 matrices also give back the int4 quantizer state (/qat: group size, scales,\n"
+            "zero points), so `--int4` and a re-export use the file's codes; groups whose offset\n"
+            "no fp16 zero point reproduces (files not written by pocket) are counted and keep\n"
+            "GGUF's d*q + m.\n\n"
             "  HF_DIR          the model directory\n"
             "  FILE.gguf       a GGUF file\n"
             "  --out CKPT.h5   the checkpoint to write (written atomically)\n");
@@ -27,11 +31,13 @@ static int ends_with(const char *s, const char *suffix) {
     return a >= b && strcmp(s + a - b, suffix) == 0;
 }
 
-// One place decides which reader takes a source.
-static int import_any(const char *src, ModelBundle *b, PtError *e) {
+// One place decides which reader takes a source; a GGUF file may also give
+// back an int4 quantizer state.
+static int import_any(const char *src, ModelBundle *b, GgufInt4Import *int4, PtError *e) {
+    memset(int4, 0, sizeof *int4);
     if (path_is_dir(src)) return hf_import(src, b, e);
     if (!path_exists(src)) return pt_fail(e, "%s: no such file or directory", src);
-    if (ends_with(src, ".gguf") || gguf_is_file(src)) return gguf_import(src, b, e);
+    if (ends_with(src, ".gguf") || gguf_is_file(src)) return gguf_import_int4(src, b, int4, e);
     return pt_fail(e, "%s: not an HF model directory or a .gguf file", src);
 }
 
@@ -60,18 +66,35 @@ int cmd_import(int argc, char **argv) {
     double t0 = now_seconds();
     PtError err;
     ModelBundle b;
-    if (import_any(src, &b, &err)) {
+    GgufInt4Import int4;
+    if (import_any(src, &b, &int4, &err)) {
         fprintf(stderr, "pocket import: %s\n", err.msg);
         return 1;
     }
-    if (checkpoint_save(out, &b, &err)) {
+    int rc = int4.restored ? checkpoint_save_qat(out, &b, &int4.q, &err) : checkpoint_save(out, &b, &err);
+    if (rc) {
         fprintf(stderr, "pocket import: %s\n", err.msg);
+        if (int4.restored) qat_free(&int4.q);
         bundle_free(&b);
         return 1;
     }
     size_t numel = 0;
     for (int i = 0; i < b.tt.n; i++) numel += b.tt.t[i].numel;
     config_print(&b.cfg, stdout);
+    if (int4.restored) {
+        printf("int4 quantizer state restored to /qat: %d Q4 matrices, group %d (%s), %s%s; %llu of %llu groups "
+               "(%.2f%%) could not be represented exactly and keep GGUF's d*q+m\n",
+               int4.n_q4, int4.q.spec.group, int4.group_from_metadata ? "from pocket.quantization.group_size"
+                                                                       : "found from the blocks",
+               int4.q.spec.symmetric ? "symmetric" : "asymmetric",
+               int4.q.quant_embedding ? ", embedding quantized" : "", (unsigned long long)int4.inexact_groups,
+               (unsigned long long)int4.groups,
+               int4.groups ? 100.0 * (double)int4.inexact_groups / (double)int4.groups : 0.0);
+        if (int4.n_rtn)
+            printf("  %d matrices that int4 mode quantizes are not 4-bit in the file: RTN scales from their weights\n",
+                   int4.n_rtn);
+        qat_free(&int4.q);
+    }
     printf("imported %s -> %s: %d tensors, %zu parameters (%.1f MB fp32), tokenizer %s, %.2f s\n", src, out, b.tt.n,
            numel, numel * 4.0 / 1e6, b.tokenizer_json ? "yes" : "no", now_seconds() - t0);
     bundle_free(&b);
