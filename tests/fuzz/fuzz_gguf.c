@@ -1,6 +1,7 @@
 // libFuzzer target for the GGUF reader: parses the input as a GGUF file, and
 // when it parses, converts every convertible tensor to fp32 and runs the full
-// import (config, tensor checks, tokenizer rebuild and load). Any crash,
+// import (config, tensor checks, int4 state from Q4 blocks, tokenizer rebuild
+// and load). Any crash,
 // sanitizer report, leak or oversized allocation is a bug; errors are fine.
 // Build and run: see tests/fuzz/README.md.
 #include <stdint.h>
@@ -18,8 +19,13 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         if (x) gguf_read_f32(&f, t, x, &e);
         free(x);
     }
+    // The import with the int4 state: block grouping, zero-point recovery.
     ModelBundle b;
-    if (gguf_import_file(&f, &b, &e) == 0) bundle_free(&b);
+    GgufInt4Import int4;
+    if (gguf_import_file_int4(&f, &b, &int4, &e) == 0) {
+        if (int4.restored) qat_free(&int4.q);
+        bundle_free(&b);
+    }
     gguf_close(&f);
     return 0;
 }
