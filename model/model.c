@@ -32,12 +32,15 @@ static float *carve(Carver *c, size_t n) {
     return p;
 }
 
+// The activation slot layer l uses: training keeps every layer's, unless it
+// recomputes them in the backward; inference needs one.
+static int slot(const Model *m, int l) { return m->training && !m->recompute ? l : 0; }
+
 static void plan_buffers(Model *m, Carver *c) {
     const ModelConfig *cfg = &m->w.cfg;
     size_t N = (size_t)m->B * m->T, L = cfg->n_layer, H = cfg->d_model, F = cfg->d_ff;
     size_t Q = (size_t)cfg->n_head * cfg->head_dim, KV = (size_t)cfg->n_kv_head * cfg->head_dim;
-    // Inference keeps one layer of activations; training keeps all L.
-    size_t Ls = m->training ? L : 1;
+    size_t Ls = (size_t)slot(m, (int)L - 1) + 1;
     Activations *a = &m->a;
     a->x = carve(c, (m->training ? L + 1 : 2) * N * H);
     a->ln1 = carve(c, Ls * N * H);
@@ -85,7 +88,14 @@ int model_plan(Model *m, int B, int T, int training, FILE *log, PtError *e) {
     m->T = T;
     m->training = training;
     // The classifier holds `chunk` rows of V logits at a time, never N*V.
-    m->classifier_chunk = B * T < 128 ? B * T : 128;
+    // Each chunk streams the whole lm_head (and, for bf16, converts it twice),
+    // so fewer, larger chunks are faster: 256 rows of 65536 are 64 MiB.
+    m->classifier_chunk = B * T < 256 ? B * T : 256;
+    // The same plan with recompute flipped, for the saving the log reports.
+    m->recompute = !m->recompute;
+    Carver other = {NULL, 0};
+    plan_buffers(m, &other);
+    m->recompute = !m->recompute;
     Carver c = {NULL, 0};
     plan_buffers(m, &c);
     m->arena_floats = c.used;
@@ -100,9 +110,18 @@ int model_plan(Model *m, int B, int T, int training, FILE *log, PtError *e) {
     if (log) {
         double mb = 1.0 / (1 << 20), pbytes = m->w.tt.total * 4.0;
         fprintf(log, "memory plan (B=%d, T=%d, %s): params %.1f MiB, grads %.1f MiB, activations+scratch %.1f MiB "
-                     "(classifier chunk %d x %d)\n",
+                     "(classifier chunk %d x %d), matmuls %s\n",
                 B, T, training ? "training" : "inference", pbytes * mb, training ? pbytes * mb : 0.0,
-                m->arena_floats * 4.0 * mb, m->classifier_chunk, m->w.cfg.vocab_size);
+                m->arena_floats * 4.0 * mb, m->classifier_chunk, m->w.cfg.vocab_size,
+                m->matmul_bf16 ? "bf16 (fp32 accumulation)" : "fp32");
+        if (training) {
+            double diff = ((double)other.used - (double)c.used) * 4.0 * mb;
+            if (m->recompute)
+                fprintf(log, "  recompute on: activations kept for one layer (plus x per layer), %.1f MiB less than "
+                             "off, one more forward per layer in the backward\n", diff);
+            else
+                fprintf(log, "  recompute off: recompute = true would save %.1f MiB of activations\n", -diff);
+        }
     }
     return 0;
 }
@@ -119,14 +138,18 @@ static const int *positions(Model *m, const ModelInput *in, int **owned) {
     return p;
 }
 
+static MatmulPrecision precision(const Model *m) { return m->matmul_bf16 ? MATMUL_BF16 : MATMUL_FP32; }
+
 // One decoder block, forward. Layer l reads x[l] and writes x[l+1]; `s` selects
-// the saved-activation slot (l when training, 0 for inference).
+// the saved-activation slot (see slot()). x_out == NULL: the recompute before a
+// backward, which needs the activations only, so the down projection is skipped.
 static void block_forward(Model *m, int l, int s, const int *pos, const int *seg, float *x_in, float *x_out) {
     const ModelConfig *c = &m->w.cfg;
     const LayerViews *w = &m->p.layer[l];
     Activations *a = &m->a;
     int B = m->B, T = m->T, N = B * T, H = c->d_model, F = c->d_ff, hd = c->head_dim;
     int nq = c->n_head, nkv = c->n_kv_head, Q = nq * hd, KV = nkv * hd;
+    const MatmulPrecision p = precision(m);
     size_t oH = (size_t)s * N * H, oQ = (size_t)s * N * Q, oKV = (size_t)s * N * KV, oF = (size_t)s * N * F;
     float *ln1 = a->ln1 + oH, *q = a->q + oQ, *k = a->k + oKV, *v = a->v + oKV;
     float *q_raw = a->q_raw + oQ, *k_raw = a->k_raw + oKV, *att = a->att + oQ;
@@ -136,9 +159,9 @@ static void block_forward(Model *m, int l, int s, const int *pos, const int *seg
     // attention: norm -> q/k/v -> per-head QK-norm -> RoPE -> causal GQA -> o_proj -> residual
     rmsnorm_forward(ln1, a->ln1_rstd + (size_t)s * N, x_in, w->ln1, N, H, c->norm_eps);
     a16_round(ln1, (size_t)N * H, m->a16);   // A16: the device's matmuls see 16-bit inputs and outputs
-    matmul_forward(q_raw, ln1, w->wq, N, H, Q);
-    matmul_forward(k_raw, ln1, w->wk, N, H, KV);
-    matmul_forward(v, ln1, w->wv, N, H, KV);
+    matmul_forward_p(q_raw, ln1, w->wq, N, H, Q, p);
+    matmul_forward_p(k_raw, ln1, w->wk, N, H, KV, p);
+    matmul_forward_p(v, ln1, w->wv, N, H, KV, p);
     a16_round(q_raw, (size_t)N * Q, m->a16);
     a16_round(k_raw, (size_t)N * KV, m->a16);
     a16_round(v, (size_t)N * KV, m->a16);
@@ -150,69 +173,72 @@ static void block_forward(Model *m, int l, int s, const int *pos, const int *seg
     rope_forward(k, &m->rope, pos, N, nkv, hd);
     attention_forward(att, a->lse + (size_t)s * N * nq, q, k, v, seg, B, T, nq, nkv, hd);
     a16_round(att, (size_t)N * Q, m->a16);
-    matmul_forward(m->s.tmp, att, w->wo, N, Q, H);
+    matmul_forward_p(m->s.tmp, att, w->wo, N, Q, H, p);
     a16_round(m->s.tmp, (size_t)N * H, m->a16);
     residual_forward(x_mid, x_in, m->s.tmp, (size_t)N * H);
 
     // MLP: norm -> gate/up -> SwiGLU -> down -> residual
     rmsnorm_forward(ln2, a->ln2_rstd + (size_t)s * N, x_mid, w->ln2, N, H, c->norm_eps);
     a16_round(ln2, (size_t)N * H, m->a16);
-    matmul_forward(gate, ln2, w->wgate, N, H, F);
-    matmul_forward(up, ln2, w->wup, N, H, F);
+    matmul_forward_p(gate, ln2, w->wgate, N, H, F, p);
+    matmul_forward_p(up, ln2, w->wup, N, H, F, p);
     a16_round(gate, (size_t)N * F, m->a16);
     a16_round(up, (size_t)N * F, m->a16);
     swiglu_forward(act, gate, up, (size_t)N * F);
     a16_round(act, (size_t)N * F, m->a16);
-    matmul_forward(m->s.tmp, act, w->wdown, N, F, H);
+    if (!x_out) return;
+    matmul_forward_p(m->s.tmp, act, w->wdown, N, F, H, p);
     a16_round(m->s.tmp, (size_t)N * H, m->a16);
     residual_forward(x_out, x_mid, m->s.tmp, (size_t)N * H);
 }
 
-// One decoder block, backward. On entry s.dx holds dL/dx[l+1]; on exit dL/dx[l].
-static void block_backward(Model *m, int l, const int *pos, const int *seg) {
+// One decoder block, backward, from the activations in slot `sl`. On entry
+// s.dx holds dL/dx[l+1]; on exit dL/dx[l].
+static void block_backward(Model *m, int l, int sl, const int *pos, const int *seg) {
     const ModelConfig *c = &m->w.cfg;
     const LayerViews *w = &m->p.layer[l], *gw = &m->g.layer[l];
     Activations *a = &m->a;
     Scratch *s = &m->s;
     int B = m->B, T = m->T, N = B * T, H = c->d_model, F = c->d_ff, hd = c->head_dim;
     int nq = c->n_head, nkv = c->n_kv_head, Q = nq * hd, KV = nkv * hd;
-    size_t oH = (size_t)l * N * H, oQ = (size_t)l * N * Q, oKV = (size_t)l * N * KV, oF = (size_t)l * N * F;
+    const MatmulPrecision p = precision(m);
+    size_t oH = (size_t)sl * N * H, oQ = (size_t)sl * N * Q, oKV = (size_t)sl * N * KV, oF = (size_t)sl * N * F;
     size_t nNH = (size_t)N * H;
 
     // MLP (the residual passes dx through unchanged; the branch adds to it)
     memset(s->dact, 0, (size_t)N * F * sizeof(float));
-    matmul_backward(s->dact, gw->wdown, s->dx, a->act + oF, w->wdown, N, F, H);
+    matmul_backward_p(s->dact, gw->wdown, s->dx, a->act + oF, w->wdown, N, F, H, p);
     memset(s->dgate, 0, (size_t)N * F * sizeof(float));
     memset(s->dup, 0, (size_t)N * F * sizeof(float));
     swiglu_backward(s->dgate, s->dup, s->dact, a->gate + oF, a->up + oF, (size_t)N * F);
     memset(s->dln, 0, nNH * sizeof(float));
-    matmul_backward(s->dln, gw->wgate, s->dgate, a->ln2 + oH, w->wgate, N, H, F);
-    matmul_backward(s->dln, gw->wup, s->dup, a->ln2 + oH, w->wup, N, H, F);
-    rmsnorm_backward(s->dx, gw->ln2, s->dln, a->x_mid + oH, w->ln2, a->ln2_rstd + (size_t)l * N, N, H);
+    matmul_backward_p(s->dln, gw->wgate, s->dgate, a->ln2 + oH, w->wgate, N, H, F, p);
+    matmul_backward_p(s->dln, gw->wup, s->dup, a->ln2 + oH, w->wup, N, H, F, p);
+    rmsnorm_backward(s->dx, gw->ln2, s->dln, a->x_mid + oH, w->ln2, a->ln2_rstd + (size_t)sl * N, N, H);
 
     // attention
     memset(s->datt, 0, (size_t)N * Q * sizeof(float));
-    matmul_backward(s->datt, gw->wo, s->dx, a->att + oQ, w->wo, N, Q, H);
+    matmul_backward_p(s->datt, gw->wo, s->dx, a->att + oQ, w->wo, N, Q, H, p);
     memset(s->dq, 0, (size_t)N * Q * sizeof(float));
     memset(s->dk, 0, (size_t)N * KV * sizeof(float));
     memset(s->dv, 0, (size_t)N * KV * sizeof(float));
-    attention_backward(s->dq, s->dk, s->dv, s->datt, a->att + oQ, a->lse + (size_t)l * N * nq, a->q + oQ,
+    attention_backward(s->dq, s->dk, s->dv, s->datt, a->att + oQ, a->lse + (size_t)sl * N * nq, a->q + oQ,
                        a->k + oKV, a->v + oKV, seg, B, T, nq, nkv, hd);
     rope_backward(s->dq, &m->rope, pos, N, nq, hd);
     rope_backward(s->dk, &m->rope, pos, N, nkv, hd);
     if (c->qk_norm) {
         memset(s->dq_raw, 0, (size_t)N * Q * sizeof(float));
         memset(s->dk_raw, 0, (size_t)N * KV * sizeof(float));
-        rmsnorm_backward(s->dq_raw, gw->qnorm, s->dq, a->q_raw + oQ, w->qnorm, a->q_rstd + (size_t)l * N * nq,
+        rmsnorm_backward(s->dq_raw, gw->qnorm, s->dq, a->q_raw + oQ, w->qnorm, a->q_rstd + (size_t)sl * N * nq,
                          N * nq, hd);
-        rmsnorm_backward(s->dk_raw, gw->knorm, s->dk, a->k_raw + oKV, w->knorm, a->k_rstd + (size_t)l * N * nkv,
+        rmsnorm_backward(s->dk_raw, gw->knorm, s->dk, a->k_raw + oKV, w->knorm, a->k_rstd + (size_t)sl * N * nkv,
                          N * nkv, hd);
     }
     memset(s->dln, 0, nNH * sizeof(float));
-    matmul_backward(s->dln, gw->wq, s->dq_raw, a->ln1 + oH, w->wq, N, H, Q);
-    matmul_backward(s->dln, gw->wk, s->dk_raw, a->ln1 + oH, w->wk, N, H, KV);
-    matmul_backward(s->dln, gw->wv, s->dv, a->ln1 + oH, w->wv, N, H, KV);
-    rmsnorm_backward(s->dx, gw->ln1, s->dln, a->x + oH, w->ln1, a->ln1_rstd + (size_t)l * N, N, H);
+    matmul_backward_p(s->dln, gw->wq, s->dq_raw, a->ln1 + oH, w->wq, N, H, Q, p);
+    matmul_backward_p(s->dln, gw->wk, s->dk_raw, a->ln1 + oH, w->wk, N, H, KV, p);
+    matmul_backward_p(s->dln, gw->wv, s->dv, a->ln1 + oH, w->wv, N, H, KV, p);
+    rmsnorm_backward(s->dx, gw->ln1, s->dln, a->x + (size_t)l * nNH, w->ln1, a->ln1_rstd + (size_t)sl * N, N, H);
 }
 
 static double run(Model *m, const ModelInput *in, int backward, float grad_scale, float *logits_out, int *count) {
@@ -230,7 +256,7 @@ static double run(Model *m, const ModelInput *in, int backward, float grad_scale
         // training keeps every layer's input; inference ping-pongs two buffers
         float *x_in = m->training ? a->x + (size_t)l * nNH : a->x + (size_t)(l & 1) * nNH;
         float *x_out = m->training ? a->x + (size_t)(l + 1) * nNH : a->x + (size_t)((l + 1) & 1) * nNH;
-        block_forward(m, l, m->training ? l : 0, pos, in->seg, x_in, x_out);
+        block_forward(m, l, slot(m, l), pos, in->seg, x_in, x_out);
     }
     float *x_last = m->training ? a->x + (size_t)L * nNH : a->x + (size_t)(L & 1) * nNH;
     rmsnorm_forward(a->lnf, a->lnf_rstd, x_last, m->p.lnf, N, H, c->norm_eps);
@@ -247,9 +273,9 @@ static double run(Model *m, const ModelInput *in, int backward, float grad_scale
         }
         float *dh = backward ? m->s.dx : NULL;
         if (backward) memset(dh, 0, nNH * sizeof(float));
-        loss = classifier_forward_backward(dh, backward ? m->g.lm_head : NULL, logits_out, m->s.classifier,
-                                           m->classifier_chunk, a->lnf, m->p.lm_head, targets, in->mask, N, H,
-                                           c->vocab_size, grad_scale, &counted);
+        loss = classifier_forward_backward_p(dh, backward ? m->g.lm_head : NULL, logits_out, m->s.classifier,
+                                             m->classifier_chunk, a->lnf, m->p.lm_head, targets, in->mask, N, H,
+                                             c->vocab_size, grad_scale, &counted, precision(m));
         free(no_targets);
     }
     if (backward) {
@@ -257,7 +283,12 @@ static double run(Model *m, const ModelInput *in, int backward, float grad_scale
         memcpy(m->s.dln, m->s.dx, nNH * sizeof(float));
         memset(m->s.dx, 0, nNH * sizeof(float));
         rmsnorm_backward(m->s.dx, m->g.lnf, m->s.dln, x_last, m->p.lnf, a->lnf_rstd, N, H);
-        for (int l = L - 1; l >= 0; l--) block_backward(m, l, pos, in->seg);
+        for (int l = L - 1; l >= 0; l--) {
+            // The slot still holds the last layer from the forward; every
+            // other layer is rebuilt from its saved input.
+            if (m->recompute && l < L - 1) block_forward(m, l, 0, pos, in->seg, a->x + (size_t)l * nNH, NULL);
+            block_backward(m, l, slot(m, l), pos, in->seg);
+        }
         embedding_backward(m->g.embed, m->s.dx, in->tokens, N, H, c->pad_id);
     }
     free(owned_pos);

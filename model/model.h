@@ -16,7 +16,8 @@ typedef struct {
     const int *seg;         // [B*T] or NULL
 } ModelInput;
 
-// Activations saved by the forward for the backward, each [L][N, width].
+// Activations saved by the forward for the backward, each [L][N, width]; with
+// recompute on, [1][N, width] (one layer's slot) except x.
 typedef struct {
     float *x;           // residual stream entering each layer, [L+1][N,H] (x[L] feeds the final norm)
     float *ln1, *ln1_rstd;
@@ -53,12 +54,18 @@ typedef struct {
     float *arena;           // one allocation for Activations + Scratch
     size_t arena_floats;
     int a16;                // A16_* (qat/qat.h): round matmul inputs/outputs as the device does
+    // Set before model_plan (0 = off):
+    int recompute;          // training keeps only x[l] per layer; the backward re-runs each block's forward
+    int matmul_bf16;        // every matmul (projections, classifier) on bf16-rounded operands, fp32 accumulation
+                            // and fp32 master weights (MATMUL_BF16, ops.h)
 } Model;
 
 // Takes ownership of the bundle's contents (b is zeroed).
 void model_from_bundle(Model *m, ModelBundle *b);
 // Allocates activations for B x T (and grads + scratch when training);
 // prints the memory plan to `log` if non-NULL. Fails if T > max_seq.
+// m->recompute (set before) trades one extra forward per layer for keeping a
+// single layer of activations; the gradients are the same bits either way.
 int model_plan(Model *m, int B, int T, int training, FILE *log, PtError *e);
 void model_free(Model *m);
 // Points the parameter views at another buffer laid out by the same table:

@@ -3,17 +3,21 @@
 # C benchmarks that are already built and, in the same run, the reference
 # frameworks on the same work, then prints one summary table.
 #
-#   1. every BENCH_DIR/bench_* binary (bench_matmul, bench_model, ...), with
-#      OMP_NUM_THREADS=THREADS; the fp32 FMA peaks they measure are kept;
+#   1. every BENCH_DIR/bench_* binary (bench_matmul, bench_model,
+#      bench_loss_bf16, ...), with OMP_NUM_THREADS=THREADS; the fp32 FMA peaks
+#      they measure are kept;
 #   2. tests/bench_torch_step.py: the same pocket-0.3b training step in torch +
-#      transformers (fp32, sdpa attention, same threads, same B and T); the
-#      AdamW step is timed separately;
+#      transformers (fp32 and autocast bf16, sdpa attention, same threads, same
+#      B and T); the AdamW step is timed separately;
 #   3. tests/bench_tokenize.py: `pocket tokenize` beside HF tokenizers on the
 #      same documents, 1 and THREADS threads, with a token-for-token check.
 #
 # The summary's "% of peak" divides each GFLOP/s figure by the HIGHEST fp32 FMA
 # peak measured in this run (other work on a shared machine can only lower a
 # measurement), so it can differ from the fraction a bench printed with its own.
+# bf16 figures use the same fp32 peak and can pass 100% (vdpbf16ps does twice
+# the work of an FMA). The last line gives our step speed over PyTorch's, like
+# for like (fp32 / fp32, bf16 / autocast bf16) and bf16 over torch fp32.
 #
 # usage: tests/bench.sh [POCKET [BENCH_DIR]]
 # env:   POCKET (./pocket), BENCH_DIR (build/tests), PYTHON (tests/.venv/bin/python),
@@ -62,12 +66,19 @@ for b in "$BENCH_DIR"/bench_*; do
     case $name in
         bench_matmul) section "bench_matmul: the three training matmuls on pocket-0.3b shapes, $THREADS threads (ours)"
                       args=("$THREADS") ;;
-        bench_model)  section "bench_model: pocket-0.3b fwd+bwd, B=1, fp32, OMP_NUM_THREADS=$THREADS (ours)"
+        bench_model)  section "bench_model: pocket-0.3b fwd+bwd, B=1, fp32 / bf16 matmuls, recompute off / on, OMP_NUM_THREADS=$THREADS (ours)"
+                      args=() ;;
+        bench_loss_bf16) section "bench_loss_bf16: loss curves of bf16 vs fp32 matmuls on a small model, same data and seed (ours)"
                       args=() ;;
         *)            section "$name (OMP_NUM_THREADS=$THREADS)"
                       args=() ;;
     esac
-    if ! OMP_NUM_THREADS=$THREADS "$b" "${args[@]}" 2>&1 | tee "$log"; then
+    # The small model's many short parallel regions suffer from spinning
+    # OpenMP threads whenever the machine is not idle; passive waiting costs
+    # it nothing measurable.
+    wait_policy=${OMP_WAIT_POLICY:-}
+    [ "$name" = bench_loss_bf16 ] && wait_policy=PASSIVE
+    if ! env OMP_NUM_THREADS="$THREADS" ${wait_policy:+OMP_WAIT_POLICY="$wait_policy"} "$b" "${args[@]}" 2>&1 | tee "$log"; then
         failed="$failed $name"
         continue
     fi
@@ -76,28 +87,43 @@ for b in "$BENCH_DIR"/bench_*; do
             # "== bench_model: fp32 FMA peak (2 threads, avx512): 235.4 GFLOP/s"
             p=$(sed -n 's/.*fp32 FMA peak ([^)]*): \([0-9.]*\) GFLOP\/s.*/\1/p' "$log" | head -1)
             [ -n "$p" ] && PEAKS="$PEAKS"$'\n'"bench_model $p"
-            # "pocket-0.3b fwd+bwd B=1 T=512: 17.3 tokens/s, 34.0 GFLOP/s = 14.4% of peak, step 29.67 s, peak RSS 3.10 GB"
-            sed -n 's/.* fwd+bwd B=1 T=\([0-9]*\): \([0-9.]*\) tokens\/s, \([0-9.]*\) GFLOP\/s.* peak RSS \([0-9.]*\) GB.*/\1 \2 \3 \4/p' "$log" |
-                while read -r T tps gf rss; do
-                    how="best of 2 after warm-up"; [ "$T" -gt 512 ] && how="1 step after warm-up"
-                    row "model fwd+bwd T=$T" "pocket" "$THREADS" "$tps tok/s" "$gf" "$rss GB" "$how"
+            # "pocket-0.3b fwd+bwd B=1 T=512 matmul=bf16 recompute=off: 17.3 tokens/s, 34.0 GFLOP/s = 14.4% of
+            #  fp32 peak, step 29.67 s (best of 2), peak RSS 3.10 GB"
+            sed -n 's/.* fwd+bwd B=1 T=\([0-9]*\) matmul=\([a-z0-9]*\) recompute=\([a-z]*\): \([0-9.]*\) tokens\/s, \([0-9.]*\) GFLOP\/s.*(best of \([0-9]*\)), peak RSS \([0-9.]*\) GB.*/\1 \2 \3 \4 \5 \6 \7/p' "$log" |
+                while read -r T prec rc tps gf n rss; do
+                    who="pocket $prec"; [ "$rc" = on ] && who="$who recompute"
+                    row "model fwd+bwd T=$T" "$who" "$THREADS" "$tps tok/s" "$gf" "$rss GB" "best of $n after warm-up"
                 done
-            # "pocket-0.3b QAT fwd+bwd (int4 fake-quant + STE) B=1 T=512: 16.0 tokens/s, ..."
-            sed -n 's/.* QAT fwd+bwd ([^)]*) B=1 T=\([0-9]*\): \([0-9.]*\) tokens\/s, \([0-9.]*\) GFLOP\/s.* peak RSS \([0-9.]*\) GB.*/\1 \2 \3 \4/p' "$log" |
-                while read -r T tps gf rss; do
+            # "pocket-0.3b QAT fwd+bwd (int4 fake-quant + STE) B=1 T=512 matmul=fp32 recompute=off: 16.0 tokens/s, ..."
+            sed -n 's/.* QAT fwd+bwd ([^)]*) B=1 T=\([0-9]*\) matmul=\([a-z0-9]*\) [^:]*: \([0-9.]*\) tokens\/s, \([0-9.]*\) GFLOP\/s.* peak RSS \([0-9.]*\) GB.*/\1 \2 \3 \4 \5/p' "$log" |
+                while read -r T prec tps gf rss; do
                     q=$(sed -n 's/QAT step throughput: \([0-9.]*\)%.*/\1/p' "$log")
-                    row "model QAT fwd+bwd T=$T" "pocket" "$THREADS" "$tps tok/s" "$gf" "$rss GB" "$q% of the plain step"
+                    row "model QAT fwd+bwd T=$T" "pocket $prec" "$THREADS" "$tps tok/s" "$gf" "$rss GB" "$q% of the plain step"
+                done
+            # "recompute at T=1024 (fp32): peak RSS 4.40 GB off, 2.90 GB on (saves 1.50 GB, 34%); step ..."
+            sed -n 's/^recompute at T=1024 (fp32): peak RSS \([0-9.]*\) GB off, \([0-9.]*\) GB on (saves \([0-9.]*\) GB, \([0-9]*\)%); step .*(\([0-9-]*\)% more time).*/\1 \2 \3 \4 \5/p' "$log" |
+                while read -r off on saved pct slower; do
+                    row "recompute saving T=1024" "pocket fp32" "$THREADS" "-" "-" "$off -> $on GB" "saves $saved GB ($pct%), step +$slower% time"
+                done ;;
+        bench_loss_bf16)
+            # "loss curve agreement bf16 vs fp32 (200 steps): max |loss diff| / loss 1.07e-01 (step 34), of 10-step
+            #  means 2.47e-02, mean over the last 20 steps 1.15e-02; ..."
+            sed -n 's/^loss curve agreement bf16 vs fp32 (\([0-9]*\) steps): max |loss diff| \/ loss \([0-9.e+-]*\) .*of 10-step means \([0-9.e+-]*\), mean over the last 20 steps \([0-9.e+-]*\);.*/\1 \2 \3 \4/p' "$log" |
+                while read -r steps worst smooth tail; do
+                    base=$(sed -n 's/.*one ulp up: max \([0-9.e+-]*\) .*of 10-step means \([0-9.e+-]*\),.*/\1 \/ \2/p' "$log")
+                    row "loss curve bf16 vs fp32" "pocket" "$THREADS" "-" "-" "-" "$steps steps: max rel diff $worst, 10-step means $smooth, last 20 $tail (fp32 nudged 1 ulp: $base)"
                 done ;;
         bench_matmul)
             # "== bench_matmul: kernel avx512, 2 threads, fp32 FMA peak 235.8 GFLOP/s (measured 235.7 before, 235.8 after)"
             p=$(sed -n 's/.*fp32 FMA peak \([0-9.]*\) GFLOP\/s.*/\1/p' "$log" | head -1)
             [ -n "$p" ] && PEAKS="$PEAKS"$'\n'"bench_matmul $p"
-            # "gate/up     1024   896   2560 |  120.1 GF/s  51.0% pk | ... | ..."
+            # "gate/up     1024   896   2560 bf16 |  120.1 GF/s  51.0% pk | ... | ..."
             awk -F'|' -v th="$THREADS" '/ GF\/s .*% pk/ {
                 f = "";
                 for (i = 2; i <= 4; i++) { split($i, v, " +"); f = f (f ? " / " : "") v[2] }
                 shape = $1; sub(/ +$/, "", shape); gsub(/  +/, " ", shape);
-                printf "matmul %s\tpocket\t%s\tfwd / dX / dW\t%s\t-\tbench_matmul, best of 3+\n", shape, th, f }' "$log" >>"$SUMMARY" ;;
+                prec = shape; sub(/.* /, "", prec); sub(/ [a-z0-9]+$/, "", shape);
+                printf "matmul %s\tpocket %s\t%s\tfwd / dX / dW\t%s\t-\tbench_matmul, best of 3+\n", shape, prec, th, f }' "$log" >>"$SUMMARY" ;;
     esac
 done
 PEAK=$(highest_peak)
@@ -119,6 +145,7 @@ section "bench_tokenize: pocket tokenize vs HF tokenizers, same documents, 1 and
 section "summary ($(( $(date +%s) - start )) s, load average $(cut -d' ' -f1-3 /proc/loadavg) at the end)"
 if [ -n "$PEAK" ]; then
     echo "% of peak: GFLOP/s over the highest fp32 FMA peak measured in this run, $PEAK GFLOP/s on $THREADS threads" \
+         "(bf16 rows too: their own peak is twice that)" \
          "(measured:$(printf '%s' "$PEAKS" | awk 'NF { printf " %s %s", $1, $2 }'))"
 fi
 echo "each figure is the best of its repetitions (see the sections above); tokenize MB/s count document text bytes"
@@ -154,6 +181,15 @@ echo "each figure is the best of its repetitions (see the sections above); token
             }
         }
     }'
+# Step speed against PyTorch, like for like, from the rows above.
+awk -F'\t' '$1 == "model fwd+bwd T=512" { tps[$2] = $4 + 0 }
+    END {
+        n = split("pocket fp32|torch sdpa fp32|pocket bf16|torch sdpa autocast bf16", k, "|")
+        if (tps[k[1]] > 0 && tps[k[2]] > 0) printf "pocket/torch step speed at T=512: fp32 vs fp32 %.2fx", tps[k[1]] / tps[k[2]]
+        if (tps[k[3]] > 0 && tps[k[4]] > 0) printf "; bf16 vs autocast bf16 %.2fx", tps[k[3]] / tps[k[4]]
+        if (tps[k[3]] > 0 && tps[k[2]] > 0) printf "; pocket bf16 vs torch fp32 %.2fx", tps[k[3]] / tps[k[2]]
+        if (tps[k[1]] > 0 && tps[k[2]] > 0) printf "\n"
+    }' "$SUMMARY"
 if [ -n "$failed" ]; then
     echo "pocket bench: failed:$failed" >&2
     exit 1

@@ -1,10 +1,15 @@
 // bench_matmul: GFLOP/s of the three matmul products of training (forward
 // y = x W^T, dX = dY W, dW = dY^T X) on the shapes of the pocket-0.3b model
-// at T = 1024 (and the classifier in row chunks), as a fraction of this
-// machine's measured fp32 FMA peak. Each figure is the best of several runs:
-// the machine may be shared, and the best run is what the code can do.
-// The table is printed at the end, once the peak has been measured twice.
+// at T = 1024 (and the classifier in row chunks), in fp32 and in bf16
+// (MATMUL_BF16: bf16 operands, fp32 accumulation), each as a fraction of this
+// machine's measured fp32 FMA peak. One vdpbf16ps does two multiply-adds per
+// fp32 lane, so the bf16 peak is twice the fp32 one where the CPU has
+// AVX512_BF16 (measured here too): a bf16 figure over 100% of the fp32 peak
+// is possible. Each figure is the best of several runs: the machine may be
+// shared, and the best run is what the code can do. The table is printed at
+// the end, once the peaks have been measured twice.
 // usage: bench_matmul [threads]   (default 2)
+#include <immintrin.h>
 #include <omp.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -27,6 +32,47 @@ static const Shape SHAPES[] = {
     {"classifier", 128, 896, 65536},
     {"classifier", 256, 896, 65536},
 };
+#define N_SHAPES ((int)(sizeof SHAPES / sizeof SHAPES[0]))
+
+// vdpbf16ps peak: 12 independent accumulators (latency x throughput) in
+// registers, 64 flops per instruction (16 lanes x 2 products x 2).
+#define BF16_ACCS 12
+__attribute__((target("avx512f,avx512bf16"), noinline)) static float dpbf16_burst(long iters, float seed) {
+    __m512 acc[BF16_ACCS];
+    for (int i = 0; i < BF16_ACCS; i++) acc[i] = _mm512_set1_ps(seed + (float)i);
+    const __m512bh a = (__m512bh)_mm512_set1_epi32(0x3f803f80), b = (__m512bh)_mm512_set1_epi32(0x38003800);
+    for (long it = 0; it < iters; it++) {
+        #pragma GCC unroll 12
+        for (int i = 0; i < BF16_ACCS; i++) acc[i] = _mm512_dpbf16_ps(acc[i], a, b);
+        __asm__ volatile("" : "+v"(acc[0]), "+v"(acc[1]), "+v"(acc[2]), "+v"(acc[3]));
+    }
+    __m512 s = acc[0];
+    for (int i = 1; i < BF16_ACCS; i++) s = _mm512_add_ps(s, acc[i]);
+    return _mm512_reduce_add_ps(s);
+}
+
+// Best rate over ~0.3 s of ~20 ms slices on `threads` threads (a warm-up
+// slice sizes them); 0 without AVX512_BF16.
+static double bf16_peak_gflops(int threads) {
+    if (!matmul_bf16_kernel_avx512()) return 0.0;
+    long burst = 100000;
+    double best = 0.0, start = now_seconds();
+    float sink = 0.0f;
+    for (int slice = 0; slice < 200 && (slice < 3 || now_seconds() - start < 0.3); slice++) {
+        double t0 = now_seconds();
+        #pragma omp parallel num_threads(threads) reduction(+ : sink)
+        sink += dpbf16_burst(burst, (float)omp_get_thread_num());
+        double t = now_seconds() - t0, rate = 64.0 * BF16_ACCS * burst * threads / t * 1e-9;
+        if (slice == 0) {
+            if (t > 0.0 && t < 0.02) burst = (long)(burst * (0.02 / t));
+            continue;
+        }
+        if (rate > best) best = rate;
+    }
+    volatile float keep = sink;
+    (void)keep;
+    return best;
+}
 
 static void fill(float *x, size_t n, Rng *r) {
     for (size_t i = 0; i < n; i++) x[i] = (float)(rng_uniform(r) - 0.5);
@@ -34,28 +80,27 @@ static void fill(float *x, size_t n, Rng *r) {
 
 enum { FWD, DINP, DW };
 
-static void run_product(int which, float *out, float *dinp, float *dW, const float *dout,
+static void run_product(int which, MatmulPrecision p, float *out, float *dinp, float *dW, const float *dout,
                         const float *inp, const float *W, const Shape *s) {
-    if (which == FWD) matmul_forward(out, inp, W, s->N, s->C, s->OC);
-    else if (which == DINP) matmul_backward(dinp, NULL, dout, inp, W, s->N, s->C, s->OC);
-    else matmul_backward(NULL, dW, dout, inp, W, s->N, s->C, s->OC);
+    if (which == FWD) matmul_forward_p(out, inp, W, s->N, s->C, s->OC, p);
+    else if (which == DINP) matmul_backward_p(dinp, NULL, dout, inp, W, s->N, s->C, s->OC, p);
+    else matmul_backward_p(NULL, dW, dout, inp, W, s->N, s->C, s->OC, p);
 }
 
 int main(int argc, char **argv) {
     int threads = argc > 1 ? atoi(argv[1]) : 2;
     if (threads < 1) threads = 1;
     omp_set_num_threads(threads);
-    const int n_shapes = (int)(sizeof SHAPES / sizeof SHAPES[0]);
-    double gflops[sizeof SHAPES / sizeof SHAPES[0]][3];
+    double gflops[N_SHAPES][2][3];
     double t_start = now_seconds();
-    // The peak is measured before and after the products and the larger
-    // figure is used: a burst of other work on a shared machine can only
+    // The peaks are measured before and after the products and the larger
+    // figures are used: a burst of other work on a shared machine can only
     // lower a measurement.
-    double peak_before = cpu_peak_fp32_gflops(threads);
+    double peak_before = cpu_peak_fp32_gflops(threads), bf16_before = bf16_peak_gflops(threads);
     Rng rng;
     rng_seed(&rng, 1);
-    const double budget_per_product = 1.0;   // seconds; keeps the whole run near 30 s
-    for (int i = 0; i < n_shapes; i++) {
+    const double budget_per_product = 0.7;   // seconds; keeps the whole run near 40 s
+    for (int i = 0; i < N_SHAPES; i++) {
         const Shape *s = &SHAPES[i];
         size_t nx = (size_t)s->N * s->C, nw = (size_t)s->OC * s->C, ny = (size_t)s->N * s->OC;
         float *inp = xaligned(nx * sizeof(float), "inp"), *dinp = xaligned(nx * sizeof(float), "dinp");
@@ -65,32 +110,45 @@ int main(int argc, char **argv) {
         fill(W, nw, &rng);
         fill(dout, ny, &rng);
         const double flops = 2.0 * s->N * s->C * (double)s->OC;
-        for (int which = FWD; which <= DW; which++) {
-            run_product(which, out, dinp, dW, dout, inp, W, s);   // warm: pages, caches
-            double best = 1e30, spent = 0.0;
-            for (int rep = 0; rep < 20 && (rep < 3 || spent < budget_per_product); rep++) {
-                double t0 = now_seconds();
-                run_product(which, out, dinp, dW, dout, inp, W, s);
-                double t = now_seconds() - t0;
-                spent += t;
-                if (t < best) best = t;
+        for (int p = MATMUL_FP32; p <= MATMUL_BF16; p++)
+            for (int which = FWD; which <= DW; which++) {
+                run_product(which, p, out, dinp, dW, dout, inp, W, s);   // warm: pages, caches
+                double best = 1e30, spent = 0.0;
+                for (int rep = 0; rep < 20 && (rep < 3 || spent < budget_per_product); rep++) {
+                    double t0 = now_seconds();
+                    run_product(which, p, out, dinp, dW, dout, inp, W, s);
+                    double t = now_seconds() - t0;
+                    spent += t;
+                    if (t < best) best = t;
+                }
+                gflops[i][p][which] = flops / best * 1e-9;
             }
-            gflops[i][which] = flops / best * 1e-9;
-        }
         free(inp), free(dinp), free(W), free(dW), free(out), free(dout);
     }
-    double peak_after = cpu_peak_fp32_gflops(threads);
+    double peak_after = cpu_peak_fp32_gflops(threads), bf16_after = bf16_peak_gflops(threads);
     double peak = peak_after > peak_before ? peak_after : peak_before;
+    double bf16_peak = bf16_after > bf16_before ? bf16_after : bf16_before;
     printf("== bench_matmul: kernel %s, %d threads, fp32 FMA peak %.1f GFLOP/s (measured %.1f before, %.1f after)\n",
            matmul_kernel_best()->name, threads, peak, peak_before, peak_after);
-    printf("%-10s %5s %5s %6s | %-22s | %-22s | %-22s\n", "shape", "N", "C", "OC",
+    if (bf16_peak > 0)
+        printf("== bench_matmul: bf16 kernel %s, vdpbf16ps peak %.1f GFLOP/s = %.2fx the fp32 FMA peak "
+               "(measured %.1f before, %.1f after)\n",
+               matmul_bf16_kernel_best()->name, bf16_peak, bf16_peak / peak, bf16_before, bf16_after);
+    else
+        printf("== bench_matmul: bf16 kernel %s (no AVX512_BF16: bf16 runs at fp32 speed at best)\n",
+               matmul_bf16_kernel_best()->name);
+    printf("%% pk: of the fp32 FMA peak (the bf16 peak is %s the fp32 one)\n",
+           bf16_peak > 0 ? "2x" : "no more than");
+    printf("%-10s %5s %5s %6s %4s | %-22s | %-22s | %-22s\n", "shape", "N", "C", "OC", "prec",
            "forward y = x W^T", "dX = dY W", "dW = dY^T X");
-    for (int i = 0; i < n_shapes; i++) {
+    for (int i = 0; i < N_SHAPES; i++) {
         const Shape *s = &SHAPES[i];
-        printf("%-10s %5d %5d %6d", s->what, s->N, s->C, s->OC);
-        for (int which = FWD; which <= DW; which++)
-            printf(" | %6.1f GF/s %5.1f%% pk", gflops[i][which], 100.0 * gflops[i][which] / peak);
-        printf("\n");
+        for (int p = MATMUL_FP32; p <= MATMUL_BF16; p++) {
+            printf("%-10s %5d %5d %6d %4s", s->what, s->N, s->C, s->OC, p == MATMUL_BF16 ? "bf16" : "fp32");
+            for (int which = FWD; which <= DW; which++)
+                printf(" | %6.1f GF/s %5.1f%% pk", gflops[i][p][which], 100.0 * gflops[i][p][which] / peak);
+            printf("\n");
+        }
     }
     printf("== bench_matmul: %.1f s\n", now_seconds() - t_start);
     return 0;

@@ -1,6 +1,9 @@
 """The reference side of the model-step benchmark: the same training step as
-tests/bench_model.c (pocket-0.3b, random weights, fp32, B=1) in PyTorch with
-transformers' Qwen3ForCausalLM, on the same number of threads.
+tests/bench_model.c (pocket-0.3b, random weights, B=1) in PyTorch with
+transformers' Qwen3ForCausalLM, on the same number of threads, in fp32 and
+with torch.autocast("cpu", dtype=torch.bfloat16) (bf16 matmuls from fp32
+master weights, as pocket's [train] matmul = bf16), so that each of our two
+precisions has a like-for-like reference.
 
 What is timed, like bench_model.c: forward + loss + backward of one sequence,
 gradients zeroed (kept allocated) outside the timer, best of `--steps` steps
@@ -15,9 +18,15 @@ GFLOP/s use the same count as model/config.c config_train_flops_per_token:
 matmul parameter count is taken from the torch model itself (every 2-D
 weight, the tied embedding once) and checked against the formula.
 
+Under autocast the forward runs inside the autocast context and the backward
+outside it, as PyTorch documents; the peak RSS of each precision is measured
+from a reset high-water mark (Linux), so the bf16 figure does not inherit the
+fp32 one.
+
 usage: bench_torch_step.py [--threads 2] [--T 512] [--steps 2] [--mem-T 1024]
-                           [--attn sdpa|eager] [--adamw-steps 2] [--peak GFLOPS]
-                           [--summary FILE] [--layers 28]
+                           [--precisions fp32,bf16] [--attn sdpa|eager]
+                           [--adamw-steps 2] [--peak GFLOPS] [--summary FILE]
+                           [--layers 28]
 Thread count must be fixed before torch starts its pools, so run this script
 with OMP_NUM_THREADS set to the same number (tests/bench.sh does).
 """
@@ -102,6 +111,8 @@ def main():
     ap.add_argument("--steps", type=int, default=2, help="timed steps after the warm-up; the best is reported")
     ap.add_argument("--mem-T", type=int, default=1024, help="one more step at this T for the memory figure (0: none)")
     ap.add_argument("--attn", choices=("sdpa", "eager"), default="sdpa")
+    ap.add_argument("--precisions", default="fp32,bf16",
+                    help="comma list: fp32 (plain), bf16 (torch.autocast cpu bfloat16)")
     ap.add_argument("--adamw-steps", type=int, default=2, help="timed AdamW steps (0: none)")
     ap.add_argument("--peak", type=float, default=0.0, help="fp32 FMA peak in GFLOP/s measured by the C benches (tests/bench.sh passes it)")
     ap.add_argument("--summary", help="append tab-separated summary rows here (see tests/bench.sh)")
@@ -140,39 +151,45 @@ def main():
     for p in model.parameters():   # gradients allocated once, as bench_model's memory plan does
         p.grad = torch.zeros_like(p)
     rss_model = vm_gb("VmRSS")
-    steps_only = reset_peak_rss()   # VmHWM from here on covers the training steps alone
 
-    def step(T, gen):
+    def step(T, gen, prec):
         ids = torch.randint(0, cfg.vocab_size, (1, T), generator=gen)
         model.zero_grad(set_to_none=False)
         t0 = time.perf_counter()
-        loss = model(input_ids=ids, labels=ids).loss   # mean over the T-1 shifted targets, as ours
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=prec == "bf16"):
+            loss = model(input_ids=ids, labels=ids).loss   # mean over the T-1 shifted targets, as ours
         loss.backward()
         return time.perf_counter() - t0, loss.item()
 
-    def report(T, dt, how):
+    def report(T, dt, how, prec, steps_only):
         fpt, _ = flops_per_token(cfg, T)
         gflops = fpt * T / dt / 1e9
         frac = 100 * gflops / args.peak if args.peak > 0 else None
         peak = rss_gb()
-        during = f"; highest during the steps {vm_gb('VmHWM'):.2f} GB" if steps_only else ""
-        print(f"torch {name} fwd+bwd B=1 T={T} ({attn}): {T / dt:.1f} tokens/s, {gflops:.1f} GFLOP/s"
-              + (f" = {frac:.1f}% of peak" if frac is not None else "")
-              + f", step {dt:.2f} s ({how}), peak RSS {peak:.2f} GB (whole process{during}; after building "
-              f"model and grads {rss_model:.2f} GB)")
-        return (f"model fwd+bwd T={T}", f"torch {attn}", args.threads, f"{T / dt:.1f} tok/s", f"{gflops:.1f}",
-                f"{peak:.2f} GB", how)
+        during = vm_gb('VmHWM') if steps_only else peak
+        label = "fp32" if prec == "fp32" else "autocast bf16"
+        print(f"torch {name} fwd+bwd B=1 T={T} ({attn}, {label}): {T / dt:.1f} tokens/s, {gflops:.1f} GFLOP/s"
+              + (f" = {frac:.1f}% of fp32 peak" if frac is not None else "")
+              + f", step {dt:.2f} s ({how}), peak RSS {during:.2f} GB ("
+              + (f"highest during the {label} steps; " if steps_only else "whole process; ")
+              + f"after building model and grads {rss_model:.2f} GB)")
+        return (f"model fwd+bwd T={T}", f"torch {attn} {label}", args.threads, f"{T / dt:.1f} tok/s",
+                f"{gflops:.1f}", f"{during:.2f} GB", how)
 
-    gen = torch.Generator().manual_seed(7)
     rows = []
-    dt, loss = step(args.T, gen)
-    print(f"  warmup step {dt:.2f} s (loss {loss:.4f})")
-    n = max(1, args.steps)
-    best = min(step(args.T, gen)[0] for _ in range(n))
-    rows.append(report(args.T, best, f"best of {n}"))
-    if args.mem_T:
-        dt, _ = step(args.mem_T, gen)
-        rows.append(report(args.mem_T, dt, "1 step"))
+    for prec in [p.strip() for p in args.precisions.split(",") if p.strip()]:
+        if prec not in ("fp32", "bf16"):
+            sys.exit(f"bench_torch_step: unknown precision {prec!r} (fp32, bf16)")
+        gen = torch.Generator().manual_seed(7)
+        steps_only = reset_peak_rss()   # VmHWM from here on covers this precision's steps alone
+        dt, loss = step(args.T, gen, prec)
+        print(f"  {prec}: warmup step {dt:.2f} s (loss {loss:.4f})")
+        n = max(1, args.steps)
+        best = min(step(args.T, gen, prec)[0] for _ in range(n))
+        rows.append(report(args.T, best, f"best of {n}", prec, steps_only))
+        if args.mem_T:
+            dt, _ = step(args.mem_T, gen, prec)
+            rows.append(report(args.mem_T, dt, "1 step", prec, steps_only))
 
     if args.adamw_steps > 0:
         opt = torch.optim.AdamW(model.parameters(), lr=1e-4, weight_decay=0.1)

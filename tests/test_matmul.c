@@ -1,7 +1,12 @@
 // test_matmul: the blocked matmul (every kernel path this CPU runs, 1 to 3
 // threads) against the double-precision reference, on shapes that are not
 // multiples of any tile or block size; the reference itself against hand
-// arithmetic and central differences.
+// arithmetic and central differences. The MATMUL_BF16 products (AVX512_BF16
+// and portable kernels) against the same reference run on the bf16-rounded
+// operands: a product of two bf16 values is exact in fp32, so only the fp32
+// accumulation differs and the fp32 tolerance applies. Their rounding against
+// hand-worked cases and util's converter; both kernels' packs give the same
+// bits.
 //
 // Tolerance: the fast ops sum K fp32 products, so their rounding error grows
 // like sqrt(K) * u for random-sign data (u = 2^-24). We compare the normwise
@@ -54,12 +59,13 @@ typedef struct { int N, C, OC; } Shape;
 // 4N (the transposed forward; with C = 700 in a single k block), 4 KiB row strides (C or OC = 1024) that push
 // the driver from in-place reads to packing, a shared operand wider than the
 // 1024-column shared chunk ({1030, 2, 4128} forward) and a packed shared
-// operand over more k blocks than one 8-block span ({16, 40, 5120} dinp).
+// operand over more k blocks than one 8-block span ({16, 40, 5120} dinp; for
+// the bf16 driver's 1024-long k blocks {8, 24, 9000} dinp).
 static const Shape SHAPES[] = {
     {1, 1, 1},      {1, 3, 17},     {3, 17, 1},    {17, 65, 130}, {65, 130, 257}, {130, 257, 65},
     {257, 33, 3},   {5, 600, 7},    {1030, 9, 5},  {7, 13, 1100}, {9, 1100, 40},  {33, 31, 300},
     {20, 1024, 40}, {16, 40, 1024}, {64, 96, 128}, {40, 64, 2048}, {6, 700, 30},  {1030, 2, 4128},
-    {16, 40, 5120},
+    {16, 40, 5120}, {8, 24, 9000},
 };
 #define N_SHAPES (sizeof SHAPES / sizeof SHAPES[0])
 
@@ -70,7 +76,15 @@ typedef struct {
     double *out_ref, *dinp_ref, *dW_ref;   // dinp0 + dout W, dW0 + dout^T inp
 } Case;
 
-static void case_init(Case *c, Shape s, uint64_t seed) {
+// The double operands of the reference become the bf16-rounded values (the
+// float operands stay as they are: the kernel rounds them itself).
+static void round_to_bf16(double *d, const float *f, size_t n) {
+    for (size_t i = 0; i < n; i++) d[i] = bf16_to_f32(f32_to_bf16(f[i]));
+}
+
+// bf16: the reference multiplies bf16-rounded operands (the accumulators
+// dinp0 and dW0 stay fp32).
+static void case_init_p(Case *c, Shape s, uint64_t seed, int bf16) {
     Rng r;
     rng_seed(&r, seed);
     c->s = s;
@@ -80,6 +94,11 @@ static void case_init(Case *c, Shape s, uint64_t seed) {
     rand_pair(&r, ny, &c->dout_d, &c->dout);
     rand_pair(&r, nx, &c->dinp0_d, &c->dinp0);   // nonzero: backward must add to it
     rand_pair(&r, nw, &c->dW0_d, &c->dW0);
+    if (bf16) {
+        round_to_bf16(c->inp_d, c->inp, nx);
+        round_to_bf16(c->W_d, c->W, nw);
+        round_to_bf16(c->dout_d, c->dout, ny);
+    }
     c->out_ref = xmalloc(ny * sizeof(double), "out ref");
     matmul_forward_ref(c->out_ref, c->inp_d, c->W_d, s.N, s.C, s.OC);
     c->dinp_ref = xmalloc(nx * sizeof(double), "dinp ref");
@@ -88,6 +107,8 @@ static void case_init(Case *c, Shape s, uint64_t seed) {
     memcpy(c->dW_ref, c->dW0_d, nw * sizeof(double));
     matmul_backward_ref(c->dinp_ref, c->dW_ref, c->dout_d, c->inp_d, c->W_d, s.N, s.C, s.OC);
 }
+
+static void case_init(Case *c, Shape s, uint64_t seed) { case_init_p(c, s, seed, 0); }
 
 static void case_free(Case *c) {
     free(c->inp_d), free(c->W_d), free(c->dout_d), free(c->dinp0_d), free(c->dW0_d);
@@ -101,9 +122,27 @@ static float *copy_f(const float *x, size_t n) {
     return y;
 }
 
+// One kernel of either precision behind the same two calls.
+typedef struct {
+    const char *name;
+    const MatmulKernel *fp32;
+    const MatmulBf16Kernel *bf16;
+} AnyKernel;
+
+static void any_forward(const AnyKernel *k, float *out, const float *inp, const float *W, int N, int C, int OC) {
+    if (k->bf16) matmul_forward_bf16_with(k->bf16, out, inp, W, N, C, OC);
+    else matmul_forward_with(k->fp32, out, inp, W, N, C, OC);
+}
+
+static void any_backward(const AnyKernel *k, float *dinp, float *dW, const float *dout, const float *inp,
+                         const float *W, int N, int C, int OC) {
+    if (k->bf16) matmul_backward_bf16_with(k->bf16, dinp, dW, dout, inp, W, N, C, OC);
+    else matmul_backward_with(k->fp32, dinp, dW, dout, inp, W, N, C, OC);
+}
+
 // Runs forward and the backward variants (both grads, dinp only, dW only)
 // with kernel k and checks each against the reference.
-static void check_case(const MatmulKernel *k, const Case *c, int threads) {
+static void check_case(const AnyKernel *k, const Case *c, int threads) {
     const Shape s = c->s;
     size_t nx = (size_t)s.N * s.C, nw = (size_t)s.OC * s.C, ny = (size_t)s.N * s.OC;
     char where[160];
@@ -111,12 +150,12 @@ static void check_case(const MatmulKernel *k, const Case *c, int threads) {
 
     float *out = xmalloc(ny * sizeof(float), "out");
     for (size_t i = 0; i < ny; i++) out[i] = NAN;   // forward must overwrite every element
-    matmul_forward_with(k, out, c->inp, c->W, s.N, s.C, s.OC);
+    any_forward(k, out, c->inp, c->W, s.N, s.C, s.OC);
     double e = rel_err(out, c->out_ref, ny);
     if (!(e <= tol_for(s.C))) fail_msg("forward %s: rel err %.3g > %.3g", where, e, tol_for(s.C));
 
     float *dinp = copy_f(c->dinp0, nx), *dW = copy_f(c->dW0, nw);
-    matmul_backward_with(k, dinp, dW, c->dout, c->inp, c->W, s.N, s.C, s.OC);
+    any_backward(k, dinp, dW, c->dout, c->inp, c->W, s.N, s.C, s.OC);
     e = rel_err(dinp, c->dinp_ref, nx);
     if (!(e <= tol_for(s.OC))) fail_msg("dinp %s: rel err %.3g > %.3g", where, e, tol_for(s.OC));
     e = rel_err(dW, c->dW_ref, nw);
@@ -124,28 +163,24 @@ static void check_case(const MatmulKernel *k, const Case *c, int threads) {
 
     // NULL gradients: the other one is still right, nothing else is touched.
     memcpy(dinp, c->dinp0, nx * sizeof(float));
-    matmul_backward_with(k, dinp, NULL, c->dout, c->inp, c->W, s.N, s.C, s.OC);
+    any_backward(k, dinp, NULL, c->dout, c->inp, c->W, s.N, s.C, s.OC);
     e = rel_err(dinp, c->dinp_ref, nx);
     if (!(e <= tol_for(s.OC))) fail_msg("dinp (dW NULL) %s: rel err %.3g", where, e);
     memcpy(dW, c->dW0, nw * sizeof(float));
-    matmul_backward_with(k, NULL, dW, c->dout, c->inp, c->W, s.N, s.C, s.OC);
+    any_backward(k, NULL, dW, c->dout, c->inp, c->W, s.N, s.C, s.OC);
     e = rel_err(dW, c->dW_ref, nw);
     if (!(e <= tol_for(s.N))) fail_msg("dW (dinp NULL) %s: rel err %.3g", where, e);
-    matmul_backward_with(k, NULL, NULL, c->dout, c->inp, c->W, s.N, s.C, s.OC);
+    any_backward(k, NULL, NULL, c->dout, c->inp, c->W, s.N, s.C, s.OC);
 
     free(out);
     free(dinp);
     free(dW);
 }
 
-static void check_kernel(const MatmulKernel *k) {
-    if (!k) {
-        skip();   // this CPU cannot run the path
-        return;
-    }
+static void check_any(const AnyKernel *k) {
     for (size_t i = 0; i < N_SHAPES; i++) {
         Case c;
-        case_init(&c, SHAPES[i], 1000 + i);
+        case_init_p(&c, SHAPES[i], 1000 + i, k->bf16 != NULL);
         for (int threads = 1; threads <= 3; threads++) {   // 3: an odd team
             omp_set_num_threads(threads);
             check_case(k, &c, threads);
@@ -155,9 +190,152 @@ static void check_kernel(const MatmulKernel *k) {
     omp_set_num_threads(2);
 }
 
+static void check_kernel(const MatmulKernel *k) {
+    if (!k) {
+        skip();   // this CPU cannot run the path
+        return;
+    }
+    AnyKernel any = {k->name, k, NULL};
+    check_any(&any);
+}
+
+static void check_bf16_kernel(const MatmulBf16Kernel *k) {
+    if (!k) {
+        skip();
+        return;
+    }
+    char name[64];
+    snprintf(name, sizeof name, "bf16 %s", k->name);
+    AnyKernel any = {name, NULL, k};
+    check_any(&any);
+}
+
 static void test_avx512(void **state) { (void)state; check_kernel(matmul_kernel_avx512()); }
 static void test_avx2(void **state) { (void)state; check_kernel(matmul_kernel_avx2()); }
 static void test_portable(void **state) { (void)state; check_kernel(matmul_kernel_portable()); }
+static void test_bf16_avx512(void **state) { (void)state; check_bf16_kernel(matmul_bf16_kernel_avx512()); }
+static void test_bf16_portable(void **state) { (void)state; check_bf16_kernel(matmul_bf16_kernel_portable()); }
+
+static uint16_t bits16(float x) {
+    uint32_t u;
+    memcpy(&u, &x, sizeof u);
+    return (uint16_t)(u >> 16);
+}
+
+static float from_bits(uint32_t u) {
+    float x;
+    memcpy(&x, &u, sizeof x);
+    return x;
+}
+
+// Rounding to bf16 by hand: 8 significant bits, ties to even; subnormals to
+// signed zero; infinities kept; NaN stays NaN. Normal values agree with
+// util's converter (written separately, round to nearest even).
+static void test_bf16_rounding(void **state) {
+    (void)state;
+    const float one = 1.0f, ulp = 1.0f / 128;   // bf16 spacing at 1
+    assert_int_equal(matmul_bf16_round(one), bits16(one));
+    assert_int_equal(matmul_bf16_round(one + ulp / 2), bits16(one));                        // tie, 1 is even
+    assert_int_equal(matmul_bf16_round(one + 3 * ulp / 2), bits16(one + 2 * ulp));          // tie, up to even
+    assert_int_equal(matmul_bf16_round(one + ulp / 2 + ulp / 64), bits16(one + ulp));       // above the tie
+    assert_int_equal(matmul_bf16_round(-(one + ulp / 2 - ulp / 64)), bits16(-one));         // below the tie
+    assert_int_equal(matmul_bf16_round(from_bits(0x7f7fffffu)), 0x7f80);                   // FLT_MAX: up to inf
+    assert_int_equal(matmul_bf16_round(INFINITY), 0x7f80);
+    assert_int_equal(matmul_bf16_round(-INFINITY), 0xff80);
+    assert_int_equal(matmul_bf16_round(from_bits(0x00400000u)), 0x0000);                   // subnormal
+    assert_int_equal(matmul_bf16_round(from_bits(0x80000001u)), 0x8000);
+    assert_int_equal(matmul_bf16_round(0.0f), 0x0000);
+    assert_int_equal(matmul_bf16_round(-0.0f), 0x8000);
+    uint16_t nan = matmul_bf16_round(from_bits(0x7f800001u));   // signalling NaN: low bits lost, made quiet
+    assert_true((nan & 0x7f80) == 0x7f80 && (nan & 0x007f) != 0);
+    Rng r;
+    rng_seed(&r, 17);
+    for (int i = 0; i < 100000; i++) {
+        float x = (float)(rng_normal(&r) * pow(2.0, (double)(int)(rng_next(&r) % 200) - 100));
+        assert_int_equal(matmul_bf16_round(x), f32_to_bf16(x));
+    }
+}
+
+// The AVX512_BF16 packs give the portable pack's bits, on both vectorised
+// source layouts (k contiguous, index contiguous) and a strided one, with
+// ragged widths, odd kc and special values.
+static void test_bf16_packs_agree(void **state) {
+    (void)state;
+    const MatmulBf16Kernel *fast = matmul_bf16_kernel_avx512(), *port = matmul_bf16_kernel_portable();
+    if (!fast) {
+        skip();
+        return;
+    }
+    Rng r;
+    rng_seed(&r, 23);
+    const int rows_max = 70, kc_max = 77;
+    float *src = xmalloc((size_t)rows_max * kc_max * 3 * sizeof(float), "pack src");
+    for (int i = 0; i < rows_max * kc_max * 3; i++) {
+        float x = (float)rng_normal(&r);
+        uint32_t u;
+        memcpy(&u, &x, sizeof u);
+        switch (rng_next(&r) % 16) {
+            case 0: u = (u & 0xffff0000u) | 0x8000u; break;        // exact tie
+            case 1: u &= 0x807fffffu; break;                       // subnormal
+            case 2: u = 0x7fc00000u | (u & 0x3fffffu); break;      // NaN
+            case 3: u = (u & 0x80000000u) | 0x7f7fffffu; break;    // rounds to inf
+            default: break;
+        }
+        memcpy(&src[i], &u, sizeof u);
+    }
+    // Panels are `stride` apart (more than one panel's kc, as in the driver's
+    // last k block); the gap between them must stay untouched.
+    const ptrdiff_t stride_max = (ptrdiff_t)rows_max * (kc_max + 3);
+    uint16_t *a = xmalloc((size_t)stride_max * rows_max * sizeof(uint16_t), "pack a");
+    uint16_t *b = xmalloc((size_t)stride_max * rows_max * sizeof(uint16_t), "pack b");
+    const int widths[] = {8, 32, 4, 16, 12};
+    for (int wi = 0; wi < 5; wi++)
+        for (int rows = 1; rows <= rows_max; rows += 3)
+            for (int kc = 1; kc <= kc_max; kc += 7) {
+                const ptrdiff_t strides[3][2] = {{kc_max, 1}, {1, rows_max}, {2 * kc_max, 3}};   // (s_idx, s_k)
+                const ptrdiff_t panel_stride = (ptrdiff_t)widths[wi] * (kc + (kc & 1) + 2);
+                const size_t n = (size_t)panel_stride * ((rows + widths[wi] - 1) / widths[wi]);
+                for (int st = 0; st < 3; st++) {
+                    memset(a, 0xAB, n * sizeof(uint16_t));
+                    memset(b, 0xAB, n * sizeof(uint16_t));
+                    fast->pack(a, widths[wi], panel_stride, src, strides[st][0], strides[st][1], rows, kc);
+                    port->pack(b, widths[wi], panel_stride, src, strides[st][0], strides[st][1], rows, kc);
+                    if (memcmp(a, b, n * sizeof(uint16_t)))
+                        fail_msg("packs differ: width %d rows %d kc %d strides %td,%td", widths[wi], rows, kc,
+                                 strides[st][0], strides[st][1]);
+                    for (size_t i = 0; i < n; i++)   // the gap after each panel's pairs is not written
+                        if ((ptrdiff_t)(i % panel_stride) >= (ptrdiff_t)widths[wi] * (kc + (kc & 1)) && a[i] != 0xABAB)
+                            fail_msg("pack wrote past a panel: width %d rows %d kc %d", widths[wi], rows, kc);
+                }
+            }
+    free(src), free(a), free(b);
+}
+
+// The public bf16 ops are the bf16 path (not fp32): against the reference on
+// unrounded operands their error is of bf16 size, far above the fp32
+// tolerance, while against the rounded-operand reference it is within it.
+static void test_public_bf16_ops(void **state) {
+    (void)state;
+    Case c, exact;
+    const Shape s = {70, 300, 90};
+    case_init_p(&c, s, 7, 1);
+    case_init_p(&exact, s, 7, 0);
+    size_t nx = (size_t)s.N * s.C, ny = (size_t)s.N * s.OC;
+    float *o = xmalloc(ny * sizeof(float), "o"), *o2 = xmalloc(ny * sizeof(float), "o2");
+    matmul_forward_p(o, c.inp, c.W, s.N, s.C, s.OC, MATMUL_BF16);
+    assert_true(rel_err(o, c.out_ref, ny) <= tol_for(s.C));
+    assert_true(rel_err(o, exact.out_ref, ny) > 20 * tol_for(s.C));
+    matmul_forward_bf16_with(matmul_bf16_kernel_best(), o2, c.inp, c.W, s.N, s.C, s.OC);
+    assert_memory_equal(o, o2, ny * sizeof(float));
+    matmul_forward_p(o2, c.inp, c.W, s.N, s.C, s.OC, MATMUL_FP32);
+    assert_true(rel_err(o2, exact.out_ref, ny) <= tol_for(s.C));
+    float *dx = copy_f(c.dinp0, nx);
+    matmul_backward_p(dx, NULL, c.dout, c.inp, c.W, s.N, s.C, s.OC, MATMUL_BF16);
+    assert_true(rel_err(dx, c.dinp_ref, nx) <= tol_for(s.OC));
+    free(o), free(o2), free(dx);
+    case_free(&c);
+    case_free(&exact);
+}
 
 // The public ops use the best kernel and give the same bits as calling it
 // directly; a second call gives the same bits again (no run-to-run drift).
@@ -251,6 +429,11 @@ int main(void) {
         cmocka_unit_test(test_avx2),
         cmocka_unit_test(test_portable),
         cmocka_unit_test(test_public_ops_match_best_kernel),
+        cmocka_unit_test(test_bf16_rounding),
+        cmocka_unit_test(test_bf16_packs_agree),
+        cmocka_unit_test(test_bf16_avx512),
+        cmocka_unit_test(test_bf16_portable),
+        cmocka_unit_test(test_public_bf16_ops),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -66,6 +66,11 @@ static const KeySpec KEYS[] = {
      "tokens generated per sample"},
     {"train", "doc_mask", KT_BOOL, F(train.doc_mask), "0", NULL, NULL, 0,
      "cpt: attention stays inside each packed document"},
+    {"train", "recompute", KT_BOOL, F(train.recompute), "0", NULL, NULL, 0,
+     "keep one layer of activations and recompute the rest in the backward (less memory, ~1/3 more compute)"},
+    // choice order = TRAIN_MATMUL_* in recipe.h
+    {"train", "matmul", KT_CHOICE, F(train.matmul), "fp32", NULL, "fp32|bf16", 0,
+     "matmul operands: fp32, or bf16 rounded (fp32 accumulation and master weights; AVX512_BF16 when present)"},
     {"optim", "lr", KT_FLOAT, F(optim.lr), "3e-4", "(0, 1)", NULL, 0, "peak learning rate"},
     {"optim", "beta1", KT_FLOAT, F(optim.beta1), "0.9", "[0, 1)", NULL, 0, "AdamW first-moment decay"},
     {"optim", "beta2", KT_FLOAT, F(optim.beta2), "0.95", "[0, 1)", NULL, 0, "AdamW second-moment decay"},

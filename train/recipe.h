@@ -24,6 +24,7 @@
 #define RECIPE_STR 180   // string fields; "key = \"value\"" still fits inih's line
 
 enum { TRAIN_MODE_CPT, TRAIN_MODE_SFT, TRAIN_MODE_COUNT };
+enum { TRAIN_MATMUL_FP32, TRAIN_MATMUL_BF16 };
 
 typedef struct {
     struct {
@@ -52,6 +53,8 @@ typedef struct {
         char sample_prompt[RECIPE_STR];   // "" = no samples
         int sample_tokens;
         int doc_mask;                 // 0/1
+        int recompute;                // 0/1: activation recompute (Model.recompute)
+        int matmul;                   // TRAIN_MATMUL_*: fp32, bf16 (Model.matmul_bf16)
     } train;
     struct {
         float lr, beta1, beta2, eps, weight_decay, grad_clip;

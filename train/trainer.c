@@ -431,6 +431,8 @@ int train_run(const Recipe *r, volatile sig_atomic_t *stop, PtError *e) {
     if (t.total_steps < 1) { pt_fail(e, "set train.steps, train.tokens or train.epochs"); goto out; }
     recipe_adamw(r, &t.adam);
     recipe_schedule(r, t.total_steps, &t.sched);
+    t.m.recompute = r->train.recompute;
+    t.m.matmul_bf16 = r->train.matmul == TRAIN_MATMUL_BF16;
     if (model_plan(&t.m, B, T, 1, stdout, e)) goto out;
     t.micro = xcalloc(accum, sizeof(Batch), "micro-batches");
     for (int a = 0; a < accum; a++) batch_alloc(&t.micro[a], B, T);

@@ -35,6 +35,13 @@ static double row_loss(float *z, int target, int V, float scale, int make_grad) 
 double classifier_forward_backward(float *dh, float *dW, float *logits_out, float *scratch, int chunk,
                                    const float *h, const float *W, const int *targets,
                                    const uint8_t *mask, int N, int C, int V, float scale, int *count) {
+    return classifier_forward_backward_p(dh, dW, logits_out, scratch, chunk, h, W, targets, mask, N, C, V, scale,
+                                         count, MATMUL_FP32);
+}
+
+double classifier_forward_backward_p(float *dh, float *dW, float *logits_out, float *scratch, int chunk,
+                                     const float *h, const float *W, const int *targets, const uint8_t *mask,
+                                     int N, int C, int V, float scale, int *count, MatmulPrecision p) {
     if (chunk < 1) die("classifier: chunk must be at least 1 row, got %d", chunk);
     for (int n = 0; n < N; n++)
         if (targets[n] >= V) die("classifier: target %d at row %d is outside the vocabulary of %d", targets[n], n, V);
@@ -55,7 +62,7 @@ double classifier_forward_backward(float *dh, float *dW, float *logits_out, floa
             while (n1 - 1 > n0 && !is_counted(targets, mask, n1 - 1)) n1--;
         const int rows = n1 - n0;
         const float *h_chunk = h + (size_t)n0 * C;
-        matmul_forward(scratch, h_chunk, W, rows, C, V);
+        matmul_forward_p(scratch, h_chunk, W, rows, C, V, p);
         if (logits_out) memcpy(logits_out + (size_t)n0 * V, scratch, (size_t)rows * V * sizeof(float));
 
         double chunk_loss = 0.0;
@@ -73,7 +80,7 @@ double classifier_forward_backward(float *dh, float *dW, float *logits_out, floa
         loss_sum += chunk_loss;
         counted += chunk_count;
         if (make_grad && chunk_count > 0)
-            matmul_backward(dh ? dh + (size_t)n0 * C : NULL, dW, scratch, h_chunk, W, rows, C, V);
+            matmul_backward_p(dh ? dh + (size_t)n0 * C : NULL, dW, scratch, h_chunk, W, rows, C, V, p);
         n0 = n1;
     }
     if (count) *count = counted;

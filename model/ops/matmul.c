@@ -437,3 +437,16 @@ void matmul_backward_ref(double *dinp, double *dW, const double *dout, const dou
                 dW[(size_t)o * C + c] += acc;
             }
 }
+
+// ---------------------------------------------------------------- precision
+
+void matmul_forward_p(float *out, const float *inp, const float *W, int N, int C, int OC, MatmulPrecision p) {
+    if (p == MATMUL_BF16) matmul_forward_bf16_with(matmul_bf16_kernel_best(), out, inp, W, N, C, OC);
+    else matmul_forward(out, inp, W, N, C, OC);
+}
+
+void matmul_backward_p(float *dinp, float *dW, const float *dout, const float *inp, const float *W,
+                       int N, int C, int OC, MatmulPrecision p) {
+    if (p == MATMUL_BF16) matmul_backward_bf16_with(matmul_bf16_kernel_best(), dinp, dW, dout, inp, W, N, C, OC);
+    else matmul_backward(dinp, dW, dout, inp, W, N, C, OC);
+}

@@ -289,3 +289,227 @@ const MatmulKernel *matmul_kernel_best(void) {
     if (cpu_has_avx2_fma()) return &kernel_avx2;
     return &kernel_portable;
 }
+
+// ================================================================ bf16
+// Packs and tiles for the MATMUL_BF16 products (layout in matmul_kernels.h).
+
+uint16_t matmul_bf16_round(float x) {
+    uint32_t u;
+    memcpy(&u, &x, sizeof u);
+    if ((u & 0x7f800000u) == 0) return (uint16_t)((u >> 16) & 0x8000u);            // zero, subnormal
+    if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((u >> 16) | 0x0040u);    // NaN, made quiet
+    return (uint16_t)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
+}
+
+static inline float bf16_value(uint16_t h) {
+    uint32_t u = (uint32_t)h << 16;
+    float x;
+    memcpy(&x, &u, sizeof x);
+    return x;
+}
+
+static void portable_bf16_pack(uint16_t *dst, int width, ptrdiff_t panel_stride, const float *src,
+                               ptrdiff_t s_idx, ptrdiff_t s_k, int rows, int kc) {
+    const int panels = (rows + width - 1) / width;
+    for (int p = 0; p < panels; p++)
+        for (int k = 0; k < kc + (kc & 1); k++) {
+            uint16_t *d = dst + p * panel_stride + (ptrdiff_t)(k >> 1) * 2 * width + (k & 1);
+            for (int r = 0; r < width; r++) {
+                const int i = p * width + r;
+                d[2 * r] = i < rows && k < kc ? matmul_bf16_round(src[i * s_idx + k * s_k]) : 0;
+            }
+        }
+}
+
+// ---------------------------------------------------------------- AVX512_BF16
+// 8 x 32 tile as the fp32 one: 16 zmm accumulators; each vdpbf16ps adds two
+// products per fp32 lane (k and k+1), twice the FMA work per instruction, and
+// the A pair is broadcast straight from memory.
+#define BF16_MR 8
+#define BF16_NR 32
+
+__attribute__((target("avx512f,avx512bf16"))) static void avx512bf16_tile(const MatmulBf16Tile *t) {
+    __m512 acc0[BF16_MR], acc1[BF16_MR];
+    #pragma GCC unroll 8
+    for (int r = 0; r < BF16_MR; r++) acc0[r] = acc1[r] = _mm512_setzero_ps();
+    // One 32-bit word holds a k pair; may_alias: the panel was written as uint16_t.
+    typedef uint32_t __attribute__((may_alias)) pair_word;
+    const pair_word *a = (const pair_word *)(const void *)t->a;
+    const uint16_t *b = t->b;
+    for (int r = 0; r < t->mr; r++) _mm_prefetch((const char *)(t->c + r * t->c_rs), _MM_HINT_T0);
+    for (int p = 0; p < t->kc / 2; p++) {
+        const __m512bh b0 = (__m512bh)_mm512_loadu_si512(b), b1 = (__m512bh)_mm512_loadu_si512(b + 32);
+        #pragma GCC unroll 8
+        for (int r = 0; r < BF16_MR; r++) {
+            const __m512bh av = (__m512bh)_mm512_set1_epi32((int)a[r]);
+            acc0[r] = _mm512_dpbf16_ps(acc0[r], av, b0);
+            acc1[r] = _mm512_dpbf16_ps(acc1[r], av, b1);
+        }
+        a += BF16_MR;
+        b += 2 * BF16_NR;
+    }
+    const int nr = t->nr;
+    const __mmask16 m0 = nr >= 16 ? 0xFFFF : (__mmask16)((1u << nr) - 1);
+    const __mmask16 m1 = nr >= 32 ? 0xFFFF : nr <= 16 ? 0 : (__mmask16)((1u << (nr - 16)) - 1);
+    #pragma GCC unroll 8
+    for (int r = 0; r < BF16_MR; r++) {
+        if (r >= t->mr) break;
+        float *c = t->c + r * t->c_rs;
+        __m512 v0 = acc0[r], v1 = acc1[r];
+        if (t->accumulate) {
+            v0 = _mm512_add_ps(v0, _mm512_maskz_loadu_ps(m0, c));
+            v1 = _mm512_add_ps(v1, _mm512_maskz_loadu_ps(m1, c + 16));
+        }
+        _mm512_mask_storeu_ps(c, m0, v0);
+        _mm512_mask_storeu_ps(c + 16, m1, v1);
+    }
+}
+
+// Writes the pair words of 16 consecutive indices j0..j0+15 (those below
+// `valid`; the caller zeroes the rest) for pair q, across panel boundaries.
+__attribute__((always_inline, target("avx512f"))) static inline void
+store_pairs16(uint16_t *dst, int width, ptrdiff_t panel_stride, int q, int j0, __m512i words) {
+    if (width >= 16) {   // 16 | width: one panel
+        uint16_t *d = dst + (j0 / width) * panel_stride + ((ptrdiff_t)q * width + j0 % width) * 2;
+        _mm512_storeu_si512(d, words);
+        return;
+    }
+    if (width == 8) {   // two panels, half each
+        uint16_t *d = dst + (j0 / 8) * panel_stride + (ptrdiff_t)q * 16;
+        _mm256_storeu_si256((__m256i *)(void *)d, _mm512_castsi512_si256(words));
+        _mm256_storeu_si256((__m256i *)(void *)(d + panel_stride), _mm512_extracti64x4_epi64(words, 1));
+        return;
+    }
+    uint32_t w[16];
+    _mm512_storeu_si512(w, words);
+    for (int j = 0; j < 16; j++) {
+        uint16_t *d = dst + ((j0 + j) / width) * panel_stride + ((ptrdiff_t)q * width + (j0 + j) % width) * 2;
+        memcpy(d, &w[j], sizeof w[j]);
+    }
+}
+
+// Packs with vcvtne2ps2bf16 (the same rounding as matmul_bf16_round). Two
+// source layouts are vectorised, 16 indices at a time, and read the source in
+// long contiguous runs; any other layout (or a width 16 does not divide and
+// that does not divide 16) falls back to the scalar pack.
+__attribute__((target("avx512f,avx512bf16"))) static void avx512bf16_pack(uint16_t *dst, int width,
+                                                                          ptrdiff_t panel_stride, const float *src,
+                                                                          ptrdiff_t s_idx, ptrdiff_t s_k, int rows,
+                                                                          int kc) {
+    const int pairs = (kc + 1) / 2, panels = (rows + width - 1) / width, span = panels * width;
+    if ((width % 16 != 0 && 16 % width != 0) || (s_k != 1 && s_idx != 1)) {
+        portable_bf16_pack(dst, width, panel_stride, src, s_idx, s_k, rows, kc);
+        return;
+    }
+    if (s_k == 1) {
+        // Each index's k run is contiguous, so its pairs already sit side by
+        // side: convert 32 k of 16 indices, then transpose 16 x 16 words.
+        for (int j0 = 0; j0 < span; j0 += 16) {
+            for (int k0 = 0; k0 < kc; k0 += 32) {
+                const int kn = kc - k0 < 32 ? kc - k0 : 32;
+                const __mmask16 lo = kn >= 16 ? 0xFFFF : (__mmask16)((1u << kn) - 1);
+                const __mmask16 hi = kn >= 32 ? 0xFFFF : kn <= 16 ? 0 : (__mmask16)((1u << (kn - 16)) - 1);
+                __m512 r[16];
+                for (int j = 0; j < 16; j++) {
+                    if (j0 + j < rows) {
+                        const float *row = src + (j0 + j) * s_idx + k0;
+                        _mm_prefetch((const char *)(row + 128), _MM_HINT_T0);
+                        __m512bh h = _mm512_cvtne2ps_pbh(_mm512_maskz_loadu_ps(hi, row + 16),
+                                                         _mm512_maskz_loadu_ps(lo, row));
+                        r[j] = _mm512_castsi512_ps((__m512i)h);
+                    } else {
+                        r[j] = _mm512_setzero_ps();
+                    }
+                }
+                transpose16(r);
+                const int np = (kn + 1) / 2;
+                if (j0 + 16 <= span)
+                    for (int q = 0; q < np; q++)
+                        store_pairs16(dst, width, panel_stride, k0 / 2 + q, j0, _mm512_castps_si512(r[q]));
+                else   // the last 16 reach past the panels (width < 16): only `span - j0` exist
+                    for (int q = 0; q < np; q++) {
+                        uint32_t w[16];
+                        _mm512_storeu_si512(w, _mm512_castps_si512(r[q]));
+                        for (int j = 0; j < span - j0; j++)
+                            memcpy(dst + ((j0 + j) / width) * panel_stride +
+                                       ((ptrdiff_t)(k0 / 2 + q) * width + (j0 + j) % width) * 2,
+                                   &w[j], sizeof w[j]);
+                    }
+            }
+        }
+        return;
+    }
+    // s_idx == 1: indices are contiguous for each k: interleave rows k and
+    // k+1, whole rows at a time.
+    for (int q = 0; q < pairs; q++) {
+        const float *r0 = src + (ptrdiff_t)(2 * q) * s_k, *r1 = r0 + s_k;
+        const int has1 = 2 * q + 1 < kc;
+        if (2 * q + 4 < kc) {
+            _mm_prefetch((const char *)(r0 + 4 * s_k), _MM_HINT_T0);
+            _mm_prefetch((const char *)(r1 + 4 * s_k), _MM_HINT_T0);
+        }
+        for (int j0 = 0; j0 < span; j0 += 16) {
+            const int valid = rows - j0 >= 16 ? 16 : rows - j0 > 0 ? rows - j0 : 0;
+            const __mmask16 vmask = (__mmask16)((1u << valid) - 1);
+            __m256i e = (__m256i)_mm512_cvtneps_pbh(_mm512_maskz_loadu_ps(vmask, r0 + j0));
+            __m256i o = has1 ? (__m256i)_mm512_cvtneps_pbh(_mm512_maskz_loadu_ps(vmask, r1 + j0))
+                             : _mm256_setzero_si256();
+            __m512i words = _mm512_or_si512(_mm512_cvtepu16_epi32(e), _mm512_slli_epi32(_mm512_cvtepu16_epi32(o), 16));
+            if (j0 + 16 <= span) {
+                store_pairs16(dst, width, panel_stride, q, j0, words);
+            } else {
+                uint32_t w[16];
+                _mm512_storeu_si512(w, words);
+                for (int j = 0; j < span - j0; j++)
+                    memcpy(dst + ((j0 + j) / width) * panel_stride + ((ptrdiff_t)q * width + (j0 + j) % width) * 2,
+                           &w[j], sizeof w[j]);
+            }
+        }
+    }
+}
+
+// ---------------------------------------------------------------- portable bf16
+// Exact products of the bf16 values, summed in fp32 (a product of two bf16
+// values is exact in fp32, so fused or not gives the same sums). Plain loops
+// the compiler vectorises; an 8 x 32 tile spreads the conversion of each B
+// pair row over 8 rows of A. For CPUs without AVX512_BF16 this is correct but
+// slower than the fp32 kernels (about half their speed here).
+#define PORT_BF16_MR 8
+#define PORT_BF16_NR 32
+
+static void portable_bf16_tile(const MatmulBf16Tile *t) {
+    float acc[PORT_BF16_MR][PORT_BF16_NR];
+    for (int r = 0; r < PORT_BF16_MR; r++)
+        for (int j = 0; j < PORT_BF16_NR; j++) acc[r][j] = 0.0f;
+    for (int p = 0; p < t->kc / 2; p++) {
+        const uint16_t *a = t->a + (ptrdiff_t)p * 2 * PORT_BF16_MR, *b = t->b + (ptrdiff_t)p * 2 * PORT_BF16_NR;
+        float b0[PORT_BF16_NR], b1[PORT_BF16_NR];
+        for (int j = 0; j < PORT_BF16_NR; j++) {
+            b0[j] = bf16_value(b[2 * j]);
+            b1[j] = bf16_value(b[2 * j + 1]);
+        }
+        for (int r = 0; r < PORT_BF16_MR; r++) {
+            const float a0 = bf16_value(a[2 * r]), a1 = bf16_value(a[2 * r + 1]);
+            #pragma omp simd
+            for (int j = 0; j < PORT_BF16_NR; j++) acc[r][j] = (acc[r][j] + a0 * b0[j]) + a1 * b1[j];
+        }
+    }
+    for (int r = 0; r < t->mr; r++)
+        for (int j = 0; j < t->nr; j++) {
+            float *c = t->c + r * t->c_rs + j;
+            *c = t->accumulate ? *c + acc[r][j] : acc[r][j];
+        }
+}
+
+static const MatmulBf16Kernel kernel_avx512bf16 = {"avx512bf16", BF16_MR, BF16_NR, avx512bf16_tile, avx512bf16_pack};
+static const MatmulBf16Kernel kernel_portable_bf16 = {"portable", PORT_BF16_MR, PORT_BF16_NR, portable_bf16_tile,
+                                                      portable_bf16_pack};
+
+const MatmulBf16Kernel *matmul_bf16_kernel_avx512(void) {
+    return cpu_has_avx512() && __builtin_cpu_supports("avx512bf16") ? &kernel_avx512bf16 : NULL;
+}
+const MatmulBf16Kernel *matmul_bf16_kernel_portable(void) { return &kernel_portable_bf16; }
+const MatmulBf16Kernel *matmul_bf16_kernel_best(void) {
+    const MatmulBf16Kernel *k = matmul_bf16_kernel_avx512();
+    return k ? k : &kernel_portable_bf16;
+}

@@ -4,6 +4,7 @@
 // CPU supports.
 #pragma once
 #include <stddef.h>
+#include <stdint.h>
 
 // One register tile: C[mr x nr] (+)= A[mr x kc] B[kc x nr], mr <= MR, nr <= NR.
 //   A(r, k) = a[r*a_rs + k*a_ks]; either a_rs == 1 (a packed panel, a_ks == MR,
@@ -47,3 +48,52 @@ void matmul_forward_with(const MatmulKernel *k, float *out, const float *inp, co
                          int N, int C, int OC);
 void matmul_backward_with(const MatmulKernel *k, float *dinp, float *dW, const float *dout,
                           const float *inp, const float *W, int N, int C, int OC);
+
+// ---------------------------------------------------------------- bf16
+// The MATMUL_BF16 products (matmul_bf16.c) pack both operands as bf16 panels
+// with k in pairs: element (i, k) of a panel `width` indices wide sits at
+// p[(k/2)*2*width + 2*i + k%2], so one 32-bit word holds the pair (k, k+1) of
+// index i, the operand layout of vdpbf16ps. A panel's kc is even (an odd last
+// k is padded with zero).
+
+// One register tile: C[mr x nr] (+)= A[mr x kc] B[kc x nr] from packed panels
+// (MR rows of A, NR columns of B, zero-padded); C row-major, c[r*c_rs + j].
+typedef struct {
+    int kc;                 // even
+    const uint16_t *a, *b;
+    float *c;
+    ptrdiff_t c_rs;
+    int mr, nr, accumulate;
+} MatmulBf16Tile;
+
+typedef void (*MatmulBf16TileFn)(const MatmulBf16Tile *t);
+
+// Packs element (i, k) = src[i*s_idx + k*s_k], i < rows, k < kc, rounded to
+// bf16, into ceil(rows / width) panels `width` wide, panel p (indices
+// p*width ...) at dst + p*panel_stride (zeros for indices past rows in the
+// last panel and for the pad k). One call packs many panels so the source is
+// read in long runs. Every kernel's pack gives the same bits as
+// matmul_bf16_round.
+typedef void (*MatmulBf16PackFn)(uint16_t *dst, int width, ptrdiff_t panel_stride, const float *src,
+                                 ptrdiff_t s_idx, ptrdiff_t s_k, int rows, int kc);
+
+typedef struct {
+    const char *name;   // "avx512bf16", "portable"
+    int mr, nr;
+    MatmulBf16TileFn tile;
+    MatmulBf16PackFn pack;
+} MatmulBf16Kernel;
+
+// fp32 -> bf16 as vcvtneps2bf16 does it: round to nearest even, subnormals
+// to signed zero, NaN kept (quiet).
+uint16_t matmul_bf16_round(float x);
+
+const MatmulBf16Kernel *matmul_bf16_kernel_avx512(void);   // NULL without AVX512_BF16
+const MatmulBf16Kernel *matmul_bf16_kernel_portable(void);
+const MatmulBf16Kernel *matmul_bf16_kernel_best(void);
+
+// The MATMUL_BF16 forward / backward with a chosen kernel.
+void matmul_forward_bf16_with(const MatmulBf16Kernel *k, float *out, const float *inp, const float *W,
+                              int N, int C, int OC);
+void matmul_backward_bf16_with(const MatmulBf16Kernel *k, float *dinp, float *dW, const float *dout,
+                               const float *inp, const float *W, int N, int C, int OC);

@@ -36,6 +36,16 @@ void rmsnorm_backward_ref(double *dx, double *dw, const double *dout, const doub
 void matmul_forward(float *out, const float *inp, const float *W, int N, int C, int OC);
 void matmul_backward(float *dinp, float *dW, const float *dout, const float *inp, const float *W,
                      int N, int C, int OC);
+// Precision of the products: MATMUL_BF16 rounds both operands to bf16 (round
+// to nearest even; bf16 subnormals count as zero) and accumulates their exact
+// products in fp32; inputs, outputs and gradients stay fp32 arrays (fp32
+// master weights). It runs on AVX512_BF16 (vdpbf16ps) where the CPU has it and
+// on a portable kernel with the same numerics elsewhere. The plain names above
+// are the MATMUL_FP32 calls.
+typedef enum { MATMUL_FP32 = 0, MATMUL_BF16 = 1 } MatmulPrecision;
+void matmul_forward_p(float *out, const float *inp, const float *W, int N, int C, int OC, MatmulPrecision p);
+void matmul_backward_p(float *dinp, float *dW, const float *dout, const float *inp, const float *W,
+                       int N, int C, int OC, MatmulPrecision p);
 void matmul_forward_ref(double *out, const double *inp, const double *W, int N, int C, int OC);
 void matmul_backward_ref(double *dinp, double *dW, const double *dout, const double *inp, const double *W,
                          int N, int C, int OC);
@@ -98,6 +108,11 @@ void residual_backward_ref(double *da, double *db, const double *dout, size_t n)
 double classifier_forward_backward(float *dh, float *dW, float *logits_out, float *scratch, int chunk,
                                    const float *h, const float *W, const int *targets,
                                    const uint8_t *mask, int N, int C, int V, float scale, int *count);
+// The same with the two matmuls (logits, and dh / dW) in precision p; the
+// softmax and the loss stay fp32 / double.
+double classifier_forward_backward_p(float *dh, float *dW, float *logits_out, float *scratch, int chunk,
+                                     const float *h, const float *W, const int *targets, const uint8_t *mask,
+                                     int N, int C, int V, float scale, int *count, MatmulPrecision p);
 // Reference: full logits in double; returns sum loss; grads (if non-NULL) accumulate scale * d(sum).
 double classifier_ref(double *dh, double *dW, const double *h, const double *W, const int *targets,
                       const uint8_t *mask, int N, int C, int V, double scale);
