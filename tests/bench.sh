@@ -11,6 +11,9 @@
 #      B and T); the AdamW step is timed separately;
 #   3. tests/bench_tokenize.py: `pocket tokenize` beside HF tokenizers on the
 #      same documents, 1 and THREADS threads, with a token-for-token check.
+#   4. tests/bench_mnn.py: the MNN runtime's prefill/decode speed on our
+#      pocket-0.3b package (both graph forms) and on MNN's official exporter's
+#      package of the same weights, sizes, and the two packages' logits;
 #
 # The summary's "% of peak" divides each GFLOP/s figure by the HIGHEST fp32 FMA
 # peak measured in this run (other work on a shared machine can only lower a
@@ -21,7 +24,8 @@
 #
 # usage: tests/bench.sh [POCKET [BENCH_DIR]]
 # env:   POCKET (./pocket), BENCH_DIR (build/tests), PYTHON (tests/.venv/bin/python),
-#        BENCH_THREADS (2), BENCH_TOKENIZE_MB (4), BENCH_REPS (3, tokenizer runs per side)
+#        BENCH_THREADS (2), BENCH_TOKENIZE_MB (4), BENCH_REPS (3, tokenizer runs per side),
+#        BENCH_MNN_DIR (BENCH_DIR/../bench-mnn)
 #
 # Timings on a shared machine are noisy: every figure is the best of several
 # repetitions (each bench says how many), since other work can only slow a run.
@@ -33,6 +37,8 @@ PYTHON=${PYTHON:-tests/.venv/bin/python}
 THREADS=${BENCH_THREADS:-2}
 TOKENIZE_MB=${BENCH_TOKENIZE_MB:-4}
 REPS=${BENCH_REPS:-3}
+# bench_mnn's checkpoint and packages (1.5 GB) are kept here between runs.
+MNN_DIR=${BENCH_MNN_DIR:-$(dirname "$BENCH_DIR")/bench-mnn}
 HERE=$(cd "$(dirname "$0")" && pwd)
 
 fail() { echo "pocket bench: $*" >&2; exit 1; }
@@ -140,6 +146,11 @@ env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE OMP_NUM_THREADS="$THREADS" MKL_NUM_
 section "bench_tokenize: pocket tokenize vs HF tokenizers, same documents, 1 and $THREADS threads"
 "$PYTHON" "$HERE/bench_tokenize.py" --pocket "$POCKET" --threads "1,$THREADS" --mb "$TOKENIZE_MB" \
     --reps "$REPS" --summary "$SUMMARY" || failed="$failed bench_tokenize"
+
+# ---- 4. the MNN runtime on our package, beside MNN's own exporter -------------
+section "bench_mnn: MNN runtime (PyPI MNN 3.6.1) on our pocket-0.3b package and on llmexport's, $THREADS threads"
+"$PYTHON" "$HERE/bench_mnn.py" "$POCKET" "$MNN_DIR" --threads "$THREADS" --llmexport --summary "$SUMMARY" ||
+    failed="$failed bench_mnn"
 
 # ---- summary ---------------------------------------------------------------
 section "summary ($(( $(date +%s) - start )) s, load average $(cut -d' ' -f1-3 /proc/loadavg) at the end)"

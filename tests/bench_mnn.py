@@ -124,6 +124,7 @@ def main():
     ap.add_argument("workdir")
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--llmexport", action="store_true")
+    ap.add_argument("--summary", help="append tab-separated summary rows here (see tests/bench.sh)")
     a = ap.parse_args()
     work = Path(a.workdir)
     work.mkdir(parents=True, exist_ok=True)
@@ -141,20 +142,32 @@ def main():
         packages.append((graph, pkg))
     if a.llmexport:
         packages.append(("llmexport", llmexport_package(a.pocket, ckpt, work, env)))
+    rows = []
     for graph, pkg in packages:
+        who = "MNN llmexport 0.0.5" if graph == "llmexport" else f"pocket {graph} graph"
         print(f"mnn package ({graph}): {size_of(pkg) / 1e6:.1f} MB "
               f"(llm.mnn.weight {(pkg / 'llm.mnn.weight').stat().st_size / 1e6:.1f} MB)", flush=True)
         for mem in ["low", "normal"]:
             r = run_timer(pkg, mem, a.threads)
             print(f"mnn runtime {graph:9s} memory={mem:6s} {a.threads} threads: prefill {r['prefill_tps']:7.1f} tok/s "
                   f"({PROMPT} tokens), decode {r['decode_tps']:6.1f} tok/s ({NEW} tokens)", flush=True)
+            rows.append([f"MNN runtime memory={mem}", who, str(a.threads),
+                         f"prefill {r['prefill_tps']:.1f} / decode {r['decode_tps']:.1f} tok/s", "-", "-",
+                         f"package {size_of(pkg) / 1e6:.1f} MB"])
 
 
     if a.llmexport:
         import numpy as np
         ours, theirs = logits_of(work / "mnn-fused", work / "ours.npy"), logits_of(work / "mnn-llmexport", work / "theirs.npy")
-        print(f"logits, ours vs llmexport (64 tokens, memory normal): max |diff| {np.abs(ours - theirs).max():.3g} "
-              f"(max |logit| {np.abs(ours).max():.3g}), top-1 agreement {(ours.argmax(-1) == theirs.argmax(-1)).mean():.1%}")
+        diff, agree = float(np.abs(ours - theirs).max()), float((ours.argmax(-1) == theirs.argmax(-1)).mean())
+        print(f"logits, ours vs llmexport (64 tokens, memory normal): max |diff| {diff:.3g} "
+              f"(max |logit| {np.abs(ours).max():.3g}), top-1 agreement {agree:.1%}", flush=True)
+        rows.append(["MNN logits, ours vs llmexport", "both", str(a.threads), "-", "-", "-",
+                     f"64 tokens: max |diff| {diff:.3g}, top-1 agreement {agree:.1%} (RTN g64: fp16 vs fp32 scales)"])
+    if a.summary:
+        with open(a.summary, "a", encoding="utf-8") as f:
+            for r in rows:
+                f.write("\t".join(r) + "\n")
 
 
 if __name__ == "__main__":
