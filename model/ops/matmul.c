@@ -20,16 +20,11 @@
 #define NC_MAX 256   // columns per B block: 512 x 256 floats = 512 KiB (half of L2)
 #define MA_MAX 1024  // rows per packed A block: 1024 x 512 floats = 2 MiB (L3)
 
-// Element (i, j) of a matrix view is p[i*rs + j*cs].
-typedef struct {
-    const float *p;
-    ptrdiff_t rs, cs;
-} View;
 
 typedef struct {
     const MatmulKernel *kern;
     int M, N, K;
-    View A, B;               // A: M x K, B: K x N
+    MatrixView A, B;               // A: M x K, B: K x N
     float *c;
     ptrdiff_t c_rs, c_cs;    // C(i, j) = c[i*c_rs + j*c_cs]
     int accumulate;
@@ -76,7 +71,7 @@ static inline void copy_small(float *dst, const float *src, int n) {
 
 // Packs rows [i0, i0+mc) x k [k0, k0+kc) of A as consecutive panels of MR
 // rows, each laid out p[k*MR + r]; rows past mc in the last panel are zero.
-static void pack_a_block(float *p, const MatmulKernel *kern, View A, int i0, int mc, int k0, int kc) {
+static void pack_a_block(float *p, const MatmulKernel *kern, MatrixView A, int i0, int mc, int k0, int kc) {
     const int MR = kern->mr;
     const int panels = (mc + MR - 1) / MR;
     if (A.rs == 1) {
@@ -122,7 +117,7 @@ static void pack_a_block(float *p, const MatmulKernel *kern, View A, int i0, int
 
 // Packs k [k0, k0+kc) x columns [j0, j0+nr) of B as one panel p[k*NR + j],
 // columns beyond nr zero.
-static void pack_b_panel(float *p, const MatmulKernel *kern, View B, int k0, int kc, int j0, int nr) {
+static void pack_b_panel(float *p, const MatmulKernel *kern, MatrixView B, int k0, int kc, int j0, int nr) {
     const int NR = kern->nr;
     if (B.cs == 1) {
         for (int k = 0; k < kc; k++) {
@@ -267,7 +262,7 @@ static void gemm_block(const Gemm *g, const KBlock *kb, const Scratch *s, int i_
 #define SHARED_SPAN_BLOCKS 8
 #define SHARED_SPAN_BYTES (4 << 20)
 
-static void gemm(const MatmulKernel *kern, int M, int N, int K, View A, View B, float *c,
+static void gemm(const MatmulKernel *kern, int M, int N, int K, MatrixView A, MatrixView B, float *c,
                  ptrdiff_t c_rs, ptrdiff_t c_cs, int accumulate) {
     if (M <= 0 || N <= 0) return;
     if (K <= 0) {
@@ -380,10 +375,10 @@ void matmul_forward_with(const MatmulKernel *k, float *out, const float *inp, co
         // out^T = W inp^T so the big W is read in place and only the small
         // inp is transposed into panels; out is written through the tile's
         // strided store.
-        View A = {W, C, 1}, B = {inp, 1, C};
+        MatrixView A = {W, C, 1}, B = {inp, 1, C};
         gemm(k, OC, N, C, A, B, out, 1, OC, 0);
     } else {
-        View A = {inp, C, 1}, B = {W, 1, C};
+        MatrixView A = {inp, C, 1}, B = {W, 1, C};
         gemm(k, N, OC, C, A, B, out, OC, 1, 0);
     }
 }
@@ -391,11 +386,11 @@ void matmul_forward_with(const MatmulKernel *k, float *out, const float *inp, co
 void matmul_backward_with(const MatmulKernel *k, float *dinp, float *dW, const float *dout,
                           const float *inp, const float *W, int N, int C, int OC) {
     if (dinp) {
-        View A = {dout, OC, 1}, B = {W, C, 1};
+        MatrixView A = {dout, OC, 1}, B = {W, C, 1};
         gemm(k, N, C, OC, A, B, dinp, C, 1, 1);
     }
     if (dW) {
-        View A = {dout, 1, OC}, B = {inp, C, 1};
+        MatrixView A = {dout, 1, OC}, B = {inp, C, 1};
         gemm(k, OC, C, N, A, B, dW, C, 1, 1);
     }
 }

@@ -30,16 +30,11 @@
 #define SHARED_SPAN_BYTES (4 << 20)
 #define TASKS_PER_THREAD 4
 
-// Element (i, j) of a matrix view is p[i*rs + j*cs].
-typedef struct {
-    const float *p;
-    ptrdiff_t rs, cs;
-} View;
 
 typedef struct {
     const MatmulBf16Kernel *kern;
     int M, N, K, kc;          // kc: the k block, even
-    View A, B;                // A: M x K, B: K x N
+    MatrixView A, B;                // A: M x K, B: K x N
     float *c;
     ptrdiff_t ldc;            // C(i, j) = c[i*ldc + j]
     int accumulate;
@@ -79,7 +74,7 @@ static void tiles(const Gemm *g, const uint16_t *a_panels, int i0, int i1, const
     }
 }
 
-static void gemm(const MatmulBf16Kernel *kern, int M, int N, int K, View A, View B, float *c, ptrdiff_t ldc,
+static void gemm(const MatmulBf16Kernel *kern, int M, int N, int K, MatrixView A, MatrixView B, float *c, ptrdiff_t ldc,
                  int accumulate) {
     if (M <= 0 || N <= 0) return;
     if (K <= 0) {
@@ -173,18 +168,18 @@ static void gemm(const MatmulBf16Kernel *kern, int M, int N, int K, View A, View
 
 void matmul_forward_bf16_with(const MatmulBf16Kernel *k, float *out, const float *inp, const float *W,
                               int N, int C, int OC) {
-    View A = {inp, C, 1}, B = {W, 1, C};   // B(c, o) = W[o, c]
+    MatrixView A = {inp, C, 1}, B = {W, 1, C};   // B(c, o) = W[o, c]
     gemm(k, N, OC, C, A, B, out, OC, 0);
 }
 
 void matmul_backward_bf16_with(const MatmulBf16Kernel *k, float *dinp, float *dW, const float *dout,
                                const float *inp, const float *W, int N, int C, int OC) {
     if (dinp) {
-        View A = {dout, OC, 1}, B = {W, C, 1};
+        MatrixView A = {dout, OC, 1}, B = {W, C, 1};
         gemm(k, N, C, OC, A, B, dinp, C, 1);
     }
     if (dW) {
-        View A = {dout, 1, OC}, B = {inp, C, 1};   // A(o, n) = dout[n, o]
+        MatrixView A = {dout, 1, OC}, B = {inp, C, 1};   // A(o, n) = dout[n, o]
         gemm(k, OC, C, N, A, B, dW, C, 1);
     }
 }

@@ -46,6 +46,28 @@ __attribute__((always_inline, target("avx512f"))) static inline void transpose16
         }
 }
 
+// Writes (or adds) an 8-row x 32-column register tile to row-major C; masked
+// loads/stores cover a short last column block. Shared by the fp32 and bf16
+// AVX-512 tiles.
+__attribute__((always_inline, target("avx512f"))) static inline void
+avx512_store_rows(float *c_base, ptrdiff_t c_rs, int mr, int nr, int accumulate, const __m512 *acc0,
+                  const __m512 *acc1) {
+    const __mmask16 m0 = nr >= 16 ? 0xFFFF : (__mmask16)((1u << nr) - 1);
+    const __mmask16 m1 = nr >= 32 ? 0xFFFF : nr <= 16 ? 0 : (__mmask16)((1u << (nr - 16)) - 1);
+    #pragma GCC unroll 8
+    for (int r = 0; r < AVX512_MR; r++) {
+        if (r >= mr) break;
+        float *c = c_base + r * c_rs;
+        __m512 v0 = acc0[r], v1 = acc1[r];
+        if (accumulate) {
+            v0 = _mm512_add_ps(v0, _mm512_maskz_loadu_ps(m0, c));
+            v1 = _mm512_add_ps(v1, _mm512_maskz_loadu_ps(m1, c + 16));
+        }
+        _mm512_mask_storeu_ps(c, m0, v0);
+        _mm512_mask_storeu_ps(c + 16, m1, v1);
+    }
+}
+
 __attribute__((always_inline, target("avx512f"))) static inline void
 avx512_tile_body(const MatmulTile *t, const int rows_in_place) {
     __m512 acc0[AVX512_MR], acc1[AVX512_MR];
@@ -90,22 +112,7 @@ avx512_tile_body(const MatmulTile *t, const int rows_in_place) {
         }
     }
     if (t->c_cs == 1) {
-        // Row-major C: masked loads/stores cover a short last column block.
-        const int nr = t->nr;
-        const __mmask16 m0 = nr >= 16 ? 0xFFFF : (__mmask16)((1u << nr) - 1);
-        const __mmask16 m1 = nr >= 32 ? 0xFFFF : nr <= 16 ? 0 : (__mmask16)((1u << (nr - 16)) - 1);
-        #pragma GCC unroll 8
-        for (int r = 0; r < AVX512_MR; r++) {
-            if (r >= t->mr) break;
-            float *c = t->c + r * t->c_rs;
-            __m512 v0 = acc0[r], v1 = acc1[r];
-            if (t->accumulate) {
-                v0 = _mm512_add_ps(v0, _mm512_maskz_loadu_ps(m0, c));
-                v1 = _mm512_add_ps(v1, _mm512_maskz_loadu_ps(m1, c + 16));
-            }
-            _mm512_mask_storeu_ps(c, m0, v0);
-            _mm512_mask_storeu_ps(c + 16, m1, v1);
-        }
+        avx512_store_rows(t->c, t->c_rs, t->mr, t->nr, t->accumulate, acc0, acc1);
     } else if (t->c_rs == 1) {
         // Column-major C (the transposed forward): transpose the tile in
         // registers and write each of its nr columns as MR contiguous floats.
@@ -327,6 +334,7 @@ static void portable_bf16_pack(uint16_t *dst, int width, ptrdiff_t panel_stride,
 // the A pair is broadcast straight from memory.
 #define BF16_MR 8
 #define BF16_NR 32
+_Static_assert(BF16_MR == AVX512_MR, "the bf16 and fp32 AVX-512 tiles share their store");
 
 __attribute__((target("avx512f,avx512bf16"))) static void avx512bf16_tile(const MatmulBf16Tile *t) {
     __m512 acc0[BF16_MR], acc1[BF16_MR];
@@ -348,21 +356,7 @@ __attribute__((target("avx512f,avx512bf16"))) static void avx512bf16_tile(const 
         a += BF16_MR;
         b += 2 * BF16_NR;
     }
-    const int nr = t->nr;
-    const __mmask16 m0 = nr >= 16 ? 0xFFFF : (__mmask16)((1u << nr) - 1);
-    const __mmask16 m1 = nr >= 32 ? 0xFFFF : nr <= 16 ? 0 : (__mmask16)((1u << (nr - 16)) - 1);
-    #pragma GCC unroll 8
-    for (int r = 0; r < BF16_MR; r++) {
-        if (r >= t->mr) break;
-        float *c = t->c + r * t->c_rs;
-        __m512 v0 = acc0[r], v1 = acc1[r];
-        if (t->accumulate) {
-            v0 = _mm512_add_ps(v0, _mm512_maskz_loadu_ps(m0, c));
-            v1 = _mm512_add_ps(v1, _mm512_maskz_loadu_ps(m1, c + 16));
-        }
-        _mm512_mask_storeu_ps(c, m0, v0);
-        _mm512_mask_storeu_ps(c + 16, m1, v1);
-    }
+    avx512_store_rows(t->c, t->c_rs, t->mr, t->nr, t->accumulate, acc0, acc1);
 }
 
 // Writes the pair words of 16 consecutive indices j0..j0+15 (those below

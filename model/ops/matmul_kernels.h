@@ -6,6 +6,12 @@
 #include <stddef.h>
 #include <stdint.h>
 
+// Element (i, j) of a matrix view is p[i*rs + j*cs] (the drivers' operands).
+typedef struct {
+    const float *p;
+    ptrdiff_t rs, cs;
+} MatrixView;
+
 // One register tile: C[mr x nr] (+)= A[mr x kc] B[kc x nr], mr <= MR, nr <= NR.
 //   A(r, k) = a[r*a_rs + k*a_ks]; either a_rs == 1 (a packed panel, a_ks == MR,
 //            or a strided view) or a_ks == 1 (rows read in place). All MR rows
