@@ -30,21 +30,11 @@ static int export_hf(const ModelBundle *b, const ExportOptions *o, PtError *e) {
 // 64, asymmetric; symmetric for q4_0, whose blocks have no offset).
 static int int4_state(const char *ckpt, const ModelBundle *b, int symmetric_rtn, QatState *q, int *from_qat,
                       PtError *e) {
-    QuantSpec spec;
+    QuantSpec rtn;
     int quant_embedding;
-    int rc = checkpoint_read_qat_spec(ckpt, &spec, &quant_embedding, e);
-    if (rc < 0) return -1;
-    *from_qat = rc == 0;
-    if (!*from_qat) {
-        int4_default_spec(&b->cfg, &spec, &quant_embedding);
-        spec.symmetric = symmetric_rtn;
-    }
-    if (qat_init(q, &b->tt, &spec, quant_embedding, 0, ckpt, e)) return -1;
-    rc = *from_qat ? checkpoint_load_qat(ckpt, q, &b->tt, e)
-                   : qat_init_from_weights(q, &b->tt, b->params, QAT_INIT_RTN, NULL, NULL, ckpt, e);
-    if (rc > 0) rc = pt_fail(e, "%s: /qat vanished while reading it", ckpt);
-    if (rc) qat_free(q);
-    return rc;
+    int4_default_spec(&b->cfg, &rtn, &quant_embedding);
+    rtn.symmetric = symmetric_rtn;
+    return int4_load_state(b, ckpt, &rtn, q, from_qat, e);
 }
 
 static int export_gguf(const ModelBundle *b, const ExportOptions *o, PtError *e) {

@@ -7,29 +7,38 @@ void int4_default_spec(const ModelConfig *c, QuantSpec *spec, int *quant_embeddi
     *quant_embedding = c->tied_embeddings;
 }
 
-int int4_use_weights_spec(Model *m, const char *ckpt_path, const QuantSpec *rtn_spec, QatState *q,
-                          float **effective, FILE *log, PtError *e) {
+int int4_load_state(const ModelBundle *b, const char *ckpt_path, const QuantSpec *rtn_spec, QatState *q,
+                    int *from_qat, PtError *e) {
     QuantSpec spec;
     int quant_embedding;
     int rc = checkpoint_read_qat_spec(ckpt_path, &spec, &quant_embedding, e);
     if (rc < 0) return -1;
-    int from_qat = rc == 0;
-    if (from_qat && rtn_spec && (rtn_spec->group != spec.group || !rtn_spec->symmetric != !spec.symmetric))
+    *from_qat = rc == 0;
+    if (!*from_qat) {
+        int4_default_spec(&b->cfg, &spec, &quant_embedding);
+        if (rtn_spec) spec = *rtn_spec;
+    }
+    if (qat_init(q, &b->tt, &spec, quant_embedding, 0, ckpt_path, e)) return -1;
+    rc = *from_qat ? checkpoint_load_qat(ckpt_path, q, &b->tt, e)
+                   : qat_init_from_weights(q, &b->tt, b->params, QAT_INIT_RTN, NULL, NULL, ckpt_path, e);
+    if (rc > 0) rc = pt_fail(e, "%s: /qat vanished while reading it", ckpt_path);
+    if (rc) qat_free(q);
+    return rc;
+}
+
+int int4_use_weights_spec(Model *m, const char *ckpt_path, const QuantSpec *rtn_spec, QatState *q,
+                          float **effective, FILE *log, PtError *e) {
+    int from_qat;
+    if (int4_load_state(&m->w, ckpt_path, rtn_spec, q, &from_qat, e)) return -1;
+    const QuantSpec spec = q->spec;
+    const int quant_embedding = q->quant_embedding;
+    if (from_qat && rtn_spec && (rtn_spec->group != spec.group || !rtn_spec->symmetric != !spec.symmetric)) {
+        qat_free(q);
         return pt_fail(e,
                        "%s: holds QAT scales for int4 group %d %s, not the requested group %d %s "
                        "(a chosen grid applies to float checkpoints only)",
                        ckpt_path, spec.group, spec.symmetric ? "symmetric" : "asymmetric", rtn_spec->group,
                        rtn_spec->symmetric ? "symmetric" : "asymmetric");
-    if (!from_qat) {
-        int4_default_spec(&m->w.cfg, &spec, &quant_embedding);
-        if (rtn_spec) spec = *rtn_spec;
-    }
-    if (qat_init(q, &m->w.tt, &spec, quant_embedding, 0, ckpt_path, e)) return -1;
-    rc = from_qat ? checkpoint_load_qat(ckpt_path, q, &m->w.tt, e)
-                  : qat_init_from_weights(q, &m->w.tt, m->w.params, QAT_INIT_RTN, NULL, NULL, ckpt_path, e);
-    if (rc) {
-        qat_free(q);
-        return -1;
     }
     *effective = xaligned(m->w.tt.total * sizeof(float), "int4 weights");
     qat_forward_weights(q, &m->w.tt, m->w.params, *effective);

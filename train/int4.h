@@ -16,6 +16,12 @@ int int4_use_weights(Model *m, const char *ckpt_path, QatState *q, float **effec
 // switch to another quantization.
 int int4_use_weights_spec(Model *m, const char *ckpt_path, const QuantSpec *rtn_spec, QatState *q,
                           float **effective, FILE *log, PtError *e);
+// The int4 state the model deploys with: the checkpoint's QAT state (its own
+// grid), else RTN of its float weights with rtn_spec (NULL = int4_default_spec).
+// *from_qat says which. On failure q is freed. `pocket export` and the int4
+// runs above share it, so an export holds the codes `--int4` runs.
+int int4_load_state(const ModelBundle *b, const char *ckpt_path, const QuantSpec *rtn_spec, QatState *q,
+                    int *from_qat, PtError *e);
 // The default deployment spec for a config: group 64, asymmetric, and the
 // embedding quantized when it is also the (tied) lm_head.
 void int4_default_spec(const ModelConfig *c, QuantSpec *spec, int *quant_embedding);
