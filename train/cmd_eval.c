@@ -22,7 +22,10 @@ static void help(FILE *f) {
             "  --threads N        OpenMP threads (default: all cores)\n"
             "  --doc-mask         CPT data: attention stays inside each document (as train.doc_mask)\n"
             "  --int4             evaluate the int4 model: the checkpoint's QAT scales, or RTN\n"
-            "                     (group 64, asymmetric) from its float weights\n");
+            "                     (group 64, asymmetric) from its float weights\n"
+            "  --int4-group G     RTN of a float checkpoint with groups of G inputs (implies --int4;\n"
+            "                     a QAT checkpoint must match its own grid)\n"
+            "  --int4-symmetric   RTN of a float checkpoint, symmetric (no zero point; implies --int4)\n");
 }
 
 static int parse_int(const char *flag, const char *v, long lo, long *out) {
@@ -39,10 +42,12 @@ static int parse_int(const char *flag, const char *v, long lo, long *out) {
 int cmd_eval(int argc, char **argv) {
     const char *ckpt = NULL, *data = NULL, *v;
     long batch = 4, seq = 512, max_batches = 0, n_exact = 200, threads = 0;
-    int int4 = 0, doc_mask = 0;
+    long int4_group = 0;   // 0 = the default grid
+    int int4 = 0, int4_symmetric = 0, doc_mask = 0;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) { help(stdout); return 0; }
         else if (!strcmp(argv[i], "--int4")) int4 = 1;
+        else if (!strcmp(argv[i], "--int4-symmetric")) int4 = int4_symmetric = 1;
         else if (!strcmp(argv[i], "--doc-mask")) doc_mask = 1;
         else if ((v = arg_value(argc, argv, &i, "--ckpt"))) ckpt = v;
         else if ((v = arg_value(argc, argv, &i, "--data"))) data = v;
@@ -50,6 +55,14 @@ int cmd_eval(int argc, char **argv) {
         else if ((v = arg_value(argc, argv, &i, "--seq-len"))) { if (parse_int("--seq-len", v, 2, &seq)) return 2; }
         else if ((v = arg_value(argc, argv, &i, "--max-batches"))) { if (parse_int("--max-batches", v, 0, &max_batches)) return 2; }
         else if ((v = arg_value(argc, argv, &i, "--exact-match"))) { if (parse_int("--exact-match", v, 0, &n_exact)) return 2; }
+        else if ((v = arg_value(argc, argv, &i, "--int4-group"))) {
+            if (parse_int("--int4-group", v, 2, &int4_group)) return 2;
+            if (int4_group > 65536) {
+                fprintf(stderr, "pocket eval: --int4-group %ld is larger than any weight row (at most 65536)\n", int4_group);
+                return 2;
+            }
+            int4 = 1;
+        }
         else if ((v = arg_value(argc, argv, &i, "--threads"))) { if (parse_int("--threads", v, 0, &threads)) return 2; }
         else { fprintf(stderr, "pocket eval: unknown argument '%s' (see --help)\n", argv[i]); return 2; }
     }
@@ -76,7 +89,10 @@ int cmd_eval(int argc, char **argv) {
     model_from_bundle(&m, &b);
     QatState q;
     float *int4_weights = NULL;
-    if (int4 && int4_use_weights(&m, ckpt, &q, &int4_weights, stdout, &e)) {
+    // An explicit grid only when one was asked for: otherwise the checkpoint's own (or the default).
+    QuantSpec grid = {int4_group ? (int)int4_group : QUANT_GROUP_DEFAULT, int4_symmetric};
+    const QuantSpec *rtn_grid = int4_group || int4_symmetric ? &grid : NULL;
+    if (int4 && int4_use_weights_spec(&m, ckpt, rtn_grid, &q, &int4_weights, stdout, &e)) {
         fprintf(stderr, "pocket eval: %s\n", e.msg);
         goto out;
     }
