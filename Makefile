@@ -31,7 +31,7 @@ TEST_BIN := $(TEST_SRC:tests/%.c=$(BUILD)/tests/%)
 BENCH_SRC := $(wildcard tests/bench_*.c)
 BENCH_BIN := $(BENCH_SRC:tests/%.c=$(BUILD)/tests/%)
 
-.PHONY: all test check interop bench demo deps clean fuzz
+.PHONY: all test check interop bench demo deps clean fuzz qat-experiment
 .SECONDARY:
 all: $(POCKET)
 
@@ -69,6 +69,10 @@ check: deps
 # The README's first command: deps, build, corpus from Debian packages, CPT, SFT, eval (recipes/demo/).
 demo:
 	bash recipes/demo/run.sh
+
+# fp32 vs RTN int4 vs QAT int4 on the demo corpus (recipes/qat-experiment/run.sh)
+qat-experiment:
+	bash recipes/qat-experiment/run.sh
 
 # Our kernels and training step, PyTorch's step and HF tokenizers, in one run.
 bench: $(POCKET) $(BENCH_BIN) $(VENV)/ok
