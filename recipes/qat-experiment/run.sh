@@ -182,6 +182,8 @@ row() {   # setting, rtn eval, qat eval, qat run
     echo
     printf 'Pre-trained model (a): fp32 %.4f, RTN int4 g64 %.4f; %s tokens in %s s (%s tokens/s).\n' \
         "$(loss_of pretrain-fp32)" "$(loss_of pretrain-rtn-g64)" "$pre_tok" "$pre_s" "$pre_tps"
+    printf 'Its validation loss during training (%s): %s.\n' "16k tokens per evaluation" \
+        "$(sed -n 's/.*"step":\([0-9]*\),"val_loss":\([0-9.]*\).*/step \1 \2/p' "$RUN/pretrain/metrics.jsonl" | tail -n 4 | paste -sd, - | sed 's/,/, /g')"
     printf 'fp32 baseline (b): %s s (%s tokens/s).\n' "$fp_s" "$fp_tps"
     eval_total=0
     for f in "$RUN"/eval/*.txt; do
