@@ -79,7 +79,7 @@ bench: $(POCKET) $(BENCH_BIN) $(VENV)/ok
 	PYTHON=$(VENV)/bin/python bash tests/bench.sh ./$(POCKET) $(BUILD)/tests
 
 DEB_PKGS = gcc g++ cmake ninja-build make pkg-config libhdf5-dev hdf5-tools zlib1g-dev libcmocka-dev libjansson-dev \
-           libinih-dev libutf8proc-dev libpcre2-dev python3-venv
+           libinih-dev libutf8proc-dev libpcre2-dev python3-venv libopenblas0
 deps:
 	@missing=""; for p in $(DEB_PKGS); do dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
 	if [ -n "$$missing" ]; then echo "installing:$$missing"; \

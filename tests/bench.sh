@@ -70,7 +70,8 @@ for b in "$BENCH_DIR"/bench_*; do
     case $name in *.*) continue ;; esac   # objects and dependency files beside the binaries
     log=$LOGS/$name.log
     case $name in
-        bench_matmul) section "bench_matmul: the three training matmuls on pocket-0.3b shapes, $THREADS threads (ours)"
+        bench_matmul) section "bench_matmul: the three training matmuls on pocket-0.3b shapes, $THREADS threads (ours, and OpenBLAS sgemm)"
+                      echo "(OPENBLAS_CORETYPE and OPENBLAS_L2_SIZE are unset for this command only)"
                       args=("$THREADS") ;;
         bench_model)  section "bench_model: pocket-0.3b fwd+bwd, B=1, fp32 / bf16 matmuls, recompute off / on, OMP_NUM_THREADS=$THREADS (ours)"
                       args=() ;;
@@ -84,7 +85,9 @@ for b in "$BENCH_DIR"/bench_*; do
     # it nothing measurable.
     wait_policy=${OMP_WAIT_POLICY:-}
     [ "$name" = bench_loss_bf16 ] && wait_policy=PASSIVE
-    if ! env OMP_NUM_THREADS="$THREADS" ${wait_policy:+OMP_WAIT_POLICY="$wait_policy"} "$b" "${args[@]}" 2>&1 | tee "$log"; then
+    unset_blas=()
+    [ "$name" = bench_matmul ] && unset_blas=(-u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE)
+    if ! env "${unset_blas[@]}" OMP_NUM_THREADS="$THREADS" ${wait_policy:+OMP_WAIT_POLICY="$wait_policy"} "$b" "${args[@]}" 2>&1 | tee "$log"; then
         failed="$failed $name"
         continue
     fi
@@ -129,7 +132,8 @@ for b in "$BENCH_DIR"/bench_*; do
                 for (i = 2; i <= 4; i++) { split($i, v, " +"); f = f (f ? " / " : "") v[2] }
                 shape = $1; sub(/ +$/, "", shape); gsub(/  +/, " ", shape);
                 prec = shape; sub(/.* /, "", prec); sub(/ [a-z0-9]+$/, "", shape);
-                printf "matmul %s\tpocket %s\t%s\tfwd / dX / dW\t%s\t-\tbench_matmul, best of 3+\n", shape, prec, th, f }' "$log" >>"$SUMMARY" ;;
+                who = prec == "blas" ? "OpenBLAS sgemm" : "pocket " prec
+                printf "matmul %s\t%s\t%s\tfwd / dX / dW\t%s\t-\tbench_matmul, best of 3+\n", shape, who, th, f }' "$log" >>"$SUMMARY" ;;
     esac
 done
 PEAK=$(highest_peak)
@@ -193,13 +197,17 @@ echo "each figure is the best of its repetitions (see the sections above); token
         }
     }'
 # Step speed against PyTorch, like for like, from the rows above.
-awk -F'\t' '$1 == "model fwd+bwd T=512" { tps[$2] = $4 + 0 }
+awk -F'\t' '$1 ~ /^model fwd\+bwd T=/ { T = substr($1, 17); tps[T, $2] = $4 + 0; if (!(T in seen)) { seen[T] = 1; order[++nt] = T } }
     END {
-        n = split("pocket fp32|torch sdpa fp32|pocket bf16|torch sdpa autocast bf16", k, "|")
-        if (tps[k[1]] > 0 && tps[k[2]] > 0) printf "pocket/torch step speed at T=512: fp32 vs fp32 %.2fx", tps[k[1]] / tps[k[2]]
-        if (tps[k[3]] > 0 && tps[k[4]] > 0) printf "; bf16 vs autocast bf16 %.2fx", tps[k[3]] / tps[k[4]]
-        if (tps[k[3]] > 0 && tps[k[2]] > 0) printf "; pocket bf16 vs torch fp32 %.2fx", tps[k[3]] / tps[k[2]]
-        if (tps[k[1]] > 0 && tps[k[2]] > 0) printf "\n"
+        split("pocket fp32|torch sdpa fp32|pocket bf16|torch sdpa autocast bf16", k, "|")
+        for (i = 1; i <= nt; i++) {
+            T = order[i]
+            if (!(tps[T, k[1]] > 0 && tps[T, k[2]] > 0)) continue
+            printf "pocket/torch step speed at T=%s: fp32 vs fp32 %.2fx", T, tps[T, k[1]] / tps[T, k[2]]
+            if (tps[T, k[3]] > 0 && tps[T, k[4]] > 0) printf "; bf16 vs autocast bf16 %.2fx", tps[T, k[3]] / tps[T, k[4]]
+            if (tps[T, k[3]] > 0) printf "; pocket bf16 vs torch fp32 %.2fx", tps[T, k[3]] / tps[T, k[2]]
+            printf "\n"
+        }
     }' "$SUMMARY"
 if [ -n "$failed" ]; then
     echo "pocket bench: failed:$failed" >&2

@@ -7,8 +7,11 @@
 // AVX512_BF16 (measured here too): a bf16 figure over 100% of the fp32 peak
 // is possible. Each figure is the best of several runs: the machine may be
 // shared, and the best run is what the code can do. The table is printed at
-// the end, once the peaks have been measured twice.
+// the end, once the peaks have been measured twice. Beside ours, OpenBLAS
+// sgemm on the same products (loaded at run time from libopenblas.so.0, so
+// building needs no BLAS; skipped with a note when it is not installed).
 // usage: bench_matmul [threads]   (default 2)
+#include <dlfcn.h>
 #include <immintrin.h>
 #include <omp.h>
 #include <stdio.h>
@@ -80,6 +83,58 @@ static void fill(float *x, size_t n, Rng *r) {
 
 enum { FWD, DINP, DW };
 
+// The CBLAS entry points used here (cblas.h is not needed to build).
+enum { CBLAS_ROW_MAJOR = 101, CBLAS_NO_TRANS = 111, CBLAS_TRANS = 112 };
+typedef void (*SgemmFn)(int order, int trans_a, int trans_b, int M, int N, int K, float alpha, const float *A,
+                        int lda, const float *B, int ldb, float beta, float *C, int ldc);
+typedef struct {
+    SgemmFn sgemm;
+    const char *config;   // openblas_get_config(): version, target, threading
+} Openblas;
+
+// NULL sgemm when the library is absent; its threads are set to ours.
+static Openblas openblas_open(int threads) {
+    Openblas ob = {NULL, NULL};
+    void *lib = dlopen("libopenblas.so.0", RTLD_NOW | RTLD_LOCAL);
+    if (!lib) return ob;
+    ob.sgemm = (SgemmFn)dlsym(lib, "cblas_sgemm");
+    void (*set_threads)(int) = (void (*)(int))dlsym(lib, "openblas_set_num_threads");
+    char *(*get_config)(void) = (char *(*)(void))dlsym(lib, "openblas_get_config");
+    if (set_threads) set_threads(threads);
+    ob.config = get_config ? get_config() : "OpenBLAS";
+    return ob;
+}
+
+// The same three products as run_product, through sgemm (row-major):
+// out = inp W^T, dinp += dout W, dW += dout^T inp.
+static void run_sgemm(const Openblas *ob, int which, float *out, float *dinp, float *dW, const float *dout,
+                      const float *inp, const float *W, const Shape *s) {
+    if (which == FWD)
+        ob->sgemm(CBLAS_ROW_MAJOR, CBLAS_NO_TRANS, CBLAS_TRANS, s->N, s->OC, s->C, 1.0f, inp, s->C, W, s->C, 0.0f,
+                  out, s->OC);
+    else if (which == DINP)
+        ob->sgemm(CBLAS_ROW_MAJOR, CBLAS_NO_TRANS, CBLAS_NO_TRANS, s->N, s->C, s->OC, 1.0f, dout, s->OC, W, s->C,
+                  1.0f, dinp, s->C);
+    else
+        ob->sgemm(CBLAS_ROW_MAJOR, CBLAS_TRANS, CBLAS_NO_TRANS, s->OC, s->C, s->N, 1.0f, dout, s->OC, inp, s->C,
+                  1.0f, dW, s->C);
+}
+
+// Best time of a product over a few repetitions within the time budget.
+#define TIME_BEST(call)                                                                \
+    do {                                                                               \
+        call;   /* warm: pages, caches */                                              \
+        double spent_ = 0.0;                                                           \
+        best = 1e30;                                                                   \
+        for (int rep_ = 0; rep_ < 20 && (rep_ < 3 || spent_ < budget_per_product); rep_++) { \
+            double t0_ = now_seconds();                                                \
+            call;                                                                      \
+            double t_ = now_seconds() - t0_;                                           \
+            spent_ += t_;                                                              \
+            if (t_ < best) best = t_;                                                  \
+        }                                                                              \
+    } while (0)
+
 static void run_product(int which, MatmulPrecision p, float *out, float *dinp, float *dW, const float *dout,
                         const float *inp, const float *W, const Shape *s) {
     if (which == FWD) matmul_forward_p(out, inp, W, s->N, s->C, s->OC, p);
@@ -91,7 +146,8 @@ int main(int argc, char **argv) {
     int threads = argc > 1 ? atoi(argv[1]) : 2;
     if (threads < 1) threads = 1;
     omp_set_num_threads(threads);
-    double gflops[N_SHAPES][2][3];
+    double gflops[N_SHAPES][2][3], gflops_blas[N_SHAPES][3];
+    const Openblas blas = openblas_open(threads);
     double t_start = now_seconds();
     // The peaks are measured before and after the products and the larger
     // figures are used: a burst of other work on a shared machine can only
@@ -112,17 +168,15 @@ int main(int argc, char **argv) {
         const double flops = 2.0 * s->N * s->C * (double)s->OC;
         for (int p = MATMUL_FP32; p <= MATMUL_BF16; p++)
             for (int which = FWD; which <= DW; which++) {
-                run_product(which, p, out, dinp, dW, dout, inp, W, s);   // warm: pages, caches
-                double best = 1e30, spent = 0.0;
-                for (int rep = 0; rep < 20 && (rep < 3 || spent < budget_per_product); rep++) {
-                    double t0 = now_seconds();
-                    run_product(which, p, out, dinp, dW, dout, inp, W, s);
-                    double t = now_seconds() - t0;
-                    spent += t;
-                    if (t < best) best = t;
-                }
+                double best;
+                TIME_BEST(run_product(which, p, out, dinp, dW, dout, inp, W, s));
                 gflops[i][p][which] = flops / best * 1e-9;
             }
+        for (int which = FWD; which <= DW && blas.sgemm; which++) {
+            double best;
+            TIME_BEST(run_sgemm(&blas, which, out, dinp, dW, dout, inp, W, s));
+            gflops_blas[i][which] = flops / best * 1e-9;
+        }
         free(inp), free(dinp), free(W), free(dW), free(out), free(dout);
     }
     double peak_after = cpu_peak_fp32_gflops(threads), bf16_after = bf16_peak_gflops(threads);
@@ -137,6 +191,11 @@ int main(int argc, char **argv) {
     else
         printf("== bench_matmul: bf16 kernel %s (no AVX512_BF16: bf16 runs at fp32 speed at best)\n",
                matmul_bf16_kernel_best()->name);
+    if (blas.sgemm)
+        printf("== bench_matmul: reference OpenBLAS sgemm (%s), %d threads, OPENBLAS_CORETYPE=%s\n", blas.config,
+               threads, getenv("OPENBLAS_CORETYPE") ? getenv("OPENBLAS_CORETYPE") : "unset");
+    else
+        printf("== bench_matmul: no reference: libopenblas.so.0 not found (apt-get install libopenblas0)\n");
     printf("%% pk: of the fp32 FMA peak (the bf16 peak is %s the fp32 one)\n",
            bf16_peak > 0 ? "2x" : "no more than");
     printf("%-10s %5s %5s %6s %4s | %-22s | %-22s | %-22s\n", "shape", "N", "C", "OC", "prec",
@@ -149,6 +208,11 @@ int main(int argc, char **argv) {
                 printf(" | %6.1f GF/s %5.1f%% pk", gflops[i][p][which], 100.0 * gflops[i][p][which] / peak);
             printf("\n");
         }
+        if (!blas.sgemm) continue;
+        printf("%-10s %5d %5d %6d %4s", s->what, s->N, s->C, s->OC, "blas");
+        for (int which = FWD; which <= DW; which++)
+            printf(" | %6.1f GF/s %5.1f%% pk", gflops_blas[i][which], 100.0 * gflops_blas[i][which] / peak);
+        printf("\n");
     }
     printf("== bench_matmul: %.1f s\n", now_seconds() - t_start);
     return 0;
