@@ -7,6 +7,7 @@
 #include <stddef.h>
 #include <cmocka.h>
 #include <math.h>
+#include <stdio.h>
 #include <string.h>
 #include <unistd.h>
 #include "../train/recipe.h"
@@ -357,6 +358,19 @@ static void test_shipped_recipes(void **state) {
     if (recipe_load(&r, "recipes/pocket-0.3b-sft.ini", 0, NULL, &e)) fail_msg("%s", e.msg);
     assert_int_equal(r.train.mode, TRAIN_MODE_SFT);
     assert_true(r.optim.lr < 1e-4f);
+    // The QAT recipes: the deployed grid (g64 asymmetric, embedding included).
+    if (recipe_load(&r, "recipes/pocket-0.3b-qat.ini", 0, NULL, &e)) fail_msg("%s", e.msg);
+    assert_true(r.qat.enabled);
+    assert_int_equal(r.qat.group, 64);
+    assert_false(r.qat.symmetric);
+    assert_true(r.qat.quant_embedding);
+    static const char *experiment[] = {"pretrain", "fp32", "qat-g64", "qat-g128", "qat-g64-sym"};
+    for (int i = 0; i < 5; i++) {
+        char path[128];
+        snprintf(path, sizeof path, "recipes/qat-experiment/%s.ini", experiment[i]);
+        if (recipe_load(&r, path, 0, NULL, &e)) fail_msg("%s", e.msg);
+        assert_int_equal(r.qat.enabled, i >= 2);
+    }
 }
 
 int main(void) {
