@@ -7,10 +7,12 @@
 // AVX512_BF16 (measured here too): a bf16 figure over 100% of the fp32 peak
 // is possible. Each figure is the best of several runs: the machine may be
 // shared, and the best run is what the code can do. The table is printed at
-// the end, once the peaks have been measured twice. Beside ours, OpenBLAS
-// sgemm on the same products (loaded at run time from libopenblas.so.0, so
-// building needs no BLAS; skipped with a note when it is not installed).
-// usage: bench_matmul [threads]   (default 2)
+// the end, once the peaks have been measured twice. With --blas it measures
+// OpenBLAS sgemm on the same products instead, in a process of its own (each
+// library's idle threads spin for a while after a call and would slow the
+// other's next measurement). OpenBLAS is loaded at run time from
+// libopenblas.so.0, so building needs no BLAS; without it --blas says so.
+// usage: bench_matmul [threads] [--blas]   (default 2 threads)
 #include <dlfcn.h>
 #include <immintrin.h>
 #include <omp.h>
@@ -145,6 +147,7 @@ static void run_product(int which, MatmulPrecision p, float *out, float *dinp, f
 int main(int argc, char **argv) {
     int threads = argc > 1 ? atoi(argv[1]) : 2;
     if (threads < 1) threads = 1;
+    const int blas_only = argc > 2 && !strcmp(argv[2], "--blas");
     omp_set_num_threads(threads);
     double gflops[N_SHAPES][2][3], gflops_blas[N_SHAPES][3];
     double t_start = now_seconds();
@@ -155,12 +158,13 @@ int main(int argc, char **argv) {
     Rng rng;
     rng_seed(&rng, 1);
     const double budget_per_product = 0.7;   // seconds; keeps the whole run near 40 s
-    // Ours on every shape first, then OpenBLAS (loaded only then): its
-    // threads spin for a while after each call and would slow the next
-    // measurement of ours.
     Openblas blas = {NULL, NULL};
-    for (int pass = 0; pass < 2; pass++) {
-        if (pass == 1 && !(blas = openblas_open(threads)).sgemm) break;
+    if (blas_only && !(blas = openblas_open(threads)).sgemm) {
+        printf("== bench_matmul: no reference: libopenblas.so.0 not found (apt-get install libopenblas0)\n");
+        return 0;
+    }
+    {   // one pass: ours, or OpenBLAS with --blas
+        const int pass = blas_only;
         for (int i = 0; i < N_SHAPES; i++) {
             const Shape *s = &SHAPES[i];
             size_t nx = (size_t)s->N * s->C, nw = (size_t)s->OC * s->C, ny = (size_t)s->N * s->OC;
@@ -196,24 +200,22 @@ int main(int argc, char **argv) {
     else
         printf("== bench_matmul: bf16 kernel %s (no AVX512_BF16: bf16 runs at fp32 speed at best)\n",
                matmul_bf16_kernel_best()->name);
-    if (blas.sgemm)
+    if (blas_only)
         printf("== bench_matmul: reference OpenBLAS sgemm (%s), %d threads, OPENBLAS_CORETYPE=%s\n", blas.config,
                threads, getenv("OPENBLAS_CORETYPE") ? getenv("OPENBLAS_CORETYPE") : "unset");
-    else
-        printf("== bench_matmul: no reference: libopenblas.so.0 not found (apt-get install libopenblas0)\n");
     printf("%% pk: of the fp32 FMA peak (the bf16 peak is %s the fp32 one)\n",
            bf16_peak > 0 ? "2x" : "no more than");
     printf("%-10s %5s %5s %6s %4s | %-22s | %-22s | %-22s\n", "shape", "N", "C", "OC", "prec",
            "forward y = x W^T", "dX = dY W", "dW = dY^T X");
     for (int i = 0; i < N_SHAPES; i++) {
         const Shape *s = &SHAPES[i];
-        for (int p = MATMUL_FP32; p <= MATMUL_BF16; p++) {
+        for (int p = MATMUL_FP32; p <= MATMUL_BF16 && !blas_only; p++) {
             printf("%-10s %5d %5d %6d %4s", s->what, s->N, s->C, s->OC, p == MATMUL_BF16 ? "bf16" : "fp32");
             for (int which = FWD; which <= DW; which++)
                 printf(" | %6.1f GF/s %5.1f%% pk", gflops[i][p][which], 100.0 * gflops[i][p][which] / peak);
             printf("\n");
         }
-        if (!blas.sgemm) continue;
+        if (!blas_only) continue;
         printf("%-10s %5d %5d %6d %4s", s->what, s->N, s->C, s->OC, "blas");
         for (int which = FWD; which <= DW; which++)
             printf(" | %6.1f GF/s %5.1f%% pk", gflops_blas[i][which], 100.0 * gflops_blas[i][which] / peak);
