@@ -41,29 +41,13 @@ stage_end() {
         stage_name=""
     fi
 }
-check_interrupt() {
-    if [ "$interrupted" = 1 ]; then
-        echo "demo: interrupted; run it again to resume" >&2
-        exit 130
-    fi
-}
+# check_interrupt, train_logged, loss_of, ppl_of
+RUN_NAME=demo
+source recipes/lib.sh
 
-# Without a terminal, pocket train prints a progress line every half second:
-# the log file gets them all, the screen one per 50 steps, the first and the
-# last, and every other line (evaluations, messages).
 train() {
-    local recipe=$1 log=$2
-    # Ctrl-C reaches the whole pipeline: the readers ignore it, so that pocket
-    # can still print while it saves its checkpoint.
-    "$POCKET" train "$recipe" 2>&1 | (trap '' INT; tee -a "$log" | awk '
-        /^step [0-9]+\/[0-9]+ loss/ {
-            split($2, s, "/"); k = int(s[1] / 50)
-            if (seen && k == last && s[1] != s[2]) next
-            seen = 1; last = k
-        }
-        { print; fflush() }')
-    check_interrupt
-    if tail -n 5 "$log" | grep -q '^interrupted'; then
+    train_logged "$1" "$2"
+    if tail -n 5 "$2" | grep -q '^interrupted'; then
         echo "demo: training was interrupted; run it again to resume" >&2
         exit 130
     fi
@@ -86,8 +70,6 @@ evaluate() {
     mv "$out.tmp" "$out"
     cat "$out"
 }
-loss_of() { sed -n 's/.*: loss \([0-9.]*\), perplexity \([0-9.]*\).*/\1/p' "$RUN/eval/$1.txt"; }
-ppl_of() { sed -n 's/.*: loss \([0-9.]*\), perplexity \([0-9.]*\).*/\2/p' "$RUN/eval/$1.txt"; }
 em_of() { sed -n 's/^exact match: \([0-9.]*\)%.*/\1/p' "$RUN/eval/$1.txt"; }
 
 # ---------------------------------------------------------------------------

@@ -36,29 +36,18 @@ EVAL_ARGS=(--batch 8 --seq-len 256 --doc-mask)
 
 interrupted=0
 trap 'interrupted=1' INT TERM
-check_interrupt() {
-    if [ "$interrupted" = 1 ]; then
-        echo "qat-experiment: interrupted; run it again to resume" >&2
-        exit 130
-    fi
-}
+# check_interrupt, train_logged, loss_of
+RUN_NAME=qat-experiment
+source recipes/lib.sh
 
 start_all=$(date +%s.%N)
 since() { awk -v a="$(date +%s.%N)" -v b="$1" 'BEGIN { printf "%.1f", a - b }'; }
 stage() { printf '\n== %s\n' "$1"; }
 
-# pocket train, its whole output appended to runs/qat-experiment/NAME.log;
-# the screen gets evaluations, messages and one progress line per 50 steps.
+# pocket train (lib.sh), then a check that it finished.
 train() {
     local recipe=$1 log=$2
-    "$POCKET" train "$recipe" 2>&1 | (trap '' INT; tee -a "$log" | awk '
-        /^step [0-9]+\/[0-9]+ loss/ {
-            split($2, s, "/"); k = int(s[1] / 50)
-            if (seen && k == last && s[1] != s[2]) next
-            seen = 1; last = k
-        }
-        { print; fflush() }')
-    check_interrupt
+    train_logged "$recipe" "$log"
     if ! tail -n 3 "$log" | grep -q '^done: '; then
         echo "qat-experiment: $recipe did not finish (see $log); run again to resume" >&2
         exit 1
@@ -84,7 +73,6 @@ evaluate() {
     mv "$out.tmp" "$out"
     echo "$name: $(tail -n 1 "$out")"
 }
-loss_of() { sed -n 's/.*: loss \([0-9.]*\), perplexity.*/\1/p' "$RUN/eval/$1.txt"; }
 eval_s_of() { sed -n 's/.*tokens (\([0-9.]*\) s)$/\1/p' "$RUN/eval/$1.txt"; }
 
 # From a run's metrics.jsonl: training seconds (the steps' own times plus the
