@@ -163,30 +163,27 @@ int main(int argc, char **argv) {
         printf("== bench_matmul: no reference: libopenblas.so.0 not found (apt-get install libopenblas0)\n");
         return 0;
     }
-    {   // one pass: ours, or OpenBLAS with --blas
-        const int pass = blas_only;
-        for (int i = 0; i < N_SHAPES; i++) {
-            const Shape *s = &SHAPES[i];
-            size_t nx = (size_t)s->N * s->C, nw = (size_t)s->OC * s->C, ny = (size_t)s->N * s->OC;
-            float *inp = xaligned(nx * sizeof(float), "inp"), *dinp = xaligned(nx * sizeof(float), "dinp");
-            float *W = xaligned(nw * sizeof(float), "W"), *dW = xaligned(nw * sizeof(float), "dW");
-            float *out = xaligned(ny * sizeof(float), "out"), *dout = xaligned(ny * sizeof(float), "dout");
-            fill(inp, nx, &rng);
-            fill(W, nw, &rng);
-            fill(dout, ny, &rng);
-            const double flops = 2.0 * s->N * s->C * (double)s->OC;
-            double best;
-            for (int p = MATMUL_FP32; p <= MATMUL_BF16 && pass == 0; p++)
-                for (int which = FWD; which <= DW; which++) {
-                    TIME_BEST(run_product(which, p, out, dinp, dW, dout, inp, W, s));
-                    gflops[i][p][which] = flops / best * 1e-9;
-                }
-            for (int which = FWD; which <= DW && pass == 1; which++) {
-                TIME_BEST(run_sgemm(&blas, which, out, dinp, dW, dout, inp, W, s));
-                gflops_blas[i][which] = flops / best * 1e-9;
+    for (int i = 0; i < N_SHAPES; i++) {
+        const Shape *s = &SHAPES[i];
+        size_t nx = (size_t)s->N * s->C, nw = (size_t)s->OC * s->C, ny = (size_t)s->N * s->OC;
+        float *inp = xaligned(nx * sizeof(float), "inp"), *dinp = xaligned(nx * sizeof(float), "dinp");
+        float *W = xaligned(nw * sizeof(float), "W"), *dW = xaligned(nw * sizeof(float), "dW");
+        float *out = xaligned(ny * sizeof(float), "out"), *dout = xaligned(ny * sizeof(float), "dout");
+        fill(inp, nx, &rng);
+        fill(W, nw, &rng);
+        fill(dout, ny, &rng);
+        const double flops = 2.0 * s->N * s->C * (double)s->OC;
+        double best;
+        for (int p = MATMUL_FP32; p <= MATMUL_BF16 && !blas_only; p++)
+            for (int which = FWD; which <= DW; which++) {
+                TIME_BEST(run_product(which, p, out, dinp, dW, dout, inp, W, s));
+                gflops[i][p][which] = flops / best * 1e-9;
             }
-            free(inp), free(dinp), free(W), free(dW), free(out), free(dout);
+        for (int which = FWD; which <= DW && blas_only; which++) {
+            TIME_BEST(run_sgemm(&blas, which, out, dinp, dW, dout, inp, W, s));
+            gflops_blas[i][which] = flops / best * 1e-9;
         }
+        free(inp), free(dinp), free(W), free(dW), free(out), free(dout);
     }
     double peak_after = cpu_peak_fp32_gflops(threads), bf16_after = bf16_peak_gflops(threads);
     double peak = peak_after > peak_before ? peak_after : peak_before;
