@@ -185,7 +185,7 @@ static void block(GenContext *g, int l, int n, int p0) {
     rope_forward(g->q, &m->rope, g->pos, n, nq, hd);
     rope_forward(k_new, &m->rope, g->pos, n, nkv, hd);
     if (p0 == 0)   // a first chunk is a plain causal batch: the training forward's kernel fits
-        attention_forward(g->att, g->lse, g->q, K_layer, V_layer, NULL, 1, n, nq, nkv, hd);
+        attention_forward(g->att, g->lse, g->q, K_layer, V_layer, NULL, 1, n, nq, nkv, hd, NULL, 0);
     else
         cached_attention(g->att, g->q, K_layer, V_layer, p0, n, nq, nkv, hd);
     a16_round(g->att, nQ, a16);

@@ -65,6 +65,8 @@ static void plan_buffers(Model *m, Carver *c) {
     Scratch *s = &m->s;
     s->tmp = carve(c, N * H);
     s->classifier = carve(c, (size_t)m->classifier_chunk * cfg->vocab_size);
+    s->attention_floats = attention_scratch_floats(m->B, m->T, cfg->n_head, cfg->n_kv_head, cfg->head_dim);
+    s->attention = carve(c, s->attention_floats);
     if (!m->training) return;
     s->dx = carve(c, N * H);
     s->dln = carve(c, N * H);
@@ -171,7 +173,8 @@ static void block_forward(Model *m, int l, int s, const int *pos, const int *seg
     }
     rope_forward(q, &m->rope, pos, N, nq, hd);
     rope_forward(k, &m->rope, pos, N, nkv, hd);
-    attention_forward(att, a->lse + (size_t)s * N * nq, q, k, v, seg, B, T, nq, nkv, hd);
+    attention_forward(att, a->lse + (size_t)s * N * nq, q, k, v, seg, B, T, nq, nkv, hd, m->s.attention,
+                      m->s.attention_floats);
     a16_round(att, (size_t)N * Q, m->a16);
     matmul_forward_p(m->s.tmp, att, w->wo, N, Q, H, p);
     a16_round(m->s.tmp, (size_t)N * H, m->a16);
@@ -223,7 +226,7 @@ static void block_backward(Model *m, int l, int sl, const int *pos, const int *s
     memset(s->dk, 0, (size_t)N * KV * sizeof(float));
     memset(s->dv, 0, (size_t)N * KV * sizeof(float));
     attention_backward(s->dq, s->dk, s->dv, s->datt, a->att + oQ, a->lse + (size_t)sl * N * nq, a->q + oQ,
-                       a->k + oKV, a->v + oKV, seg, B, T, nq, nkv, hd);
+                       a->k + oKV, a->v + oKV, seg, B, T, nq, nkv, hd, s->attention, s->attention_floats);
     rope_backward(s->dq, &m->rope, pos, N, nq, hd);
     rope_backward(s->dk, &m->rope, pos, N, nkv, hd);
     if (c->qk_norm) {

@@ -39,6 +39,8 @@ typedef struct {
     float *dgate, *dup, *dact;
     float *tmp;         // [N,H] projection output before the residual add
     float *classifier;  // [chunk*V]
+    float *attention;   // attention_scratch_floats (ops.h): packed tiles, forward and backward
+    size_t attention_floats;
 } Scratch;
 
 typedef struct {

@@ -1,6 +1,7 @@
 // test_ops_attention: the flash-style float attention against the naive double
-// reference (which materialises the full score matrix), packing isolation with
-// segment ids, and determinism across thread counts.
+// reference (which materialises the full score matrix) on every tile kernel
+// this CPU runs, packing isolation with segment ids, determinism across thread
+// counts, and a caller's scratch full of NaNs giving the same bits as none.
 // Bounds, normwise max|fast - ref| / max|ref|: out, lse, dq, dk, dv <= 5e-6
 // (fp32 dot products of length hd <= 64, softmax sums over <= 70 keys in
 // double, dk/dv sums over <= 7 * 70 query rows in float).
@@ -10,6 +11,7 @@
 #include <omp.h>
 #include <cmocka.h>
 #include "test_ops_util.h"
+#include "../model/ops/matmul_kernels.h"
 
 #define ATTN_TOL 5e-6
 
@@ -84,18 +86,20 @@ static void case_free(AttnCase *c) {
     free(c->dv0);
 }
 
-static void compare_case(Rng *r, int B, int T, int nq, int nkv, int hd, const int *seg, double q_sd) {
+static void compare_case(const MatmulKernel *kern, Rng *r, int B, int T, int nq, int nkv, int hd, const int *seg,
+                         double q_sd) {
     AttnCase c;
     case_init(&c, r, B, T, nq, nkv, hd, q_sd);
     attention_forward_ref(c.out, c.q, c.k, c.v, seg, B, T, nq, nkv, hd);
     lse_ref(c.lse, c.q, c.k, seg, B, T, nq, nkv, hd);
     attention_backward_ref(c.dq, c.dk, c.dv, c.dout, c.q, c.k, c.v, seg, B, T, nq, nkv, hd);
-    attention_forward(c.outf, c.lsef, c.qf, c.kf, c.vf, seg, B, T, nq, nkv, hd);
-    attention_backward(c.dqf, c.dkf, c.dvf, c.doutf, c.outf, c.lsef, c.qf, c.kf, c.vf, seg, B, T, nq, nkv, hd);
+    attention_forward_with(kern, c.outf, c.lsef, c.qf, c.kf, c.vf, seg, B, T, nq, nkv, hd, NULL, 0);
+    attention_backward_with(kern, c.dqf, c.dkf, c.dvf, c.doutf, c.outf, c.lsef, c.qf, c.kf, c.vf, seg, B, T, nq, nkv,
+                            hd, NULL, 0);
     double e[5] = {rel_err_f(c.outf, c.out, c.nqe), rel_err_f(c.lsef, c.lse, c.nl), rel_err_delta_f(c.dqf, c.dq0, c.dq, c.nqe),
                    rel_err_delta_f(c.dkf, c.dk0, c.dk, c.nke), rel_err_delta_f(c.dvf, c.dv0, c.dv, c.nke)};
-    printf("  B=%d T=%2d nq=%d nkv=%d hd=%2d%s q_sd=%.0f: out %.1e lse %.1e dq %.1e dk %.1e dv %.1e\n", B, T, nq,
-           nkv, hd, seg ? " seg" : "    ", q_sd, e[0], e[1], e[2], e[3], e[4]);
+    printf("  %-8s B=%d T=%3d nq=%d nkv=%d hd=%2d%s q_sd=%.0f: out %.1e lse %.1e dq %.1e dk %.1e dv %.1e\n",
+           kern->name, B, T, nq, nkv, hd, seg ? " seg" : "    ", q_sd, e[0], e[1], e[2], e[3], e[4]);
     for (int i = 0; i < 5; i++) assert_true(e[i] <= ATTN_TOL);
     case_free(&c);
 }
@@ -117,21 +121,36 @@ static int *random_segments(Rng *r, int B, int T) {
     return seg;
 }
 
+// Shapes: every nq/nkv ratio up to the Pocket model's 7, head sizes that are
+// and are not multiples of the kernels' tile widths, T below, at and past the
+// 64-position tiles with ragged ends, packed segments, peaked softmax.
 static void test_attention_vs_ref(void **state) {
     (void)state;
-    Rng r;
-    rng_seed(&r, 31);
-    int *seg = random_segments(&r, 3, 70);
-    compare_case(&r, 2, 70, 2, 2, 6, NULL, 1.0);    // nq/nkv 1
-    compare_case(&r, 2, 70, 4, 2, 12, NULL, 1.0);   // 2
-    compare_case(&r, 1, 67, 3, 1, 16, NULL, 1.0);   // 3
-    compare_case(&r, 2, 70, 7, 1, 64, NULL, 1.0);   // 7, the Pocket head size
-    compare_case(&r, 2, 70, 4, 2, 12, seg, 1.0);
-    compare_case(&r, 3, 70, 7, 1, 16, seg, 1.0);
-    compare_case(&r, 2, 70, 6, 2, 6, NULL, 6.0);   // peaked softmax: the running max moves a lot
-    compare_case(&r, 2, 70, 3, 3, 18, seg, 6.0);
-    compare_case(&r, 3, 1, 2, 1, 6, NULL, 1.0);    // T = 1
-    free(seg);
+    const MatmulKernel *kernels[] = {matmul_kernel_avx512(), matmul_kernel_avx2(), matmul_kernel_portable()};
+    for (int i = 0; i < 3; i++) {
+        if (!kernels[i]) {
+            printf("  (no %s kernel on this CPU)\n", i == 0 ? "avx512" : "avx2");
+            continue;
+        }
+        const MatmulKernel *kern = kernels[i];
+        Rng r;
+        rng_seed(&r, 31);
+        int *seg = random_segments(&r, 3, 70), *seg_long = random_segments(&r, 1, 200);
+        compare_case(kern, &r, 2, 70, 2, 2, 6, NULL, 1.0);    // nq/nkv 1
+        compare_case(kern, &r, 2, 70, 4, 2, 12, NULL, 1.0);   // 2
+        compare_case(kern, &r, 1, 67, 3, 1, 16, NULL, 1.0);   // 3
+        compare_case(kern, &r, 2, 70, 7, 1, 64, NULL, 1.0);   // 7, the Pocket head size
+        compare_case(kern, &r, 1, 200, 7, 1, 64, NULL, 1.0);  // four query tiles, the last ragged
+        compare_case(kern, &r, 1, 128, 2, 1, 40, NULL, 1.0);  // exactly two tiles
+        compare_case(kern, &r, 2, 70, 4, 2, 12, seg, 1.0);
+        compare_case(kern, &r, 3, 70, 7, 1, 16, seg, 1.0);
+        compare_case(kern, &r, 1, 200, 4, 2, 24, seg_long, 1.0);
+        compare_case(kern, &r, 2, 70, 6, 2, 6, NULL, 6.0);   // peaked softmax: the running max moves a lot
+        compare_case(kern, &r, 2, 70, 3, 3, 18, seg, 6.0);
+        compare_case(kern, &r, 3, 1, 2, 1, 6, NULL, 1.0);    // T = 1
+        free(seg);
+        free(seg_long);
+    }
 }
 
 // Keys and values outside a query's segment must not reach it: changing them
@@ -146,7 +165,7 @@ static void test_attention_packing_isolation(void **state) {
     const int target = seg[30];   // the segment holding token 30 of row 0
     AttnCase c;
     case_init(&c, &r, B, T, nq, nkv, hd, 1.0);
-    attention_forward(c.outf, c.lsef, c.qf, c.kf, c.vf, seg, B, T, nq, nkv, hd);
+    attention_forward(c.outf, c.lsef, c.qf, c.kf, c.vf, seg, B, T, nq, nkv, hd, NULL, 0);
     float *out2 = zeros_f(c.nqe), *lse2 = zeros_f(c.nl);
     float *k2 = xmalloc(c.nke * sizeof(float), "k2"), *v2 = xmalloc(c.nke * sizeof(float), "v2");
     memcpy(k2, c.kf, c.nke * sizeof(float));
@@ -164,7 +183,7 @@ static void test_attention_packing_isolation(void **state) {
         }
     }
     assert_true(first > 0 && last < T - 1);   // segments on both sides of it
-    attention_forward(out2, lse2, c.qf, k2, v2, seg, B, T, nq, nkv, hd);
+    attention_forward(out2, lse2, c.qf, k2, v2, seg, B, T, nq, nkv, hd, NULL, 0);
     for (int t = first; t <= last; t++) {
         assert_memory_equal(out2 + (size_t)t * nq * hd, c.outf + (size_t)t * nq * hd, nq * hd * sizeof(float));
         for (int h = 0; h < nq; h++) assert_true(lse2[(size_t)h * T + t] == c.lsef[(size_t)h * T + t]);
@@ -173,7 +192,7 @@ static void test_attention_packing_isolation(void **state) {
     float *dout = zeros_f(c.nqe), *dq = zeros_f(c.nqe), *dk = zeros_f(c.nke), *dv = zeros_f(c.nke);
     for (int t = first; t <= last; t++)
         memcpy(dout + (size_t)t * nq * hd, c.doutf + (size_t)t * nq * hd, nq * hd * sizeof(float));
-    attention_backward(dq, dk, dv, dout, c.outf, c.lsef, c.qf, c.kf, c.vf, seg, B, T, nq, nkv, hd);
+    attention_backward(dq, dk, dv, dout, c.outf, c.lsef, c.qf, c.kf, c.vf, seg, B, T, nq, nkv, hd, NULL, 0);
     double inside = 0.0;
     for (int n = 0; n < B * T; n++) {
         int in = n >= first && n <= last;
@@ -205,8 +224,8 @@ static void test_attention_packed_equals_alone(void **state) {
     memset(c.dqf, 0, c.nqe * sizeof(float));
     memset(c.dkf, 0, c.nke * sizeof(float));
     memset(c.dvf, 0, c.nke * sizeof(float));
-    attention_forward(c.outf, c.lsef, c.qf, c.kf, c.vf, seg, 1, T, nq, nkv, hd);
-    attention_backward(c.dqf, c.dkf, c.dvf, c.doutf, c.outf, c.lsef, c.qf, c.kf, c.vf, seg, 1, T, nq, nkv, hd);
+    attention_forward(c.outf, c.lsef, c.qf, c.kf, c.vf, seg, 1, T, nq, nkv, hd, NULL, 0);
+    attention_backward(c.dqf, c.dkf, c.dvf, c.doutf, c.outf, c.lsef, c.qf, c.kf, c.vf, seg, 1, T, nq, nkv, hd, NULL, 0);
     double worst = 0.0;
     for (int s0 = 0; s0 < T;) {
         int s1 = s0;
@@ -215,8 +234,8 @@ static void test_attention_packed_equals_alone(void **state) {
         float *o = zeros_f((size_t)L * C), *l = zeros_f((size_t)nq * L);
         float *dq = zeros_f((size_t)L * C), *dk = zeros_f((size_t)L * KC), *dv = zeros_f((size_t)L * KC);
         const float *q = c.qf + (size_t)s0 * C, *k = c.kf + (size_t)s0 * KC, *v = c.vf + (size_t)s0 * KC;
-        attention_forward(o, l, q, k, v, NULL, 1, L, nq, nkv, hd);
-        attention_backward(dq, dk, dv, c.doutf + (size_t)s0 * C, o, l, q, k, v, NULL, 1, L, nq, nkv, hd);
+        attention_forward(o, l, q, k, v, NULL, 1, L, nq, nkv, hd, NULL, 0);
+        attention_backward(dq, dk, dv, c.doutf + (size_t)s0 * C, o, l, q, k, v, NULL, 1, L, nq, nkv, hd, NULL, 0);
         for (size_t i = 0; i < (size_t)L * C; i++) {
             worst = fmax(worst, fabs(o[i] - c.outf[(size_t)s0 * C + i]));
             worst = fmax(worst, fabs(dq[i] - c.dqf[(size_t)s0 * C + i]));
@@ -248,8 +267,8 @@ static void test_attention_thread_independent(void **state) {
     for (int run = 0; run < 2; run++) {
         omp_set_num_threads(run == 0 ? 1 : 3);
         float *o = zeros_f(c.nqe), *l = zeros_f(c.nl), *dq = zeros_f(c.nqe), *dk = zeros_f(c.nke), *dv = zeros_f(c.nke);
-        attention_forward(o, l, c.qf, c.kf, c.vf, NULL, B, T, nq, nkv, hd);
-        attention_backward(dq, dk, dv, c.doutf, o, l, c.qf, c.kf, c.vf, NULL, B, T, nq, nkv, hd);
+        attention_forward(o, l, c.qf, c.kf, c.vf, NULL, B, T, nq, nkv, hd, NULL, 0);
+        attention_backward(dq, dk, dv, c.doutf, o, l, c.qf, c.kf, c.vf, NULL, B, T, nq, nkv, hd, NULL, 0);
         res[run][0] = o; res[run][1] = l; res[run][2] = dq; res[run][3] = dk; res[run][4] = dv;
     }
     omp_set_num_threads(saved);
@@ -262,12 +281,49 @@ static void test_attention_thread_independent(void **state) {
     case_free(&c);
 }
 
+// A caller's scratch need not be zeroed: filled with NaNs it gives the same
+// bits as the call's own allocation (pad rows and columns never reach a result).
+static void test_attention_dirty_scratch(void **state) {
+    (void)state;
+    Rng r;
+    rng_seed(&r, 35);
+    const int B = 2, T = 150, nq = 6, nkv = 2, hd = 20;
+    int *seg = random_segments(&r, B, T);
+    AttnCase c;
+    case_init(&c, &r, B, T, nq, nkv, hd, 1.0);
+    size_t n = attention_scratch_floats(B, T, nq, nkv, hd);
+    float *scratch = xmalloc(n * sizeof(float), "scratch");
+    for (int pass = 0; pass < 2; pass++) {
+        const int *sg = pass ? seg : NULL;
+        float *res[2][5];
+        for (int run = 0; run < 2; run++) {
+            for (size_t i = 0; i < n; i++) scratch[i] = NAN;
+            float *o = zeros_f(c.nqe), *l = zeros_f(c.nl), *dq = zeros_f(c.nqe), *dk = zeros_f(c.nke), *dv = zeros_f(c.nke);
+            attention_forward(o, l, c.qf, c.kf, c.vf, sg, B, T, nq, nkv, hd, run ? scratch : NULL, run ? n : 0);
+            attention_backward(dq, dk, dv, c.doutf, o, l, c.qf, c.kf, c.vf, sg, B, T, nq, nkv, hd, run ? scratch : NULL,
+                               run ? n : 0);
+            res[run][0] = o; res[run][1] = l; res[run][2] = dq; res[run][3] = dk; res[run][4] = dv;
+        }
+        size_t sizes[5] = {c.nqe, c.nl, c.nqe, c.nke, c.nke};
+        for (int i = 0; i < 5; i++) {
+            for (size_t j = 0; j < sizes[i]; j++) assert_true(isfinite(res[1][i][j]));
+            assert_memory_equal(res[0][i], res[1][i], sizes[i] * sizeof(float));
+            free(res[0][i]);
+            free(res[1][i]);
+        }
+    }
+    free(scratch);
+    free(seg);
+    case_free(&c);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_attention_vs_ref),
         cmocka_unit_test(test_attention_packing_isolation),
         cmocka_unit_test(test_attention_packed_equals_alone),
         cmocka_unit_test(test_attention_thread_independent),
+        cmocka_unit_test(test_attention_dirty_scratch),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -288,8 +288,8 @@ static void attention_case(const char *name, const int *seg, const float *t_out,
     float *q = gen(QE, 37, 101, 2.0), *k = gen(KE, 41, 103, 2.0), *v = gen(KE, 43, 107, 1.0);
     float *dout = gen(QE, 47, 109, 1.0);
     float *out = zeros_f(QE), *lse = zeros_f(NQ * T), *dq = zeros_f(QE), *dk = zeros_f(KE), *dv = zeros_f(KE);
-    attention_forward(out, lse, q, k, v, seg, 1, T, NQ, NKV, HD);
-    attention_backward(dq, dk, dv, dout, out, lse, q, k, v, seg, 1, T, NQ, NKV, HD);
+    attention_forward(out, lse, q, k, v, seg, 1, T, NQ, NKV, HD, NULL, 0);
+    attention_backward(dq, dk, dv, dout, out, lse, q, k, v, seg, 1, T, NQ, NKV, HD, NULL, 0);
     char what[64];
     double e = fmax(fmax(rel_vs(out, t_out, QE), rel_vs(dq, t_dq, QE)), fmax(rel_vs(dk, t_dk, KE), rel_vs(dv, t_dv, KE)));
     snprintf(what, sizeof what, "attention %s (fast) out,dq,dk,dv", name);

@@ -5,30 +5,50 @@
 // Layout: row n = b*T + t; q rows hold nq heads of hd, k/v rows nkv heads.
 // Query head h reads KV head h / (nq/nkv) directly (no repeated copies).
 //
-// Work is cut into blocks of KEY_BLOCK keys. A block of K (and V) is copied
-// transposed, [hd][KEY_BLOCK], so the scores of one query against the whole
-// block are a loop over d of vector FMAs across keys (no horizontal sums),
-// and the exponentials of a block are one vectorised loop (exp_block).
+// Work is cut into tiles of QUERY_TILE queries against blocks of KEY_BLOCK
+// keys. Every product inside a tile pair (scores Q K^T, P V, dP = dO V^T,
+// dQ += dS K, dK += dS^T Q, dV += P^T dO) is a small matrix product run on the
+// matmul register-tile kernels (matmul_kernels.h), so attention runs at the
+// FMA rate of the projections instead of one query at a time. Operands are
+// first copied into per-thread buffers padded to the kernel's tile shape (the
+// kernels read whole MR x kc panels and NR-wide rows); the copies cost about
+// 1/64 of the arithmetic.
 // Note: the build is ISO C, where gcc does not contract a*b+c into an FMA on
-// its own, so the hot loops call fmaf.
+// its own, so the scalar loops call fmaf.
 #include <math.h>
 #include <string.h>
 #include <omp.h>
 #include "../../util/util.h"
+#include "matmul_kernels.h"
 #include "ops.h"
 
-enum { KEY_BLOCK = 64, QUERY_TILE = 16 };
+enum { TILE = 64 };   // queries per query tile = keys per key block
 
 typedef struct {
-    int B, T, nq, nkv, hd, rep;
+    int B, T, nq, nkv, hd, rep, n_tiles;
     size_t q_stride, kv_stride;
     float scale;
+    const MatmulKernel *kern;
+    int hd_pad;     // hd rounded up to the kernel's NR: a B operand row is read NR floats at a time
+    int rows_pad;   // rows of a tile buffer: TILE rounded up to the kernel's MR
+    int lds;        // row stride of score tiles: >= TILE + MR, so a transposed read of MR keys stays inside
+    size_t panel;   // floats per padded tile buffer, [rows_pad][hd_pad] or [hd][TILE], plus slack
+    size_t score;   // floats per score tile buffer, [rows_pad][lds], plus slack
 } Shape;
 
-static Shape make_shape(int B, int T, int nq, int nkv, int hd, const char *who) {
+static Shape make_shape(const MatmulKernel *kern, int B, int T, int nq, int nkv, int hd, const char *who) {
     if (B <= 0 || T <= 0 || hd <= 0 || nq <= 0 || nkv <= 0 || nq % nkv != 0)
         die("%s: bad shape B=%d T=%d hd=%d, or %d query heads not a multiple of %d KV heads", who, B, T, hd, nq, nkv);
-    Shape s = {B, T, nq, nkv, hd, nq / nkv, (size_t)nq * hd, (size_t)nkv * hd, 1.0f / sqrtf((float)hd)};
+    Shape s = {B, T, nq, nkv, hd, nq / nkv, (T + TILE - 1) / TILE, (size_t)nq * hd, (size_t)nkv * hd,
+               1.0f / sqrtf((float)hd), kern, 0, 0, 0, 0, 0};
+    s.hd_pad = (hd + kern->nr - 1) / kern->nr * kern->nr;
+    s.rows_pad = (TILE + kern->mr - 1) / kern->mr * kern->mr;
+    s.lds = TILE + kern->mr;
+    // Each buffer a whole number of cache lines, with a line of slack for
+    // the kernels' reads past its end.
+    const size_t rows = (size_t)s.rows_pad * s.hd_pad, transposed = (size_t)hd * TILE;
+    s.panel = ((rows > transposed ? rows : transposed) + 31) / 16 * 16;
+    s.score = ((size_t)s.rows_pad * s.lds + 31) / 16 * 16;
     return s;
 }
 
@@ -55,174 +75,293 @@ static void exp_block(float *y, const float *x, int n) {
     }
 }
 
-// Keys [u0, u0+nk) of one KV head, transposed into dst[hd][KEY_BLOCK]; the
-// columns past nk are zero.
-static void load_transposed(float *dst, const float *head, size_t stride, int u0, int nk, int hd) {
-    for (int d = 0; d < hd; d++) {
-        float *row = dst + (size_t)d * KEY_BLOCK;
-        for (int j = 0; j < nk; j++) row[j] = head[(size_t)(u0 + j) * stride + d];
-        for (int j = nk; j < KEY_BLOCK; j++) row[j] = 0.0f;
-    }
+// C[M x N] (+)= A[M x K] B[K x N] on the tile kernel, for operands already in
+// padded buffers: A(i, k) = a[i*a_rs + k*a_ks] with a_ks == 1 (rows) or
+// a_rs == 1 (columns), every MR-row panel readable; B(k, j) = b[k*b_ks + j]
+// with N rounded up to NR readable; C row-major with stride c_rs.
+static void tile_product(const MatmulKernel *kern, float *c, ptrdiff_t c_rs, const float *a, ptrdiff_t a_rs,
+                         ptrdiff_t a_ks, const float *b, ptrdiff_t b_ks, int M, int N, int K, int accumulate) {
+    for (int i0 = 0; i0 < M; i0 += kern->mr)
+        for (int j0 = 0; j0 < N; j0 += kern->nr) {
+            MatmulTile t = {K, a + i0 * a_rs, a_rs, a_ks, b + j0, b_ks, c + i0 * c_rs + j0, c_rs, 1,
+                            M - i0 < kern->mr ? M - i0 : kern->mr, N - j0 < kern->nr ? N - j0 : kern->nr,
+                            accumulate};
+            kern->tile(&t);
+        }
 }
 
-// out[j] = x . block[:, j] for all KEY_BLOCK columns of a transposed block.
-static inline void block_dots(float *out, const float *x, const float *block_t, int hd) {
-    for (int j = 0; j < KEY_BLOCK; j++) out[j] = 0.0f;
-    for (int d = 0; d < hd; d++) {
-        const float xd = x[d], *row = block_t + (size_t)d * KEY_BLOCK;
+// Copies n rows of hd floats (src rows `stride` apart), times mul, into
+// dst[rows_pad][hd_pad]. The pad rows and columns are never written and may
+// hold anything: the tile kernel reads them, but they only reach rows and
+// columns of its result that are not stored (and scores past a block's keys
+// are masked before use), so no buffer needs zeroing.
+static void load_rows(float *dst, const float *src, size_t stride, int n, float mul, const Shape *sh) {
+    for (int i = 0; i < n; i++) {
+        const float *s = src + (size_t)i * stride;
+        float *d = dst + (size_t)i * sh->hd_pad;
         #pragma omp simd
-        for (int j = 0; j < KEY_BLOCK; j++) out[j] = fmaf(xd, row[j], out[j]);
+        for (int c = 0; c < sh->hd; c++) d[c] = s[c] * mul;
     }
 }
 
-// Scales the raw dots of one query into scores and sets keys it may not see
-// (j >= lim, i.e. later positions or past the block, or another segment) to
-// -inf. Returns the block maximum, -inf when nothing is visible.
-static inline float mask_scores(float *s, int lim, const int *seg_block, int seg_t, float scale) {
-    float block_max = -INFINITY;
-    #pragma omp simd reduction(max:block_max)
-    for (int j = 0; j < KEY_BLOCK; j++) {
-        s[j] = (j < lim && seg_block[j] == seg_t) ? s[j] * scale : -INFINITY;
-        block_max = s[j] > block_max ? s[j] : block_max;
+// n rows of hd floats transposed into dst[hd][TILE] (the columns past n are pad).
+static void load_transposed(float *dst, const float *src, size_t stride, int n, int hd) {
+    for (int j = 0; j < n; j++)
+        for (int d = 0; d < hd; d++) dst[(size_t)d * TILE + j] = src[(size_t)j * stride + d];
+}
+
+// The operands every tile pair reads, packed once per call into padded
+// buffers the tile kernel can read whole: per (b, KV head, key block) the keys
+// and values as rows [rows_pad][hd_pad] and transposed [hd][TILE]; per (b,
+// query head, query tile) the queries times scale and the output gradients as
+// rows, and each head's share of dk and dv. Packing moves each float once;
+// without it the transposes were redone for every tile pair and cost a third
+// of the forward. All of it, and D, lives in one scratch area (the caller's,
+// so a training step allocates nothing here; fresh pages per call cost as
+// much as the packing itself).
+typedef struct {
+    float *k, *v, *k_t, *v_t;               // n_kv panels each
+    float *q, *dout, *dk_share, *dv_share;  // n_q panels each
+    float *D;                               // [B][nq][T]: rowsum(dout * out)
+    size_t n_kv, n_q;
+} Packed;
+
+static size_t packed_floats(const Shape *sh) {
+    const size_t n_kv = (size_t)sh->B * sh->nkv * sh->n_tiles, n_q = (size_t)sh->B * sh->nq * sh->n_tiles;
+    return 4 * (n_kv + n_q) * sh->panel + (size_t)sh->B * sh->nq * sh->T;
+}
+
+static Packed packed_layout(float *base, const Shape *sh) {
+    Packed pk;
+    pk.n_kv = (size_t)sh->B * sh->nkv * sh->n_tiles;
+    pk.n_q = (size_t)sh->B * sh->nq * sh->n_tiles;
+    float **kv[4] = {&pk.k, &pk.v, &pk.k_t, &pk.v_t}, **qs[4] = {&pk.q, &pk.dout, &pk.dk_share, &pk.dv_share};
+    float *p = base;
+    for (int i = 0; i < 4; i++) *kv[i] = p, p += pk.n_kv * sh->panel;
+    for (int i = 0; i < 4; i++) *qs[i] = p, p += pk.n_q * sh->panel;
+    pk.D = p;
+    return pk;
+}
+
+size_t attention_scratch_floats(int B, int T, int nq, int nkv, int hd) {
+    const Shape sh = make_shape(matmul_kernel_best(), B, T, nq, nkv, hd, "attention_scratch_floats");
+    return packed_floats(&sh);
+}
+
+static const float *kv_tile(const float *base, int b, int g, int kb, const Shape *sh) {
+    return base + (((size_t)b * sh->nkv + g) * sh->n_tiles + kb) * sh->panel;
+}
+static float *q_tile(float *base, int b, int h, int tile, const Shape *sh) {
+    return base + (((size_t)b * sh->nq + h) * sh->n_tiles + tile) * sh->panel;
+}
+
+// Fills the packed buffers named in `which`: 'k' 'v' (rows), 'K' 'V'
+// (transposed), 'q' 'o' (queries, dout).
+static void pack(const Packed *pk, const char *which, const float *q, const float *k, const float *v,
+                 const float *dout, const Shape *sh) {
+    const int T = sh->T, hd = sh->hd;
+    const int rows_k = !!strchr(which, 'k'), rows_v = !!strchr(which, 'v');
+    const int tr_k = !!strchr(which, 'K'), tr_v = !!strchr(which, 'V');
+    const int want_q = !!strchr(which, 'q'), want_o = !!strchr(which, 'o');
+    #pragma omp parallel for schedule(static)
+    for (size_t i = 0; i < pk->n_kv; i++) {
+        const int kb = (int)(i % sh->n_tiles), g = (int)(i / sh->n_tiles % sh->nkv), b = (int)(i / sh->n_tiles / sh->nkv);
+        const int n = T - kb * TILE < TILE ? T - kb * TILE : TILE;
+        const size_t src = ((size_t)b * T + (size_t)kb * TILE) * sh->kv_stride + (size_t)g * hd, off = i * sh->panel;
+        if (rows_k) load_rows(pk->k + off, k + src, sh->kv_stride, n, 1.0f, sh);
+        if (rows_v) load_rows(pk->v + off, v + src, sh->kv_stride, n, 1.0f, sh);
+        if (tr_k) load_transposed(pk->k_t + off, k + src, sh->kv_stride, n, hd);
+        if (tr_v) load_transposed(pk->v_t + off, v + src, sh->kv_stride, n, hd);
     }
-    return block_max;
-}
-
-// Whether any of the first lim keys of the block shares the query's segment.
-// Checked before the dot products: with packed short documents most blocks
-// belong to other documents, and 64 integer compares cost far less than
-// 64 * hd FMAs.
-static inline int segment_visible(const int *seg_block, int lim, int seg_t) {
-    int any = 0;
-    #pragma omp simd reduction(|:any)
-    for (int j = 0; j < KEY_BLOCK; j++) any |= (j < lim) & (seg_block[j] == seg_t);
-    return any;
-}
-
-// Segment ids of keys [u0, u0+nk); all 0 when there is no packing.
-static void load_segments(int *seg_block, const int *seg_b, int u0, int nk) {
-    for (int j = 0; j < KEY_BLOCK; j++) seg_block[j] = seg_b && j < nk ? seg_b[u0 + j] : 0;
-}
-
-// acc[0, hd) += sum over j < n of w[j] * rows[j * stride + (0, hd)]. The
-// accumulator is held in a fixed-size local chunk across the whole j loop so
-// it stays in registers (updating acc in memory once per j would chain every
-// FMA through a store and a reload).
-#define ROW_SUM_CHUNK(W)                                                         \
-    for (; d0 + (W) <= hd; d0 += (W)) {                                          \
-        float a[W];                                                              \
-        for (int i = 0; i < (W); i++) a[i] = acc[d0 + i];                        \
-        for (int j = 0; j < n; j++) {                                            \
-            const float wj = w[j], *r = rows + (size_t)j * stride + d0;          \
-            _Pragma("omp simd")                                                  \
-            for (int i = 0; i < (W); i++) a[i] = fmaf(wj, r[i], a[i]);           \
-        }                                                                        \
-        for (int i = 0; i < (W); i++) acc[d0 + i] = a[i];                        \
+    if (!want_q && !want_o) return;
+    #pragma omp parallel for schedule(static)
+    for (size_t i = 0; i < pk->n_q; i++) {
+        const int tile = (int)(i % sh->n_tiles), h = (int)(i / sh->n_tiles % sh->nq), b = (int)(i / sh->n_tiles / sh->nq);
+        const int n = T - tile * TILE < TILE ? T - tile * TILE : TILE;
+        const size_t src = ((size_t)b * T + (size_t)tile * TILE) * sh->q_stride + (size_t)h * hd, off = i * sh->panel;
+        if (want_q) load_rows(pk->q + off, q + src, sh->q_stride, n, sh->scale, sh);
+        if (want_o) load_rows(pk->dout + off, dout + src, sh->q_stride, n, 1.0f, sh);
     }
-static void weighted_row_sum(float *restrict acc, const float *restrict w, const float *restrict rows, size_t stride,
-                             int n, int hd) {
-    int d0 = 0;
-    ROW_SUM_CHUNK(64)
-    ROW_SUM_CHUNK(16)
-    ROW_SUM_CHUNK(1)
 }
-#undef ROW_SUM_CHUNK
 
-void attention_forward(float *out, float *lse, const float *q, const float *k, const float *v,
-                       const int *seg, int B, int T, int nq, int nkv, int hd) {
-    const Shape sh = make_shape(B, T, nq, nkv, hd, "attention_forward");
-    const int n_tiles = (T + QUERY_TILE - 1) / QUERY_TILE;
-    const size_t per_thread = (size_t)KEY_BLOCK * hd + (size_t)QUERY_TILE * hd;
-    float *scratch = xmalloc((size_t)omp_get_max_threads() * per_thread * sizeof(float), "attention scratch");
+// The caller's scratch when it brings one, else a fresh allocation (*owned).
+static Packed packed_area(float *scratch, size_t scratch_floats, float **owned, const Shape *sh, const char *who) {
+    const size_t need = packed_floats(sh);
+    *owned = NULL;
+    if (!scratch) scratch = *owned = xmalloc(need * sizeof(float), "attention scratch");
+    else if (scratch_floats < need)
+        die("%s: scratch of %zu floats, the shape needs %zu (attention_scratch_floats)", who, scratch_floats, need);
+    return packed_layout(scratch, sh);
+}
+
+// Whether any key of block [u0, u0+nk) is visible to any query of tile
+// [t0, t0+nt): key u to query t iff u <= t and, with packing, both lie in one
+// segment. Checked before any product: with packed short documents most
+// blocks belong to other documents.
+static int block_visible(int nt, int nk, int t0, int u0, const int *seg_b) {
+    if (u0 > t0 + nt - 1) return 0;
+    if (!seg_b) return 1;
+    for (int i = 0; i < nt; i++) {
+        const int lim = t0 + i - u0 + 1 < nk ? t0 + i - u0 + 1 : nk;
+        for (int j = 0; j < lim; j++)
+            if (seg_b[u0 + j] == seg_b[t0 + i]) return 1;
+    }
+    return 0;
+}
+
+// Sets the scores of the keys each query may not see (later, past the block's
+// nk keys, or in another segment) to -inf; blocks wholly in the tile's past
+// need nothing without packing.
+static void mask_scores(float *s, int lds, int nt, int nk, int t0, int u0, const int *seg_b) {
+    if (!seg_b && u0 + TILE - 1 <= t0) return;
+    for (int i = 0; i < nt; i++) {
+        float *row = s + (size_t)i * lds;
+        const int lim = t0 + i - u0 + 1 < nk ? t0 + i - u0 + 1 : nk, seg_t = seg_b ? seg_b[t0 + i] : 0;
+        for (int j = 0; j < TILE; j++)
+            if (j >= lim || (seg_b && seg_b[u0 + j] != seg_t)) row[j] = -INFINITY;
+    }
+}
+
+static inline float row_max(const float *row) {
+    float m = -INFINITY;
+    #pragma omp simd reduction(max:m)
+    for (int j = 0; j < TILE; j++) m = row[j] > m ? row[j] : m;
+    return m;
+}
+
+// Per-thread score tiles and accumulators, from one zeroed allocation.
+typedef struct {
+    float *q;            // [rows_pad][hd_pad]: the forward's query tile (times scale)
+    float *s, *ds;       // [rows_pad][lds]: scores, then probabilities; dP, then dS
+    float *acc, *acc2;   // [rows_pad][hd_pad]: out or dq or dk; dv
+} Workspace;
+
+static size_t workspace_floats(const Shape *sh) { return 3 * sh->panel + 2 * sh->score; }
+
+static Workspace workspace_of(float *all, const Shape *sh) {
+    float *p = all + (size_t)omp_get_thread_num() * workspace_floats(sh);
+    Workspace w = {p, p + sh->panel, p + sh->panel + sh->score, p + sh->panel + 2 * sh->score,
+                   p + 2 * sh->panel + 2 * sh->score};
+    return w;
+}
+
+static float *alloc_workspaces(const Shape *sh) {
+    return xaligned((size_t)omp_get_max_threads() * workspace_floats(sh) * sizeof(float), "attention workspaces");
+}
+
+void attention_forward_with(const MatmulKernel *kern, float *out, float *lse, const float *q, const float *k,
+                            const float *v, const int *seg, int B, int T, int nq, int nkv, int hd, float *scratch_area,
+                            size_t scratch_floats) {
+    const Shape sh = make_shape(kern, B, T, nq, nkv, hd, "attention_forward");
+    float *owned;
+    Packed pk = packed_area(scratch_area, scratch_floats, &owned, &sh, "attention_forward");
+    pack(&pk, "vK", q, k, v, NULL, &sh);
+    float *scratch = alloc_workspaces(&sh);
     #pragma omp parallel
     {
-        float *k_t = scratch + (size_t)omp_get_thread_num() * per_thread;
-        float *acc = k_t + (size_t)KEY_BLOCK * hd;   // [QUERY_TILE][hd]
-        float s[KEY_BLOCK], p[KEY_BLOCK], run_max[QUERY_TILE];
-        double run_sum[QUERY_TILE];   // sum of exp(score - run_max), in double
-        int seg_block[KEY_BLOCK];
+        Workspace w = workspace_of(scratch, &sh);
+        float run_max[TILE];
+        double run_sum[TILE];   // sum of exp(score - run_max), in double
+        // Later tiles see more keys: hand them out first so the threads finish together.
         #pragma omp for collapse(3) schedule(dynamic, 1)
         for (int b = 0; b < B; b++)
             for (int h = 0; h < nq; h++)
-                for (int tile = 0; tile < n_tiles; tile++) {
-                    const int t0 = tile * QUERY_TILE, t1 = t0 + QUERY_TILE < T ? t0 + QUERY_TILE : T;
+                for (int rev = 0; rev < sh.n_tiles; rev++) {
+                    const int tile = sh.n_tiles - 1 - rev, t0 = tile * TILE, nt = T - t0 < TILE ? T - t0 : TILE;
                     const int g = h / sh.rep;
-                    const float *k_head = k + (size_t)b * T * sh.kv_stride + (size_t)g * hd;
-                    const float *v_head = v + (size_t)b * T * sh.kv_stride + (size_t)g * hd;
                     const int *seg_b = seg ? seg + (size_t)b * T : NULL;
-                    memset(acc, 0, (size_t)QUERY_TILE * hd * sizeof(float));
-                    for (int i = 0; i < QUERY_TILE; i++) run_max[i] = -INFINITY, run_sum[i] = 0.0;
-                    // Keys past t1 - 1 are invisible to the whole tile.
-                    for (int u0 = 0; u0 < t1; u0 += KEY_BLOCK) {
-                        const int nk = u0 + KEY_BLOCK < t1 ? KEY_BLOCK : t1 - u0;
-                        load_transposed(k_t, k_head, sh.kv_stride, u0, nk, hd);
-                        load_segments(seg_block, seg_b, u0, nk);
-                        for (int t = t0 > u0 ? t0 : u0; t < t1; t++) {
-                            const int i = t - t0, lim = t - u0 + 1 < nk ? t - u0 + 1 : nk;
-                            const int seg_t = seg_b ? seg_b[t] : 0;
-                            if (!segment_visible(seg_block, lim, seg_t)) continue;   // all in other documents
-                            const float *qt = q + ((size_t)b * T + t) * sh.q_stride + (size_t)h * hd;
-                            block_dots(s, qt, k_t, hd);
-                            const float block_max = mask_scores(s, lim, seg_block, seg_t, sh.scale);
-                            float *acc_t = acc + (size_t)i * hd;
+                    load_rows(w.q, q + ((size_t)b * T + t0) * sh.q_stride + (size_t)h * hd, sh.q_stride, nt,
+                              sh.scale, &sh);
+                    memset(w.acc, 0, (size_t)nt * sh.hd_pad * sizeof(float));
+                    for (int i = 0; i < nt; i++) run_max[i] = -INFINITY, run_sum[i] = 0.0;
+                    for (int kb = 0; kb <= tile; kb++) {
+                        const int u0 = kb * TILE, nk = T - u0 < TILE ? T - u0 : TILE;
+                        if (!block_visible(nt, nk, t0, u0, seg_b)) continue;
+                        tile_product(kern, w.s, sh.lds, w.q, sh.hd_pad, 1, kv_tile(pk.k_t, b, g, kb, &sh), TILE, nt,
+                                     nk, hd, 0);
+                        mask_scores(w.s, sh.lds, nt, nk, t0, u0, seg_b);
+                        for (int i = 0; i < nt; i++) {
+                            float *row = w.s + (size_t)i * sh.lds;
+                            const float block_max = row_max(row);
+                            if (block_max == -INFINITY) {   // nothing visible in this row: weight 0
+                                memset(row, 0, TILE * sizeof(float));
+                                continue;
+                            }
                             if (block_max > run_max[i]) {
                                 float correction = expf(run_max[i] - block_max);   // 0 on the first visible block
                                 run_sum[i] *= correction;
-                                for (int d = 0; d < hd; d++) acc_t[d] *= correction;
+                                float *acc_i = w.acc + (size_t)i * sh.hd_pad;
+                                for (int d = 0; d < hd; d++) acc_i[d] *= correction;
                                 run_max[i] = block_max;
                             }
-                            for (int j = 0; j < KEY_BLOCK; j++) s[j] -= run_max[i];
-                            exp_block(p, s, KEY_BLOCK);
+                            const float m = run_max[i];
+                            #pragma omp simd
+                            for (int j = 0; j < TILE; j++) row[j] -= m;
+                            exp_block(row, row, TILE);
                             float block_sum = 0.0f;
                             #pragma omp simd reduction(+:block_sum)
-                            for (int j = 0; j < KEY_BLOCK; j++) block_sum += p[j];
+                            for (int j = 0; j < TILE; j++) block_sum += row[j];
                             run_sum[i] += block_sum;
-                            weighted_row_sum(acc_t, p, v_head + (size_t)u0 * sh.kv_stride, sh.kv_stride, lim, hd);
                         }
+                        tile_product(kern, w.acc, sh.hd_pad, w.s, sh.lds, 1, kv_tile(pk.v, b, g, kb, &sh), sh.hd_pad,
+                                     nt, hd, nk, 1);
                     }
                     // Key t itself is always visible, so run_sum >= 1.
-                    for (int t = t0; t < t1; t++) {
-                        const int i = t - t0;
+                    for (int i = 0; i < nt; i++) {
                         const float inv_sum = (float)(1.0 / run_sum[i]);
-                        float *ot = out + ((size_t)b * T + t) * sh.q_stride + (size_t)h * hd;
-                        for (int d = 0; d < hd; d++) ot[d] = acc[(size_t)i * hd + d] * inv_sum;
-                        lse[((size_t)b * nq + h) * T + t] = run_max[i] + (float)log(run_sum[i]);
+                        float *ot = out + ((size_t)b * T + t0 + i) * sh.q_stride + (size_t)h * hd;
+                        for (int d = 0; d < hd; d++) ot[d] = w.acc[(size_t)i * sh.hd_pad + d] * inv_sum;
+                        lse[((size_t)b * nq + h) * T + t0 + i] = run_max[i] + (float)log(run_sum[i]);
                     }
                 }
     }
     free(scratch);
+    free(owned);
+}
+
+void attention_forward(float *out, float *lse, const float *q, const float *k, const float *v, const int *seg,
+                       int B, int T, int nq, int nkv, int hd, float *scratch, size_t scratch_floats) {
+    attention_forward_with(matmul_kernel_best(), out, lse, q, k, v, seg, B, T, nq, nkv, hd, scratch, scratch_floats);
 }
 
 // With P = exp(S - lse), dP = dout V^T and D = rowsum(dout * out):
 //   dS = P * (dP - D),  dq = scale dS K,  dk = scale dS^T Q,  dv = P^T dout.
-// Pass 1 gives every query tile its dq (parallel over (b, h, query tile));
-// pass 2 gives every key block its dk, dv (parallel over (b, KV head, key
-// block), looping over the query heads of the group). Each task owns the rows
-// it writes, so there are no races and the result does not depend on the
-// thread count; the price is computing P twice.
+// One task per (b, query head) walks all its tile pairs once, computing P
+// and dS once each: it owns its dq rows, and writes its head's share of dk and
+// dv into a buffer of its own; the shares of a KV group's heads are summed
+// afterwards in a fixed order. No races, and the result does not depend on
+// the thread count. (All tasks have the same amount of work.)
 //
-// Recomputes, for query t against one key block, the probabilities p and
-// ds = p * (dp - D). Returns 0 when the block holds no visible key.
-static inline int block_grads(float *p, float *ds, const float *qt, const float *gt, const float *k_t,
-                              const float *v_t, const int *seg_block, int seg_t, int lim, float lse_t, float D_t,
-                              const Shape *sh) {
-    if (!segment_visible(seg_block, lim, seg_t)) return 0;
-    float s[KEY_BLOCK];
-    block_dots(s, qt, k_t, sh->hd);
-    mask_scores(s, lim, seg_block, seg_t, sh->scale);
-    for (int j = 0; j < KEY_BLOCK; j++) s[j] -= lse_t;
-    exp_block(p, s, KEY_BLOCK);
-    block_dots(ds, gt, v_t, sh->hd);   // dp
-    #pragma omp simd
-    for (int j = 0; j < KEY_BLOCK; j++) ds[j] = p[j] * (ds[j] - D_t);
-    return 1;
+// One tile pair: w.s gets P and w.ds gets dS (zero past the block's nk keys).
+static void tile_grads(Workspace *w, const Packed *pk, int b, int h, int tile, int kb, const int *seg_b,
+                       const float *lse, const float *D, const Shape *sh) {
+    const int t0 = tile * TILE, nt = sh->T - t0 < TILE ? sh->T - t0 : TILE;
+    const int u0 = kb * TILE, nk = sh->T - u0 < TILE ? sh->T - u0 : TILE, g = h / sh->rep;
+    const size_t stat0 = ((size_t)b * sh->nq + h) * sh->T + t0;
+    tile_product(sh->kern, w->s, sh->lds, q_tile(pk->q, b, h, tile, sh), sh->hd_pad, 1,
+                 kv_tile(pk->k_t, b, g, kb, sh), TILE, nt, nk, sh->hd, 0);
+    mask_scores(w->s, sh->lds, nt, nk, t0, u0, seg_b);
+    tile_product(sh->kern, w->ds, sh->lds, q_tile(pk->dout, b, h, tile, sh), sh->hd_pad, 1,
+                 kv_tile(pk->v_t, b, g, kb, sh), TILE, nt, nk, sh->hd, 0);
+    for (int i = 0; i < nt; i++) {
+        float *p = w->s + (size_t)i * sh->lds, *ds = w->ds + (size_t)i * sh->lds;
+        const float l = lse[stat0 + i], Di = D[stat0 + i];
+        #pragma omp simd
+        for (int j = 0; j < TILE; j++) p[j] -= l;
+        exp_block(p, p, TILE);   // masked scores give 0
+        #pragma omp simd
+        for (int j = 0; j < TILE; j++) ds[j] = j < nk ? p[j] * (ds[j] - Di) : 0.0f;
+    }
 }
 
-void attention_backward(float *dq, float *dk, float *dv, const float *dout, const float *out,
-                        const float *lse, const float *q, const float *k, const float *v,
-                        const int *seg, int B, int T, int nq, int nkv, int hd) {
-    const Shape sh = make_shape(B, T, nq, nkv, hd, "attention_backward");
-    float *D = xmalloc((size_t)B * nq * T * sizeof(float), "attention D");
+void attention_backward_with(const MatmulKernel *kern, float *dq, float *dk, float *dv, const float *dout,
+                             const float *out, const float *lse, const float *q, const float *k, const float *v,
+                             const int *seg, int B, int T, int nq, int nkv, int hd, float *scratch_area,
+                             size_t scratch_floats) {
+    const Shape sh = make_shape(kern, B, T, nq, nkv, hd, "attention_backward");
+    float *owned;
+    Packed pk = packed_area(scratch_area, scratch_floats, &owned, &sh, "attention_backward");
+    float *D = pk.D;
     #pragma omp parallel for collapse(2) schedule(static)
     for (int n = 0; n < B * T; n++)
         for (int h = 0; h < nq; h++) {
@@ -232,114 +371,72 @@ void attention_backward(float *dq, float *dk, float *dv, const float *dout, cons
             for (int d = 0; d < hd; d++) dot = fmaf(a[d], o[d], dot);
             D[((size_t)(n / T) * nq + h) * T + n % T] = dot;
         }
-
-    const size_t block_floats = (size_t)KEY_BLOCK * hd;
-    const size_t per_thread = 4 * block_floats + (size_t)QUERY_TILE * hd;
-    float *scratch = xmalloc((size_t)omp_get_max_threads() * per_thread * sizeof(float), "attention scratch");
-    const int n_tiles = (T + QUERY_TILE - 1) / QUERY_TILE, n_blocks = (T + KEY_BLOCK - 1) / KEY_BLOCK;
+    pack(&pk, "kKVqo", q, k, v, dout, &sh);
+    float *scratch = alloc_workspaces(&sh);
+    const int n_tiles = sh.n_tiles;
     #pragma omp parallel
     {
-        float *k_t = scratch + (size_t)omp_get_thread_num() * per_thread;
-        float *v_t = k_t + block_floats, *dk_acc = v_t + block_floats, *dv_acc = dk_acc + block_floats;
-        float *dq_acc = dv_acc + block_floats;   // [QUERY_TILE][hd]
-        float p[KEY_BLOCK], ds[KEY_BLOCK], p_tile[KEY_BLOCK * QUERY_TILE], ds_tile[KEY_BLOCK * QUERY_TILE];
-        int seg_block[KEY_BLOCK];
-
-        if (dq) {
-            #pragma omp for collapse(3) schedule(dynamic, 1)
-            for (int b = 0; b < B; b++)
-                for (int h = 0; h < nq; h++)
-                    for (int tile = 0; tile < n_tiles; tile++) {
-                        const int t0 = tile * QUERY_TILE, t1 = t0 + QUERY_TILE < T ? t0 + QUERY_TILE : T;
-                        const int g = h / sh.rep;
-                        const float *k_head = k + (size_t)b * T * sh.kv_stride + (size_t)g * hd;
-                        const float *v_head = v + (size_t)b * T * sh.kv_stride + (size_t)g * hd;
-                        const int *seg_b = seg ? seg + (size_t)b * T : NULL;
-                        memset(dq_acc, 0, (size_t)QUERY_TILE * hd * sizeof(float));
-                        for (int u0 = 0; u0 < t1; u0 += KEY_BLOCK) {
-                            const int nk = u0 + KEY_BLOCK < t1 ? KEY_BLOCK : t1 - u0;
-                            load_transposed(k_t, k_head, sh.kv_stride, u0, nk, hd);
-                            load_transposed(v_t, v_head, sh.kv_stride, u0, nk, hd);
-                            load_segments(seg_block, seg_b, u0, nk);
-                            for (int t = t0 > u0 ? t0 : u0; t < t1; t++) {
-                                const size_t row = ((size_t)b * T + t) * sh.q_stride + (size_t)h * hd;
-                                const size_t stat = ((size_t)b * nq + h) * T + t;
-                                const int lim = t - u0 + 1 < nk ? t - u0 + 1 : nk;
-                                if (!block_grads(p, ds, q + row, dout + row, k_t, v_t, seg_block, seg_b ? seg_b[t] : 0,
-                                                 lim, lse[stat], D[stat], &sh))
-                                    continue;
-                                weighted_row_sum(dq_acc + (size_t)(t - t0) * hd, ds,
-                                                 k_head + (size_t)u0 * sh.kv_stride, sh.kv_stride, lim, hd);
-                            }
-                        }
-                        for (int t = t0; t < t1; t++) {
-                            float *dqt = dq + ((size_t)b * T + t) * sh.q_stride + (size_t)h * hd;
-                            const float *acc_t = dq_acc + (size_t)(t - t0) * hd;
-                            for (int d = 0; d < hd; d++) dqt[d] = fmaf(sh.scale, acc_t[d], dqt[d]);
-                        }
+        Workspace w = workspace_of(scratch, &sh);
+        #pragma omp for collapse(2) schedule(dynamic, 1)
+        for (int b = 0; b < B; b++)
+            for (int h = 0; h < nq; h++) {
+                const int *seg_b = seg ? seg + (size_t)b * T : NULL;
+                const int g = h / sh.rep;
+                const size_t shares = (size_t)n_tiles * sh.panel * sizeof(float);
+                memset(q_tile(pk.dk_share, b, h, 0, &sh), 0, shares);
+                memset(q_tile(pk.dv_share, b, h, 0, &sh), 0, shares);
+                for (int tile = 0; tile < n_tiles; tile++) {
+                    const int t0 = tile * TILE, nt = T - t0 < TILE ? T - t0 : TILE;
+                    memset(w.acc, 0, (size_t)nt * sh.hd_pad * sizeof(float));   // dq of the tile
+                    for (int kb = 0; kb <= tile; kb++) {
+                        const int u0 = kb * TILE, nk = T - u0 < TILE ? T - u0 : TILE;
+                        if (!block_visible(nt, nk, t0, u0, seg_b)) continue;
+                        tile_grads(&w, &pk, b, h, tile, kb, seg_b, lse, D, &sh);
+                        tile_product(kern, w.acc, sh.hd_pad, w.ds, sh.lds, 1, kv_tile(pk.k, b, g, kb, &sh), sh.hd_pad,
+                                     nt, hd, nk, 1);
+                        // The packed queries carry the scale, so this is scale dS^T Q = dk;
+                        // A is read down the columns of dS and of P.
+                        float *dk_rows = q_tile(pk.dk_share, b, h, kb, &sh);
+                        float *dv_rows = q_tile(pk.dv_share, b, h, kb, &sh);
+                        tile_product(kern, dk_rows, sh.hd_pad, w.ds, 1, sh.lds, q_tile(pk.q, b, h, tile, &sh),
+                                     sh.hd_pad, nk, hd, nt, 1);
+                        tile_product(kern, dv_rows, sh.hd_pad, w.s, 1, sh.lds, q_tile(pk.dout, b, h, tile, &sh),
+                                     sh.hd_pad, nk, hd, nt, 1);
                     }
-        }
-
-        if (dk || dv) {
-            #pragma omp for collapse(3) schedule(dynamic, 1)
-            for (int b = 0; b < B; b++)
-                for (int g = 0; g < nkv; g++)
-                    for (int kb = 0; kb < n_blocks; kb++) {
-                        const int u0 = kb * KEY_BLOCK, nk = u0 + KEY_BLOCK < T ? KEY_BLOCK : T - u0;
-                        const float *k_head = k + (size_t)b * T * sh.kv_stride + (size_t)g * hd;
-                        const float *v_head = v + (size_t)b * T * sh.kv_stride + (size_t)g * hd;
-                        const int *seg_b = seg ? seg + (size_t)b * T : NULL;
-                        load_transposed(k_t, k_head, sh.kv_stride, u0, nk, hd);
-                        load_transposed(v_t, v_head, sh.kv_stride, u0, nk, hd);
-                        load_segments(seg_block, seg_b, u0, nk);
-                        memset(dk_acc, 0, 2 * block_floats * sizeof(float));   // dk_acc and dv_acc
-                        // Queries before u0 see none of these keys. They come
-                        // in tiles whose p and ds are kept transposed,
-                        // [key][query], so each key's dk and dv row is one
-                        // weighted sum over the tile's q and dout rows.
-                        for (int h = g * sh.rep; h < (g + 1) * sh.rep; h++)
-                            for (int t0 = u0; t0 < T; t0 += QUERY_TILE) {
-                                const int nt = t0 + QUERY_TILE < T ? QUERY_TILE : T - t0;
-                                int any = 0;
-                                for (int i = 0; i < nt; i++) {
-                                    const int t = t0 + i;
-                                    const size_t row = ((size_t)b * T + t) * sh.q_stride + (size_t)h * hd;
-                                    const size_t stat = ((size_t)b * nq + h) * T + t;
-                                    const int lim = t - u0 + 1 < nk ? t - u0 + 1 : nk;
-                                    if (block_grads(p, ds, q + row, dout + row, k_t, v_t, seg_block,
-                                                    seg_b ? seg_b[t] : 0, lim, lse[stat], D[stat], &sh)) {
-                                        any = 1;
-                                    } else {
-                                        memset(p, 0, sizeof p);
-                                        memset(ds, 0, sizeof ds);
-                                    }
-                                    for (int j = 0; j < nk; j++) {
-                                        p_tile[j * QUERY_TILE + i] = p[j];
-                                        ds_tile[j * QUERY_TILE + i] = ds[j];
-                                    }
-                                }
-                                if (!any) continue;
-                                const size_t row0 = ((size_t)b * T + t0) * sh.q_stride + (size_t)h * hd;
-                                for (int j = 0; j < nk; j++) {
-                                    weighted_row_sum(dk_acc + (size_t)j * hd, ds_tile + j * QUERY_TILE, q + row0,
-                                                     sh.q_stride, nt, hd);
-                                    weighted_row_sum(dv_acc + (size_t)j * hd, p_tile + j * QUERY_TILE, dout + row0,
-                                                     sh.q_stride, nt, hd);
-                                }
-                            }
-                        for (int j = 0; j < nk; j++) {
-                            const size_t row = ((size_t)b * T + u0 + j) * sh.kv_stride + (size_t)g * hd;
-                            if (dk)
-                                for (int d = 0; d < hd; d++)
-                                    dk[row + d] = fmaf(sh.scale, dk_acc[(size_t)j * hd + d], dk[row + d]);
-                            if (dv)
-                                for (int d = 0; d < hd; d++) dv[row + d] += dv_acc[(size_t)j * hd + d];
-                        }
-                    }
-        }
+                    if (!dq) continue;
+                    float *dq0 = dq + ((size_t)b * T + t0) * sh.q_stride + (size_t)h * hd;
+                    for (int i = 0; i < nt; i++)
+                        for (int d = 0; d < hd; d++)
+                            dq0[(size_t)i * sh.q_stride + d] =
+                                fmaf(sh.scale, w.acc[(size_t)i * sh.hd_pad + d], dq0[(size_t)i * sh.q_stride + d]);
+                }
+            }
+        // dk, dv: each KV row gets its group's shares, summed in head order.
+        #pragma omp for collapse(2) schedule(static)
+        for (int n = 0; n < B * T; n++)
+            for (int g = 0; g < nkv; g++) {
+                const int b = n / T, t = n % T;
+                const size_t row = (size_t)n * sh.kv_stride + (size_t)g * hd;
+                const size_t in_tile = (size_t)(t % TILE) * sh.hd_pad;
+                for (int h = g * sh.rep; h < (g + 1) * sh.rep; h++) {
+                    const float *ks = q_tile(pk.dk_share, b, h, t / TILE, &sh) + in_tile;
+                    const float *vs = q_tile(pk.dv_share, b, h, t / TILE, &sh) + in_tile;
+                    if (dk)
+                        for (int d = 0; d < hd; d++) dk[row + d] += ks[d];
+                    if (dv)
+                        for (int d = 0; d < hd; d++) dv[row + d] += vs[d];
+                }
+            }
     }
     free(scratch);
-    free(D);
+    free(owned);
+}
+
+void attention_backward(float *dq, float *dk, float *dv, const float *dout, const float *out, const float *lse,
+                        const float *q, const float *k, const float *v, const int *seg, int B, int T, int nq, int nkv,
+                        int hd, float *scratch, size_t scratch_floats) {
+    attention_backward_with(matmul_kernel_best(), dq, dk, dv, dout, out, lse, q, k, v, seg, B, T, nq, nkv, hd,
+                            scratch, scratch_floats);
 }
 
 // ---- naive double reference: the full score matrix of one (b, h) at a time.
@@ -373,7 +470,7 @@ static double *ref_probs(const double *q, const double *k, const int *seg, int b
 
 void attention_forward_ref(double *out, const double *q, const double *k, const double *v,
                            const int *seg, int B, int T, int nq, int nkv, int hd) {
-    make_shape(B, T, nq, nkv, hd, "attention_forward_ref");
+    make_shape(matmul_kernel_portable(), B, T, nq, nkv, hd, "attention_forward_ref");
     for (int b = 0; b < B; b++)
         for (int h = 0; h < nq; h++) {
             const int g = h / (nq / nkv);
@@ -392,7 +489,7 @@ void attention_forward_ref(double *out, const double *q, const double *k, const 
 void attention_backward_ref(double *dq, double *dk, double *dv, const double *dout, const double *q,
                             const double *k, const double *v, const int *seg, int B, int T, int nq,
                             int nkv, int hd) {
-    make_shape(B, T, nq, nkv, hd, "attention_backward_ref");
+    make_shape(matmul_kernel_portable(), B, T, nq, nkv, hd, "attention_backward_ref");
     const double scale = 1.0 / sqrt((double)hd);
     double *dS = xmalloc((size_t)T * T * sizeof(double), "attention_ref dS");
     for (int b = 0; b < B; b++)

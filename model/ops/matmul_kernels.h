@@ -1,4 +1,4 @@
-// matmul_kernels.h: private to model/ops/matmul*.c and tests/test_matmul.c.
+// matmul_kernels.h: private to model/ops/matmul*.c, attention.c and their tests.
 // The register-tile kernels (one per instruction set) and the blocked driver
 // entry points that take an explicit kernel, so tests can run every path the
 // CPU supports.
@@ -54,6 +54,18 @@ void matmul_forward_with(const MatmulKernel *k, float *out, const float *inp, co
                          int N, int C, int OC);
 void matmul_backward_with(const MatmulKernel *k, float *dinp, float *dW, const float *dout,
                           const float *inp, const float *W, int N, int C, int OC);
+
+// attention_forward / attention_backward (ops.h) with a chosen kernel for the
+// products inside each tile pair (attention.c).
+// scratch NULL: allocated for the call (a caller's scratch is sized for the
+// best kernel, attention_scratch_floats).
+void attention_forward_with(const MatmulKernel *k, float *out, float *lse, const float *q, const float *kk,
+                            const float *v, const int *seg, int B, int T, int nq, int nkv, int hd, float *scratch,
+                            size_t scratch_floats);
+void attention_backward_with(const MatmulKernel *k, float *dq, float *dk, float *dv, const float *dout,
+                             const float *out, const float *lse, const float *q, const float *kk, const float *v,
+                             const int *seg, int B, int T, int nq, int nkv, int hd, float *scratch,
+                             size_t scratch_floats);
 
 // ---------------------------------------------------------------- bf16
 // The MATMUL_BF16 products (matmul_bf16.c) pack both operands as bf16 panels

@@ -68,15 +68,20 @@ void rope_backward_ref(double *dx, const int *pos, int N, int n_heads, int head_
 // ---- causal grouped-query attention.
 // q[N, nq*hd], k/v[N, nkv*hd]; out[N, nq*hd]; lse[B, nq, T] (log-sum-exp of
 // the scaled scores, saved instead of any T x T matrix; the backward recomputes
-// probabilities from it). Query head h reads KV head h / (nq/nkv) inside the
-// kernel (no K/V copies). scale = 1/sqrt(hd).
+// probabilities from it). Query head h reads KV head h / (nq/nkv): K and V
+// are packed once per KV head, never repeated per query head. scale = 1/sqrt(hd).
 // seg: optional [N] segment ids for packed sequences: key u is visible to
 // query t iff u <= t and seg[b*T+u] == seg[b*T+t]. NULL = plain causal.
-void attention_forward(float *out, float *lse, const float *q, const float *k, const float *v,
-                       const int *seg, int B, int T, int nq, int nkv, int hd);
-void attention_backward(float *dq, float *dk, float *dv, const float *dout, const float *out,
-                        const float *lse, const float *q, const float *k, const float *v,
-                        const int *seg, int B, int T, int nq, int nkv, int hd);
+// scratch: attention_scratch_floats(...) floats the call may overwrite (no
+// need to zero them), or NULL to allocate them for the call. A training step
+// passes its own, so it allocates nothing. The result does not depend on the
+// thread count.
+size_t attention_scratch_floats(int B, int T, int nq, int nkv, int hd);
+void attention_forward(float *out, float *lse, const float *q, const float *k, const float *v, const int *seg,
+                       int B, int T, int nq, int nkv, int hd, float *scratch, size_t scratch_floats);
+void attention_backward(float *dq, float *dk, float *dv, const float *dout, const float *out, const float *lse,
+                        const float *q, const float *k, const float *v, const int *seg, int B, int T, int nq, int nkv,
+                        int hd, float *scratch, size_t scratch_floats);
 void attention_forward_ref(double *out, const double *q, const double *k, const double *v,
                            const int *seg, int B, int T, int nq, int nkv, int hd);
 void attention_backward_ref(double *dq, double *dk, double *dv, const double *dout, const double *q,
