@@ -102,7 +102,12 @@ const QatTensor *qat_find(const QatState *q, int tensor) {
 }
 
 void qat_forward_weights(const QatState *q, const TensorTable *tt, const float *master, float *effective) {
-    memcpy(effective, master, tt->total * sizeof(float));
+    // Unquantized tensors (norms, biases) are copied; the rest are written
+    // whole by the fake-quant (copying all 1.2 GB of pocket-0.3b first cost a
+    // tenth of the QAT step).
+    for (int i = 0; i < tt->n; i++)
+        if (!qat_find(q, i))
+            memcpy(effective + tt->t[i].offset, master + tt->t[i].offset, tt->t[i].numel * sizeof(float));
     for (int i = 0; i < q->n; i++) {
         const QatTensor *qt = &q->t[i];
         size_t off = tt->t[qt->tensor].offset;
@@ -117,31 +122,41 @@ static void backward_tensor(const QuantSpec *spec, const float *x, float *g, int
                             const float *scale, const float *zero, float *gs, float *gz) {
     const int G = spec->group, lo = quant_code_min(spec), sym = spec->symmetric;
     const int64_t ng = cols / G;
+    if (!gs && !gz) {   // fixed scales: only the STE mask
+        quant_ste_mask(spec, x, g, rows, cols, scale, zero);
+        return;
+    }
 #pragma omp parallel for schedule(static) if (rows * cols >= QUANT_PARALLEL_MIN)
     for (int64_t r = 0; r < rows; r++) {
         for (int64_t gi = 0; gi < ng; gi++) {
             size_t k = (size_t)(r * ng + gi), base = (size_t)(r * cols + gi * G);
-            float s = scale[k], z = sym ? 0.0f : zero[k];
-            double ds = 0.0, dz = 0.0;
-            for (int i = 0; i < G; i++) {
-                float xi = x[base + i], gi_ = g[base + i], t;
-                int clipped;
-                int u = quant_code_of(xi, s, z, lo, &clipped, &t);
-                if (!clipped) {
-                    // w = (round(t) - 8) * s + z with d round/dt = 1:
-                    // dw/ds = (u - 8) - (x - z) / s, dw/dz = 0, dw/dx = 1.
-                    if (s != 0.0f) ds += (double)gi_ * ((double)(u - QUANT_CODE_MID) - ((double)xi - z) / s);
-                    continue;
+            const float s = scale[k], z = sym ? 0.0f : zero[k], *xg = x + base;
+            float *gg = g + base, ds = 0.0f, dz = 0.0f;
+            if (s == 0.0f) {
+                // Every weight decodes to z; one off it is clipped at the code
+                // its side of z would take as scale -> 0+.
+                for (int i = 0; i < G; i++) {
+                    if (xg[i] == z) continue;
+                    ds += gg[i] * (float)((xg[i] > z ? QUANT_CODE_MAX : lo) - QUANT_CODE_MID);
+                    dz += gg[i];
+                    gg[i] = 0.0f;
                 }
-                // Clipped: w = (u_clip - 8) * s + z does not depend on x.
-                int u_clip = u;
-                if (s == 0.0f) u_clip = xi > z ? QUANT_CODE_MAX : lo;
-                ds += (double)gi_ * (double)(u_clip - QUANT_CODE_MID);
-                dz += (double)gi_;
-                g[base + i] = 0.0f;
+            } else {
+                // w = (clamp(u) - 8) s + z with u = round((x - z)/s) + 8 and
+                // d round/dt = 1: inside the grid dw/ds = (u - 8) - (x - z)/s,
+                // dw/dz = 0, dw/dx = 1; clipped, w does not depend on x:
+                // dw/ds = u_clip - 8, dw/dz = 1. Float sums over one group.
+                #pragma omp simd reduction(+:ds, dz)
+                for (int i = 0; i < G; i++) {
+                    const float u = quant_rounded(xg[i], s, z), c = quant_clamp(u, lo), gi_ = gg[i];
+                    const int inside = u >= (float)lo && u <= (float)QUANT_CODE_MAX;
+                    ds += gi_ * (inside ? (c - (float)QUANT_CODE_MID) - (xg[i] - z) / s : c - (float)QUANT_CODE_MID);
+                    dz += inside ? 0.0f : gi_;
+                    gg[i] = inside ? gi_ : 0.0f;
+                }
             }
-            if (gs) gs[k] = (float)ds;
-            if (gz) gz[k] = sym ? 0.0f : (float)dz;
+            if (gs) gs[k] = ds;
+            if (gz) gz[k] = sym ? 0.0f : dz;
         }
     }
 }

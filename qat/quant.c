@@ -176,6 +176,14 @@ void quant_dequant(const QuantSpec *q, const uint8_t *codes, int64_t rows, int64
     }
 }
 
+enum { FAKE_CHUNK = 128 };   // weights of a group handled per pass
+
+// The codes of n weights of one group (scale not 0) as floats.
+static inline void group_codes(float *u, const float *x, int n, float s, float z, int lo) {
+    #pragma omp simd
+    for (int i = 0; i < n; i++) u[i] = quant_clamp(quant_rounded(x[i], s, z), lo);
+}
+
 void quant_fake(const QuantSpec *q, const float *w, int64_t rows, int64_t cols, const float *scale,
                 const float *zero, float *out) {
     const int G = q->group, lo = quant_code_min(q);
@@ -183,18 +191,50 @@ void quant_fake(const QuantSpec *q, const float *w, int64_t rows, int64_t cols, 
     const int64_t ng = cols / G;
 #pragma omp parallel for schedule(static) if (rows * cols >= QUANT_PARALLEL_MIN)
     for (int64_t r = 0; r < rows; r++) {
+        float u[FAKE_CHUNK];
         for (int64_t g = 0; g < ng; g++) {
             size_t k = (size_t)(r * ng + g), base = (size_t)(r * cols + g * G);
             float s = scale[k], z = sym ? 0.0f : zero[k];
-            for (int i = 0; i < G; i++) {
-                int clipped;
-                float t;
-                int u = quant_code_of(w[base + i], s, z, lo, &clipped, &t);
-                float prod = ((float)u - (float)QUANT_CODE_MID) * s;
-                out[base + i] = sym ? prod : prod + z;
+            if (s == 0.0f) {   // every weight decodes to the zero point
+                for (int i = 0; i < G; i++) out[base + i] = z;
+                continue;
+            }
+            for (int i0 = 0; i0 < G; i0 += FAKE_CHUNK) {
+                const int n = G - i0 < FAKE_CHUNK ? G - i0 : FAKE_CHUNK;
+                float *o = out + base + i0;
+                group_codes(u, w + base + i0, n, s, z, lo);
+                #pragma omp simd
+                for (int i = 0; i < n; i++) {
+                    float prod = (u[i] - (float)QUANT_CODE_MID) * s;
+                    o[i] = sym ? prod : prod + z;
+                }
             }
         }
     }
+}
+
+void quant_ste_mask(const QuantSpec *q, const float *w, float *g, int64_t rows, int64_t cols, const float *scale,
+                    const float *zero) {
+    const int G = q->group, lo = quant_code_min(q);
+    const int sym = q->symmetric || !zero;
+    const int64_t ng = cols / G;
+#pragma omp parallel for schedule(static) if (rows * cols >= QUANT_PARALLEL_MIN)
+    for (int64_t r = 0; r < rows; r++)
+        for (int64_t gi = 0; gi < ng; gi++) {
+            size_t k = (size_t)(r * ng + gi), base = (size_t)(r * cols + gi * G);
+            const float s = scale[k], z = sym ? 0.0f : zero[k], *x = w + base;
+            float *d = g + base;
+            if (s == 0.0f) {
+                for (int i = 0; i < G; i++)
+                    if (x[i] != z) d[i] = 0.0f;
+                continue;
+            }
+            #pragma omp simd
+            for (int i = 0; i < G; i++) {
+                const float u = quant_rounded(x[i], s, z);
+                d[i] = u >= (float)lo && u <= (float)QUANT_CODE_MAX ? d[i] : 0.0f;
+            }
+        }
 }
 
 size_t quant_pack4(const uint8_t *codes, size_t n, uint8_t *packed) {

@@ -87,6 +87,7 @@ void quant_codes(const QuantSpec *q, const float *w, int64_t rows, int64_t cols,
 void quant_dequant(const QuantSpec *q, const uint8_t *codes, int64_t rows, int64_t cols, const float *scale,
                    const float *zero, float *w);
 // quant_codes then quant_dequant without storing the codes; out may equal w.
+// (Vectorised per group; the same codes, by quant_rounded and quant_clamp.)
 void quant_fake(const QuantSpec *q, const float *w, int64_t rows, int64_t cols, const float *scale,
                 const float *zero, float *out);
 
@@ -94,8 +95,28 @@ void quant_fake(const QuantSpec *q, const float *w, int64_t rows, int64_t cols, 
 // 2j in its HIGH nibble and code 2j+1 in its LOW nibble; an odd n leaves the
 // last low nibble 0. Writes (n + 1) / 2 bytes and returns that count. (GGUF
 // Q4_0/Q4_1 pair elements j and j+16 of a 32-block instead; see the top.)
+// The straight-through estimator's mask with fixed scales: g[i] = 0 where
+// quant_code_of reports weight i clipped, g unchanged elsewhere.
+void quant_ste_mask(const QuantSpec *q, const float *w, float *g, int64_t rows, int64_t cols, const float *scale,
+                    const float *zero);
+
 size_t quant_pack4(const uint8_t *codes, size_t n, uint8_t *packed);
 void quant_unpack4(const uint8_t *packed, size_t n, uint8_t *codes);
+
+// THE code rule, for a group whose scale is not 0: x's rounded position on
+// the grid, round half to even of (x - zero) / scale, plus 8 (default FP
+// mode), before the clamp. Branch-free, so loops over a group vectorise.
+static inline float quant_rounded(float x, float scale, float zero) {
+    return __builtin_rintf((x - zero) / scale) + (float)QUANT_CODE_MID;
+}
+
+// The clamp of a rounded position to the codes lo..15, in the float domain
+// (an inf never reaches an int conversion; NaN fails the second test and
+// goes to lo). Comparisons, not fminf/fmaxf, which gcc calls out of line.
+static inline float quant_clamp(float r, int lo) {
+    float c = r > (float)QUANT_CODE_MAX ? (float)QUANT_CODE_MAX : r;
+    return c >= (float)lo ? c : (float)lo;
+}
 
 // Per-element code decision shared by quant_codes and the QAT backward, so
 // their notion of "clipped" can never drift apart. Returns the code; *clipped
@@ -109,12 +130,8 @@ static inline int quant_code_of(float x, float scale, float zero, int lo, int *c
         *clipped = x != zero;
         return QUANT_CODE_MID;
     }
-    float v = (x - zero) / scale;
-    float r = __builtin_rintf(v) + (float)QUANT_CODE_MID;   // round half to even (default FP mode)
-    *t = v + (float)QUANT_CODE_MID;
-    // Clamp in the float domain: an inf or NaN never reaches the int conversion.
-    int inside = r >= (float)lo && r <= (float)QUANT_CODE_MAX;
-    *clipped = !inside;
-    if (inside) return (int)r;
-    return r > (float)QUANT_CODE_MAX ? QUANT_CODE_MAX : lo;
+    float r = quant_rounded(x, scale, zero);
+    *t = (x - zero) / scale + (float)QUANT_CODE_MID;
+    *clipped = !(r >= (float)lo && r <= (float)QUANT_CODE_MAX);
+    return (int)quant_clamp(r, lo);
 }

@@ -187,6 +187,22 @@ static void check_close(const char *what, double got, double want, double scale)
     if (fabs(got - want) > 2e-5 * scale + 1e-12) fail_msg("%s: got %.9g, finite differences %.9g", what, got, want);
 }
 
+// With fixed scales qat_backward takes a vectorised mask-only path; it must
+// give exactly the learned-scale path's weight gradients (gm).
+static void check_fixed_scale_mask(const QatState *learned, const TensorTable *tt, const float *master,
+                                   const float *geff, const float *gm) {
+    QatState fixed;
+    PtError e;
+    assert_int_equal(qat_init(&fixed, tt, &learned->spec, learned->quant_embedding, 0, "t", &e), 0);
+    memcpy(fixed.scale, learned->scale, learned->total * sizeof(float));
+    memcpy(fixed.zero, learned->zero, learned->total * sizeof(float));
+    float *g = xmalloc(tt->total * sizeof(float), "fixed-scale grads");
+    qat_backward(&fixed, tt, master, geff, g);
+    assert_memory_equal(g, gm, tt->total * sizeof(float));
+    free(g);
+    qat_free(&fixed);
+}
+
 static void test_ste_lsq_finite_differences(void **state) {
     (void)state;
     TensorTable tt;
@@ -238,6 +254,7 @@ static void test_ste_lsq_finite_differences(void **state) {
         // STE mask; the norm passes unchanged.
         for (int i = 0; i < GR * GC; i++) assert_true(gm[i] == (S.clipped[i] ? 0.0f : geff[i]));
         assert_memory_equal(gm + GR * GC, geff + GR * GC, 16 * sizeof(float));
+        check_fixed_scale_mask(&q, &tt, master, geff, gm);
 
         // Surrogate finite differences for scale, zero and every weight.
         double gmag = 0.0;
@@ -318,6 +335,7 @@ static void test_ste_lsq_finite_differences(void **state) {
             check_close("dL/dzero at scale 0", q.grad_zero[0], (Lz - L0) / 1e-7, gmag);
         }
         for (int i = 0; i < GG; i++) assert_true(gm[i] == (x[i] == z[0] ? geff[i] : 0.0f));
+        check_fixed_scale_mask(&q, &tt, master, geff, gm);
 
         // In place (grad_master == grad_eff) gives the same result.
         float *inplace = xmalloc(tt.total * sizeof(float), "inplace");
