@@ -119,9 +119,9 @@ int main(int argc, char **argv) {
     printf("bf16 step throughput: %.2fx the fp32 step (T=%d)\n", bf16.tok_s / fp32.tok_s, T);
     printf("QAT step throughput: %.1f%% of the plain step (same batch)\n", 100 * qat.tok_s / fp32.tok_s);
     if (argc <= 2) {   // the memory figures at T=1024
-        RunResult off = run(preset, &(RunSpec){1024, 1, 0, 0, 0}, peak, rss_reset);
-        RunResult on = run(preset, &(RunSpec){1024, 1, 0, 0, 1}, peak, rss_reset);
-        RunResult b16 = run(preset, &(RunSpec){1024, 1, 0, 1, 0}, peak, rss_reset);
+        RunResult off = run(preset, &(RunSpec){1024, 2, 0, 0, 0}, peak, rss_reset);
+        RunResult on = run(preset, &(RunSpec){1024, 2, 0, 0, 1}, peak, rss_reset);
+        RunResult b16 = run(preset, &(RunSpec){1024, 2, 0, 1, 0}, peak, rss_reset);
         printf("recompute at T=1024 (fp32): peak RSS %.2f GB off, %.2f GB on (saves %.2f GB, %.0f%%); "
                "step %.2f s off, %.2f s on (%.0f%% more time)\n",
                off.rss_gb, on.rss_gb, off.rss_gb - on.rss_gb, 100 * (off.rss_gb - on.rss_gb) / off.rss_gb,
