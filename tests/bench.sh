@@ -4,8 +4,8 @@
 # frameworks on the same work, then prints one summary table.
 #
 #   1. every BENCH_DIR/bench_* binary (bench_matmul, bench_model,
-#      bench_loss_bf16, ...), with OMP_NUM_THREADS=THREADS; the fp32 FMA peaks
-#      they measure are kept;
+#      bench_attention, bench_loss_bf16, ...), with OMP_NUM_THREADS=THREADS;
+#      the fp32 FMA peaks they measure are kept;
 #   2. tests/bench_torch_step.py: the same pocket-0.3b training step in torch +
 #      transformers (fp32 and autocast bf16, sdpa attention, same threads, same
 #      B and T); the AdamW step is timed separately;
@@ -76,6 +76,8 @@ for b in "$BENCH_DIR"/bench_*; do
                       args=() ;;
         bench_loss_bf16) section "bench_loss_bf16: loss curves of bf16 vs fp32 matmuls on a small model, same data and seed (ours)"
                       args=() ;;
+        bench_attention) section "bench_attention: causal GQA attention of one pocket-0.3b layer, forward and backward (ours)"
+                      args=() ;;
         *)            section "$name (OMP_NUM_THREADS=$THREADS)"
                       args=() ;;
     esac
@@ -118,6 +120,13 @@ for b in "$BENCH_DIR"/bench_*; do
                 while read -r steps worst smooth tail; do
                     base=$(sed -n 's/.*one ulp up: max \([0-9.e+-]*\) .*of 10-step means \([0-9.e+-]*\),.*/\1 \/ \2/p' "$log")
                     row "loss curve bf16 vs fp32" "pocket" "$THREADS" "-" "-" "-" "$steps steps: max rel diff $worst, 10-step means $smooth, last 20 $tail (fp32 nudged 1 ulp: $base)"
+                done ;;
+        bench_attention)
+            # "attention avx512 T=1024 (14/2 heads of 64): forward 12.50 ms 150.2 GFLOP/s = 63.8% of peak, backward
+            #  27.50 ms 136.6 GFLOP/s = 58.0% of peak (best of 5)"
+            sed -n 's/^attention \([a-z0-9+]*\) T=\([0-9]*\) [^:]*: forward \([0-9.]*\) ms \([0-9.]*\) GFLOP\/s.*backward \([0-9.]*\) ms \([0-9.]*\) GFLOP\/s.*(best of \([0-9]*\)).*/\1 \2 \3 \4 \5 \6 \7/p' "$log" |
+                while read -r kern T fms fgf bms bgf n; do
+                    row "attention layer T=$T" "pocket $kern" "$THREADS" "fwd $fms / bwd $bms ms" "$fgf / $bgf" "-" "causal FLOPs, best of $n"
                 done ;;
         bench_matmul)
             # OpenBLAS in a process of its own, so neither library's spinning
