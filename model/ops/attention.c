@@ -22,7 +22,7 @@
 #include "matmul_kernels.h"
 #include "ops.h"
 
-enum { TILE = 64 };   // queries per query tile = keys per key block
+enum { TILE = 64 };   // queries per query tile = keys per key block (a multiple of 16)
 
 typedef struct {
     int B, T, nq, nkv, hd, rep, n_tiles;
@@ -261,7 +261,10 @@ void attention_forward_with(const MatmulKernel *kern, float *out, float *lse, co
     {
         Workspace w = workspace_of(scratch, &sh);
         float run_max[TILE];
-        double run_sum[TILE];   // sum of exp(score - run_max), in double
+        // Per row, the sum of exp(score - run_max) kept as 16 lane partials:
+        // reducing a row's 64 probabilities to one float every block was a
+        // serial chain of scalar adds; the lanes are added once per tile.
+        float run_sum[TILE][16];
         // Later tiles see more keys: hand them out first so the threads finish together.
         #pragma omp for collapse(3) schedule(dynamic, 1)
         for (int b = 0; b < B; b++)
@@ -273,7 +276,10 @@ void attention_forward_with(const MatmulKernel *kern, float *out, float *lse, co
                     load_rows(w.q, q + ((size_t)b * T + t0) * sh.q_stride + (size_t)h * hd, sh.q_stride, nt,
                               sh.scale, &sh);
                     memset(w.acc, 0, (size_t)nt * sh.hd_pad * sizeof(float));
-                    for (int i = 0; i < nt; i++) run_max[i] = -INFINITY, run_sum[i] = 0.0;
+                    for (int i = 0; i < nt; i++) {
+                        run_max[i] = -INFINITY;
+                        for (int l = 0; l < 16; l++) run_sum[i][l] = 0.0f;
+                    }
                     for (int kb = 0; kb <= tile; kb++) {
                         const int u0 = kb * TILE, nk = T - u0 < TILE ? T - u0 : TILE;
                         if (!block_visible(nt, nk, t0, u0, seg_b)) continue;
@@ -289,7 +295,7 @@ void attention_forward_with(const MatmulKernel *kern, float *out, float *lse, co
                             }
                             if (block_max > run_max[i]) {
                                 float correction = expf(run_max[i] - block_max);   // 0 on the first visible block
-                                run_sum[i] *= correction;
+                                for (int l = 0; l < 16; l++) run_sum[i][l] *= correction;
                                 float *acc_i = w.acc + (size_t)i * sh.hd_pad;
                                 for (int d = 0; d < hd; d++) acc_i[d] *= correction;
                                 run_max[i] = block_max;
@@ -298,20 +304,20 @@ void attention_forward_with(const MatmulKernel *kern, float *out, float *lse, co
                             #pragma omp simd
                             for (int j = 0; j < TILE; j++) row[j] -= m;
                             exp_block(row, row, TILE);
-                            float block_sum = 0.0f;
-                            #pragma omp simd reduction(+:block_sum)
-                            for (int j = 0; j < TILE; j++) block_sum += row[j];
-                            run_sum[i] += block_sum;
+                            #pragma omp simd
+                            for (int l = 0; l < 16; l++) run_sum[i][l] += (row[l] + row[16 + l]) + (row[32 + l] + row[48 + l]);
                         }
                         tile_product(kern, w.acc, sh.hd_pad, w.s, sh.lds, 1, kv_tile(pk.v, b, g, kb, &sh), sh.hd_pad,
                                      nt, hd, nk, 1);
                     }
-                    // Key t itself is always visible, so run_sum >= 1.
+                    // Key t itself is always visible, so the sum is >= 1.
                     for (int i = 0; i < nt; i++) {
-                        const float inv_sum = (float)(1.0 / run_sum[i]);
+                        double sum = 0.0;
+                        for (int l = 0; l < 16; l++) sum += run_sum[i][l];
+                        const float inv_sum = (float)(1.0 / sum);
                         float *ot = out + ((size_t)b * T + t0 + i) * sh.q_stride + (size_t)h * hd;
                         for (int d = 0; d < hd; d++) ot[d] = w.acc[(size_t)i * sh.hd_pad + d] * inv_sum;
-                        lse[((size_t)b * nq + h) * T + t0 + i] = run_max[i] + (float)log(run_sum[i]);
+                        lse[((size_t)b * nq + h) * T + t0 + i] = run_max[i] + (float)log(sum);
                     }
                 }
     }
