@@ -39,15 +39,19 @@ int qat_init(QatState *q, const TensorTable *tt, const QuantSpec *spec, int quan
     size_t n = q->total ? q->total : 1;
     q->scale = xcalloc(n, sizeof(float), "qat scale");
     q->zero = xcalloc(n, sizeof(float), "qat zero");
-    if (learn_scales) {
-        q->grad_scale = xcalloc(n, sizeof(float), "qat scale grad");
-        q->grad_zero = xcalloc(n, sizeof(float), "qat zero grad");
-        q->m_scale = xcalloc(n, sizeof(float), "qat scale m");
-        q->v_scale = xcalloc(n, sizeof(float), "qat scale v");
-        q->m_zero = xcalloc(n, sizeof(float), "qat zero m");
-        q->v_zero = xcalloc(n, sizeof(float), "qat zero v");
-    }
+    if (learn_scales) qat_alloc_scale_training(q);
     return 0;
+}
+
+void qat_alloc_scale_training(QatState *q) {
+    if (q->grad_scale) return;
+    size_t n = q->total ? q->total : 1;
+    q->grad_scale = xcalloc(n, sizeof(float), "qat scale grad");
+    q->grad_zero = xcalloc(n, sizeof(float), "qat zero grad");
+    q->m_scale = xcalloc(n, sizeof(float), "qat scale m");
+    q->v_scale = xcalloc(n, sizeof(float), "qat scale v");
+    q->m_zero = xcalloc(n, sizeof(float), "qat zero m");
+    q->v_zero = xcalloc(n, sizeof(float), "qat zero v");
 }
 
 void qat_free(QatState *q) {
@@ -60,6 +64,7 @@ void qat_free(QatState *q) {
     free(q->v_scale);
     free(q->m_zero);
     free(q->v_zero);
+    free(q->codes);
     memset(q, 0, sizeof *q);
 }
 
@@ -111,8 +116,62 @@ void qat_forward_weights(const QatState *q, const TensorTable *tt, const float *
     for (int i = 0; i < q->n; i++) {
         const QatTensor *qt = &q->t[i];
         size_t off = tt->t[qt->tensor].offset;
-        quant_fake(&q->spec, master + off, qt->rows, qt->cols, q->scale + qt->offset, q->zero + qt->offset,
-                   effective + off);
+        if (q->codes)
+            quant_dequant(&q->spec, qat_codes_of(q, qt), qt->rows, qt->cols, q->scale + qt->offset,
+                          q->zero + qt->offset, effective + off);
+        else
+            quant_fake(&q->spec, master + off, qt->rows, qt->cols, q->scale + qt->offset, q->zero + qt->offset,
+                       effective + off);
+    }
+}
+
+void qat_freeze(QatState *q, const TensorTable *tt, float *master) {
+    size_t n_codes = q->total * (size_t)q->spec.group;
+    if (!q->codes) q->codes = xmalloc(n_codes ? n_codes : 1, "frozen int4 codes");
+    for (int i = 0; i < q->n; i++) {
+        const QatTensor *qt = &q->t[i];
+        quant_codes(&q->spec, master + tt->t[qt->tensor].offset, qt->rows, qt->cols, q->scale + qt->offset,
+                    q->zero + qt->offset, q->codes + qt->offset * (size_t)q->spec.group);
+    }
+    qat_alloc_scale_training(q);
+    size_t n = q->total ? q->total : 1;
+    memset(q->m_scale, 0, n * sizeof(float));
+    memset(q->v_scale, 0, n * sizeof(float));
+    memset(q->m_zero, 0, n * sizeof(float));
+    memset(q->v_zero, 0, n * sizeof(float));
+    qat_frozen_sync(q, tt, master);
+}
+
+void qat_frozen_sync(const QatState *q, const TensorTable *tt, float *master) {
+    if (!q->codes) return;
+    for (int i = 0; i < q->n; i++) {
+        const QatTensor *qt = &q->t[i];
+        quant_dequant(&q->spec, qat_codes_of(q, qt), qt->rows, qt->cols, q->scale + qt->offset, q->zero + qt->offset,
+                      master + tt->t[qt->tensor].offset);
+    }
+}
+
+// Frozen codes: w = (u - 8) * s + z, so dL/ds = sum g (u - 8), dL/dz = sum g
+// per group, exactly; the master weights get no gradient.
+static void frozen_backward_tensor(const QuantSpec *spec, const uint8_t *codes, float *g, int64_t rows,
+                                   int64_t cols, float *gs, float *gz) {
+    const int G = spec->group, sym = spec->symmetric;
+    const int64_t ng = cols / G;
+#pragma omp parallel for schedule(static) if (rows * cols >= QUANT_PARALLEL_MIN)
+    for (int64_t r = 0; r < rows; r++) {
+        for (int64_t gi = 0; gi < ng; gi++) {
+            size_t k = (size_t)(r * ng + gi), base = (size_t)(r * cols + gi * G);
+            const uint8_t *u = codes + base;
+            float *gg = g + base, ds = 0.0f, dz = 0.0f;
+            #pragma omp simd reduction(+:ds, dz)
+            for (int i = 0; i < G; i++) {
+                ds += gg[i] * ((float)u[i] - (float)QUANT_CODE_MID);
+                dz += gg[i];
+                gg[i] = 0.0f;
+            }
+            gs[k] = ds;
+            gz[k] = sym ? 0.0f : dz;
+        }
     }
 }
 
@@ -167,6 +226,11 @@ void qat_backward(QatState *q, const TensorTable *tt, const float *master, const
     for (int i = 0; i < q->n; i++) {
         const QatTensor *qt = &q->t[i];
         size_t off = tt->t[qt->tensor].offset;
+        if (q->codes) {
+            frozen_backward_tensor(&q->spec, qat_codes_of(q, qt), grad_master + off, qt->rows, qt->cols,
+                                   q->grad_scale + qt->offset, q->grad_zero + qt->offset);
+            continue;
+        }
         backward_tensor(&q->spec, master + off, grad_master + off, qt->rows, qt->cols, q->scale + qt->offset,
                         q->zero + qt->offset, q->grad_scale ? q->grad_scale + qt->offset : NULL,
                         q->grad_zero ? q->grad_zero + qt->offset : NULL);

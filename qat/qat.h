@@ -1,7 +1,8 @@
 // qat.h: W4A16 quantization-aware training state for a model: the fp16 scale
 // and zero of every quantized tensor, fake-quant of the weights, the
 // straight-through backward with LSQ-style learned scales, their Adam update,
-// and A16 activation rounding. The grid itself is qat/quant.h.
+// the frozen-code phase (codes fixed, only scales/zeros trained) and A16
+// activation rounding. The grid itself is qat/quant.h.
 //
 // One training step with QAT (the model runs on `effective`, a second buffer
 // laid out by the tensor table like the master params):
@@ -35,6 +36,10 @@ typedef struct {
     // Learned scales: allocated (zeroed) only when qat_init got learn_scales.
     float *grad_scale, *grad_zero;               // [total], written by qat_backward
     float *m_scale, *v_scale, *m_zero, *v_zero;  // Adam moments
+    // Frozen codes (qat_freeze): NULL before. One code per weight of every
+    // quantized tensor, tensor i's at codes + t[i].offset * spec.group, laid
+    // out like the weights. When set, the scale arrays above exist too.
+    uint8_t *codes;
 } QatState;
 
 // Selects every tensor with TF_QUANT, plus the embedding (TF_EMBED) when
@@ -79,6 +84,41 @@ void qat_forward_weights(const QatState *q, const TensorTable *tt, const float *
 // x == zero as inside. No LSQ gradient scaling: Adam is invariant to it.
 void qat_backward(QatState *q, const TensorTable *tt, const float *master, const float *grad_eff,
                   float *grad_master);
+
+// ---- Frozen codes (recipe [qat] freeze_codes_step). With the codes fixed the
+// int4 model w = (u - 8) * scale + zero is smooth in (scale, zero): they are
+// trained with exact gradients (no straight-through estimate) while the
+// quantized master weights stay fixed.
+//
+// Consistency with every consumer: after qat_freeze and after each
+// qat_frozen_sync the quantized master weights ARE the int4 model,
+// master = (u - 8) * scale + zero with the current scales. quant_codes on
+// them with those scales gives u back (|(w - zero) / scale - (u - 8)| is a
+// few float ulps, far below the 1/2 that would change the rounding), so
+// exporters and `--int4` runs that re-derive codes from (master, scale, zero)
+// get the frozen codes; a group whose scale reached 0 decodes to `zero`
+// either way. The checkpoint stores the codes too (qat_io.h), so a resumed
+// run continues with exactly them.
+//
+// qat_freeze: codes = quant_codes(master, scale, zero) (the one code rule),
+// allocates the scale/zero gradient and moment arrays when absent, zeroes the
+// moments (the scale Adam restarts: its step counts from the freeze) and
+// writes master = dequant(codes). Once frozen:
+//   qat_forward_weights  quantized tensors = dequant(codes, scale, zero);
+//   qat_backward         grad_scale[k] = sum over the group of g * (u - 8),
+//                        grad_zero[k] = sum of g (0 when symmetric), and the
+//                        quantized tensors' master gradient is 0;
+//   qat_step             as with learned scales;
+//   qat_frozen_sync      master = dequant(codes, scale, zero) after the step.
+void qat_freeze(QatState *q, const TensorTable *tt, float *master);
+void qat_frozen_sync(const QatState *q, const TensorTable *tt, float *master);
+// The frozen codes of a quantized tensor (NULL when not frozen).
+static inline const uint8_t *qat_codes_of(const QatState *q, const QatTensor *t) {
+    return q->codes ? q->codes + t->offset * (size_t)q->spec.group : NULL;
+}
+// Allocates the zeroed scale/zero gradient and moment arrays when absent
+// (for qat_freeze and for loading a frozen checkpoint).
+void qat_alloc_scale_training(QatState *q);
 
 // Sum of squares of the scale/zero gradients (NaN or Inf when one is not
 // finite), for the caller's finiteness check or a global norm.

@@ -44,6 +44,24 @@ static int write_groups(hid_t g, const char *name, const float *data, int64_t ro
     return rc;
 }
 
+// uint8 [rows, cols] codes, deflated (4 bits of information per byte).
+static int write_codes(hid_t g, const uint8_t *codes, int64_t rows, int64_t cols) {
+    hsize_t dims[2] = {(hsize_t)rows, (hsize_t)cols}, chunk[2];
+    chunk[1] = dims[1];
+    chunk[0] = (1u << 20) / dims[1] ? (1u << 20) / dims[1] : 1;
+    if (chunk[0] > dims[0]) chunk[0] = dims[0];
+    hid_t space = H5Screate_simple(2, dims, NULL);
+    hid_t dcpl = H5Pcreate(H5P_DATASET_CREATE);
+    H5Pset_chunk(dcpl, 2, chunk);
+    H5Pset_deflate(dcpl, 1);
+    hid_t ds = H5Dcreate2(g, "codes", H5T_STD_U8LE, space, H5P_DEFAULT, dcpl, H5P_DEFAULT);
+    int rc = (ds >= 0 && H5Dwrite(ds, H5T_NATIVE_UINT8, H5S_ALL, H5S_ALL, H5P_DEFAULT, codes) >= 0) ? 0 : -1;
+    if (ds >= 0) H5Dclose(ds);
+    H5Pclose(dcpl);
+    H5Sclose(space);
+    return rc;
+}
+
 int qat_save(hid_t file, const QatState *q, const TensorTable *tt, const char *path, PtError *e) {
     hid_t root = H5Gcreate2(file, "qat", H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
     if (root < 0) return pt_fail(e, "%s: cannot create /qat (already there, or the file is read-only)", path);
@@ -63,6 +81,7 @@ int qat_save(hid_t file, const QatState *q, const TensorTable *tt, const char *p
         }
         rc |= write_groups(g, "scale", q->scale + o, qt->rows, ng);
         rc |= write_groups(g, "zero", q->zero + o, qt->rows, ng);
+        if (q->codes) rc |= write_codes(g, qat_codes_of(q, qt), qt->rows, qt->cols);
         if (q->m_scale) {
             rc |= write_groups(g, "scale_m", q->m_scale + o, qt->rows, ng);
             rc |= write_groups(g, "scale_v", q->v_scale + o, qt->rows, ng);
@@ -144,6 +163,33 @@ static int check_values(const float *v, size_t n, int64_t ngroup, int is_scale, 
     return 0;
 }
 
+// Reads /qat/<tname>/codes into dst[rows * cols] and checks each code is in lo..15.
+static int read_codes(hid_t g, const char *tname, uint8_t *dst, int64_t rows, int64_t cols, int lo,
+                      const char *path, PtError *e) {
+    hid_t ds = H5Dopen2(g, "codes", H5P_DEFAULT);
+    if (ds < 0) return pt_fail(e, "%s: /qat/%s/codes is not a dataset", path, tname);
+    hid_t space = H5Dget_space(ds);
+    hsize_t dims[4] = {0};
+    int nd = H5Sget_simple_extent_ndims(space);
+    if (nd >= 1 && nd <= 4) H5Sget_simple_extent_dims(space, dims, NULL);
+    H5Sclose(space);
+    if (nd != 2 || dims[0] != (hsize_t)rows || dims[1] != (hsize_t)cols) {
+        H5Dclose(ds);
+        return pt_fail(e, "%s: /qat/%s/codes has shape [%llu, %llu] (rank %d), expected [%lld, %lld]", path, tname,
+                       (unsigned long long)dims[0], (unsigned long long)dims[1], nd, (long long)rows,
+                       (long long)cols);
+    }
+    herr_t st = H5Dread(ds, H5T_NATIVE_UINT8, H5S_ALL, H5S_ALL, H5P_DEFAULT, dst);
+    H5Dclose(ds);
+    if (st < 0) return pt_fail(e, "%s: /qat/%s/codes cannot be read (corrupt or not numeric)", path, tname);
+    size_t n = (size_t)rows * (size_t)cols;
+    for (size_t i = 0; i < n; i++)
+        if (dst[i] < lo || dst[i] > QUANT_CODE_MAX)
+            return pt_fail(e, "%s: /qat/%s/codes[%lld, %lld] = %d is not an int4 code %d..%d", path, tname,
+                           (long long)(i / (size_t)cols), (long long)(i % (size_t)cols), dst[i], lo, QUANT_CODE_MAX);
+    return 0;
+}
+
 typedef struct { int count; } ChildCount;
 
 static herr_t count_child(hid_t g, const char *name, const H5L_info_t *info, void *op) {
@@ -173,6 +219,22 @@ int qat_load(hid_t file, QatState *q, const TensorTable *tt, const char *path, P
         H5Gclose(root);
         return pt_fail(e, "%s: /qat holds %d tensors, this model quantizes %d", path, cc.count, q->n);
     }
+    // Frozen codes: the first tensor decides, every other must agree.
+    int frozen = 0;
+    if (q->n > 0) {
+        const char *first = tt->t[q->t[0].tensor].name;
+        char link[600];
+        snprintf(link, sizeof link, "%s/codes", first);
+        frozen = H5Lexists(root, first, H5P_DEFAULT) > 0 && H5Lexists(root, link, H5P_DEFAULT) > 0;
+    }
+    if (frozen) {
+        size_t n_codes = q->total * (size_t)q->spec.group;
+        if (!q->codes) q->codes = xmalloc(n_codes ? n_codes : 1, "frozen int4 codes");
+        qat_alloc_scale_training(q);
+    } else if (q->codes) {
+        free(q->codes);
+        q->codes = NULL;
+    }
     rc = 0;
     for (int i = 0; i < q->n && rc == 0; i++) {
         const QatTensor *qt = &q->t[i];
@@ -192,6 +254,16 @@ int qat_load(hid_t file, QatState *q, const TensorTable *tt, const char *path, P
         if (!rc) rc = read_groups(g, name, "zero", q->zero + o, qt->rows, ng, 0, path, e);
         if (!rc) rc = check_values(q->scale + o, qt->n_groups, ng, 1, q->spec.symmetric, name, path, e);
         if (!rc) rc = check_values(q->zero + o, qt->n_groups, ng, 0, q->spec.symmetric, name, path, e);
+        if (!rc) {
+            int has = H5Lexists(g, "codes", H5P_DEFAULT) > 0;
+            if (has != frozen)
+                rc = pt_fail(e, "%s: /qat/%s %s frozen codes but /qat/%s %s; a checkpoint has them on every "
+                             "quantized tensor or none", path, name, has ? "has" : "has no",
+                             tt->t[q->t[0].tensor].name, frozen ? "has" : "has none");
+            else if (frozen)
+                rc = read_codes(g, name, q->codes + o * (size_t)q->spec.group, qt->rows, qt->cols,
+                                quant_code_min(&q->spec), path, e);
+        }
         if (!rc && q->m_scale) {
             float *dst[4] = {q->m_scale + o, q->v_scale + o, q->m_zero + o, q->v_zero + o};
             const char *nm[4] = {"scale_m", "scale_v", "zero_m", "zero_v"};

@@ -8,6 +8,8 @@
 //     /qat/<hf name>/zero           float32 [rows, cols / group] (all 0 when symmetric)
 //     /qat/<hf name>/{scale_m, scale_v, zero_m, zero_v}
 //                                   Adam moments, only when scales are learned
+//     /qat/<hf name>/codes          uint8 [rows, cols], only once the codes are
+//                                   frozen (qat_freeze): the int4 code of every weight
 // One group per quantized tensor of the QatState, named by its HF name.
 #pragma once
 #include <hdf5.h>
@@ -27,4 +29,7 @@ int qat_read_spec(hid_t file, QuantSpec *spec, int *quant_embedding, const char 
 // q's, a wrong shape, or a value that is not finite and fp16-exact (negative
 // scale, non-zero zero for symmetric). Moments absent from the file are
 // zeroed; moments in the file are ignored when q does not learn scales.
+// Frozen codes in the file (on every tensor or none; each in the spec's code
+// range) are read into q->codes, which makes q frozen and gives it the scale
+// training arrays, whose moments are then read too.
 int qat_load(hid_t file, QatState *q, const TensorTable *tt, const char *path, PtError *e);

@@ -64,6 +64,7 @@ static void test_defaults(void **state) {
     assert_int_equal(r.optim.warmup, 100);
     assert_true(r.optim.min_lr_ratio == 0.1f);
     assert_true(r.optim.decay_fraction == 0.2f);
+    assert_int_equal(r.qat.freeze_codes_step, -1);
     // run_dir: runs/<file name without .ini>
     snprintf(want_dir, sizeof want_dir, "runs/%.*s", (int)(strlen(path) - 9), path + 5);
     assert_string_equal(r.train.run_dir, want_dir);
@@ -177,6 +178,11 @@ static void test_file_errors(void **state) {
         {"[model]\ninit =\n", 6, "[model] init is set twice", "first on line 2"},
         {"![model]\ninit = \"\"\n[data]\ntrain = x\n", 0, "[model] init is missing", NULL},
         {"[train]\nsteps = 50\n[optim]\nwarmup = 60\n", 0, "[optim] warmup (60)", "[train] steps (50)"},
+        {"[qat]\nfreeze_codes_step = 10\n", 0, "[qat] freeze_codes_step (10) needs [qat] enabled = 1", NULL},
+        {"[qat]\nenabled = 1\nstart_step = 20\nfreeze_codes_step = 10\n", 0,
+         "[qat] freeze_codes_step (10) is before [qat] start_step (20)", NULL},
+        {"[qat]\nenabled = 1\nfreeze_codes_step = -2\n", 7, "[qat] freeze_codes_step:", "out of range [-1, 1e12]"},
+        {"[qat]\nenabled = 1\nfreeze_codes_step = soon\n", 7, "[qat] freeze_codes_step:", "not an integer"},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         const FileError *c = &cases[i];
@@ -317,7 +323,7 @@ static void test_help_and_write_list_every_key(void **state) {
                           "steps", "tokens", "epochs", "stop_after", "eval_interval", "eval_batches", "save_interval",
                           "keep_last", "seed", "threads", "run_dir", "max_bad_steps", "sample_prompt",
                           "sample_tokens", "doc_mask", "lr", "beta1", "beta2", "eps", "weight_decay", "grad_clip",
-                          "schedule", "warmup", "min_lr_ratio", "decay_fraction"};
+                          "schedule", "warmup", "min_lr_ratio", "decay_fraction", "freeze_codes_step"};
     char *help, *written;
     size_t n;
     FILE *f = open_memstream(&help, &n);

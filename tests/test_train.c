@@ -1,5 +1,5 @@
 // pocket train end to end on a tiny model: resume equivalence (bitwise, one
-// thread), gradient accumulation, SFT masking at model level, SIGKILL during
+// thread; plain, QAT, QAT with frozen codes), gradient accumulation, SFT masking at model level, SIGKILL during
 // checkpoint writes, and recipes that must fail before any training.
 #include <setjmp.h>
 #include <stdarg.h>
@@ -15,6 +15,7 @@
 #include <unistd.h>
 #include "../model/model.h"
 #include "../train/checkpoint.h"
+#include "../train/int4.h"
 
 static char g_dir[256];
 static const char *pocket(void) { return getenv("POCKET") ? getenv("POCKET") : "./pocket"; }
@@ -165,6 +166,104 @@ static void test_qat_resume_is_bitwise_identical(void **s) {
     PtError e;
     assert_int_equal(checkpoint_read_qat_spec(ca, &spec, &quant_embedding, &e), 0);
     assert_int_equal(spec.group, 4);
+}
+
+// The first number after `key` in a command's output or a file (NAN if none).
+static double number_after(const char *cmd, const char *key) {
+    FILE *p = popen(cmd, "r");
+    char buf[8192];
+    size_t n = fread(buf, 1, sizeof buf - 1, p);
+    buf[n] = 0;
+    pclose(p);
+    const char *at = strstr(buf, key);
+    return at ? strtod(at + strlen(key), NULL) : NAN;
+}
+
+// QAT with learned scales from step 1 and the codes frozen from step 4:
+// resumed before and after the freeze it matches the uninterrupted run bit
+// for bit; the codes stay fixed after the freeze while scales and norms
+// train; and every int4 consumer sees the training's model: the masters are
+// the dequantized frozen codes, quant_codes (the exporters' rule) gives those
+// codes back with the tuned scales, and `pocket eval --int4` (and plain eval)
+// reproduce the int4 validation loss the training measured at its last step.
+static void test_frozen_codes_resume_and_consumers(void **s) {
+    (void)s;
+    const char *qat = "--set qat.enabled=1 --set qat.group=4 --set qat.learn_scales=1 --set qat.scale_lr=1e-3 "
+                      "--set qat.start_step=1 --set qat.freeze_codes_step=4";
+    assert_int_equal(sh("%s train %s/cpt.ini --set train.run_dir=%s/ffull %s >/dev/null", pocket(), g_dir, g_dir, qat), 0);
+    const int stops[] = {3, 5, 0};   // before the freeze, after it, then to the end
+    for (int i = 0; i < 3; i++) {
+        char until[64] = "";
+        if (stops[i]) snprintf(until, sizeof until, "--set train.stop_after=%d", stops[i]);
+        assert_int_equal(sh("%s train %s/cpt.ini --set train.run_dir=%s/fsplit %s %s >/dev/null", pocket(), g_dir, g_dir,
+                            until, qat), 0);
+    }
+    char a[400], b[400], ca[400], cb[400], la[4096], lb[4096];
+    snprintf(a, sizeof a, "%s/ffull", g_dir);
+    snprintf(b, sizeof b, "%s/fsplit", g_dir);
+    read_losses(a, la, sizeof la);
+    read_losses(b, lb, sizeof lb);
+    assert_true(strlen(la) > 0);
+    assert_string_equal(la, lb);
+    assert_int_equal(newest_ckpt(a, ca, sizeof ca), 6);
+    assert_int_equal(newest_ckpt(b, cb, sizeof cb), 6);
+    assert_same_params(ca, cb, 0);
+
+    // Step 5 (one update after the freeze; the split run stopped there) against step 6.
+    char c4[440];
+    snprintf(c4, sizeof c4, "%s/ckpt-00000005.h5", b);
+    ModelBundle b4, b6;
+    load_params(c4, &b4);
+    load_params(ca, &b6);
+    QatState q4, q6;
+    int from_qat;
+    PtError e;
+    if (int4_load_state(&b4, c4, NULL, &q4, &from_qat, &e) || int4_load_state(&b6, ca, NULL, &q6, &from_qat, &e))
+        fail_msg("%s", e.msg);
+    assert_true(from_qat);
+    assert_non_null(q4.codes);
+    assert_non_null(q6.codes);
+    size_t n_codes = q6.total * (size_t)q6.spec.group, scales_moved = 0;
+    assert_memory_equal(q4.codes, q6.codes, n_codes);
+    for (size_t k = 0; k < q6.total; k++) scales_moved += q4.scale[k] != q6.scale[k];
+    assert_true(scales_moved > q6.total / 2);
+    const TensorInfo *norm = tensor_table_find(&b6.tt, "model.norm.weight");
+    assert_memory_not_equal(b4.params + norm->offset, b6.params + norm->offset, norm->numel * sizeof(float));
+    for (int i = 0; i < q6.n; i++) {
+        const QatTensor *qt = &q6.t[i];
+        size_t off = b6.tt.t[qt->tensor].offset, n = (size_t)(qt->rows * qt->cols);
+        uint8_t *codes = xmalloc(n, "codes");
+        float *w = xmalloc(n * sizeof(float), "w");
+        quant_codes(&q6.spec, b6.params + off, qt->rows, qt->cols, q6.scale + qt->offset, q6.zero + qt->offset, codes);
+        // A group whose scale Adam drove to 0 decodes to its zero whatever
+        // the codes (the rule then says 8); everywhere else the codes agree.
+        const uint8_t *frozen = qat_codes_of(&q6, qt);
+        for (size_t j = 0; j < n; j++) {
+            if (q6.scale[qt->offset + j / (size_t)q6.spec.group] == 0.0f) continue;
+            if (codes[j] != frozen[j])
+                fail_msg("%s[%zu]: frozen code %d, re-derived %d", b6.tt.t[qt->tensor].name, j, frozen[j], codes[j]);
+        }
+        quant_dequant(&q6.spec, codes, qt->rows, qt->cols, q6.scale + qt->offset, q6.zero + qt->offset, w);
+        assert_memory_equal(w, b6.params + off, n * sizeof(float));
+        free(codes);
+        free(w);
+    }
+    qat_free(&q4);
+    qat_free(&q6);
+    bundle_free(&b4);
+    bundle_free(&b6);
+
+    char cmd[1200];
+    snprintf(cmd, sizeof cmd, "grep -o '\"step\":6,\"val_loss\":[-0-9.e+]*' %s/metrics.jsonl", a);
+    double trained = number_after(cmd, "\"val_loss\":");
+    assert_false(isnan(trained));
+    for (int int4 = 0; int4 < 2; int4++) {
+        snprintf(cmd, sizeof cmd, "%s eval --ckpt %s --data %s/cpt.h5 --batch 4 --seq-len 32 --max-batches 2 --threads 1 %s",
+                 pocket(), ca, g_dir, int4 ? "--int4" : "");
+        double got = number_after(cmd, ": loss ");
+        printf("  training's int4 val loss %.6f, pocket eval%s %.4f\n", trained, int4 ? " --int4" : "", got);
+        assert_true(fabs(got - trained) <= 0.00005 + 1e-9);
+    }
 }
 
 static void test_grad_accumulation_matches_bigger_batch(void **s) {
@@ -322,6 +421,7 @@ int main(void) {
         cmocka_unit_test(test_masked_targets_do_not_count),
         cmocka_unit_test(test_resume_is_bitwise_identical),
         cmocka_unit_test(test_qat_resume_is_bitwise_identical),
+        cmocka_unit_test(test_frozen_codes_resume_and_consumers),
         cmocka_unit_test(test_grad_accumulation_matches_bigger_batch),
         cmocka_unit_test(test_sigkill_during_checkpoint_write),
         cmocka_unit_test(test_bad_recipes_fail_before_training),

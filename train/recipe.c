@@ -100,9 +100,12 @@ static const KeySpec KEYS[] = {
     {"qat", "learn_scales", KT_BOOL, F(qat.learn_scales), "0", NULL, NULL, 0,
      "train scale and zero point (LSQ-style gradients, Adam) besides the weights"},
     {"qat", "scale_lr", KT_FLOAT, F(qat.scale_lr), "1e-4", "(0, 1)", NULL, 0,
-     "learning rate of scale/zero when learn_scales = 1"},
+     "learning rate of scale/zero (learn_scales = 1, or after freeze_codes_step)"},
     {"qat", "start_step", KT_LONG, F(qat.start_step), "0", "[0, 1e12]", NULL, 0,
      "update at which fake-quant starts (float training before it)"},
+    {"qat", "freeze_codes_step", KT_LONG, F(qat.freeze_codes_step), "-1", "[-1, 1e12]", NULL, 0,
+     "update from which the int4 codes are frozen and only scale/zero (scale_lr) and unquantized tensors train; "
+     "-1 = never"},
     {"qat", "a16", KT_CHOICE, F(qat.a16), "off", NULL, "off|bf16|fp16", 0,
      "round matmul inputs and outputs to this 16-bit type, as the device computes"},
 };
@@ -430,6 +433,11 @@ int recipe_load(Recipe *r, const char *path, int n_sets, char **sets, PtError *e
     if (r->train.steps > 0 && r->optim.warmup > r->train.steps)
         return pt_fail(e, "%s: [optim] warmup (%ld) is longer than [train] steps (%ld)", src, r->optim.warmup,
                        r->train.steps);
+    if (r->qat.freeze_codes_step >= 0 && !r->qat.enabled)
+        return pt_fail(e, "%s: [qat] freeze_codes_step (%ld) needs [qat] enabled = 1", src, r->qat.freeze_codes_step);
+    if (r->qat.freeze_codes_step >= 0 && r->qat.freeze_codes_step < r->qat.start_step)
+        return pt_fail(e, "%s: [qat] freeze_codes_step (%ld) is before [qat] start_step (%ld); codes can only be "
+                       "frozen once fake-quant runs", src, r->qat.freeze_codes_step, r->qat.start_step);
     if (!r->train.run_dir[0]) default_run_dir(r, path);
     return 0;
 }

@@ -68,6 +68,7 @@ typedef struct {
         int learn_scales;
         float scale_lr;
         long start_step;
+        long freeze_codes_step;       // -1 = never; else codes frozen from this update on
         int a16;                      // A16_* (qat/qat.h): off, bf16, fp16
     } qat;
 } Recipe;

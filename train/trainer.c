@@ -259,12 +259,17 @@ static int qat_setup(Trainer *t, const char *resume_path, PtError *e) {
         int rc = checkpoint_load_qat(from, &t->qat, &t->m.w.tt, e);
         if (rc < 0) return -1;
         t->qat_ready = rc == 0;
+        // A new run from a frozen checkpoint freezes by its own recipe.
+        if (!resume_path && t->qat.codes) {
+            free(t->qat.codes);
+            t->qat.codes = NULL;
+        }
     }
     return 0;
 }
 
-// Before a step or an evaluation: start QAT when its step has come, and
-// re-quantize the (updated) master weights.
+// Before a step or an evaluation: start QAT when its step has come, freeze
+// the codes when theirs has, and re-quantize the (updated) master weights.
 static int qat_refresh(Trainer *t, PtError *e) {
     if (!t->qat_on || t->st.step < t->r->qat.start_step) return 0;
     if (!t->qat_ready) {
@@ -272,6 +277,13 @@ static int qat_refresh(Trainer *t, PtError *e) {
         printf("step %ld: QAT starts, int4 group %d %s, %s init of the scales\n", (long)t->st.step, t->qat.spec.group,
                t->qat.spec.symmetric ? "symmetric" : "asymmetric", t->r->qat.init == QAT_INIT_MSE ? "MSE" : "RTN");
         t->qat_ready = 1;
+    }
+    long freeze = t->r->qat.freeze_codes_step;
+    if (freeze >= 0 && t->st.step >= freeze && !t->qat.codes) {
+        // From here the quantized master weights are the int4 model itself.
+        qat_freeze(&t->qat, &t->m.w.tt, t->m.w.params);
+        printf("step %ld: int4 codes frozen; training scales/zeros (lr %g) and unquantized tensors\n",
+               (long)t->st.step, (double)t->r->qat.scale_lr);
     }
     qat_forward_weights(&t->qat, &t->m.w.tt, t->m.w.params, t->effective);
     model_use_weights(&t->m, t->effective);
@@ -373,10 +385,15 @@ static double train_step(Trainer *t, double *norm_out, int *finite) {
         grad_scale(t->m.grads, &t->m.w.tt, grad_clip_factor(norm, t->adam.grad_clip));
         float lr = schedule_lr(&t->sched, t->adam.lr, t->st.step);
         adamw_step(t->m.w.params, t->m.grads, t->adam_m, t->adam_v, &t->m.w.tt, &t->adam, lr, t->st.step + 1);
-        if (quantized && r->qat.learn_scales) {
+        if (quantized && (r->qat.learn_scales || t->qat.codes)) {
+            // The scale Adam restarts at the freeze (qat_freeze zeroes its moments).
+            long first = t->qat.codes ? r->qat.freeze_codes_step : r->qat.start_step;
             QatAdam qa = {t->adam.beta1, t->adam.beta2, t->adam.eps};
-            qat_step(&t->qat, &qa, r->qat.scale_lr, t->st.step + 1 - r->qat.start_step);
+            qat_step(&t->qat, &qa, r->qat.scale_lr, t->st.step + 1 - first);
         }
+        // Frozen: the quantized masters follow the scales (AdamW's momentum
+        // and decay on their zero gradient are overwritten here).
+        if (quantized) qat_frozen_sync(&t->qat, &t->m.w.tt, t->m.w.params);
     }
     return loss;
 }
