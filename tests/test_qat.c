@@ -19,6 +19,7 @@
 #include <unistd.h>
 #include "../qat/qat.h"
 #include "../qat/qat_io.h"
+#include "test_qat_util.h"
 
 static int f16_exact(float x) { return f16_to_f32(f32_to_f16(x)) == x; }
 
@@ -123,31 +124,6 @@ static void test_forward_weights(void **state) {
     tensor_table_free(&tt);
 }
 
-// A one-tensor table (plus a norm that must pass through) for the gradient tests.
-#define GR 4
-#define GC 64
-#define GG 32
-static void small_table(TensorTable *tt) {
-    memset(tt, 0, sizeof *tt);
-    tt->t = xcalloc(2, sizeof(TensorInfo), "table");
-    tt->n = 2;
-    TensorInfo *w = &tt->t[0], *n = &tt->t[1];
-    snprintf(w->name, sizeof w->name, "w");
-    w->kind = T_WQ;
-    w->ndim = 2;
-    w->shape[0] = GR;
-    w->shape[1] = GC;
-    w->numel = GR * GC;
-    w->flags = TF_QUANT | TF_DECAY;
-    snprintf(n->name, sizeof n->name, "norm");
-    n->kind = T_LN1;
-    n->ndim = 1;
-    n->shape[0] = 16;
-    n->numel = 16;
-    n->offset = GR * GC;
-    n->flags = TF_NORM;
-    tt->total = GR * GC + 16;
-}
 
 // Real quantizer in double: code by the rule, then dequant.
 static double real_wq(double x, double s, double z, int lo, int sym) {
