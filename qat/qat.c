@@ -54,6 +54,18 @@ void qat_alloc_scale_training(QatState *q) {
     q->v_zero = xcalloc(n, sizeof(float), "qat zero v");
 }
 
+void qat_alloc_frozen(QatState *q) {
+    if (!q->codes) q->codes = xmalloc(q->total ? q->total * (size_t)q->spec.group : 1, "frozen int4 codes");
+    qat_alloc_scale_training(q);
+}
+
+// The scale/zero Adam starts over (fresh scales, or the freeze).
+static void zero_scale_moments(QatState *q) {
+    if (!q->m_scale) return;
+    float *m[4] = {q->m_scale, q->v_scale, q->m_zero, q->v_zero};
+    for (int i = 0; i < 4; i++) memset(m[i], 0, q->total * sizeof(float));
+}
+
 void qat_free(QatState *q) {
     free(q->t);
     free(q->scale);
@@ -89,12 +101,7 @@ int qat_init_from_weights(QatState *q, const TensorTable *tt, const float *maste
         }
         if (rc) return -1;
     }
-    if (q->m_scale) {
-        memset(q->m_scale, 0, q->total * sizeof(float));
-        memset(q->v_scale, 0, q->total * sizeof(float));
-        memset(q->m_zero, 0, q->total * sizeof(float));
-        memset(q->v_zero, 0, q->total * sizeof(float));
-    }
+    zero_scale_moments(q);
     if (sse_rtn) *sse_rtn = rtn_total;
     if (sse_mse) *sse_mse = mse_total;
     return 0;
@@ -126,19 +133,13 @@ void qat_forward_weights(const QatState *q, const TensorTable *tt, const float *
 }
 
 void qat_freeze(QatState *q, const TensorTable *tt, float *master) {
-    size_t n_codes = q->total * (size_t)q->spec.group;
-    if (!q->codes) q->codes = xmalloc(n_codes ? n_codes : 1, "frozen int4 codes");
+    qat_alloc_frozen(q);
     for (int i = 0; i < q->n; i++) {
         const QatTensor *qt = &q->t[i];
         quant_codes(&q->spec, master + tt->t[qt->tensor].offset, qt->rows, qt->cols, q->scale + qt->offset,
                     q->zero + qt->offset, q->codes + qt->offset * (size_t)q->spec.group);
     }
-    qat_alloc_scale_training(q);
-    size_t n = q->total ? q->total : 1;
-    memset(q->m_scale, 0, n * sizeof(float));
-    memset(q->v_scale, 0, n * sizeof(float));
-    memset(q->m_zero, 0, n * sizeof(float));
-    memset(q->v_zero, 0, n * sizeof(float));
+    zero_scale_moments(q);
     qat_frozen_sync(q, tt, master);
 }
 
@@ -208,7 +209,7 @@ static void backward_tensor(const QuantSpec *spec, const float *x, float *g, int
                 #pragma omp simd reduction(+:ds, dz)
                 for (int i = 0; i < G; i++) {
                     const float u = quant_rounded(xg[i], s, z), c = quant_clamp(u, lo), gi_ = gg[i];
-                    const int inside = u >= (float)lo && u <= (float)QUANT_CODE_MAX;
+                    const int inside = quant_inside(u, lo);
                     ds += gi_ * (inside ? (c - (float)QUANT_CODE_MID) - (xg[i] - z) / s : c - (float)QUANT_CODE_MID);
                     dz += inside ? 0.0f : gi_;
                     gg[i] = inside ? gi_ : 0.0f;

@@ -70,7 +70,7 @@ void qat_forward_weights(const QatState *q, const TensorTable *tt, const float *
 // weights (grad_master may equal grad_eff: done in place). Straight-through
 // estimator: for an element of a quantized tensor, the gradient passes
 // unchanged when its rounded code lies inside the code range and is 0 when the
-// clamp changed it (quant_code_of's `clipped`: more than half a step beyond
+// clamp changed it (quant_inside false: more than half a step beyond
 // the outermost grid point). Half a step, not the LSQ boundary itself, so the
 // min and max of every group right after RTN init (codes exactly 0 and 15)
 // keep their gradient. Other tensors pass unchanged.
@@ -116,9 +116,10 @@ void qat_frozen_sync(const QatState *q, const TensorTable *tt, float *master);
 static inline const uint8_t *qat_codes_of(const QatState *q, const QatTensor *t) {
     return q->codes ? q->codes + t->offset * (size_t)q->spec.group : NULL;
 }
-// Allocates the zeroed scale/zero gradient and moment arrays when absent
-// (for qat_freeze and for loading a frozen checkpoint).
+// Allocates the zeroed scale/zero gradient and moment arrays when absent.
 void qat_alloc_scale_training(QatState *q);
+// Those, and the codes array when absent (qat_freeze, loading a frozen checkpoint).
+void qat_alloc_frozen(QatState *q);
 
 // Sum of squares of the scale/zero gradients (NaN or Inf when one is not
 // finite), for the caller's finiteness check or a global norm.

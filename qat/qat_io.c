@@ -228,9 +228,7 @@ int qat_load(hid_t file, QatState *q, const TensorTable *tt, const char *path, P
         frozen = H5Lexists(root, first, H5P_DEFAULT) > 0 && H5Lexists(root, link, H5P_DEFAULT) > 0;
     }
     if (frozen) {
-        size_t n_codes = q->total * (size_t)q->spec.group;
-        if (!q->codes) q->codes = xmalloc(n_codes ? n_codes : 1, "frozen int4 codes");
-        qat_alloc_scale_training(q);
+        qat_alloc_frozen(q);
     } else if (q->codes) {
         free(q->codes);
         q->codes = NULL;

@@ -57,9 +57,7 @@ static int group_range(int symmetric, const float *x, int n, float *mn, float *m
 static double group_sse(const float *x, int n, float scale, float zero, int lo, int symmetric) {
     double sse = 0.0;
     for (int i = 0; i < n; i++) {
-        int clipped;
-        float t;
-        int u = quant_code_of(x[i], scale, zero, lo, &clipped, &t);
+        int u = quant_code_of(x[i], scale, zero, lo);
         float w = ((float)u - (float)QUANT_CODE_MID) * scale;
         if (!symmetric) w += zero;
         double d = (double)w - x[i];
@@ -145,11 +143,7 @@ void quant_codes(const QuantSpec *q, const float *w, int64_t rows, int64_t cols,
         for (int64_t g = 0; g < ng; g++) {
             size_t k = (size_t)(r * ng + g), base = (size_t)(r * cols + g * G);
             float s = scale[k], z = (q->symmetric || !zero) ? 0.0f : zero[k];
-            for (int i = 0; i < G; i++) {
-                int clipped;
-                float t;
-                codes[base + i] = (uint8_t)quant_code_of(w[base + i], s, z, lo, &clipped, &t);
-            }
+            for (int i = 0; i < G; i++) codes[base + i] = (uint8_t)quant_code_of(w[base + i], s, z, lo);
         }
     }
 }
@@ -176,14 +170,6 @@ void quant_dequant(const QuantSpec *q, const uint8_t *codes, int64_t rows, int64
     }
 }
 
-enum { FAKE_CHUNK = 128 };   // weights of a group handled per pass
-
-// The codes of n weights of one group (scale not 0) as floats.
-static inline void group_codes(float *u, const float *x, int n, float s, float z, int lo) {
-    #pragma omp simd
-    for (int i = 0; i < n; i++) u[i] = quant_clamp(quant_rounded(x[i], s, z), lo);
-}
-
 void quant_fake(const QuantSpec *q, const float *w, int64_t rows, int64_t cols, const float *scale,
                 const float *zero, float *out) {
     const int G = q->group, lo = quant_code_min(q);
@@ -191,23 +177,18 @@ void quant_fake(const QuantSpec *q, const float *w, int64_t rows, int64_t cols, 
     const int64_t ng = cols / G;
 #pragma omp parallel for schedule(static) if (rows * cols >= QUANT_PARALLEL_MIN)
     for (int64_t r = 0; r < rows; r++) {
-        float u[FAKE_CHUNK];
         for (int64_t g = 0; g < ng; g++) {
             size_t k = (size_t)(r * ng + g), base = (size_t)(r * cols + g * G);
-            float s = scale[k], z = sym ? 0.0f : zero[k];
+            const float s = scale[k], z = sym ? 0.0f : zero[k], *x = w + base;
+            float *o = out + base;
             if (s == 0.0f) {   // every weight decodes to the zero point
-                for (int i = 0; i < G; i++) out[base + i] = z;
+                for (int i = 0; i < G; i++) o[i] = z;
                 continue;
             }
-            for (int i0 = 0; i0 < G; i0 += FAKE_CHUNK) {
-                const int n = G - i0 < FAKE_CHUNK ? G - i0 : FAKE_CHUNK;
-                float *o = out + base + i0;
-                group_codes(u, w + base + i0, n, s, z, lo);
-                #pragma omp simd
-                for (int i = 0; i < n; i++) {
-                    float prod = (u[i] - (float)QUANT_CODE_MID) * s;
-                    o[i] = sym ? prod : prod + z;
-                }
+            #pragma omp simd
+            for (int i = 0; i < G; i++) {
+                const float prod = (quant_clamp(quant_rounded(x[i], s, z), lo) - (float)QUANT_CODE_MID) * s;
+                o[i] = sym ? prod : prod + z;
             }
         }
     }
@@ -231,8 +212,7 @@ void quant_ste_mask(const QuantSpec *q, const float *w, float *g, int64_t rows, 
             }
             #pragma omp simd
             for (int i = 0; i < G; i++) {
-                const float u = quant_rounded(x[i], s, z);
-                d[i] = u >= (float)lo && u <= (float)QUANT_CODE_MAX ? d[i] : 0.0f;
+                d[i] = quant_inside(quant_rounded(x[i], s, z), lo) ? d[i] : 0.0f;
             }
         }
 }

@@ -87,19 +87,20 @@ void quant_codes(const QuantSpec *q, const float *w, int64_t rows, int64_t cols,
 void quant_dequant(const QuantSpec *q, const uint8_t *codes, int64_t rows, int64_t cols, const float *scale,
                    const float *zero, float *w);
 // quant_codes then quant_dequant without storing the codes; out may equal w.
-// (Vectorised per group; the same codes, by quant_rounded and quant_clamp.)
+// (Vectorised per group: quant_rounded and quant_clamp, as quant_code_of.)
 void quant_fake(const QuantSpec *q, const float *w, int64_t rows, int64_t cols, const float *scale,
                 const float *zero, float *out);
+
+// The straight-through estimator's mask with fixed scales: g[i] = 0 where
+// weight i is clipped (quant_inside false; scale 0: w != zero), g unchanged
+// elsewhere.
+void quant_ste_mask(const QuantSpec *q, const float *w, float *g, int64_t rows, int64_t cols, const float *scale,
+                    const float *zero);
 
 // Two codes per byte, MNN order (an MSB-first bitstream): byte j holds code
 // 2j in its HIGH nibble and code 2j+1 in its LOW nibble; an odd n leaves the
 // last low nibble 0. Writes (n + 1) / 2 bytes and returns that count. (GGUF
 // Q4_0/Q4_1 pair elements j and j+16 of a 32-block instead; see the top.)
-// The straight-through estimator's mask with fixed scales: g[i] = 0 where
-// quant_code_of reports weight i clipped, g unchanged elsewhere.
-void quant_ste_mask(const QuantSpec *q, const float *w, float *g, int64_t rows, int64_t cols, const float *scale,
-                    const float *zero);
-
 size_t quant_pack4(const uint8_t *codes, size_t n, uint8_t *packed);
 void quant_unpack4(const uint8_t *packed, size_t n, uint8_t *codes);
 
@@ -118,20 +119,17 @@ static inline float quant_clamp(float r, int lo) {
     return c >= (float)lo ? c : (float)lo;
 }
 
-// Per-element code decision shared by quant_codes and the QAT backward, so
-// their notion of "clipped" can never drift apart. Returns the code; *clipped
-// is 1 when the clamp changed the rounded code (x lies more than half a step
-// beyond the outermost grid point; NaN counts as clipped), or, for a group with
-// scale 0, when x != zero (the limit scale -> 0+). *t receives
-// (x - zero) / scale + 8 (0 when scale is 0).
-static inline int quant_code_of(float x, float scale, float zero, int lo, int *clipped, float *t) {
-    if (scale == 0.0f) {
-        *t = 0.0f;
-        *clipped = x != zero;
-        return QUANT_CODE_MID;
-    }
-    float r = quant_rounded(x, scale, zero);
-    *t = (x - zero) / scale + (float)QUANT_CODE_MID;
-    *clipped = !(r >= (float)lo && r <= (float)QUANT_CODE_MAX);
-    return (int)quant_clamp(r, lo);
+// Whether a rounded position lies on the grid, lo..15: when not, the clamp
+// changed the code (x lies more than half a step beyond the outermost grid
+// point; NaN counts as off the grid) and the straight-through estimator
+// treats the weight as clipped. The QAT backward and quant_ste_mask use this
+// one test, so their notion of "clipped" cannot drift apart.
+static inline int quant_inside(float r, int lo) { return r >= (float)lo && r <= (float)QUANT_CODE_MAX; }
+
+// The code of one weight (quant_codes and the MSE search): quant_rounded then
+// quant_clamp; a group with scale 0 gives every weight the code 8 (it decodes
+// to the zero point).
+static inline int quant_code_of(float x, float scale, float zero, int lo) {
+    if (scale == 0.0f) return QUANT_CODE_MID;
+    return (int)quant_clamp(quant_rounded(x, scale, zero), lo);
 }
