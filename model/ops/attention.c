@@ -3,16 +3,15 @@
 // the probabilities from it, so nothing of size T x T is ever stored.
 //
 // Layout: row n = b*T + t; q rows hold nq heads of hd, k/v rows nkv heads.
-// Query head h reads KV head h / (nq/nkv) directly (no repeated copies).
+// Query head h reads KV head h / (nq/nkv); K and V are packed once per KV
+// head, never repeated per query head.
 //
-// Work is cut into tiles of QUERY_TILE queries against blocks of KEY_BLOCK
-// keys. Every product inside a tile pair (scores Q K^T, P V, dP = dO V^T,
-// dQ += dS K, dK += dS^T Q, dV += P^T dO) is a small matrix product run on the
-// matmul register-tile kernels (matmul_kernels.h), so attention runs at the
-// FMA rate of the projections instead of one query at a time. Operands are
-// first copied into per-thread buffers padded to the kernel's tile shape (the
-// kernels read whole MR x kc panels and NR-wide rows); the copies cost about
-// 1/64 of the arithmetic.
+// Queries and keys are cut into tiles of TILE positions. Every product inside
+// a tile pair (scores Q K^T, P V, dP = dO V^T, dQ += dS K, dK += dS^T Q,
+// dV += P^T dO) is a small matrix product run on the matmul register-tile
+// kernels (matmul_kernels.h), so attention runs near the FMA rate of the
+// projections instead of one query at a time. The operands are packed once
+// per call into buffers padded to the kernel's tile shape (see Packed).
 // Note: the build is ISO C, where gcc does not contract a*b+c into an FMA on
 // its own, so the scalar loops call fmaf.
 #include <math.h>
@@ -23,6 +22,9 @@
 #include "ops.h"
 
 enum { TILE = 64 };   // queries per query tile = keys per key block (a multiple of 16)
+
+// Positions in the tile that starts at `start` (the last one may be short).
+static inline int tile_len(int T, int start) { return T - start < TILE ? T - start : TILE; }
 
 typedef struct {
     int B, T, nq, nkv, hd, rep, n_tiles;
@@ -126,15 +128,18 @@ typedef struct {
     size_t n_kv, n_q;
 } Packed;
 
+// Panels per KV array (b, KV head, key block) and per query array (b, query head, query tile).
+static size_t n_kv_panels(const Shape *sh) { return (size_t)sh->B * sh->nkv * sh->n_tiles; }
+static size_t n_q_panels(const Shape *sh) { return (size_t)sh->B * sh->nq * sh->n_tiles; }
+
 static size_t packed_floats(const Shape *sh) {
-    const size_t n_kv = (size_t)sh->B * sh->nkv * sh->n_tiles, n_q = (size_t)sh->B * sh->nq * sh->n_tiles;
-    return 4 * (n_kv + n_q) * sh->panel + (size_t)sh->B * sh->nq * sh->T;
+    return 4 * (n_kv_panels(sh) + n_q_panels(sh)) * sh->panel + (size_t)sh->B * sh->nq * sh->T;
 }
 
 static Packed packed_layout(float *base, const Shape *sh) {
     Packed pk;
-    pk.n_kv = (size_t)sh->B * sh->nkv * sh->n_tiles;
-    pk.n_q = (size_t)sh->B * sh->nq * sh->n_tiles;
+    pk.n_kv = n_kv_panels(sh);
+    pk.n_q = n_q_panels(sh);
     float **kv[4] = {&pk.k, &pk.v, &pk.k_t, &pk.v_t}, **qs[4] = {&pk.q, &pk.dout, &pk.dk_share, &pk.dv_share};
     float *p = base;
     for (int i = 0; i < 4; i++) *kv[i] = p, p += pk.n_kv * sh->panel;
@@ -166,7 +171,7 @@ static void pack(const Packed *pk, const char *which, const float *q, const floa
     #pragma omp parallel for schedule(static)
     for (size_t i = 0; i < pk->n_kv; i++) {
         const int kb = (int)(i % sh->n_tiles), g = (int)(i / sh->n_tiles % sh->nkv), b = (int)(i / sh->n_tiles / sh->nkv);
-        const int n = T - kb * TILE < TILE ? T - kb * TILE : TILE;
+        const int n = tile_len(T, kb * TILE);
         const size_t src = ((size_t)b * T + (size_t)kb * TILE) * sh->kv_stride + (size_t)g * hd, off = i * sh->panel;
         if (rows_k) load_rows(pk->k + off, k + src, sh->kv_stride, n, 1.0f, sh);
         if (rows_v) load_rows(pk->v + off, v + src, sh->kv_stride, n, 1.0f, sh);
@@ -177,7 +182,7 @@ static void pack(const Packed *pk, const char *which, const float *q, const floa
     #pragma omp parallel for schedule(static)
     for (size_t i = 0; i < pk->n_q; i++) {
         const int tile = (int)(i % sh->n_tiles), h = (int)(i / sh->n_tiles % sh->nq), b = (int)(i / sh->n_tiles / sh->nq);
-        const int n = T - tile * TILE < TILE ? T - tile * TILE : TILE;
+        const int n = tile_len(T, tile * TILE);
         const size_t src = ((size_t)b * T + (size_t)tile * TILE) * sh->q_stride + (size_t)h * hd, off = i * sh->panel;
         if (want_q) load_rows(pk->q + off, q + src, sh->q_stride, n, sh->scale, sh);
         if (want_o) load_rows(pk->dout + off, dout + src, sh->q_stride, n, 1.0f, sh);
@@ -229,7 +234,7 @@ static inline float row_max(const float *row) {
     return m;
 }
 
-// Per-thread score tiles and accumulators, from one zeroed allocation.
+// Per-thread query tile, score tiles and accumulators, from one allocation per call.
 typedef struct {
     float *q;            // [rows_pad][hd_pad]: the forward's query tile (times scale)
     float *s, *ds;       // [rows_pad][lds]: scores, then probabilities; dP, then dS
@@ -270,7 +275,7 @@ void attention_forward_with(const MatmulKernel *kern, float *out, float *lse, co
         for (int b = 0; b < B; b++)
             for (int h = 0; h < nq; h++)
                 for (int rev = 0; rev < sh.n_tiles; rev++) {
-                    const int tile = sh.n_tiles - 1 - rev, t0 = tile * TILE, nt = T - t0 < TILE ? T - t0 : TILE;
+                    const int tile = sh.n_tiles - 1 - rev, t0 = tile * TILE, nt = tile_len(T, t0);
                     const int g = h / sh.rep;
                     const int *seg_b = seg ? seg + (size_t)b * T : NULL;
                     load_rows(w.q, q + ((size_t)b * T + t0) * sh.q_stride + (size_t)h * hd, sh.q_stride, nt,
@@ -281,7 +286,7 @@ void attention_forward_with(const MatmulKernel *kern, float *out, float *lse, co
                         for (int l = 0; l < 16; l++) run_sum[i][l] = 0.0f;
                     }
                     for (int kb = 0; kb <= tile; kb++) {
-                        const int u0 = kb * TILE, nk = T - u0 < TILE ? T - u0 : TILE;
+                        const int u0 = kb * TILE, nk = tile_len(T, u0);
                         if (!block_visible(nt, nk, t0, u0, seg_b)) continue;
                         tile_product(kern, w.s, sh.lds, w.q, sh.hd_pad, 1, kv_tile(pk.k_t, b, g, kb, &sh), TILE, nt,
                                      nk, hd, 0);
@@ -341,8 +346,8 @@ void attention_forward(float *out, float *lse, const float *q, const float *k, c
 // One tile pair: w.s gets P and w.ds gets dS (zero past the block's nk keys).
 static void tile_grads(Workspace *w, const Packed *pk, int b, int h, int tile, int kb, const int *seg_b,
                        const float *lse, const float *D, const Shape *sh) {
-    const int t0 = tile * TILE, nt = sh->T - t0 < TILE ? sh->T - t0 : TILE;
-    const int u0 = kb * TILE, nk = sh->T - u0 < TILE ? sh->T - u0 : TILE, g = h / sh->rep;
+    const int t0 = tile * TILE, nt = tile_len(sh->T, t0);
+    const int u0 = kb * TILE, nk = tile_len(sh->T, u0), g = h / sh->rep;
     const size_t stat0 = ((size_t)b * sh->nq + h) * sh->T + t0;
     tile_product(sh->kern, w->s, sh->lds, q_tile(pk->q, b, h, tile, sh), sh->hd_pad, 1,
                  kv_tile(pk->k_t, b, g, kb, sh), TILE, nt, nk, sh->hd, 0);
@@ -392,10 +397,10 @@ void attention_backward_with(const MatmulKernel *kern, float *dq, float *dk, flo
                 memset(q_tile(pk.dk_share, b, h, 0, &sh), 0, shares);
                 memset(q_tile(pk.dv_share, b, h, 0, &sh), 0, shares);
                 for (int tile = 0; tile < n_tiles; tile++) {
-                    const int t0 = tile * TILE, nt = T - t0 < TILE ? T - t0 : TILE;
+                    const int t0 = tile * TILE, nt = tile_len(T, t0);
                     memset(w.acc, 0, (size_t)nt * sh.hd_pad * sizeof(float));   // dq of the tile
                     for (int kb = 0; kb <= tile; kb++) {
-                        const int u0 = kb * TILE, nk = T - u0 < TILE ? T - u0 : TILE;
+                        const int u0 = kb * TILE, nk = tile_len(T, u0);
                         if (!block_visible(nt, nk, t0, u0, seg_b)) continue;
                         tile_grads(&w, &pk, b, h, tile, kb, seg_b, lse, D, &sh);
                         tile_product(kern, w.acc, sh.hd_pad, w.ds, sh.lds, 1, kv_tile(pk.k, b, g, kb, &sh), sh.hd_pad,
