@@ -1,6 +1,7 @@
 // pocket train end to end on a tiny model: resume equivalence (bitwise, one
-// thread; plain, QAT, QAT with frozen codes), gradient accumulation, SFT masking at model level, SIGKILL during
-// checkpoint writes, and recipes that must fail before any training.
+// thread; plain, QAT, QAT with frozen codes), gradient accumulation, SFT
+// masking at model level, SIGKILL during checkpoint writes, and recipes that
+// must fail before any training.
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -120,6 +121,21 @@ static void assert_same_params(const char *a, const char *b, double rel_tol) {
     bundle_free(&y);
 }
 
+// Runs g_dir/FULL and g_dir/SPLIT logged the same losses and ended at step 6
+// with bit-identical parameters; *ckpt gets FULL's last checkpoint.
+static void assert_runs_identical(const char *full, const char *split, char *ckpt, size_t n) {
+    char a[400], b[400], cb[400], la[4096], lb[4096];
+    snprintf(a, sizeof a, "%s/%s", g_dir, full);
+    snprintf(b, sizeof b, "%s/%s", g_dir, split);
+    read_losses(a, la, sizeof la);
+    read_losses(b, lb, sizeof lb);
+    assert_true(strlen(la) > 0);
+    assert_string_equal(la, lb);
+    assert_int_equal(newest_ckpt(a, ckpt, n), 6);
+    assert_int_equal(newest_ckpt(b, cb, sizeof cb), 6);
+    assert_same_params(ckpt, cb, 0);
+}
+
 static void test_resume_is_bitwise_identical(void **s) {
     (void)s;
     assert_int_equal(sh("%s train %s/cpt.ini --set train.run_dir=%s/full >/dev/null", pocket(), g_dir, g_dir), 0);
@@ -129,17 +145,8 @@ static void test_resume_is_bitwise_identical(void **s) {
     char ck[400];
     assert_int_equal(newest_ckpt(strcat(strcpy(ck, g_dir), "/split"), ck, sizeof ck), 3);
     assert_int_equal(sh("%s train %s/cpt.ini --set train.run_dir=%s/split >/dev/null", pocket(), g_dir, g_dir), 0);
-    char la[4096], lb[4096], a[400], b[400];
-    snprintf(a, sizeof a, "%s/full", g_dir);
-    snprintf(b, sizeof b, "%s/split", g_dir);
-    read_losses(a, la, sizeof la);
-    read_losses(b, lb, sizeof lb);
-    assert_true(strlen(la) > 0);
-    assert_string_equal(la, lb);
-    char ca[400], cb[400];
-    assert_int_equal(newest_ckpt(a, ca, sizeof ca), 6);
-    assert_int_equal(newest_ckpt(b, cb, sizeof cb), 6);
-    assert_same_params(ca, cb, 0);
+    char ca[400];
+    assert_runs_identical("full", "split", ca, sizeof ca);
 }
 
 // The same with QAT mid-run: learned scales, bf16 activations, fake-quant
@@ -152,15 +159,8 @@ static void test_qat_resume_is_bitwise_identical(void **s) {
     assert_int_equal(sh("%s train %s/cpt.ini --set train.run_dir=%s/qsplit --set train.stop_after=4 %s >/dev/null",
                         pocket(), g_dir, g_dir, qat), 0);
     assert_int_equal(sh("%s train %s/cpt.ini --set train.run_dir=%s/qsplit %s >/dev/null", pocket(), g_dir, g_dir, qat), 0);
-    char a[400], b[400], ca[400], cb[400], la[4096], lb[4096];
-    snprintf(a, sizeof a, "%s/qfull", g_dir);
-    snprintf(b, sizeof b, "%s/qsplit", g_dir);
-    read_losses(a, la, sizeof la);
-    read_losses(b, lb, sizeof lb);
-    assert_string_equal(la, lb);
-    assert_int_equal(newest_ckpt(a, ca, sizeof ca), 6);
-    assert_int_equal(newest_ckpt(b, cb, sizeof cb), 6);
-    assert_same_params(ca, cb, 0);
+    char ca[400];
+    assert_runs_identical("qfull", "qsplit", ca, sizeof ca);
     QuantSpec spec;
     int quant_embedding;
     PtError e;
@@ -198,16 +198,10 @@ static void test_frozen_codes_resume_and_consumers(void **s) {
         assert_int_equal(sh("%s train %s/cpt.ini --set train.run_dir=%s/fsplit %s %s >/dev/null", pocket(), g_dir, g_dir,
                             until, qat), 0);
     }
-    char a[400], b[400], ca[400], cb[400], la[4096], lb[4096];
+    char a[400], b[400], ca[400];
+    assert_runs_identical("ffull", "fsplit", ca, sizeof ca);
     snprintf(a, sizeof a, "%s/ffull", g_dir);
     snprintf(b, sizeof b, "%s/fsplit", g_dir);
-    read_losses(a, la, sizeof la);
-    read_losses(b, lb, sizeof lb);
-    assert_true(strlen(la) > 0);
-    assert_string_equal(la, lb);
-    assert_int_equal(newest_ckpt(a, ca, sizeof ca), 6);
-    assert_int_equal(newest_ckpt(b, cb, sizeof cb), 6);
-    assert_same_params(ca, cb, 0);
 
     // Step 5 (one update after the freeze; the split run stopped there) against step 6.
     char c4[440];
