@@ -122,26 +122,38 @@ static void run_sgemm(const Openblas *ob, int which, float *out, float *dinp, fl
                   1.0f, dW, s->C);
 }
 
-// Best time of a product over a few repetitions within the time budget.
-#define TIME_BEST(call)                                                                \
-    do {                                                                               \
-        call;   /* warm: pages, caches */                                              \
-        double spent_ = 0.0;                                                           \
-        best = 1e30;                                                                   \
-        for (int rep_ = 0; rep_ < 20 && (rep_ < 3 || spent_ < budget_per_product); rep_++) { \
-            double t0_ = now_seconds();                                                \
-            call;                                                                      \
-            double t_ = now_seconds() - t0_;                                           \
-            spent_ += t_;                                                              \
-            if (t_ < best) best = t_;                                                  \
-        }                                                                              \
-    } while (0)
+// One product on one shape's buffers: ours at precision p, or OpenBLAS's
+// sgemm when blas is set.
+typedef struct {
+    const Openblas *blas;
+    MatmulPrecision p;
+    int which;
+    float *out, *dinp, *dW;
+    const float *dout, *inp, *W;
+    const Shape *s;
+} Product;
 
-static void run_product(int which, MatmulPrecision p, float *out, float *dinp, float *dW, const float *dout,
-                        const float *inp, const float *W, const Shape *s) {
-    if (which == FWD) matmul_forward_p(out, inp, W, s->N, s->C, s->OC, p);
-    else if (which == DINP) matmul_backward_p(dinp, NULL, dout, inp, W, s->N, s->C, s->OC, p);
-    else matmul_backward_p(NULL, dW, dout, inp, W, s->N, s->C, s->OC, p);
+static void run_product(const Product *r) {
+    const Shape *s = r->s;
+    if (r->blas) run_sgemm(r->blas, r->which, r->out, r->dinp, r->dW, r->dout, r->inp, r->W, s);
+    else if (r->which == FWD) matmul_forward_p(r->out, r->inp, r->W, s->N, s->C, s->OC, r->p);
+    else if (r->which == DINP) matmul_backward_p(r->dinp, NULL, r->dout, r->inp, r->W, s->N, s->C, s->OC, r->p);
+    else matmul_backward_p(NULL, r->dW, r->dout, r->inp, r->W, s->N, s->C, s->OC, r->p);
+}
+
+// GFLOP/s of a product: the best of 3 to 20 timed runs after a warm one
+// (pages, caches), repeating while under `budget` seconds in all.
+static double best_gflops(const Product *r, double budget) {
+    run_product(r);
+    double best = 1e30, spent = 0.0;
+    for (int rep = 0; rep < 20 && (rep < 3 || spent < budget); rep++) {
+        double t0 = now_seconds();
+        run_product(r);
+        double t = now_seconds() - t0;
+        spent += t;
+        if (t < best) best = t;
+    }
+    return 2.0 * r->s->N * r->s->C * (double)r->s->OC / best * 1e-9;
 }
 
 int main(int argc, char **argv) {
@@ -172,16 +184,16 @@ int main(int argc, char **argv) {
         fill(inp, nx, &rng);
         fill(W, nw, &rng);
         fill(dout, ny, &rng);
-        const double flops = 2.0 * s->N * s->C * (double)s->OC;
-        double best;
+        Product r = {blas_only ? &blas : NULL, MATMUL_FP32, FWD, out, dinp, dW, dout, inp, W, s};
         for (int p = MATMUL_FP32; p <= MATMUL_BF16 && !blas_only; p++)
             for (int which = FWD; which <= DW; which++) {
-                TIME_BEST(run_product(which, p, out, dinp, dW, dout, inp, W, s));
-                gflops[i][p][which] = flops / best * 1e-9;
+                r.p = p;
+                r.which = which;
+                gflops[i][p][which] = best_gflops(&r, budget_per_product);
             }
         for (int which = FWD; which <= DW && blas_only; which++) {
-            TIME_BEST(run_sgemm(&blas, which, out, dinp, dW, dout, inp, W, s));
-            gflops_blas[i][which] = flops / best * 1e-9;
+            r.which = which;
+            gflops_blas[i][which] = best_gflops(&r, budget_per_product);
         }
         free(inp), free(dinp), free(W), free(dW), free(out), free(dout);
     }
