@@ -1,10 +1,12 @@
-// test_qat_util.h: the small tensor table the QAT tests share (tests only):
-// one quantized tensor [GR, GC] in groups of GG, and a norm of NORM that must
-// pass through every QAT step unchanged.
+// test_qat_util.h: pieces the QAT tests share (tests only; include after
+// cmocka.h): a small tensor table, one quantized tensor [GR, GC] in groups of
+// GG and a norm of NORM that must pass through every QAT step unchanged; and
+// the check that frozen codes come back from the weights.
 #pragma once
 #include <stdio.h>
 #include <string.h>
 #include "../model/tensors.h"
+#include "../qat/qat.h"
 #include "../util/util.h"
 
 #define GR 4
@@ -32,4 +34,27 @@ static inline void small_table(TensorTable *tt) {
     n->offset = GR * GC;
     n->flags = TF_NORM;
     tt->total = GR * GC + NORM;
+}
+
+// With frozen codes the master weights are the int4 model: quant_codes (the
+// rule the exporters and --int4 runs apply) on them with the tuned scales
+// gives the frozen codes back, and decoding those gives the masters exactly.
+// A group whose scale reached 0 decodes to its zero whatever the codes (the
+// rule then says 8), so its codes are not compared.
+static inline void assert_frozen_codes_rederive(const QatState *q, const TensorTable *tt, const float *master) {
+    for (int i = 0; i < q->n; i++) {
+        const QatTensor *qt = &q->t[i];
+        const size_t off = tt->t[qt->tensor].offset, n = (size_t)(qt->rows * qt->cols), G = (size_t)q->spec.group;
+        uint8_t *codes = xmalloc(n, "re-derived codes");
+        float *w = xmalloc(n * sizeof(float), "decoded weights");
+        quant_codes(&q->spec, master + off, qt->rows, qt->cols, q->scale + qt->offset, q->zero + qt->offset, codes);
+        const uint8_t *frozen = qat_codes_of(q, qt);
+        for (size_t j = 0; j < n; j++)
+            if (q->scale[qt->offset + j / G] != 0.0f && codes[j] != frozen[j])
+                fail_msg("%s[%zu]: frozen code %d, re-derived %d", tt->t[qt->tensor].name, j, frozen[j], codes[j]);
+        quant_dequant(&q->spec, codes, qt->rows, qt->cols, q->scale + qt->offset, q->zero + qt->offset, w);
+        assert_memory_equal(w, master + off, n * sizeof(float));
+        free(codes);
+        free(w);
+    }
 }

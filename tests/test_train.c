@@ -17,6 +17,7 @@
 #include "../model/model.h"
 #include "../train/checkpoint.h"
 #include "../train/int4.h"
+#include "test_qat_util.h"
 
 static char g_dir[256];
 static const char *pocket(void) { return getenv("POCKET") ? getenv("POCKET") : "./pocket"; }
@@ -223,25 +224,7 @@ static void test_frozen_codes_resume_and_consumers(void **s) {
     assert_true(scales_moved > q6.total / 2);
     const TensorInfo *norm = tensor_table_find(&b6.tt, "model.norm.weight");
     assert_memory_not_equal(b4.params + norm->offset, b6.params + norm->offset, norm->numel * sizeof(float));
-    for (int i = 0; i < q6.n; i++) {
-        const QatTensor *qt = &q6.t[i];
-        size_t off = b6.tt.t[qt->tensor].offset, n = (size_t)(qt->rows * qt->cols);
-        uint8_t *codes = xmalloc(n, "codes");
-        float *w = xmalloc(n * sizeof(float), "w");
-        quant_codes(&q6.spec, b6.params + off, qt->rows, qt->cols, q6.scale + qt->offset, q6.zero + qt->offset, codes);
-        // A group whose scale Adam drove to 0 decodes to its zero whatever
-        // the codes (the rule then says 8); everywhere else the codes agree.
-        const uint8_t *frozen = qat_codes_of(&q6, qt);
-        for (size_t j = 0; j < n; j++) {
-            if (q6.scale[qt->offset + j / (size_t)q6.spec.group] == 0.0f) continue;
-            if (codes[j] != frozen[j])
-                fail_msg("%s[%zu]: frozen code %d, re-derived %d", b6.tt.t[qt->tensor].name, j, frozen[j], codes[j]);
-        }
-        quant_dequant(&q6.spec, codes, qt->rows, qt->cols, q6.scale + qt->offset, q6.zero + qt->offset, w);
-        assert_memory_equal(w, b6.params + off, n * sizeof(float));
-        free(codes);
-        free(w);
-    }
+    assert_frozen_codes_rederive(&q6, &b6.tt, b6.params);
     qat_free(&q4);
     qat_free(&q6);
     bundle_free(&b4);
