@@ -22,27 +22,8 @@
 #include "../qat/qat_io.h"
 #include "test_qat_util.h"
 
-static int f16_exact(float x) { return f16_to_f32(f32_to_f16(x)) == x; }
 
 
-static void build_table(TensorTable *tt, const char *preset) {
-    ModelConfig c;
-    PtError e;
-    if (config_preset(&c, preset, &e)) fail_msg("%s", e.msg);
-    tensor_table_build(tt, &c);
-}
-
-static float *random_params(const TensorTable *tt, uint64_t seed) {
-    Rng r;
-    rng_seed(&r, seed);
-    float *p = xcalloc(tt->total, sizeof(float), "params");
-    for (int i = 0; i < tt->n; i++) {
-        const TensorInfo *t = &tt->t[i];
-        for (size_t j = 0; j < t->numel; j++)
-            p[t->offset + j] = (t->flags & TF_NORM) ? 1.0f + 0.1f * (float)rng_normal(&r) : 0.05f * (float)rng_normal(&r);
-    }
-    return p;
-}
 
 // The smooth loss of the test, in double over the float effective weights:
 // L = sum c_i w_i + 1/2 sum d_i w_i^2 over the quantized tensor.

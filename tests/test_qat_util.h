@@ -1,10 +1,12 @@
 // test_qat_util.h: pieces the QAT tests share (tests only; include after
 // cmocka.h): a small tensor table, one quantized tensor [GR, GC] in groups of
-// GG and a norm of NORM that must pass through every QAT step unchanged; and
-// the check that frozen codes come back from the weights.
+// GG and a norm of NORM that must pass through every QAT step unchanged; a
+// preset's table with random parameters; and the check that frozen codes come
+// back from the weights.
 #pragma once
 #include <stdio.h>
 #include <string.h>
+#include "../model/config.h"
 #include "../model/tensors.h"
 #include "../qat/qat.h"
 #include "../util/util.h"
@@ -13,6 +15,29 @@
 #define GC 64
 #define GG 32
 #define NORM 16
+
+static inline int f16_exact(float x) { return f16_to_f32(f32_to_f16(x)) == x; }
+
+// The tensor table of a config preset ("tiny", ...).
+static inline void build_table(TensorTable *tt, const char *preset) {
+    ModelConfig c;
+    PtError e;
+    if (config_preset(&c, preset, &e)) fail_msg("%s", e.msg);
+    tensor_table_build(tt, &c);
+}
+
+// Random parameters for a table: norms near 1, the rest small.
+static inline float *random_params(const TensorTable *tt, uint64_t seed) {
+    Rng r;
+    rng_seed(&r, seed);
+    float *p = xcalloc(tt->total, sizeof(float), "params");
+    for (int i = 0; i < tt->n; i++) {
+        const TensorInfo *t = &tt->t[i];
+        for (size_t j = 0; j < t->numel; j++)
+            p[t->offset + j] = (t->flags & TF_NORM) ? 1.0f + 0.1f * (float)rng_normal(&r) : 0.05f * (float)rng_normal(&r);
+    }
+    return p;
+}
 
 static inline void small_table(TensorTable *tt) {
     memset(tt, 0, sizeof *tt);
