@@ -23,8 +23,8 @@ else
   POCKET ?= pocket
 endif
 
-LIB_SRC := $(wildcard util/*.c model/*.c model/ops/*.c data/*.c qat/*.c export/*.c train/*.c)
-LIB_SRC := $(filter-out train/main.c,$(LIB_SRC))
+LIB_SRC := $(wildcard util/*.c model/*.c model/ops/*.c data/*.c qat/*.c formats/*.c export/*.c train/*.c cli/*.c)
+LIB_SRC := $(filter-out cli/main.c,$(LIB_SRC))
 LIB_OBJ := $(LIB_SRC:%.c=$(BUILD)/%.o)
 TEST_SRC := $(wildcard tests/test_*.c)
 TEST_BIN := $(TEST_SRC:tests/%.c=$(BUILD)/tests/%)
@@ -43,7 +43,7 @@ $(BUILD)/libpocket.a: $(LIB_OBJ)
 	@rm -f $@
 	ar rcs $@ $^
 
-$(POCKET): $(BUILD)/train/main.o $(BUILD)/libpocket.a
+$(POCKET): $(BUILD)/cli/main.o $(BUILD)/libpocket.a
 	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
 
 $(BUILD)/tests/%: $(BUILD)/tests/%.o $(BUILD)/libpocket.a
@@ -88,9 +88,9 @@ deps:
 	else echo "all Debian packages present"; fi
 
 # libFuzzer target for the GGUF reader (needs clang); how to run it: tests/fuzz/README.md
-FUZZ_SRC = tests/fuzz/fuzz_gguf.c model/gguf_reader.c model/gguf_import.c export/gguf_tokenizer.c \
-           export/gguf_writer.c model/config.c model/tensors.c model/bundle.c data/tokenizer.c \
-           data/tokenizer_bpe.c data/tokenizer_text.c data/sha256.c qat/qat.c qat/quant.c util/util.c util/bytes.c
+FUZZ_SRC = tests/fuzz/fuzz_gguf.c formats/gguf_reader.c formats/gguf_import.c formats/gguf_tokenizer.c \
+           formats/gguf_writer.c model/config.c model/tensors.c model/bundle.c data/tokenizer.c \
+           data/tokenizer_bpe.c data/tokenizer_text.c data/sha256.c qat/qat.c model/ops/quant.c util/util.c util/bytes.c
 fuzz: build-fuzz/fuzz_gguf
 build-fuzz/fuzz_gguf: $(FUZZ_SRC)
 	@mkdir -p build-fuzz

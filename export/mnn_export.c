@@ -6,7 +6,7 @@
 #include "mnn_tokenizer.h"
 #include "mnn_weights.h"
 #include <math.h>
-#include "out_dir.h"
+#include "../util/out_dir.h"
 
 // What the wiring needs while it streams weights and adds ops.
 typedef struct {

@@ -4,7 +4,7 @@
 // array of the op that reads the blob.
 #pragma once
 #include <stdio.h>
-#include "../qat/quant.h"
+#include "../model/ops/quant.h"
 #include "mnn_graph.h"
 
 typedef struct {

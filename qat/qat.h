@@ -2,7 +2,7 @@
 // and zero of every quantized tensor, fake-quant of the weights, the
 // straight-through backward with LSQ-style learned scales, their Adam update,
 // the frozen-code phase (codes fixed, only scales/zeros trained) and A16
-// activation rounding. The grid itself is qat/quant.h.
+// activation rounding. The grid itself is model/ops/quant.h.
 //
 // One training step with QAT (the model runs on `effective`, a second buffer
 // laid out by the tensor table like the master params):
@@ -17,7 +17,7 @@
 // per micro-batch.
 #pragma once
 #include "../model/tensors.h"
-#include "quant.h"
+#include "../model/ops/quant.h"
 
 typedef struct {
     int tensor;         // row of the TensorTable
@@ -97,7 +97,7 @@ void qat_backward(QatState *q, const TensorTable *tt, const float *master, const
 // few float ulps, far below the 1/2 that would change the rounding), so
 // exporters and `--int4` runs that re-derive codes from (master, scale, zero)
 // get the frozen codes; a group whose scale reached 0 decodes to `zero`
-// either way. The checkpoint stores the codes too (qat_io.h), so a resumed
+// either way. The checkpoint stores the codes too (checkpoint_qat.h), so a resumed
 // run continues with exactly them.
 //
 // qat_freeze: codes = quant_codes(master, scale, zero) (the one code rule),

@@ -7,7 +7,7 @@
 #include <math.h>
 #include <string.h>
 #include <unistd.h>
-#include "../train/checkpoint.h"
+#include "../formats/checkpoint.h"
 
 static void roundtrip(const char *preset) {
     PtError e;

@@ -27,11 +27,11 @@
 #include <unistd.h>
 #include "../data/chat.h"
 #include "../model/generate.h"
-#include "../model/hf_import.h"
-#include "../model/safetensors.h"
+#include "../formats/hf_import.h"
+#include "../formats/safetensors.h"
 #include "../qat/qat.h"
-#include "../train/checkpoint.h"
-#include "../train/int4.h"
+#include "../formats/checkpoint.h"
+#include "../cli/open_model.h"
 
 #define HF "tests/fixtures/hf/"
 #define GEN "tests/fixtures/gen/"

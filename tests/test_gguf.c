@@ -19,10 +19,10 @@
 #include <string.h>
 #include <unistd.h>
 #include "../data/tokenizer.h"
-#include "../export/gguf_tokenizer.h"
-#include "../export/gguf_writer.h"
-#include "../model/gguf_import.h"
-#include "../model/hf_import.h"
+#include "../formats/gguf_tokenizer.h"
+#include "../formats/gguf_writer.h"
+#include "../formats/gguf_import.h"
+#include "../formats/hf_import.h"
 
 #define GG "tests/fixtures/gguf/"
 #define TOK "tests/fixtures/tok/"

@@ -11,8 +11,8 @@
 #include <string.h>
 #include <sys/wait.h>
 #include <unistd.h>
-#include "../export/gguf_writer.h"
-#include "../model/gguf_import.h"
+#include "../formats/gguf_writer.h"
+#include "../formats/gguf_import.h"
 
 typedef struct {
     uint8_t *p;

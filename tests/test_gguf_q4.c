@@ -1,4 +1,4 @@
-// GGUF Q4_0/Q4_1 from the int4 quantizer (qat/quant.h) and back:
+// GGUF Q4_0/Q4_1 from the int4 quantizer (model/ops/quant.h) and back:
 // - blocks worked out by hand from shared/spec/gguf.md (4.3, 4.4, 5.4): the
 //   spec's two Q4_1 examples (an exact and an inexact offset m) and a Q4_0
 //   block, and the count of blocks whose offset fp16 cannot hold;
@@ -20,11 +20,11 @@
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
-#include "../export/gguf_writer.h"
-#include "../model/gguf_import.h"
+#include "../formats/gguf_writer.h"
+#include "../formats/gguf_import.h"
 #include "../qat/qat.h"
-#include "../train/checkpoint.h"
-#include "../train/int4.h"
+#include "../formats/checkpoint.h"
+#include "../cli/open_model.h"
 
 static const char *pocket(void) { return getenv("POCKET") ? getenv("POCKET") : "./pocket"; }
 
@@ -247,7 +247,7 @@ static void file_holds_int4_weights(const char *path, const ModelBundle *b, cons
         const GgufTensor *t = gguf_find_tensor(&f, name);
         assert_non_null(t);
         const QatTensor *qt = qat_find(q, i);
-        // int4 mode (train/int4.c) runs an unquantized untied embedding at bf16, other matrices at fp32.
+        // int4 mode (cli/open_model.c) runs an unquantized untied embedding at bf16, other matrices at fp32.
         int bf16 = !qt && ti->kind == T_EMBED && !b->cfg.tied_embeddings;
         assert_int_equal(t->type, qt ? type : bf16 ? GGML_TYPE_BF16 : GGML_TYPE_F32);
         float *x = xmalloc(ti->numel * sizeof(float), "file weights"), *want = xmalloc(ti->numel * sizeof(float), "int4");

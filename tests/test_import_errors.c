@@ -17,7 +17,7 @@
 #include <unistd.h>
 #include <cmocka.h>
 #include "../model/bundle.h"
-#include "../model/safetensors.h"
+#include "../formats/safetensors.h"
 
 extern char **environ;
 

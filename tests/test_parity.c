@@ -9,9 +9,9 @@
 #include <cmocka.h>
 #include <math.h>
 #include <string.h>
-#include "../model/hf_import.h"
+#include "../formats/hf_import.h"
 #include "../model/model.h"
-#include "../model/safetensors.h"
+#include "../formats/safetensors.h"
 
 #define FIXTURES "tests/fixtures/hf/"
 

@@ -1,4 +1,4 @@
-// test_qat: QAT state over the tensor table (qat/qat.h, qat/qat_io.h).
+// test_qat: QAT state over the tensor table (qat/qat.h, formats/checkpoint_qat.h).
 //  - tensor selection (TF_QUANT, + embedding) and the cols % G error;
 //  - qat_forward_weights == master with quantized tensors replaced by
 //    quantize -> pack -> unpack -> dequantize, bit for bit;
@@ -18,7 +18,7 @@
 #include <string.h>
 #include <unistd.h>
 #include "../qat/qat.h"
-#include "../qat/qat_io.h"
+#include "../formats/checkpoint_qat.h"
 #include "test_qat_util.h"
 
 

@@ -19,7 +19,7 @@
 #include <string.h>
 #include <unistd.h>
 #include "../qat/qat.h"
-#include "../qat/qat_io.h"
+#include "../formats/checkpoint_qat.h"
 #include "test_qat_util.h"
 
 

@@ -1,4 +1,4 @@
-// test_quant: the int4 grid of qat/quant.h.
+// test_quant: the int4 grid of model/ops/quant.h.
 //  - RTN scale/zero/codes/dequant vs an independent torch implementation of the
 //    same rule (tests/ref/make_quant_fixtures.py -> tests/fixtures/quant/), all
 //    bit for bit, groups 32/64/128, asymmetric and symmetric;
@@ -13,9 +13,9 @@
 #include <cmocka.h>
 #include <math.h>
 #include <string.h>
-#include "../model/safetensors.h"
+#include "../formats/safetensors.h"
 #include "../qat/qat.h"
-#include "../qat/quant.h"
+#include "../model/ops/quant.h"
 
 #define FIXTURE "tests/fixtures/quant/quant.safetensors"
 

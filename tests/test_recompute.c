@@ -18,7 +18,7 @@
 #include <sys/wait.h>
 #include "../model/model.h"
 #include "../qat/qat.h"
-#include "../train/checkpoint.h"
+#include "../formats/checkpoint.h"
 
 typedef struct {
     int B, T;

@@ -9,7 +9,7 @@
 #include <string.h>
 #include <unistd.h>
 #include <cmocka.h>
-#include "../model/safetensors.h"
+#include "../formats/safetensors.h"
 
 typedef struct { char dir[64]; } Ctx;
 

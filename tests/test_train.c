@@ -15,8 +15,8 @@
 #include <sys/wait.h>
 #include <unistd.h>
 #include "../model/model.h"
-#include "../train/checkpoint.h"
-#include "../train/int4.h"
+#include "../formats/checkpoint.h"
+#include "../cli/open_model.h"
 #include "test_qat_util.h"
 
 static char g_dir[256];

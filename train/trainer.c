@@ -13,7 +13,7 @@
 #include "../model/generate.h"
 #include "../model/model.h"
 #include "../util/cpu.h"
-#include "checkpoint.h"
+#include "../formats/checkpoint.h"
 #include "evaluate.h"
 #include "optim.h"
 #include "plot.h"

@@ -6,7 +6,7 @@
 // Build and run: see tests/fuzz/README.md.
 #include <stdint.h>
 #include <stdlib.h>
-#include "../../model/gguf_import.h"
+#include "../../formats/gguf_import.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     GgufFile f;

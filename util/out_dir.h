@@ -3,7 +3,7 @@
 // when asked), abort deletes it. Shared by the directory exporters (hf, mnn).
 #pragma once
 #include <stddef.h>
-#include "../util/util.h"
+#include "util.h"
 
 typedef struct {
     char *dir;     // the final path, without trailing slashes

@@ -418,7 +418,7 @@ static int add_int4_tensor(GgufWriter *w, const char *path, const char *name, co
                            const QatState *q, const QatTensor *qt, int bf16, const float *src, const float *scale,
                            const float *zero, uint8_t **bytes_out, uint16_t *zero_hint, uint64_t *n_hint,
                            GgufExportStats *st, PtError *e) {
-    if (!qt) {   // as int4 mode runs it (train/int4.c): an untied embedding at bf16, the rest fp32
+    if (!qt) {   // as int4 mode runs it (cli/open_model.c): an untied embedding at bf16, the rest fp32
         st->n_int4_float++;
         return gguf_add_tensor(w, name, 2, ne, bf16 ? GGML_TYPE_BF16 : GGML_TYPE_F32, src, e);
     }

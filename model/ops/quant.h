@@ -33,7 +33,7 @@
 #pragma once
 #include <stddef.h>
 #include <stdint.h>
-#include "../util/util.h"
+#include "../../util/util.h"
 
 #define QUANT_GROUP_DEFAULT 64
 #define QUANT_CODE_MID 8      // the code whose value is `zero`

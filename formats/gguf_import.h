@@ -1,9 +1,9 @@
 // gguf_import.h: a GGUF file (qwen3 or llama architecture) into a
 // ModelBundle: the config from the <arch>.* keys, every tensor of the table
 // converted to fp32 (F32, F16, BF16, Q8_0, Q4_0, Q4_1), and a tokenizer.json
-// rebuilt from the tokenizer.ggml.* keys (export/gguf_tokenizer.h).
+// rebuilt from the tokenizer.ggml.* keys (formats/gguf_tokenizer.h).
 //
-// Q4_0/Q4_1 matrices also give back the int4 quantizer state (qat/quant.h)
+// Q4_0/Q4_1 matrices also give back the int4 quantizer state (model/ops/quant.h)
 // so that `--int4` and a re-export use the same codes:
 //   group G = pocket.quantization.group_size when present and consistent with
 //     the blocks, else the largest of 128, 64, 32 for which the G/32 blocks of
@@ -19,7 +19,7 @@
 // RTN scales from their weights (counted too).
 #pragma once
 #include "../qat/qat.h"
-#include "bundle.h"
+#include "../model/bundle.h"
 #include "gguf_reader.h"
 
 typedef struct {

@@ -1,5 +1,5 @@
-// qat_io.c: /qat in HDF5 checkpoints (layout in qat_io.h).
-#include "qat_io.h"
+// checkpoint_qat.c: /qat in HDF5 checkpoints (layout in checkpoint_qat.h).
+#include "checkpoint_qat.h"
 #include <math.h>
 #include <string.h>
 

@@ -5,9 +5,9 @@
 #include <string.h>
 #include "../data/chat.h"
 #include "../model/generate.h"
-#include "checkpoint.h"
+#include "../formats/checkpoint.h"
 #include "commands.h"
-#include "int4.h"
+#include "open_model.h"
 
 static void help(FILE *f) {
     fprintf(f,

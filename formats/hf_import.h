@@ -1,7 +1,7 @@
 // hf_import.h: a Hugging Face model directory (config.json, safetensors
 // weights, tokenizer files) into a ModelBundle.
 #pragma once
-#include "bundle.h"
+#include "../model/bundle.h"
 
 // Reads DIR/config.json, then DIR/model.safetensors, or when that is absent
 // DIR/model.safetensors.index.json and the shards its weight_map names (the

@@ -1,12 +1,12 @@
 // pocket export: a checkpoint out as deployment files. Each format is one
 // function in the FORMATS table.
 #include <string.h>
-#include "../export/gguf_writer.h"
-#include "../export/hf_export.h"
+#include "../formats/gguf_writer.h"
+#include "../formats/hf_export.h"
 #include "../export/mnn_export.h"
-#include "checkpoint.h"
+#include "../formats/checkpoint.h"
 #include "commands.h"
-#include "int4.h"
+#include "open_model.h"
 
 typedef struct {
     const char *ckpt;

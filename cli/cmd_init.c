@@ -1,7 +1,7 @@
 // pocket init: a new model from a preset or an HF config.json.
 #include <stdlib.h>
 #include <string.h>
-#include "checkpoint.h"
+#include "../formats/checkpoint.h"
 #include "commands.h"
 
 static void help(FILE *f) {

@@ -4,8 +4,8 @@
 #include <jansson.h>
 #include <string.h>
 #include <strings.h>
-#include "../model/safetensors.h"
-#include "out_dir.h"
+#include "safetensors.h"
+#include "../util/out_dir.h"
 
 // The shortest decimal that reads back as the same float: the config holds
 // floats, and 1e-6 should not be written as 9.9999999747524271e-07.

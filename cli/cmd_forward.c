@@ -5,10 +5,10 @@
 #include <stdlib.h>
 #include <string.h>
 #include "../model/model.h"
-#include "../model/safetensors.h"
-#include "checkpoint.h"
+#include "../formats/safetensors.h"
+#include "../formats/checkpoint.h"
 #include "commands.h"
-#include "int4.h"
+#include "open_model.h"
 
 static void help(FILE *f) {
     fprintf(f,

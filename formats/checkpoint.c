@@ -1,6 +1,6 @@
 #include "checkpoint.h"
 #include <hdf5.h>
-#include "../qat/qat_io.h"
+#include "checkpoint_qat.h"
 #include <string.h>
 #include <unistd.h>
 

@@ -13,11 +13,11 @@
 //     gguf_writer_free(w);
 //
 // gguf_export() writes a whole model: general.* and <arch>.* keys, the
-// tokenizer (export/gguf_tokenizer.h) and every tensor of the table under its
+// tokenizer (formats/gguf_tokenizer.h) and every tensor of the table under its
 // llama.cpp name.
 #pragma once
 #include "../model/bundle.h"
-#include "../model/gguf_reader.h"
+#include "gguf_reader.h"
 #include "../qat/qat.h"
 
 typedef struct GgufWriter GgufWriter;
@@ -61,7 +61,7 @@ int ggml_quant_q8_0(const float *x, uint8_t *block);
 // quantizer (gguf_encode_int4).
 int ggml_quant_row(uint32_t type, const float *x, uint8_t *out, uint64_t n, uint64_t *bad);
 
-// Int4 weights (qat/quant.h) as Q4_0 or Q4_1 blocks (spec 4.3-4.4, 5):
+// Int4 weights (model/ops/quant.h) as Q4_0 or Q4_1 blocks (spec 4.3-4.4, 5):
 // codes from quant_codes with the per-(row, group) scale and zero; each group
 // of G weights (G a multiple of 32) becomes G/32 blocks carrying the same
 // codes and d = scale; Q4_1 blocks also carry m = ggml_q4_1_offset(scale,
@@ -95,14 +95,14 @@ typedef struct {
 // is that quantizer state (the checkpoint's QAT scales, or RTN from the float
 // weights; required for these two). Its tensors become Q4 blocks
 // (gguf_encode_int4); every other matrix is stored as int4 mode runs it
-// (train/int4.c): an untied embedding as BF16, anything else F32, so llama.cpp
+// (cli/open_model.c): an untied embedding as BF16, anything else F32, so llama.cpp
 // computes what --int4 computes. The group size must be a multiple of 32. The metadata gets
 // pocket.quantization.group_size (UINT32), .symmetric (BOOL) and
 // .inexact_offset_blocks (UINT64). When some Q4_1 offset is inexact, also
 // pocket.quantization.zero: ARRAY of UINT16, the fp16 zero point of every
 // group of every Q4_1 tensor, in file order (GGUF rows, then groups). Only
 // then can an import tell the zero point back: the offset m alone fits
-// several fp16 zero points (see model/gguf_import.h). llama.cpp ignores it.
+// several fp16 zero points (see formats/gguf_import.h). llama.cpp ignores it.
 //
 // A tied model has no output.weight. The llama preset is written as
 // architecture "llama" with its q/k rows (and their int4 scales) permuted for

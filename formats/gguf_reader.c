@@ -581,7 +581,7 @@ static void print_value(FILE *out, uint32_t type, const GgufKV *kv, const uint8_
     else fprintf(out, "%llu", (unsigned long long)one.num.u);
 }
 
-// The int4 summary of our Q4_0/Q4_1 exports (keys written by export/gguf_writer.c).
+// The int4 summary of our Q4_0/Q4_1 exports (keys written by formats/gguf_writer.c).
 static int inspect_int4(const GgufFile *f, FILE *out, PtError *e) {
     int64_t group, inexact = -1;
     int sym = -1;

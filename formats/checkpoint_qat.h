@@ -1,4 +1,4 @@
-// qat_io.h: the /qat part of an HDF5 checkpoint, for train/checkpoint.c and
+// checkpoint_qat.h: the /qat part of an HDF5 checkpoint, for formats/checkpoint.c and
 // the exporters.
 //
 // Layout (h5py / h5dump readable):
@@ -13,7 +13,7 @@
 // One group per quantized tensor of the QatState, named by its HF name.
 #pragma once
 #include <hdf5.h>
-#include "qat.h"
+#include "../qat/qat.h"
 
 // Writes /qat into an open file. `path` names the file in errors.
 int qat_save(hid_t file, const QatState *q, const TensorTable *tt, const char *path, PtError *e);

@@ -3,7 +3,7 @@
 #include <signal.h>
 #include <string.h>
 #include "commands.h"
-#include "trainer.h"
+#include "../train/trainer.h"
 
 // The one piece of process-wide state: set by the signal handler, read by the
 // training loop between steps (a handler can reach nothing else).

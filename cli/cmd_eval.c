@@ -4,10 +4,10 @@
 #include <omp.h>
 #include <stdlib.h>
 #include <string.h>
-#include "checkpoint.h"
+#include "../formats/checkpoint.h"
 #include "commands.h"
-#include "evaluate.h"
-#include "int4.h"
+#include "../train/evaluate.h"
+#include "open_model.h"
 
 static void help(FILE *f) {
     fprintf(f,

@@ -1,9 +1,9 @@
 // pocket import: an HF model directory or a GGUF file into an HDF5
 // checkpoint that training, eval and export start from.
 #include <string.h>
-#include "../model/gguf_import.h"
-#include "../model/hf_import.h"
-#include "checkpoint.h"
+#include "../formats/gguf_import.h"
+#include "../formats/hf_import.h"
+#include "../formats/checkpoint.h"
 #include "commands.h"
 
 static void help(FILE *f) {

@@ -3,7 +3,7 @@
 #include <math.h>
 #include <string.h>
 #include "../data/tokenizer.h"
-#include "../export/gguf_tokenizer.h"
+#include "gguf_tokenizer.h"
 
 // An <arch>.<suffix> integer in [lo, 1<<30]; 0 when absent (then *out keeps its default).
 static int arch_int(const GgufFile *f, const char *arch, const char *suffix, int lo, int required, int *out,

@@ -5,9 +5,9 @@
 #include "../data/dataset.h"
 #include "../data/tokenizer.h"
 #include "../export/mnn_inspect.h"
-#include "../model/gguf_reader.h"
-#include "../model/safetensors.h"
-#include "checkpoint.h"
+#include "../formats/gguf_reader.h"
+#include "../formats/safetensors.h"
+#include "../formats/checkpoint.h"
 #include "commands.h"
 
 static void help(FILE *f) {

@@ -1,5 +1,5 @@
-#include "int4.h"
-#include "checkpoint.h"
+#include "open_model.h"
+#include "../formats/checkpoint.h"
 
 void int4_default_spec(const ModelConfig *c, QuantSpec *spec, int *quant_embedding) {
     spec->group = 64;
