@@ -1,10 +1,8 @@
 // pocket eval: held-out loss and perplexity of a checkpoint on a token
 // dataset, and for SFT data the exact-match rate of greedy completions.
 #include <math.h>
-#include <omp.h>
 #include <stdlib.h>
 #include <string.h>
-#include "../formats/checkpoint.h"
 #include "commands.h"
 #include "../train/evaluate.h"
 #include "open_model.h"
@@ -25,7 +23,8 @@ static void help(FILE *f) {
             "                     (group 64, asymmetric) from its float weights\n"
             "  --int4-group G     RTN of a float checkpoint with groups of G inputs (implies --int4;\n"
             "                     a QAT checkpoint must match its own grid)\n"
-            "  --int4-symmetric   RTN of a float checkpoint, symmetric (no zero point; implies --int4)\n");
+            "  --int4-symmetric   RTN of a float checkpoint, symmetric (no zero point; implies --int4)\n"
+            NUMERICS_HELP);
 }
 
 static int parse_int(const char *flag, const char *v, long lo, long *out) {
@@ -43,9 +42,11 @@ int cmd_eval(int argc, char **argv) {
     const char *ckpt = NULL, *data = NULL, *v;
     long batch = 4, seq = 512, max_batches = 0, n_exact = 200, threads = 0;
     long int4_group = 0;   // 0 = the default grid
-    int int4 = 0, int4_symmetric = 0, doc_mask = 0;
+    int int4 = 0, int4_symmetric = 0, doc_mask = 0, flag;
+    ModelOptions numerics = {0};
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) { help(stdout); return 0; }
+        else if ((flag = numerics_flag(argc, argv, &i, &numerics, "eval"))) { if (flag < 0) return 2; }
         else if (!strcmp(argv[i], "--int4")) int4 = 1;
         else if (!strcmp(argv[i], "--int4-symmetric")) int4 = int4_symmetric = 1;
         else if (!strcmp(argv[i], "--doc-mask")) doc_mask = 1;
@@ -67,59 +68,48 @@ int cmd_eval(int argc, char **argv) {
         else { fprintf(stderr, "pocket eval: unknown argument '%s' (see --help)\n", argv[i]); return 2; }
     }
     if (!ckpt || !data) { fprintf(stderr, "pocket eval: --ckpt and --data are required (see --help)\n"); return 2; }
-    if (threads > 0) omp_set_num_threads((int)threads);
     PtError e;
-    ModelBundle b;
-    Dataset d;
+    Dataset d = {0};
     Tokenizer *tok = NULL;
-    if (checkpoint_load(ckpt, &b, &e)) { fprintf(stderr, "pocket eval: %s\n", e.msg); return 1; }
-    if (!b.tokenizer_json) {
-        fprintf(stderr, "pocket eval: %s: the checkpoint stores no tokenizer.json\n", ckpt);
-        bundle_free(&b);
-        return 1;
-    }
-    if (tokenizer_load(&tok, b.tokenizer_json, b.tokenizer_json_len, ckpt, &e) || dataset_open(&d, data, &e)) {
-        fprintf(stderr, "pocket eval: %s\n", e.msg);
-        if (tok) tokenizer_free(tok);
-        bundle_free(&b);
-        return 1;
-    }
-    int rc = 1;
-    Model m;
-    model_from_bundle(&m, &b);
-    QatState q;
-    float *int4_weights = NULL;
     // An explicit grid only when one was asked for: otherwise the checkpoint's own (or the default).
     QuantSpec grid = {int4_group ? (int)int4_group : QUANT_GROUP_DEFAULT, int4_symmetric};
-    const QuantSpec *rtn_grid = int4_group || int4_symmetric ? &grid : NULL;
-    if (int4 && int4_use_weights_spec(&m, ckpt, rtn_grid, &q, &int4_weights, stdout, &e)) {
+    const int grid_chosen = int4_group || int4_symmetric;
+    OpenOptions oo = {.int4 = int4, .grid = grid_chosen ? &grid : NULL, .grid_chosen = grid_chosen,
+                      .numerics = numerics, .threads = (int)threads, .log = stdout};
+    OpenModel om;
+    if (open_model(&om, ckpt, &oo, &e)) { fprintf(stderr, "pocket eval: %s\n", e.msg); return 1; }
+    int rc = 1;
+    Model *m = &om.m;
+    if (!om.b.tokenizer_json) {
+        fprintf(stderr, "pocket eval: %s: the checkpoint stores no tokenizer.json\n", ckpt);
+        goto out;
+    }
+    if (tokenizer_load(&tok, om.b.tokenizer_json, om.b.tokenizer_json_len, ckpt, &e) || dataset_open(&d, data, &e)) {
         fprintf(stderr, "pocket eval: %s\n", e.msg);
         goto out;
     }
-    if (seq > m.w.cfg.max_seq) seq = m.w.cfg.max_seq;
-    if (dataset_check_tokenizer(&d, tokenizer_hash(tok), &e) || model_plan(&m, (int)batch, (int)seq, 0, NULL, &e)) {
+    if (seq > om.b.cfg.max_seq) seq = om.b.cfg.max_seq;
+    if (dataset_check_tokenizer(&d, tokenizer_hash(tok), &e) || model_plan(m, (int)batch, (int)seq, 0, NULL, &e)) {
         fprintf(stderr, "pocket eval: %s\n", e.msg);
         goto out;
     }
     double t0 = now_seconds();
     long count;
-    double loss = eval_loss(&m, &d, doc_mask, max_batches, &count, &e);
+    double loss = eval_loss(m, &d, doc_mask, max_batches, &count, &e);
     if (isnan(loss)) { fprintf(stderr, "pocket eval: %s\n", e.msg); goto out; }
     printf("%s on %s: loss %.4f, perplexity %.2f over %ld tokens (%.1f s)\n", ckpt, data, loss, exp(loss), count,
            now_seconds() - t0);
     if (d.kind == DATASET_SFT && n_exact > 0) {
         int scored;
         t0 = now_seconds();
-        double em = eval_exact_match(&m, tok, &d, (int)n_exact, &scored, stdout, &e);
+        double em = eval_exact_match(m, tok, &d, (int)n_exact, &scored, stdout, &e);
         if (scored == 0 && isnan(em)) { fprintf(stderr, "pocket eval: %s\n", e.msg); goto out; }
         printf("exact match: %.1f%% of %d examples (%.1f s)\n", 100 * em, scored, now_seconds() - t0);
     }
     rc = 0;
 out:
-    if (int4_weights) qat_free(&q);
-    free(int4_weights);
-    model_free(&m);
-    dataset_close(&d);
-    tokenizer_free(tok);
+    if (d.path) dataset_close(&d);
+    if (tok) tokenizer_free(tok);
+    open_model_close(&om);
     return rc;
 }

@@ -4,7 +4,6 @@
 #include "../formats/gguf_writer.h"
 #include "../formats/hf_export.h"
 #include "../export/mnn_export.h"
-#include "../formats/checkpoint.h"
 #include "commands.h"
 #include "open_model.h"
 
@@ -18,70 +17,60 @@ typedef struct {
     int force;
 } ExportOptions;
 
-typedef int (*ExportFn)(const ModelBundle *b, const ExportOptions *o, PtError *e);
+// Each format gets the checkpoint opened as `pocket forward` opens it; with
+// int4 the weights `pocket forward --int4` runs: the checkpoint's QAT state,
+// else RTN from its float weights with the deployment default (group 64,
+// asymmetric; symmetric for q4_0, whose blocks have no offset). Each first
+// checks the options, before the checkpoint is opened (om NULL: only that).
+typedef int (*ExportFn)(const OpenModel *om, const ExportOptions *o, PtError *e);
 
-static int export_hf(const ModelBundle *b, const ExportOptions *o, PtError *e) {
+static int export_hf(const OpenModel *om, const ExportOptions *o, PtError *e) {
     if (o->quant) return pt_fail(e, "--quant is for gguf; hf takes --dtype f32|bf16");
-    return hf_export(b, o->out, o->dtype ? o->dtype : "f32", o->force, e);
+    if (!om) return 0;
+    return hf_export(&om->b, o->out, o->dtype ? o->dtype : "f32", o->force, e);
 }
 
-// The int4 weights `pocket forward --int4` runs with: the checkpoint's QAT
-// state, else RTN from its float weights with the deployment default (group
-// 64, asymmetric; symmetric for q4_0, whose blocks have no offset).
-static int int4_state(const char *ckpt, const ModelBundle *b, int symmetric_rtn, QatState *q, int *from_qat,
-                      PtError *e) {
-    QuantSpec rtn;
-    int quant_embedding;
-    int4_default_spec(&b->cfg, &rtn, &quant_embedding);
-    rtn.symmetric = symmetric_rtn;
-    return int4_load_state(b, ckpt, &rtn, q, from_qat, e);
-}
-
-static int export_gguf(const ModelBundle *b, const ExportOptions *o, PtError *e) {
+static int export_gguf(const OpenModel *om, const ExportOptions *o, PtError *e) {
     if (o->dtype) return pt_fail(e, "--dtype is for hf; gguf takes --quant f32|f16|bf16|q8_0|q4_0|q4_1");
+    if (!om) return 0;
     GgufExportStats st;
     const char *quant = o->quant ? o->quant : "f16";
-    int is_int4 = !strcmp(quant, "q4_0") || !strcmp(quant, "q4_1"), from_qat = 0;
-    QatState q;
-    if (is_int4 && int4_state(o->ckpt, b, !strcmp(quant, "q4_0"), &q, &from_qat, e)) return -1;
-    int rc = gguf_export(b, o->out, quant, is_int4 ? &q : NULL, &st, e);
+    const QatState *q = om->int4 ? &om->q : NULL;
+    int rc = gguf_export(&om->b, o->out, quant, q, &st, e);
     if (rc == 0) {
         printf("%s: %d tensors: %d norms F32, %d %s", o->out, st.n_tensors, st.n_norm, st.n_quant, quant);
         if (st.n_fallback) printf(", %d F16 (ne[0] not a multiple of 32)", st.n_fallback);
         if (st.n_int4_float) printf(", %d F32/BF16 (int4 mode leaves them unquantized)", st.n_int4_float);
         printf("; %.2f MB\n", st.bytes / 1e6);
-        if (is_int4)
+        if (q)
             printf("int4 codes from %s (group %d, %s): %llu %s blocks; %llu (%.2f%%) with an offset fp16 could not "
                    "hold exactly\n",
-                   from_qat ? "the checkpoint's QAT state" : "RTN of the float weights", st.int4_group,
-                   q.spec.symmetric ? "symmetric" : "asymmetric", (unsigned long long)st.int4_blocks, quant,
+                   om->from_qat ? "the checkpoint's QAT state" : "RTN of the float weights", st.int4_group,
+                   q->spec.symmetric ? "symmetric" : "asymmetric", (unsigned long long)st.int4_blocks, quant,
                    (unsigned long long)st.inexact_offset_blocks,
                    st.int4_blocks ? 100.0 * (double)st.inexact_offset_blocks / (double)st.int4_blocks : 0.0);
     }
-    if (is_int4) qat_free(&q);
     return rc;
 }
 
-static int export_mnn(const ModelBundle *b, const ExportOptions *o, PtError *e) {
+static int export_mnn(const OpenModel *om, const ExportOptions *o, PtError *e) {
     if (o->dtype || o->quant) return pt_fail(e, "--dtype and --quant are not for mnn: it is always int4 (group of the checkpoint's QAT state, else 64)");
     const char *graph = o->graph ? o->graph : "fused", *memory = o->memory ? o->memory : "low";
     if (strcmp(graph, "fused") != 0 && strcmp(graph, "plain") != 0)
         return pt_fail(e, "unknown --graph '%s' (fused, plain)", graph);
     if (strcmp(memory, "low") != 0 && strcmp(memory, "normal") != 0)
         return pt_fail(e, "unknown --memory '%s' (low, normal)", memory);
-    QatState q;
-    int from_qat;
-    if (int4_state(o->ckpt, b, 0, &q, &from_qat, e)) return -1;
+    if (!om) return 0;
+    const QatState *q = &om->q;
     MnnExportOptions mo = {.fused = strcmp(graph, "fused") == 0, .memory = memory, .force = o->force};
     MnnExportStats st;
-    int rc = mnn_export(b, &q, o->out, &mo, &st, e);
+    int rc = mnn_export(&om->b, q, o->out, &mo, &st, e);
     if (rc == 0)
         printf("%s: %s graph, %d ops; %d int4 linears from %s (group %d, %s); llm.mnn.weight %.2f MB, llm.mnn %.1f kB, "
                "tokenizer.mtok %.1f kB%s\n",
-               o->out, graph, st.n_ops, st.n_linears, from_qat ? "the checkpoint's QAT state" : "RTN of the float weights",
-               q.spec.group, q.spec.symmetric ? "symmetric" : "asymmetric", st.weight_bytes / 1e6, st.graph_bytes / 1e3,
+               o->out, graph, st.n_ops, st.n_linears, om->from_qat ? "the checkpoint's QAT state" : "RTN of the float weights",
+               q->spec.group, q->spec.symmetric ? "symmetric" : "asymmetric", st.weight_bytes / 1e6, st.graph_bytes / 1e3,
                st.tokenizer_bytes / 1e3, st.embedding_bytes ? ", embeddings_bf16.bin" : "");
-    qat_free(&q);
     return rc;
 }
 
@@ -171,18 +160,21 @@ int cmd_export(int argc, char **argv) {
     }
     double t0 = now_seconds();
     PtError err;
-    ModelBundle b;
-    if (checkpoint_load(ckpt, &b, &err)) {
+    const int q4_0 = o.quant && !strcmp(o.quant, "q4_0"), q4_1 = o.quant && !strcmp(o.quant, "q4_1");
+    QuantSpec grid = {QUANT_GROUP_DEFAULT, q4_0};
+    OpenOptions oo = {.int4 = !strcmp(format, "mnn") || (!strcmp(format, "gguf") && (q4_0 || q4_1)), .grid = &grid};
+    OpenModel om;
+    if (FORMATS[f].run(NULL, &o, &err) || open_model(&om, ckpt, &oo, &err)) {
         fprintf(stderr, "pocket export: %s\n", err.msg);
         return 1;
     }
-    int rc = FORMATS[f].run(&b, &o, &err);
+    int rc = FORMATS[f].run(&om, &o, &err);
     if (rc) fprintf(stderr, "pocket export: %s\n", err.msg);
     else {
         const char *kind = o.dtype ? o.dtype : o.quant;
         printf("exported %s -> %s (%s%s%s), %.2f s\n", ckpt, o.out, format, kind ? ", " : "", kind ? kind : "",
                now_seconds() - t0);
     }
-    bundle_free(&b);
+    open_model_close(&om);
     return rc ? 1 : 0;
 }

@@ -4,21 +4,21 @@
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
-#include "../model/model.h"
 #include "../formats/safetensors.h"
-#include "../formats/checkpoint.h"
 #include "commands.h"
 #include "open_model.h"
 
 static void help(FILE *f) {
     fprintf(f,
-            "usage: pocket forward --ckpt CKPT.h5 --tokens-file F --dump OUT.safetensors [--grad] [--int4]\n\n"
+            "usage: pocket forward --ckpt CKPT.h5 --tokens-file F --dump OUT.safetensors [--grad] [--int4]\n"
+            "                      [--matmul fp32|bf16] [--a16 off|bf16|fp16]\n\n"
             "Reads N token ids (whitespace-separated) from F and runs the model on all N.\n"
             "Writes to OUT.safetensors: logits [N, vocab] (F32), loss [1] = mean next-token\n"
             "cross-entropy over the first N-1 positions (transformers' labels=input_ids), and\n"
             "with --grad the gradient of that loss for every parameter under its HF name.\n"
             "--int4 runs the int4 weights: the checkpoint's QAT scales, or RTN (group 64,\n"
-            "asymmetric) from its float weights; gradients are then those of the dequantized weights.\n");
+            "asymmetric) from its float weights; gradients are then those of the dequantized weights.\n\n"
+            NUMERICS_HELP);
 }
 
 // Reads whitespace-separated ids; errors name the file and the token's index.
@@ -62,9 +62,11 @@ static int read_tokens(const char *path, int vocab, int **out, int *n_out, PtErr
 
 int cmd_forward(int argc, char **argv) {
     const char *ckpt = NULL, *tokens_path = NULL, *dump = NULL, *v;
-    int grad = 0, int4 = 0;
+    int grad = 0, int4 = 0, flag;
+    ModelOptions numerics = {0};
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) { help(stdout); return 0; }
+        else if ((flag = numerics_flag(argc, argv, &i, &numerics, "forward"))) { if (flag < 0) return 2; }
         else if (!strcmp(argv[i], "--grad")) grad = 1;
         else if (!strcmp(argv[i], "--int4")) int4 = 1;
         else if ((v = arg_value(argc, argv, &i, "--ckpt"))) ckpt = v;
@@ -77,47 +79,39 @@ int cmd_forward(int argc, char **argv) {
         return 2;
     }
     PtError e;
-    ModelBundle b;
-    if (checkpoint_load(ckpt, &b, &e)) { fprintf(stderr, "pocket forward: %s\n", e.msg); return 1; }
-    int *tokens = NULL, N = 0;
-    if (read_tokens(tokens_path, b.cfg.vocab_size, &tokens, &N, &e)) {
+    OpenModel om;
+    OpenOptions oo = {.int4 = int4, .numerics = numerics, .log = stderr};
+    if (open_model(&om, ckpt, &oo, &e)) { fprintf(stderr, "pocket forward: %s\n", e.msg); return 1; }
+    Model *m = &om.m;
+    int *tokens = NULL, N = 0, rc = 1;
+    float *logits = NULL;
+    int *targets = NULL;
+    if (read_tokens(tokens_path, om.b.cfg.vocab_size, &tokens, &N, &e) || model_plan(m, 1, N, grad, NULL, &e)) {
         fprintf(stderr, "pocket forward: %s\n", e.msg);
-        bundle_free(&b);
-        return 1;
+        goto out;
     }
-    Model m;
-    model_from_bundle(&m, &b);
-    int rc = 1;
-    float *logits = NULL, *int4_weights = NULL;
-    QatState q;
-    if (int4 && int4_use_weights(&m, ckpt, &q, &int4_weights, stderr, &e)) {
-        fprintf(stderr, "pocket forward: %s\n", e.msg);
-        free(tokens);
-        model_free(&m);
-        return 1;
-    }
-    int *targets = xmalloc(N * sizeof(int), "targets");
-    if (model_plan(&m, 1, N, grad, NULL, &e)) { fprintf(stderr, "pocket forward: %s\n", e.msg); goto out; }
+    targets = xmalloc(N * sizeof(int), "targets");
     for (int i = 0; i < N; i++) targets[i] = i + 1 < N ? tokens[i + 1] : -1;
     ModelInput in = {.B = 1, .T = N, .tokens = tokens, .targets = targets};
-    int V = m.w.cfg.vocab_size, count;
+    int V = om.b.cfg.vocab_size, count;
     logits = xmalloc((size_t)N * V * sizeof(float), "logits");
     double sum;
     if (grad) {
-        model_zero_grads(&m);
-        sum = model_forward_backward(&m, &in, 1.0f / (N - 1), logits, &count);
+        model_zero_grads(m);
+        sum = model_forward_backward(m, &in, 1.0f / (N - 1), logits, &count);
     } else {
-        sum = model_forward(&m, &in, logits, &count);
+        sum = model_forward(m, &in, logits, &count);
     }
     float loss = (float)(sum / count);
-    int nt = 2 + (grad ? m.w.tt.n : 0);
+    const TensorTable *tt = &om.b.tt;
+    int nt = 2 + (grad ? tt->n : 0);
     StWriteTensor *w = xcalloc(nt, sizeof *w, "tensor list");
     w[0] = (StWriteTensor){.name = "logits", .dtype = "F32", .ndim = 2, .shape = {N, V}, .data = logits};
     w[1] = (StWriteTensor){.name = "loss", .dtype = "F32", .ndim = 1, .shape = {1}, .data = &loss};
-    for (int i = 0; grad && i < m.w.tt.n; i++) {
-        const TensorInfo *t = &m.w.tt.t[i];
+    for (int i = 0; grad && i < tt->n; i++) {
+        const TensorInfo *t = &tt->t[i];
         w[2 + i] = (StWriteTensor){.name = t->name, .dtype = "F32", .ndim = t->ndim,
-                                   .shape = {t->shape[0], t->shape[1]}, .data = m.grads + t->offset};
+                                   .shape = {t->shape[0], t->shape[1]}, .data = m->grads + t->offset};
     }
     if (st_write(dump, w, nt, &e)) fprintf(stderr, "pocket forward: %s\n", e.msg);
     else {
@@ -126,11 +120,9 @@ int cmd_forward(int argc, char **argv) {
     }
     free(w);
 out:
-    if (int4_weights) qat_free(&q);
-    free(int4_weights);
     free(logits);
     free(targets);
     free(tokens);
-    model_free(&m);
+    open_model_close(&om);
     return rc;
 }

@@ -5,14 +5,15 @@
 #include <string.h>
 #include "../data/chat.h"
 #include "../model/generate.h"
-#include "../formats/checkpoint.h"
+#include "../train/evaluate.h"
 #include "commands.h"
 #include "open_model.h"
 
 static void help(FILE *f) {
     fprintf(f,
             "usage: pocket generate --ckpt CKPT.h5 (--prompt TEXT | --prompt-ids \"ID ID ...\") [--chat] [--int4]\n"
-            "                       [--max-new N] [--temperature T] [--top-k K] [--top-p P] [--seed S] [--ids]\n\n"
+            "                       [--max-new N] [--temperature T] [--top-k K] [--top-p P] [--seed S] [--ids]\n"
+            "                       [--matmul fp32|bf16] [--a16 off|bf16|fp16]\n\n"
             "Continues the prompt with the checkpoint's model (KV cache: the prompt is read in one\n"
             "pass, then one token per step) and prints the new text to stdout as it is generated.\n"
             "Generation stops after --max-new tokens or at an end token: the config's eos id,\n"
@@ -33,7 +34,8 @@ static void help(FILE *f) {
             "  --top-k K            sample among the K most likely tokens only; 0 = all (default 0)\n"
             "  --top-p P            then among the smallest set with probability >= P (default 1)\n"
             "  --seed S             sampling seed (default 0); same seed, same output\n"
-            "  --ids                print the new token ids (space-separated) instead of text\n");
+            "  --ids                print the new token ids (space-separated) instead of text\n"
+            NUMERICS_HELP);
 }
 
 static int parse_long(const char *flag, const char *s, long lo, long hi, long *out) {
@@ -139,9 +141,12 @@ int cmd_generate(int argc, char **argv) {
     int chat = 0, print_ids = 0, int4 = 0;
     GenParams params;
     gen_params_default(&params);
+    ModelOptions numerics = {0};
     for (int i = 1; i < argc; i++) {
         long n;
+        int flag;
         if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) { help(stdout); return 0; }
+        else if ((flag = numerics_flag(argc, argv, &i, &numerics, "generate"))) { if (flag < 0) return 2; }
         else if (!strcmp(argv[i], "--chat")) chat = 1;
         else if (!strcmp(argv[i], "--ids")) print_ids = 1;
         else if (!strcmp(argv[i], "--int4")) int4 = 1;
@@ -182,27 +187,25 @@ int cmd_generate(int argc, char **argv) {
     }
 
     PtError e;
-    ModelBundle b;
-    if (checkpoint_load(ckpt, &b, &e)) { fprintf(stderr, "pocket generate: %s\n", e.msg); return 1; }
-    Model m;
-    model_from_bundle(&m, &b);
-    const ModelConfig *c = &m.w.cfg;
+    OpenModel om;
+    OpenOptions oo = {.int4 = int4, .numerics = numerics, .log = stderr};
+    if (open_model(&om, ckpt, &oo, &e)) { fprintf(stderr, "pocket generate: %s\n", e.msg); return 1; }
+    const ModelBundle *b = &om.b;
+    const ModelConfig *c = &b->cfg;
     int rc = 1, *prompt = NULL, n_prompt = 0, *out = NULL;
     Tokenizer *tok = NULL;
     char *rendered = NULL;
-    float *int4_weights = NULL;
-    QatState q;
     GenContext g;
     memset(&g, 0, sizeof g);
 
-    if (!m.w.tokenizer_json && (prompt_text || !print_ids)) {
+    if (!b->tokenizer_json && (prompt_text || !print_ids)) {
         fprintf(stderr, "pocket generate: %s has no /tokenizer/tokenizer.json; use --prompt-ids with --ids\n", ckpt);
         goto done;
     }
-    if (m.w.tokenizer_json) {
+    if (b->tokenizer_json) {
         char src[1100];
         snprintf(src, sizeof src, "%s:/tokenizer/tokenizer.json", ckpt);
-        if (tokenizer_load(&tok, m.w.tokenizer_json, m.w.tokenizer_json_len, src, &e)) goto fail;
+        if (tokenizer_load(&tok, b->tokenizer_json, b->tokenizer_json_len, src, &e)) goto fail;
     }
     if (prompt_ids) {
         if (parse_ids(prompt_ids, c->vocab_size, &prompt, &n_prompt, &e)) goto fail;
@@ -235,13 +238,12 @@ int cmd_generate(int argc, char **argv) {
                 goto done;
             }
     }
-    gen_add_default_stops(&params, c, tok);
-    if (int4 && int4_use_weights(&m, ckpt, &q, &int4_weights, stderr, &e)) goto fail;
+    add_default_stops(&params, c, tok);
 
     // The cache holds what this call can use; generate() reports a prompt
     // that does not fit the model's context.
     long need = (long)n_prompt + params.max_new;
-    if (gen_init(&g, &m, need < c->max_seq ? (int)need : c->max_seq, &e)) goto fail;
+    if (gen_init(&g, &om.m, need < c->max_seq ? (int)need : c->max_seq, &e)) goto fail;
     out = xmalloc((size_t)params.max_new * sizeof(int), "generated ids");
     // The stream records each id as it is chosen, into the array generate() fills anyway.
     Stream s = {tok, &params, print_ids, out, 0, 0, 0};
@@ -264,13 +266,11 @@ int cmd_generate(int argc, char **argv) {
 fail:
     fprintf(stderr, "pocket generate: %s\n", e.msg);
 done:
-    if (int4_weights) qat_free(&q);
-    free(int4_weights);
     gen_free(&g);
     free(out);
     free(prompt);
     free(rendered);
     if (tok) tokenizer_free(tok);
-    model_free(&m);
+    open_model_close(&om);
     return rc;
 }

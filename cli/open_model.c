@@ -1,8 +1,31 @@
+// open_model.c: checkpoint -> bundle, int4 state, device and model (open_model.h).
 #include "open_model.h"
+#include <string.h>
 #include "../formats/checkpoint.h"
+#include "../model/ops/ops.h"
+
+int numerics_flag(int argc, char **argv, int *i, ModelOptions *o, const char *cmd) {
+    const char *v;
+    if ((v = arg_value(argc, argv, i, "--matmul"))) {
+        if (strcmp(v, "fp32") && strcmp(v, "bf16")) {
+            fprintf(stderr, "pocket %s: --matmul '%s' is not fp32 or bf16\n", cmd, v);
+            return -1;
+        }
+        o->matmul = strcmp(v, "bf16") ? MATMUL_FP32 : MATMUL_BF16;
+        return 1;
+    }
+    if ((v = arg_value(argc, argv, i, "--a16"))) {
+        if ((o->a16 = a16_mode_from_name(v)) < 0) {
+            fprintf(stderr, "pocket %s: --a16 '%s' is not off, bf16 or fp16\n", cmd, v);
+            return -1;
+        }
+        return 1;
+    }
+    return 0;
+}
 
 void int4_default_spec(const ModelConfig *c, QuantSpec *spec, int *quant_embedding) {
-    spec->group = 64;
+    spec->group = QUANT_GROUP_DEFAULT;
     spec->symmetric = 0;
     *quant_embedding = c->tied_embeddings;
 }
@@ -26,38 +49,57 @@ int int4_load_state(const ModelBundle *b, const char *ckpt_path, const QuantSpec
     return rc;
 }
 
-int int4_use_weights_spec(Model *m, const char *ckpt_path, const QuantSpec *rtn_spec, QatState *q,
-                          float **effective, FILE *log, PtError *e) {
-    int from_qat;
-    if (int4_load_state(&m->w, ckpt_path, rtn_spec, q, &from_qat, e)) return -1;
-    const QuantSpec spec = q->spec;
-    const int quant_embedding = q->quant_embedding;
-    if (from_qat && rtn_spec && (rtn_spec->group != spec.group || !rtn_spec->symmetric != !spec.symmetric)) {
-        qat_free(q);
+// The int4 weights on the device, as the deployed package runs them.
+static int load_int4(OpenModel *om, const char *ckpt, const OpenOptions *o, PtError *e) {
+    if (int4_load_state(&om->b, ckpt, o->grid, &om->q, &om->from_qat, e)) return -1;
+    om->int4 = 1;
+    const QuantSpec spec = om->q.spec, *g = o->grid;
+    if (om->from_qat && o->grid_chosen && g && (g->group != spec.group || !g->symmetric != !spec.symmetric))
         return pt_fail(e,
                        "%s: holds QAT scales for int4 group %d %s, not the requested group %d %s "
                        "(a chosen grid applies to float checkpoints only)",
-                       ckpt_path, spec.group, spec.symmetric ? "symmetric" : "asymmetric", rtn_spec->group,
-                       rtn_spec->symmetric ? "symmetric" : "asymmetric");
-    }
-    *effective = xaligned(m->w.tt.total * sizeof(float), "int4 weights");
-    qat_forward_weights(q, &m->w.tt, m->w.params, *effective);
+                       ckpt, spec.group, spec.symmetric ? "symmetric" : "asymmetric", g->group,
+                       g->symmetric ? "symmetric" : "asymmetric");
+    Device *d = &om->dev;
+    const TensorTable *tt = &om->b.tt;
+    om->int4_weights = d->be->alloc(d, tt->total * sizeof(float), "int4 weights");
+    qat_forward_weights(d, &om->q, tt, om->params, om->int4_weights);
     // An untied embedding the int4 state leaves in float ships as bf16 rows
     // (MNN's embeddings_bf16.bin, GGUF BF16): look it up at that precision too.
-    if (!quant_embedding && !m->w.cfg.tied_embeddings) {
-        const TensorInfo *emb = tensor_table_find(&m->w.tt, "model.embed_tokens.weight");
-        float *x = *effective + emb->offset;
-        for (size_t i = 0; i < emb->numel; i++) x[i] = bf16_to_f32(f32_to_bf16(x[i]));
+    const int untied_float_embedding = !om->q.quant_embedding && !om->b.cfg.tied_embeddings;
+    if (untied_float_embedding) {
+        const TensorInfo *emb = tensor_table_find(tt, "model.embed_tokens.weight");
+        OP(d, a16_round, om->int4_weights + emb->offset, emb->numel, A16_BF16);
     }
-    model_use_weights(m, *effective);
-    if (log)
-        fprintf(log, "int4 weights: %s, group %d, %s%s\n", from_qat ? "the checkpoint's QAT scales" : "RTN from float",
-                spec.group, spec.symmetric ? "symmetric" : "asymmetric", quant_embedding                     ? ", embedding quantized"
-                : !m->w.cfg.tied_embeddings ? ", embedding in bf16"
-                                            : "");
+    if (o->log)
+        fprintf(o->log, "int4 weights: %s, group %d, %s%s\n",
+                om->from_qat ? "the checkpoint's QAT scales" : "RTN from float", spec.group,
+                spec.symmetric ? "symmetric" : "asymmetric",
+                om->q.quant_embedding ? ", embedding quantized" : untied_float_embedding ? ", embedding in bf16" : "");
     return 0;
 }
 
-int int4_use_weights(Model *m, const char *ckpt_path, QatState *q, float **effective, FILE *log, PtError *e) {
-    return int4_use_weights_spec(m, ckpt_path, NULL, q, effective, log, e);
+int open_model(OpenModel *om, const char *ckpt, const OpenOptions *o, PtError *e) {
+    memset(om, 0, sizeof *om);
+    if (checkpoint_load(ckpt, &om->b, e)) return -1;
+    cpu_device_init(&om->dev, o->threads, NULL);
+    om->params = dev_mirror(&om->dev, om->b.params, om->b.tt.total * sizeof(float), "weights");
+    if (o->int4 && load_int4(om, ckpt, o, e)) {
+        open_model_close(om);
+        return -1;
+    }
+    model_init(&om->m, &om->dev, &om->b.cfg, &om->b.tt, om->int4 ? om->int4_weights : om->params, &o->numerics);
+    return 0;
+}
+
+void open_model_close(OpenModel *om) {
+    model_free(&om->m);
+    if (om->dev.be) {
+        if (om->int4_weights) om->dev.be->release(&om->dev, om->int4_weights);
+        dev_unmirror(&om->dev, om->params, om->b.params);
+        dev_free(&om->dev);
+    }
+    if (om->int4) qat_free(&om->q);
+    bundle_free(&om->b);
+    memset(om, 0, sizeof *om);
 }

@@ -1,27 +1,51 @@
-// int4.h: run a loaded model with int4 weights (W4A16 inference): the
-// checkpoint's QAT scales and zero points when it has them, else round-to-
-// nearest from the float weights (group 64, asymmetric, as deployed, unless
-// the caller asks for another grid). `pocket forward/eval/generate --int4`
-// use it.
+// open_model.h: a checkpoint opened for inference, the one way `pocket
+// forward`, `eval`, `generate` and `export` do it: the bundle, the int4 state
+// when asked for (the checkpoint's QAT scales and zero points, else
+// round-to-nearest from its float weights), the device, and a model over the
+// weights it runs, made with the given numerics. Planning is the caller's.
 #pragma once
+#include "../model/bundle.h"
 #include "../model/model.h"
 #include "../qat/qat.h"
 
-// Fills q, allocates *effective (the dequantized weights) and points the
-// model's views at it. log (optional) says which scales were used.
-int int4_use_weights(Model *m, const char *ckpt_path, QatState *q, float **effective, FILE *log, PtError *e);
-// The same with the RTN grid of a float checkpoint chosen by the caller
-// (rtn_spec; NULL = int4_default_spec). A checkpoint with QAT scales keeps
-// its own grid: a rtn_spec that differs from it is an error, not a silent
-// switch to another quantization.
-int int4_use_weights_spec(Model *m, const char *ckpt_path, const QuantSpec *rtn_spec, QatState *q,
-                          float **effective, FILE *log, PtError *e);
-// The int4 state the model deploys with: the checkpoint's QAT state (its own
-// grid), else RTN of its float weights with rtn_spec (NULL = int4_default_spec).
-// *from_qat says which. On failure q is freed. `pocket export` and the int4
-// runs above share it, so an export holds the codes `--int4` runs.
-int int4_load_state(const ModelBundle *b, const char *ckpt_path, const QuantSpec *rtn_spec, QatState *q,
-                    int *from_qat, PtError *e);
+typedef struct {
+    int int4;                  // run (and export) the int4 weights
+    const QuantSpec *grid;     // RTN grid of a float checkpoint; NULL: group 64 asymmetric
+    int grid_chosen;           // the user chose `grid`: a QAT checkpoint with another grid is an error
+    ModelOptions numerics;
+    int threads;               // 0: all cores
+    FILE *log;                 // which int4 scales are used (NULL: quiet)
+} OpenOptions;
+
+typedef struct {
+    ModelBundle b;             // host memory
+    QatState q;                // the int4 state (opts.int4)
+    int int4, from_qat;        // q is set; it came from the checkpoint's /qat
+    Device dev;
+    float *params;             // b.params on the device
+    float *int4_weights;       // the dequantized int4 weights on the device (int4)
+    Model m;                   // over int4_weights, else params
+} OpenModel;
+
+int open_model(OpenModel *om, const char *ckpt, const OpenOptions *o, PtError *e);
+void open_model_close(OpenModel *om);
+
+// --matmul fp32|bf16 and --a16 off|bf16|fp16: the numerics forward, eval and
+// generate run with (NUMERICS_HELP describes them). Returns 1 when argv[*i]
+// is one of them (its value consumed), 0 when not, -1 after printing an
+// error for a bad value.
+int numerics_flag(int argc, char **argv, int *i, ModelOptions *o, const char *cmd);
+#define NUMERICS_HELP                                                                                              \
+    "  --matmul P         matmul products: fp32 (default) or bf16 (bf16 operands, fp32 accumulation,\n"          \
+    "                     as train.matmul = bf16)\n"                                                              \
+    "  --a16 M            round matmul inputs and outputs to 16 bits as the phone's runtime does:\n"             \
+    "                     off (default), bf16 or fp16 (as [qat] a16)\n"
+
 // The default deployment spec for a config: group 64, asymmetric, and the
 // embedding quantized when it is also the (tied) lm_head.
 void int4_default_spec(const ModelConfig *c, QuantSpec *spec, int *quant_embedding);
+// The int4 state the model deploys with: the checkpoint's QAT state (its own
+// grid), else RTN of its float weights with rtn_spec (NULL = int4_default_spec).
+// *from_qat says which. On failure q is freed.
+int int4_load_state(const ModelBundle *b, const char *ckpt_path, const QuantSpec *rtn_spec, QatState *q,
+                    int *from_qat, PtError *e);

@@ -1,4 +1,4 @@
-// chat.c: the Qwen3 chat template (spec 5.10) in C. The output equals
+// chat.c: the Qwen3 chat template (its tokenizer_config.json chat_template) in C. The output equals
 // transformers' apply_chat_template with the Qwen3 template (no tools), cut
 // into segments whose train flag is the SFT loss mask: 1 on each assistant
 // reply and its closing <|im_end|>, 0 on everything else (headers, the think

@@ -1,5 +1,5 @@
 // tokenizer.c: loads an HF tokenizer.json (byte-level BPE) and drives encoding
-// and decoding. Spec: shared/spec/qwen3-model.md section 5.
+// and decoding, as HF tokenizers does (tests/test_tokenizer.c checks it token for token).
 //
 // Supported: model BPE (vocab, merges in "a b" or ["a","b"] form, unk_token,
 // fuse_unk, ignore_merges), added_tokens (no strip/single-word flags),

@@ -1,5 +1,5 @@
 // tokenizer_bpe.c: the string and pair hash maps, the GPT-2 byte table, and
-// BPE merge application on one pre-token (spec 5.5, 5.6).
+// BPE merge application on one pre-token, as HF tokenizers' BPE model applies merges.
 #include <string.h>
 #include "tokenizer_internal.h"
 

@@ -91,7 +91,7 @@ struct Tokenizer {
     StrMap added;               // added-token content -> id
     MergeMap merges;
     int32_t byte_id[256];       // vocab id of the one-byte token, -1 if missing
-    uint16_t byte_cp[256];      // GPT-2 byte table (spec 5.5)
+    uint16_t byte_cp[256];      // GPT-2 byte table (bytes_to_unicode)
     int32_t unk_id;             // -1 when the model has no unk token
     int fuse_unk, ignore_merges;
 
@@ -104,7 +104,7 @@ struct Tokenizer {
     char hash[65];
 };
 
-// GPT-2 byte <-> code point table (spec 5.5); the tokenizer caches it in byte_cp.
+// GPT-2 byte <-> code point table (GPT-2's bytes_to_unicode); the tokenizer caches it in byte_cp.
 uint32_t tok_byte_to_cp(uint8_t b);
 int tok_cp_to_byte(uint32_t cp);   // -1 if cp is not in the table
 

@@ -1,5 +1,6 @@
-// tokenizer_text.c: text-level steps of encoding (spec 5.3): UTF-8 checks,
-// added-token search, NFC, and the regex split into pre-tokens.
+// tokenizer_text.c: text-level steps of encoding (tokenizer.json's normalizer
+// and pre-tokenizer): UTF-8 checks, added-token search, NFC, and the regex
+// split into pre-tokens.
 #include <string.h>
 #include <utf8proc.h>
 #include "tokenizer_internal.h"

@@ -1,22 +1,9 @@
-// generate.c: the decoder run incrementally over a KV cache, and sampling.
-//
-// A fed chunk of n tokens goes through the same ops as the training forward
-// (model.c), row for row: norm, q/k/v projections, per-head QK-norm, RoPE at
-// the chunk's absolute positions, attention, o_proj, residual, SwiGLU MLP.
-// The differences: K and V land in the cache instead of a per-batch buffer,
-// and each query row attends to every cached position up to its own. A
-// first chunk (position 0 on) is an ordinary causal batch and runs the
-// training attention kernel; later chunks and single decode steps run
-// cached_attention over the earlier positions and their own causal part.
+// generate.c: generation over the decoder's KV-cache plan (model_feed), and
+// sampling.
 #include "generate.h"
 #include <float.h>
 #include <math.h>
 #include <string.h>
-#include "../qat/qat.h"
-
-// Rows per pass over a prompt: bounds the activation buffers (about 28 MiB
-// for pocket-0.3b) while keeping the matmuls wide.
-enum { GEN_CHUNK = 512 };
 
 // ---------------------------------------------------------------- parameters
 
@@ -34,213 +21,51 @@ int gen_is_stop(const GenParams *p, int id) {
     return 0;
 }
 
-static void add_stop(GenParams *p, int id, int vocab) {
+void gen_add_stop(GenParams *p, int id, int vocab) {
     if (id < 0 || id >= vocab || gen_is_stop(p, id) || p->n_stop == GEN_MAX_STOPS) return;
     p->stop_ids[p->n_stop++] = id;
 }
 
-void gen_add_default_stops(GenParams *p, const ModelConfig *c, const Tokenizer *tok) {
-    add_stop(p, c->eos_id, c->vocab_size);
-    if (!tok) return;
-    add_stop(p, tokenizer_token_id(tok, "<|im_end|>"), c->vocab_size);
-    add_stop(p, tokenizer_token_id(tok, "<|endoftext|>"), c->vocab_size);
-}
-
 // ---------------------------------------------------------------- context
 
-// Carves 64-byte aligned buffers out of one arena (a first pass with base NULL counts).
-typedef struct { float *base; size_t used; } Carver;
-static float *carve(Carver *c, size_t n) {
-    float *p = c->base ? c->base + c->used : NULL;
-    c->used += (n + 15) / 16 * 16;
-    return p;
-}
-
-static void plan(GenContext *g, Carver *c) {
-    const ModelConfig *cfg = &g->m->w.cfg;
-    size_t C = (size_t)g->chunk, H = cfg->d_model, F = cfg->d_ff, V = cfg->vocab_size;
-    size_t Q = (size_t)cfg->n_head * cfg->head_dim, KV = (size_t)cfg->n_kv_head * cfg->head_dim;
-    g->x = carve(c, C * H);
-    g->x_mid = carve(c, C * H);
-    g->ln = carve(c, C * H);
-    g->q = carve(c, C * Q);
-    g->q_raw = cfg->qk_norm ? carve(c, C * Q) : g->q;
-    // K before the QK-norm; without the norm the projection goes straight to the cache.
-    g->k_raw = cfg->qk_norm ? carve(c, C * KV) : NULL;
-    g->att = carve(c, C * Q);
-    g->tmp = carve(c, C * H);
-    g->gate = carve(c, C * F);
-    g->up = carve(c, C * F);
-    g->act = carve(c, C * F);
-    g->rstd = carve(c, C * (size_t)cfg->n_head);   // n_head >= n_kv_head rows per token
-    g->lse = carve(c, C * (size_t)cfg->n_head);
-    g->logits = carve(c, V);
-    g->probs = carve(c, V);
-}
-
-int gen_init(GenContext *g, const Model *m, int max_len, PtError *e) {
+int gen_init(GenContext *g, const Model *src, int max_len, PtError *e) {
     memset(g, 0, sizeof *g);
-    const ModelConfig *cfg = &m->w.cfg;
-    if (max_len < 1 || max_len > cfg->max_seq)
-        return pt_fail(e, "generation context of %d positions is outside [1, %d] (the model's max_position_embeddings)",
-                       max_len, cfg->max_seq);
-    g->m = m;
-    g->max_len = max_len;
-    g->chunk = max_len < GEN_CHUNK ? max_len : GEN_CHUNK;
-    Carver c = {NULL, 0};
-    plan(g, &c);
-    g->arena = xaligned(c.used * sizeof(float), "generation activations");
-    c.base = g->arena;
-    c.used = 0;
-    plan(g, &c);
-    g->pos = xmalloc((size_t)g->chunk * sizeof(int), "generation positions");
-    g->order = xmalloc((size_t)cfg->vocab_size * sizeof(int), "sampling order");
-    size_t cache = (size_t)cfg->n_layer * max_len * cfg->n_kv_head * cfg->head_dim;
-    g->k_cache = xaligned(cache * sizeof(float), "K cache");
-    g->v_cache = xaligned(cache * sizeof(float), "V cache");
+    model_init(&g->m, src->dev, &src->cfg, src->tt, src->weights, &src->opt);
+    if (model_plan_cache(&g->m, max_len, e)) {
+        model_free(&g->m);
+        return -1;
+    }
+    const int V = src->cfg.vocab_size;
+    g->logits = xmalloc((size_t)V * sizeof(float), "logits");
+    g->probs = xmalloc((size_t)V * sizeof(float), "sampling probabilities");
+    g->order = xmalloc((size_t)V * sizeof(int), "sampling order");
     return 0;
 }
 
 void gen_free(GenContext *g) {
-    free(g->arena);
-    free(g->pos);
+    model_free(&g->m);
+    free(g->logits);
+    free(g->probs);
     free(g->order);
-    free(g->k_cache);
-    free(g->v_cache);
     memset(g, 0, sizeof *g);
 }
 
-void gen_reset(GenContext *g) { g->n_past = 0; }
-
-// ---------------------------------------------------------------- forward
-
-// n query rows at positions p0 .. p0+n-1 against the cached keys 0 .. p0+i
-// of one layer: out[i, h] = sum_u softmax_u(q.k_u / sqrt(hd)) v_u, with query
-// head h reading KV head h / (nq/nkv). The softmax runs online (running max
-// and sum, accumulating into out), so no score buffer is needed.
-static void cached_attention(float *out, const float *q, const float *K, const float *V, int p0, int n, int nq,
-                             int nkv, int hd) {
-    int rep = nq / nkv;
-    size_t Q = (size_t)nq * hd, KVw = (size_t)nkv * hd;
-    float scale = 1.0f / sqrtf((float)hd);
-    // Threads only pay off with enough work (a tiny model's single step has little).
-    long work = (long)n * nq * (p0 + n) * hd;
-    #pragma omp parallel for collapse(2) schedule(static) if (work > 65536)
-    for (int i = 0; i < n; i++)
-        for (int h = 0; h < nq; h++) {
-            const float *qh = q + i * Q + (size_t)h * hd;
-            const float *Kh = K + (size_t)(h / rep) * hd, *Vh = V + (size_t)(h / rep) * hd;
-            float *acc = out + i * Q + (size_t)h * hd;
-            float max = -INFINITY, sum = 0.0f;
-            for (int d = 0; d < hd; d++) acc[d] = 0.0f;
-            for (int u = 0; u <= p0 + i; u++) {
-                const float *ku = Kh + u * KVw, *vu = Vh + u * KVw;
-                float s = 0.0f;
-                #pragma omp simd reduction(+ : s)
-                for (int d = 0; d < hd; d++) s += qh[d] * ku[d];
-                s *= scale;
-                if (s > max) {   // rescale what was summed under the old maximum
-                    float r = expf(max - s);
-                    sum *= r;
-                    #pragma omp simd
-                    for (int d = 0; d < hd; d++) acc[d] *= r;
-                    max = s;
-                }
-                float p = expf(s - max);
-                sum += p;
-                #pragma omp simd
-                for (int d = 0; d < hd; d++) acc[d] += p * vu[d];
-            }
-            float inv = 1.0f / sum;
-            for (int d = 0; d < hd; d++) acc[d] *= inv;
-        }
-}
-
-// One decoder block over n rows of g->x (in place: x -> x after the block).
-// With m->a16 set, matmul inputs and outputs are rounded at the same points
-// as model.c does, so int4 / A16 generation matches the model's forward.
-static void block(GenContext *g, int l, int n, int p0) {
-    const Model *m = g->m;
-    const ModelConfig *c = &m->w.cfg;
-    const LayerViews *w = &m->p.layer[l];
-    int H = c->d_model, F = c->d_ff, hd = c->head_dim, nq = c->n_head, nkv = c->n_kv_head, a16 = m->a16;
-    int Q = nq * hd, KV = nkv * hd;
-    size_t nH = (size_t)n * H, nQ = (size_t)n * Q, nKV = (size_t)n * KV, nF = (size_t)n * F;
-    float *K_layer = g->k_cache + (size_t)l * g->max_len * KV, *V_layer = g->v_cache + (size_t)l * g->max_len * KV;
-    float *k_new = K_layer + (size_t)p0 * KV, *v_new = V_layer + (size_t)p0 * KV;
-    float *k_proj = c->qk_norm ? g->k_raw : k_new;
-
-    rmsnorm_forward(g->ln, g->rstd, g->x, w->ln1, n, H, c->norm_eps);
-    a16_round(g->ln, nH, a16);
-    matmul_forward(g->q_raw, g->ln, w->wq, n, H, Q);
-    matmul_forward(k_proj, g->ln, w->wk, n, H, KV);
-    matmul_forward(v_new, g->ln, w->wv, n, H, KV);
-    a16_round(g->q_raw, nQ, a16);
-    a16_round(k_proj, nKV, a16);
-    a16_round(v_new, nKV, a16);
-    if (c->qk_norm) {
-        rmsnorm_forward(g->q, g->rstd, g->q_raw, w->qnorm, n * nq, hd, c->norm_eps);
-        rmsnorm_forward(k_new, g->rstd, g->k_raw, w->knorm, n * nkv, hd, c->norm_eps);
-    }
-    rope_forward(g->q, &m->rope, g->pos, n, nq, hd);
-    rope_forward(k_new, &m->rope, g->pos, n, nkv, hd);
-    if (p0 == 0)   // a first chunk is a plain causal batch: the training forward's kernel fits
-        attention_forward(g->att, g->lse, g->q, K_layer, V_layer, NULL, 1, n, nq, nkv, hd, NULL, 0);
-    else
-        cached_attention(g->att, g->q, K_layer, V_layer, p0, n, nq, nkv, hd);
-    a16_round(g->att, nQ, a16);
-    matmul_forward(g->tmp, g->att, w->wo, n, Q, H);
-    a16_round(g->tmp, nH, a16);
-    residual_forward(g->x_mid, g->x, g->tmp, nH);
-
-    rmsnorm_forward(g->ln, g->rstd, g->x_mid, w->ln2, n, H, c->norm_eps);
-    a16_round(g->ln, nH, a16);
-    matmul_forward(g->gate, g->ln, w->wgate, n, H, F);
-    matmul_forward(g->up, g->ln, w->wup, n, H, F);
-    a16_round(g->gate, nF, a16);
-    a16_round(g->up, nF, a16);
-    swiglu_forward(g->act, g->gate, g->up, nF);
-    a16_round(g->act, nF, a16);
-    matmul_forward(g->tmp, g->act, w->wdown, n, F, H);
-    a16_round(g->tmp, nH, a16);
-    residual_forward(g->x, g->x_mid, g->tmp, nH);
-}
-
-// Feeds n <= chunk tokens at positions n_past..; logits of every row into
-// all_logits [n, V] when given, of the last row into g->logits always.
-static void feed_chunk(GenContext *g, const int *tokens, int n, float *all_logits) {
-    const Model *m = g->m;
-    const ModelConfig *c = &m->w.cfg;
-    int H = c->d_model, V = c->vocab_size, p0 = g->n_past;
-    for (int i = 0; i < n; i++) g->pos[i] = p0 + i;
-    embedding_forward(g->x, tokens, m->p.embed, n, H);
-    for (int l = 0; l < c->n_layer; l++) block(g, l, n, p0);
-    g->n_past += n;
-    if (all_logits) {
-        rmsnorm_forward(g->ln, g->rstd, g->x, m->p.lnf, n, H, c->norm_eps);
-        matmul_forward(all_logits, g->ln, m->p.lm_head, n, H, V);
-        memcpy(g->logits, all_logits + (size_t)(n - 1) * V, (size_t)V * sizeof(float));
-    } else {   // only the last position is needed to continue
-        const float *last = g->x + (size_t)(n - 1) * H;
-        rmsnorm_forward(g->ln, g->rstd, last, m->p.lnf, 1, H, c->norm_eps);
-        matmul_forward(g->logits, g->ln, m->p.lm_head, 1, H, V);
-    }
-}
+void gen_reset(GenContext *g) { g->m.n_past = 0; }
 
 int gen_feed(GenContext *g, const int *tokens, int n, float *all_logits, PtError *e) {
-    const ModelConfig *c = &g->m->w.cfg;
+    Model *m = &g->m;
+    const int V = m->cfg.vocab_size;
     if (n < 1) return pt_fail(e, "nothing to feed (0 tokens)");
-    if (g->n_past + n > g->max_len)
-        return pt_fail(e, "%d cached + %d new tokens exceed the context of %d positions", g->n_past, n,
-                       g->max_len);
+    if (m->n_past + n > m->cache_len)
+        return pt_fail(e, "%d cached + %d new tokens exceed the context of %d positions", m->n_past, n, m->cache_len);
     for (int i = 0; i < n; i++)
-        if (tokens[i] < 0 || tokens[i] >= c->vocab_size)
-            return pt_fail(e, "token %d of the input is %d, outside the vocabulary [0, %d)", i + 1,
-                           tokens[i], c->vocab_size);
-    for (int done = 0; done < n; done += g->chunk) {
-        int rows = n - done < g->chunk ? n - done : g->chunk;
-        feed_chunk(g, tokens + done, rows, all_logits ? all_logits + (size_t)done * c->vocab_size : NULL);
+        if (tokens[i] < 0 || tokens[i] >= V)
+            return pt_fail(e, "token %d of the input is %d, outside the vocabulary [0, %d)", i + 1, tokens[i], V);
+    for (int done = 0; done < n; done += m->T) {
+        int rows = n - done < m->T ? n - done : m->T;
+        model_feed(m, tokens + done, rows, all_logits ? all_logits + (size_t)done * V : NULL);
     }
+    OP(m->dev, download, g->logits, m->last_logits, (size_t)V * sizeof(float));
     return 0;
 }
 
@@ -320,7 +145,7 @@ static int select_nucleus(int *ids, int n, double need, const float *prob, const
 }
 
 int gen_sample(GenContext *g, const float *logits, const GenParams *p, Rng *rng) {
-    int V = g->m->w.cfg.vocab_size;
+    int V = g->m.cfg.vocab_size;
     if (p->temperature <= 0.0f) return argmax(logits, V);
     // Softmax of logits / T, unnormalised (the largest term is 1).
     float max = logits[argmax(logits, V)], inv_t = 1.0f / p->temperature;
@@ -356,7 +181,7 @@ int gen_sample(GenContext *g, const float *logits, const GenParams *p, Rng *rng)
 
 int generate(GenContext *g, const int *prompt, int n_prompt, const GenParams *p, int *out, int max_out,
              PtError *e) {
-    const ModelConfig *c = &g->m->w.cfg;
+    const ModelConfig *c = &g->m.cfg;
     if (n_prompt < 1) return pt_fail(e, "the prompt is empty");
     if (p->max_new < 0) return pt_fail(e, "max_new %d is negative", p->max_new);
     if (max_out < p->max_new)
@@ -365,9 +190,9 @@ int generate(GenContext *g, const int *prompt, int n_prompt, const GenParams *p,
         return pt_fail(e, "prompt of %d tokens + %d new tokens = %ld exceeds the model's context of %d "
                           "positions (max_position_embeddings)",
                        n_prompt, p->max_new, (long)n_prompt + p->max_new, c->max_seq);
-    if ((long)n_prompt + p->max_new > g->max_len)
+    if ((long)n_prompt + p->max_new > g->m.cache_len)
         return pt_fail(e, "prompt of %d tokens + %d new tokens exceeds the cache of %d positions",
-                       n_prompt, p->max_new, g->max_len);
+                       n_prompt, p->max_new, g->m.cache_len);
     if (p->max_new == 0) return 0;
     gen_reset(g);
     if (gen_feed(g, prompt, n_prompt, NULL, e)) return -1;

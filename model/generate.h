@@ -1,11 +1,11 @@
-// generate.h: text generation with a KV cache for an already loaded Model.
+// generate.h: text generation with a KV cache, and sampling.
 //
-// The context only reads the model (params, config, RoPE table); it never
-// calls model_plan, so eval (exact match of greedy completions) and the
-// trainer (samples at eval time) can run it on the model they hold. It runs
-// whatever weights the model's views point at (model_use_weights: QAT
-// fake-quant or int4) and rounds activations as the model does (m->a16).
-// One context per thread; several may share one Model.
+// A context holds a second Model over the same weights, planned for a KV
+// cache (model_plan_cache), so eval (exact match of greedy completions) and
+// the trainer (samples at eval time) can generate from the model they hold.
+// It runs the decoder of model.c with the source model's weights (QAT
+// fake-quant or int4) and numerics (bf16 matmuls, A16 rounding) as they are
+// when gen_init is called.
 //
 // The prompt is fed in chunks of rows (matmuls over many rows at once) and
 // then one token per step; every fed position leaves its K (after QK-norm
@@ -13,7 +13,6 @@
 // computed. Sampling: greedy when temperature == 0, else temperature, then
 // top-k, then top-p (nucleus), drawn with the project's Rng.
 #pragma once
-#include "../data/tokenizer.h"
 #include "model.h"
 
 enum { GEN_MAX_STOPS = 8 };
@@ -33,30 +32,20 @@ typedef struct {
 
 // Greedy, 128 new tokens, top_k 0, top_p 1, seed 0, no stop ids.
 void gen_params_default(GenParams *p);
-// Adds the usual stop ids, each once and only when inside the vocabulary:
-// the config's eos_id, then <|im_end|> and <|endoftext|> when the tokenizer
-// (may be NULL) has them.
-void gen_add_default_stops(GenParams *p, const ModelConfig *c, const Tokenizer *tok);
+// Adds a stop id, once, and only when inside the vocabulary.
+void gen_add_stop(GenParams *p, int id, int vocab);
 int gen_is_stop(const GenParams *p, int id);
 
 typedef struct {
-    const Model *m;
-    int max_len;            // cache capacity in positions (<= the config's max_seq)
-    int n_past;             // positions held in the cache
-    int chunk;              // rows per pass when feeding many tokens (may be lowered after gen_init)
-    float *k_cache;         // [L][max_len][n_kv*hd], after QK-norm and RoPE
-    float *v_cache;         // [L][max_len][n_kv*hd]
-    // one chunk of activations, [chunk, width]
-    float *x, *x_mid, *ln, *q_raw, *q, *k_raw, *att, *tmp, *gate, *up, *act, *rstd, *lse;
-    int *pos;               // [chunk]
-    float *logits;          // [V]: the logits of the last fed position
+    Model m;                // planned for the cache; the source model's weights and numerics
+    float *logits;          // [V], host: the logits of the last fed position
     float *probs;           // [V] sampling scratch
     int *order;             // [V] sampling scratch
-    float *arena;           // one allocation behind the float buffers above
 } GenContext;
 
-// Allocates the cache for max_len positions; fails when max_len is outside [1, max_seq].
-int gen_init(GenContext *g, const Model *m, int max_len, PtError *e);
+// Plans a cache of max_len positions for the model `src` runs (its device,
+// weights and options); fails when max_len is outside [1, max_seq].
+int gen_init(GenContext *g, const Model *src, int max_len, PtError *e);
 void gen_free(GenContext *g);
 // Empties the cache (the next token fed is position 0).
 void gen_reset(GenContext *g);

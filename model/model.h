@@ -1,12 +1,16 @@
-// model.h: the Qwen3 decoder wired from the ops, forward and backward, with
-// every training buffer planned once before step 0.
+// model.h: the Qwen3 decoder wired from the backend's ops (backend.h). One
+// block forward serves training, evaluation, the forward probe and KV-cache
+// generation (only the attention step differs: the batch's own keys, or the
+// cache), so every numeric option holds on every path. Every buffer is
+// planned once, before the first step, in one device allocation.
 #pragma once
-#include "bundle.h"
-#include "ops/ops.h"
+#include <stdio.h>
+#include "backend.h"
 
-// One batch of B rows of T tokens. targets[n] < 0 means "no loss here";
-// pos (per-token position ids) and seg (packed-example ids) may be NULL for
-// plain sequences (positions 0..T-1, causal attention over the whole row).
+// One batch of B rows of T tokens, in host memory. targets[n] < 0 means "no
+// loss here"; pos (per-token position ids) and seg (packed-example ids) may
+// be NULL for plain sequences (positions 0..T-1, causal attention over the
+// whole row).
 typedef struct {
     int B, T;
     const int *tokens;      // [B*T]
@@ -16,68 +20,91 @@ typedef struct {
     const int *seg;         // [B*T] or NULL
 } ModelInput;
 
-// Activations saved by the forward for the backward, each [L][N, width]; with
-// recompute on, [1][N, width] (one layer's slot) except x.
+// The numerics a model runs with, fixed when it is made (model_init): every
+// plan, and a generation context made from it, runs them.
 typedef struct {
-    float *x;           // residual stream entering each layer, [L+1][N,H] (x[L] feeds the final norm)
+    int recompute;            // training keeps only x per layer; the backward re-runs each block's forward
+                              // (the gradients are the same bits either way)
+    MatmulPrecision matmul;   // every matmul, projections and lm_head, in this precision
+    int a16;                  // A16_*: matmul inputs and outputs rounded to 16 bits, as the phone's runtime
+} ModelOptions;
+
+// Activations saved by the forward for the backward, each [L][N, width]; with
+// recompute on, or without training, [1][N, width] (one layer's slot) except x.
+typedef struct {
+    float *x;           // residual stream entering each layer, [L+1][N,H] (x[L] feeds the final norm);
+                        // without training two rows of it, used in turn
     float *ln1, *ln1_rstd;
-    float *q_raw, *k_raw;           // projections before QK-norm (aliases of q/k when it is off)
+    float *q_raw, *k_raw;           // projections before QK-norm (without it q_raw is q; k_raw is k)
     float *q_rstd, *k_rstd;         // [L][N*heads]
-    float *q, *k, *v;               // after QK-norm and RoPE
+    float *q, *k, *v;               // after QK-norm and RoPE (a KV-cache plan writes k and v into the cache)
     float *att, *lse;               // attention output [L][N,Q]; log-sum-exp [L][B*nq*T]
     float *x_mid;                   // residual after attention
     float *ln2, *ln2_rstd;
     float *gate, *up, *act;         // MLP [L][N,F]
+    float *proj;                    // [N,H] o_proj / down_proj output before the residual add
     float *lnf, *lnf_rstd;          // final norm [N,H], [N]
 } Activations;
 
-// Backward scratch: one layer's worth, reused for every layer.
+// The backward's buffers: one layer's worth, reused for every layer.
 typedef struct {
     float *dx;          // gradient of the residual stream [N,H]
     float *dln;         // [N,H]
     float *dq, *dk, *dv, *dq_raw, *dk_raw, *datt;
     float *dgate, *dup, *dact;
-    float *tmp;         // [N,H] projection output before the residual add
-    float *classifier;  // [chunk*V]
-    float *attention;   // attention_scratch_floats (ops.h): packed tiles, forward and backward
-    size_t attention_floats;
-} Scratch;
+} BackwardBuffers;
 
 typedef struct {
-    ModelBundle w;          // config, tensor table, params (owned)
-    ParamViews p;           // views into w.params
-    float *grads;           // same layout as params; NULL until model_plan(training)
+    Device *dev;
+    ModelConfig cfg;
+    const TensorTable *tt;      // layout of the weights and gradients; the caller's, it outlives the model
+    ModelOptions opt;
+    float *weights;             // the weights the model runs on (device memory, the caller's)
+    ParamViews w;               // named views of `weights`
+    float *grads;               // training: d(loss)/d(weights), laid out by tt; owned
     ParamViews g;
     RopeTable rope;
-    int B, T, training;     // the planned batch shape
-    int classifier_chunk;
+    // The plan (model_plan / model_plan_cache).
+    int B, T, training;
+    int cache_len, n_past;      // KV cache: capacity in positions (0 = no cache) and positions held
+    float *k_cache, *v_cache;   // [L][cache_len][n_kv*hd], K after QK-norm and RoPE
     Activations a;
-    Scratch s;
-    float *arena;           // one allocation for Activations + Scratch
-    size_t arena_floats;
-    int a16;                // A16_* (qat/qat.h): round matmul inputs/outputs as the device does
-    // Set before model_plan (0 = off):
-    int recompute;          // training keeps only x[l] per layer; the backward re-runs each block's forward
-    int matmul_bf16;        // every matmul (projections, classifier) on bf16-rounded operands, fp32 accumulation
-                            // and fp32 master weights (MATMUL_BF16, ops.h)
+    BackwardBuffers bw;
+    int *tokens, *targets, *pos, *seg;   // the batch on the device, [B*T]
+    uint8_t *mask;
+    float *last_logits;         // [V]: a cache plan's logits of the last fed row
+    int *host_pos;              // positions built on the host, [B*T]
+    void *arena;                // one device allocation behind all of the plan
+    size_t arena_bytes;
 } Model;
 
-// Takes ownership of the bundle's contents (b is zeroed).
-void model_from_bundle(Model *m, ModelBundle *b);
-// Allocates activations for B x T (and grads + scratch when training);
-// prints the memory plan to `log` if non-NULL. Fails if T > max_seq.
-// m->recompute (set before) trades one extra forward per layer for keeping a
-// single layer of activations; the gradients are the same bits either way.
+// A model of this config over `weights` (device memory laid out by tt) on
+// dev, with the numerics of opt (NULL: fp32, no A16, no recompute).
+void model_init(Model *m, Device *dev, const ModelConfig *cfg, const TensorTable *tt, float *weights,
+                const ModelOptions *opt);
+// Plans B x T (training: also gradients and the backward's buffers); prints
+// the memory plan to `log` if non-NULL. Fails if T > max_seq. Reserves the
+// device workspace the ops need.
 int model_plan(Model *m, int B, int T, int training, FILE *log, PtError *e);
+// Plans generation: a KV cache of cache_len positions (<= max_seq), fed by
+// model_feed in chunks of at most m->T rows.
+int model_plan_cache(Model *m, int cache_len, PtError *e);
 void model_free(Model *m);
-// Points the parameter views at another buffer laid out by the same table:
-// the fake-quantized weights of QAT or int4 inference. NULL = the model's own.
-void model_use_weights(Model *m, float *base);
+// Points the views at other weights laid out by the same table (QAT's
+// fake-quantized weights, int4 inference).
+void model_use_weights(Model *m, float *weights);
 void model_zero_grads(Model *m);
 
 // Forward only. Returns the SUM of the per-token losses over counted targets
-// (0 when targets is NULL) and their number in *count. logits_out [N,V] optional.
+// (0 when targets is NULL) and their number in *count. logits_out [N,V]
+// (device memory) optional.
 double model_forward(Model *m, const ModelInput *in, float *logits_out, int *count);
 // Forward + backward: accumulates grad_scale * d(sum loss)/d(params) into
 // m->grads (grad_scale = 1/count gives the mean loss, as transformers does).
 double model_forward_backward(Model *m, const ModelInput *in, float grad_scale, float *logits_out, int *count);
+
+// A cache plan: appends n <= T tokens (host memory, ids in the vocabulary) at
+// positions n_past .. n_past+n-1, n_past + n <= cache_len. Leaves the logits
+// of the last row in last_logits, and of every row in all_logits [n,V]
+// (device memory) when given.
+void model_feed(Model *m, const int *tokens, int n, float *all_logits);

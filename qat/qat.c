@@ -1,12 +1,10 @@
-// qat.c: QAT state over the tensor table, fake-quant forward, STE/LSQ
-// backward, the scale/zero Adam step and A16 rounding (see qat.h).
+// qat.c: QAT state over the tensor table, its per-step work through the
+// device (fake-quant, STE/LSQ backward, the scale Adam) and the QAT run (qat.h).
 #include "qat.h"
 #include <math.h>
 #include <string.h>
 
 #define F16_MAX 65504.0f
-
-static float round_f16(float x) { return f16_to_f32(f32_to_f16(x)); }
 
 static int is_quantized(const TensorInfo *t, int quant_embedding) {
     if (t->ndim != 2) return 0;
@@ -113,26 +111,26 @@ const QatTensor *qat_find(const QatState *q, int tensor) {
     return NULL;
 }
 
-void qat_forward_weights(const QatState *q, const TensorTable *tt, const float *master, float *effective) {
+void qat_forward_weights(Device *d, const QatState *q, const TensorTable *tt, const float *master, float *effective) {
     // Unquantized tensors (norms, biases) are copied; the rest are written
     // whole by the fake-quant (copying all 1.2 GB of pocket-0.3b first cost a
     // tenth of the QAT step).
     for (int i = 0; i < tt->n; i++)
         if (!qat_find(q, i))
-            memcpy(effective + tt->t[i].offset, master + tt->t[i].offset, tt->t[i].numel * sizeof(float));
+            OP(d, copy, effective + tt->t[i].offset, master + tt->t[i].offset, tt->t[i].numel * sizeof(float));
     for (int i = 0; i < q->n; i++) {
         const QatTensor *qt = &q->t[i];
         size_t off = tt->t[qt->tensor].offset;
         if (q->codes)
-            quant_dequant(&q->spec, qat_codes_of(q, qt), qt->rows, qt->cols, q->scale + qt->offset,
-                          q->zero + qt->offset, effective + off);
+            OP(d, quant_dequant, &q->spec, qat_codes_of(q, qt), qt->rows, qt->cols, q->scale + qt->offset,
+               q->zero + qt->offset, effective + off);
         else
-            quant_fake(&q->spec, master + off, qt->rows, qt->cols, q->scale + qt->offset, q->zero + qt->offset,
-                       effective + off);
+            OP(d, quant_fake, &q->spec, master + off, qt->rows, qt->cols, q->scale + qt->offset, q->zero + qt->offset,
+               effective + off);
     }
 }
 
-void qat_freeze(QatState *q, const TensorTable *tt, float *master) {
+void qat_freeze(Device *d, QatState *q, const TensorTable *tt, float *master) {
     qat_alloc_frozen(q);
     for (int i = 0; i < q->n; i++) {
         const QatTensor *qt = &q->t[i];
@@ -140,149 +138,94 @@ void qat_freeze(QatState *q, const TensorTable *tt, float *master) {
                     q->zero + qt->offset, q->codes + qt->offset * (size_t)q->spec.group);
     }
     zero_scale_moments(q);
-    qat_frozen_sync(q, tt, master);
+    qat_frozen_sync(d, q, tt, master);
 }
 
-void qat_frozen_sync(const QatState *q, const TensorTable *tt, float *master) {
+void qat_frozen_sync(Device *d, const QatState *q, const TensorTable *tt, float *master) {
     if (!q->codes) return;
     for (int i = 0; i < q->n; i++) {
         const QatTensor *qt = &q->t[i];
-        quant_dequant(&q->spec, qat_codes_of(q, qt), qt->rows, qt->cols, q->scale + qt->offset, q->zero + qt->offset,
-                      master + tt->t[qt->tensor].offset);
+        OP(d, quant_dequant, &q->spec, qat_codes_of(q, qt), qt->rows, qt->cols, q->scale + qt->offset,
+           q->zero + qt->offset, master + tt->t[qt->tensor].offset);
     }
 }
 
-// Frozen codes: w = (u - 8) * s + z, so dL/ds = sum g (u - 8), dL/dz = sum g
-// per group, exactly; the master weights get no gradient.
-static void frozen_backward_tensor(const QuantSpec *spec, const uint8_t *codes, float *g, int64_t rows,
-                                   int64_t cols, float *gs, float *gz) {
-    const int G = spec->group, sym = spec->symmetric;
-    const int64_t ng = cols / G;
-#pragma omp parallel for schedule(static) if (rows * cols >= QUANT_PARALLEL_MIN)
-    for (int64_t r = 0; r < rows; r++) {
-        for (int64_t gi = 0; gi < ng; gi++) {
-            size_t k = (size_t)(r * ng + gi), base = (size_t)(r * cols + gi * G);
-            const uint8_t *u = codes + base;
-            float *gg = g + base, ds = 0.0f, dz = 0.0f;
-            #pragma omp simd reduction(+:ds, dz)
-            for (int i = 0; i < G; i++) {
-                ds += gg[i] * ((float)u[i] - (float)QUANT_CODE_MID);
-                dz += gg[i];
-                gg[i] = 0.0f;
-            }
-            gs[k] = ds;
-            gz[k] = sym ? 0.0f : dz;
-        }
-    }
-}
-
-// One quantized tensor: STE mask in place on g (already a copy of the
-// effective gradient), and the per-group scale/zero gradient sums.
-static void backward_tensor(const QuantSpec *spec, const float *x, float *g, int64_t rows, int64_t cols,
-                            const float *scale, const float *zero, float *gs, float *gz) {
-    const int G = spec->group, lo = quant_code_min(spec), sym = spec->symmetric;
-    const int64_t ng = cols / G;
-    if (!gs && !gz) {   // fixed scales: only the STE mask
-        quant_ste_mask(spec, x, g, rows, cols, scale, zero);
-        return;
-    }
-#pragma omp parallel for schedule(static) if (rows * cols >= QUANT_PARALLEL_MIN)
-    for (int64_t r = 0; r < rows; r++) {
-        for (int64_t gi = 0; gi < ng; gi++) {
-            size_t k = (size_t)(r * ng + gi), base = (size_t)(r * cols + gi * G);
-            const float s = scale[k], z = sym ? 0.0f : zero[k], *xg = x + base;
-            float *gg = g + base, ds = 0.0f, dz = 0.0f;
-            if (s == 0.0f) {
-                // Every weight decodes to z; one off it is clipped at the code
-                // its side of z would take as scale -> 0+.
-                for (int i = 0; i < G; i++) {
-                    if (xg[i] == z) continue;
-                    ds += gg[i] * (float)((xg[i] > z ? QUANT_CODE_MAX : lo) - QUANT_CODE_MID);
-                    dz += gg[i];
-                    gg[i] = 0.0f;
-                }
-            } else {
-                // w = (clamp(u) - 8) s + z with u = round((x - z)/s) + 8 and
-                // d round/dt = 1: inside the grid dw/ds = (u - 8) - (x - z)/s,
-                // dw/dz = 0, dw/dx = 1; clipped, w does not depend on x:
-                // dw/ds = u_clip - 8, dw/dz = 1. Float sums over one group.
-                #pragma omp simd reduction(+:ds, dz)
-                for (int i = 0; i < G; i++) {
-                    const float u = quant_rounded(xg[i], s, z), c = quant_clamp(u, lo), gi_ = gg[i];
-                    const int inside = quant_inside(u, lo);
-                    ds += gi_ * (inside ? (c - (float)QUANT_CODE_MID) - (xg[i] - z) / s : c - (float)QUANT_CODE_MID);
-                    dz += inside ? 0.0f : gi_;
-                    gg[i] = inside ? gi_ : 0.0f;
-                }
-            }
-            if (gs) gs[k] = ds;
-            if (gz) gz[k] = sym ? 0.0f : dz;
-        }
-    }
-}
-
-void qat_backward(QatState *q, const TensorTable *tt, const float *master, const float *grad_eff,
+void qat_backward(Device *d, QatState *q, const TensorTable *tt, const float *master, const float *grad_eff,
                   float *grad_master) {
-    if (grad_master != grad_eff) memcpy(grad_master, grad_eff, tt->total * sizeof(float));
+    if (grad_master != grad_eff) OP(d, copy, grad_master, grad_eff, tt->total * sizeof(float));
     for (int i = 0; i < q->n; i++) {
         const QatTensor *qt = &q->t[i];
         size_t off = tt->t[qt->tensor].offset;
-        if (q->codes) {
-            frozen_backward_tensor(&q->spec, qat_codes_of(q, qt), grad_master + off, qt->rows, qt->cols,
-                                   q->grad_scale + qt->offset, q->grad_zero + qt->offset);
-            continue;
-        }
-        backward_tensor(&q->spec, master + off, grad_master + off, qt->rows, qt->cols, q->scale + qt->offset,
-                        q->zero + qt->offset, q->grad_scale ? q->grad_scale + qt->offset : NULL,
-                        q->grad_zero ? q->grad_zero + qt->offset : NULL);
+        float *gs = q->grad_scale ? q->grad_scale + qt->offset : NULL, *gz = q->grad_zero ? q->grad_zero + qt->offset : NULL;
+        if (q->codes)
+            OP(d, quant_backward_frozen, &q->spec, qat_codes_of(q, qt), grad_master + off, qt->rows, qt->cols, gs, gz);
+        else
+            OP(d, quant_backward, &q->spec, master + off, grad_master + off, qt->rows, qt->cols, q->scale + qt->offset,
+               q->zero + qt->offset, gs, gz);
     }
 }
 
-double qat_grad_sumsq(const QatState *q) {
-    if (!q->grad_scale) return 0.0;
-    double sum = 0.0;
-    for (size_t k = 0; k < q->total; k++)
-        sum += (double)q->grad_scale[k] * q->grad_scale[k] + (double)q->grad_zero[k] * q->grad_zero[k];
-    return sum;
-}
-
-// One Adam update of p[n] followed by the fp16 re-rounding and the clamp.
-static void adam_f16(float *p, const float *g, float *m, float *v, size_t n, const QatAdam *c, float lr, long step,
-                     float lo, float hi) {
-    double bc1 = 1.0 - pow(c->beta1, (double)step), bc2 = 1.0 - pow(c->beta2, (double)step);
-    float step_size = (float)(lr / bc1), bc2_sqrt = (float)sqrt(bc2);
-#pragma omp parallel for schedule(static) if (n >= QUANT_PARALLEL_MIN / 8)
-    for (size_t k = 0; k < n; k++) {
-        m[k] = c->beta1 * m[k] + (1.0f - c->beta1) * g[k];
-        v[k] = c->beta2 * v[k] + (1.0f - c->beta2) * g[k] * g[k];
-        float upd = p[k] - step_size * m[k] / (sqrtf(v[k]) / bc2_sqrt + c->eps);
-        p[k] = round_f16(fminf(fmaxf(upd, lo), hi));
-    }
-}
-
-void qat_step(QatState *q, const QatAdam *c, float lr, long step) {
+void qat_step(Device *d, QatState *q, const AdamWConfig *c, float lr, long step) {
     if (!q->grad_scale || step < 1) return;
-    adam_f16(q->scale, q->grad_scale, q->m_scale, q->v_scale, q->total, c, lr, step, 0.0f, F16_MAX);
+    OP(d, quant_adam, q->scale, q->grad_scale, q->m_scale, q->v_scale, q->total, c, lr, step, 0.0f, F16_MAX);
     if (!q->spec.symmetric)
-        adam_f16(q->zero, q->grad_zero, q->m_zero, q->v_zero, q->total, c, lr, step, -F16_MAX, F16_MAX);
+        OP(d, quant_adam, q->zero, q->grad_zero, q->m_zero, q->v_zero, q->total, c, lr, step, -F16_MAX, F16_MAX);
 }
 
-void a16_round(float *x, size_t n, int mode) {
-    if (mode == A16_BF16) {
-#pragma omp parallel for schedule(static) if (n >= QUANT_PARALLEL_MIN)
-        for (size_t i = 0; i < n; i++) x[i] = bf16_to_f32(f32_to_bf16(x[i]));
-    } else if (mode == A16_FP16) {
-#pragma omp parallel for schedule(static) if (n >= QUANT_PARALLEL_MIN)
-        for (size_t i = 0; i < n; i++) x[i] = f16_to_f32(f32_to_f16(x[i]));
+// ---------------------------------------------------------------- the run
+
+int qat_run_init(QatRun *run, Device *d, const TensorTable *tt, const QatRunConfig *c, const AdamWConfig *adam,
+                 FILE *log, const char *src, PtError *e) {
+    memset(run, 0, sizeof *run);
+    if (qat_init(&run->q, tt, &c->spec, c->quant_embedding, c->learn_scales, src, e)) return -1;
+    run->cfg = *c;
+    run->adam = *adam;
+    run->dev = d;
+    run->tt = tt;
+    run->log = log;
+    run->effective = d->be->alloc(d, tt->total * sizeof(float), "fake-quantized weights");
+    return 0;
+}
+
+void qat_run_free(QatRun *run) {
+    if (run->effective) run->dev->be->release(run->dev, run->effective);
+    qat_free(&run->q);
+    memset(run, 0, sizeof *run);
+}
+
+static int active(const QatRun *run, long step) { return run->ready && step >= run->cfg.start_step; }
+
+float *qat_run_weights(QatRun *run, long step, float *master, PtError *e) {
+    const QatRunConfig *c = &run->cfg;
+    if (step < c->start_step) return master;
+    if (!run->ready) {
+        if (qat_init_from_weights(&run->q, run->tt, master, c->init, NULL, NULL, "qat", e)) return NULL;
+        fprintf(run->log, "step %ld: QAT starts, int4 group %d %s, %s init of the scales\n", step, c->spec.group,
+                c->spec.symmetric ? "symmetric" : "asymmetric", c->init == QAT_INIT_MSE ? "MSE" : "RTN");
+        run->ready = 1;
     }
+    if (c->freeze_codes_step >= 0 && step >= c->freeze_codes_step && !run->q.codes) {
+        // From here the quantized master weights are the int4 model itself.
+        qat_freeze(run->dev, &run->q, run->tt, master);
+        fprintf(run->log, "step %ld: int4 codes frozen; training scales/zeros (lr %g) and unquantized tensors\n",
+                step, (double)c->scale_lr);
+    }
+    qat_forward_weights(run->dev, &run->q, run->tt, master, run->effective);
+    return run->effective;
 }
 
-static const char *A16_NAMES[] = {"off", "bf16", "fp16"};
-
-int a16_mode_from_name(const char *name) {
-    for (int i = 0; i < 3; i++)
-        if (!strcmp(name, A16_NAMES[i])) return i;
-    return -1;
+void qat_run_backward(QatRun *run, long step, const float *master, float *grads) {
+    if (active(run, step)) qat_backward(run->dev, &run->q, run->tt, master, grads, grads);
 }
 
-const char *a16_mode_name(int mode) { return mode >= 0 && mode < 3 ? A16_NAMES[mode] : "?"; }
+void qat_run_update(QatRun *run, long step, float *master) {
+    if (!active(run, step)) return;
+    if (run->cfg.learn_scales || run->q.codes) {
+        // The scale Adam restarts at the freeze (qat_freeze zeroes its moments).
+        long first = run->q.codes ? run->cfg.freeze_codes_step : run->cfg.start_step;
+        qat_step(run->dev, &run->q, &run->adam, run->cfg.scale_lr, step + 1 - first);
+    }
+    // Frozen: the quantized masters follow the scales (AdamW's momentum and
+    // decay on their zero gradient are overwritten here).
+    qat_frozen_sync(run->dev, &run->q, run->tt, master);
+}

@@ -1,23 +1,23 @@
-// qat.h: W4A16 quantization-aware training state for a model: the fp16 scale
-// and zero of every quantized tensor, fake-quant of the weights, the
-// straight-through backward with LSQ-style learned scales, their Adam update,
-// the frozen-code phase (codes fixed, only scales/zeros trained) and A16
-// activation rounding. The grid itself is model/ops/quant.h.
+// qat.h: W4A16 quantization-aware training. QatState holds the fp16 scale
+// and zero of every quantized tensor (and, once frozen, the int4 codes); it
+// is also the int4 state inference and the exporters use. QatRun is the
+// training run: the trainer calls it at three points of every step. The grid
+// and the kernels are model/ops/quant.h; the per-step ones run through the
+// device's backend.
 //
 // One training step with QAT (the model runs on `effective`, a second buffer
 // laid out by the tensor table like the master params):
-//     qat_forward_weights(&q, tt, params, effective);
+//     qat_forward_weights(d, &q, tt, params, effective);
 //     ... forward/backward of the model on effective, grads summed over the
 //         micro-batches into `grads` (gradients w.r.t. the effective weights) ...
-//     qat_backward(&q, tt, params, grads, grads);   // in place: -> master grads
+//     qat_backward(d, &q, tt, params, grads, grads);   // in place: -> master grads
 //     ... clip, adamw_step(params, grads, ...) ...
-//     if (learn_scales) qat_step(&q, &qcfg, lr_scales, step);
+//     if (learn_scales) qat_step(d, &q, &adam, lr_scales, step);
 // qat_backward is linear in the gradient and the master weights do not change
 // inside a step, so calling it once on the summed gradient equals calling it
 // per micro-batch.
 #pragma once
-#include "../model/tensors.h"
-#include "../model/ops/quant.h"
+#include "../model/backend.h"
 
 typedef struct {
     int tensor;         // row of the TensorTable
@@ -64,25 +64,14 @@ const QatTensor *qat_find(const QatState *q, int tensor);
 
 // effective = master (all tt->total floats), with each quantized tensor
 // replaced by quant_fake of it. effective must not alias master.
-void qat_forward_weights(const QatState *q, const TensorTable *tt, const float *master, float *effective);
+void qat_forward_weights(Device *d, const QatState *q, const TensorTable *tt, const float *master, float *effective);
 
 // Gradient w.r.t. the master weights from the gradient w.r.t. the effective
-// weights (grad_master may equal grad_eff: done in place). Straight-through
-// estimator: for an element of a quantized tensor, the gradient passes
-// unchanged when its rounded code lies inside the code range and is 0 when the
-// clamp changed it (quant_inside false: more than half a step beyond
-// the outermost grid point). Half a step, not the LSQ boundary itself, so the
-// min and max of every group right after RTN init (codes exactly 0 and 15)
-// keep their gradient. Other tensors pass unchanged.
-//
-// With learned scales it also writes, per (row, group), the sums over the
-// group of g * dw/dscale and g * dw/dzero (straight-through on the rounding):
-//     inside:  dw/dscale = (u - 8) - (x - zero) / scale,   dw/dzero = 0
-//     clipped: dw/dscale = u_clip - 8,                     dw/dzero = 1
-// (symmetric: no zero gradient). A group with scale 0 uses the limit
-// scale -> 0+: x above zero counts as clipped at 15, below at the lowest code,
-// x == zero as inside. No LSQ gradient scaling: Adam is invariant to it.
-void qat_backward(QatState *q, const TensorTable *tt, const float *master, const float *grad_eff,
+// weights (grad_master may equal grad_eff: done in place): quant_backward on
+// every quantized tensor (the straight-through estimator, and with learned
+// scales the scale/zero gradients into grad_scale / grad_zero); other tensors
+// pass unchanged.
+void qat_backward(Device *d, QatState *q, const TensorTable *tt, const float *master, const float *grad_eff,
                   float *grad_master);
 
 // ---- Frozen codes (recipe [qat] freeze_codes_step). With the codes fixed the
@@ -105,13 +94,12 @@ void qat_backward(QatState *q, const TensorTable *tt, const float *master, const
 // moments (the scale Adam restarts: its step counts from the freeze) and
 // writes master = dequant(codes). Once frozen:
 //   qat_forward_weights  quantized tensors = dequant(codes, scale, zero);
-//   qat_backward         grad_scale[k] = sum over the group of g * (u - 8),
-//                        grad_zero[k] = sum of g (0 when symmetric), and the
-//                        quantized tensors' master gradient is 0;
+//   qat_backward         quant_backward_frozen: exact scale/zero gradients,
+//                        none for the quantized tensors' masters;
 //   qat_step             as with learned scales;
 //   qat_frozen_sync      master = dequant(codes, scale, zero) after the step.
-void qat_freeze(QatState *q, const TensorTable *tt, float *master);
-void qat_frozen_sync(const QatState *q, const TensorTable *tt, float *master);
+void qat_freeze(Device *d, QatState *q, const TensorTable *tt, float *master);
+void qat_frozen_sync(Device *d, const QatState *q, const TensorTable *tt, float *master);
 // The frozen codes of a quantized tensor (NULL when not frozen).
 static inline const uint8_t *qat_codes_of(const QatState *q, const QatTensor *t) {
     return q->codes ? q->codes + t->offset * (size_t)q->spec.group : NULL;
@@ -121,26 +109,45 @@ void qat_alloc_scale_training(QatState *q);
 // Those, and the codes array when absent (qat_freeze, loading a frozen checkpoint).
 void qat_alloc_frozen(QatState *q);
 
-// Sum of squares of the scale/zero gradients (NaN or Inf when one is not
-// finite), for the caller's finiteness check or a global norm.
-double qat_grad_sumsq(const QatState *q);
+// Adam (quant_adam) on scale and zero with their own learning rate, betas
+// and eps from c; `step` is 1-based. Scales are clamped to [0, 65504], zeros
+// to +-65504. Adam moves a value by about lr per step, so lr should be at
+// least ~1e-3 of the typical scale (about 1e-5 for weights of std 0.02, group 64).
+void qat_step(Device *d, QatState *q, const AdamWConfig *c, float lr, long step);
 
-// Adam (torch.optim.Adam semantics, no weight decay) on scale and zero with
-// their own learning rate; `step` is 1-based. After the update every value is
-// rounded to fp16 again (scale clamped to >= 0, zero to +-65504). An update
-// smaller than half an fp16 ulp of the value is lost to that rounding; Adam
-// moves a value by about lr per step, so lr should be at least ~1e-3 of the
-// typical scale (about 1e-5 for weights of std 0.02, group 64).
+// ---- The QAT run of a training (recipe [qat]), called at three points.
 typedef struct {
-    float beta1, beta2, eps;   // 0.9, 0.999, 1e-8 as torch
-} QatAdam;
-void qat_step(QatState *q, const QatAdam *c, float lr, long step);
+    QuantSpec spec;
+    int quant_embedding;
+    long start_step;          // QAT starts at this update (float training before)
+    int init;                 // QAT_INIT_*: the scales when it starts
+    int learn_scales;         // scales/zeros trained by their own Adam
+    float scale_lr;
+    long freeze_codes_step;   // -1 = never; else the codes are frozen from this update on
+} QatRunConfig;
 
-// A16: rounds activations in place to bf16 or fp16 precision (round to
-// nearest even, as torch's .to(bfloat16) / .to(float16); fp16 overflows to
-// +-inf). The model calls it on matmul inputs and outputs when [qat] a16 is set.
-enum { A16_OFF = 0, A16_BF16 = 1, A16_FP16 = 2 };
-void a16_round(float *x, size_t n, int mode);
-// "off", "bf16" or "fp16" -> A16_*; -1 for anything else.
-int a16_mode_from_name(const char *name);
-const char *a16_mode_name(int mode);
+typedef struct {
+    QatRunConfig cfg;
+    AdamWConfig adam;         // betas and eps of the scale Adam
+    QatState q;
+    int ready;                // q holds scales (QAT started, or loaded from a checkpoint)
+    float *effective;         // the fake-quantized weights the model runs on (device memory)
+    Device *dev;
+    const TensorTable *tt;
+    FILE *log;                // where it says that QAT starts or the codes freeze
+} QatRun;
+
+// Selects the tensors (qat_init) and allocates the effective weights. A
+// checkpoint's state is then loaded into run->q by the caller (ready = 1).
+int qat_run_init(QatRun *run, Device *d, const TensorTable *tt, const QatRunConfig *c, const AdamWConfig *adam,
+                 FILE *log, const char *src, PtError *e);
+void qat_run_free(QatRun *run);
+// 1. Before the step (or an evaluation) after `step` updates: the weights the
+//    model runs on. The masters before start_step; then, after starting QAT
+//    or freezing the codes when their update has come, the fake-quantized ones.
+float *qat_run_weights(QatRun *run, long step, float *master, PtError *e);
+// 2. After the backward: grads becomes the gradient w.r.t. the masters.
+void qat_run_backward(QatRun *run, long step, const float *master, float *grads);
+// 3. After the masters' update: the scale Adam step (restarted at the
+//    freeze), and with frozen codes the quantized masters follow the scales.
+void qat_run_update(QatRun *run, long step, float *master);

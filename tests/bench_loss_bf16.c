@@ -15,8 +15,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include "../model/model.h"
-#include "../train/optim.h"
+#include "../model/ops/ops.h"
+#include "../train/schedule.h"
+#include "test_model_util.h"
 
 #define BATCH 4
 #define SEQ 128
@@ -72,14 +73,14 @@ static double train(const ModelConfig *cfg, int bf16, int nudge, int steps, cons
     if (nudge)
         for (size_t i = 0; i < bundle.tt.total; i++)
             if (bundle.params[i] != 0.0f) bundle.params[i] = nextafterf(bundle.params[i], INFINITY);
-    Model m;
-    model_from_bundle(&m, &bundle);
-    m.matmul_bf16 = bf16;
-    if (model_plan(&m, BATCH, SEQ, 1, NULL, &e)) die("bench_loss_bf16: %s", e.msg);
-    size_t P = m.w.tt.total;
-    float *mom = xaligned(P * sizeof(float), "adam m"), *var = xaligned(P * sizeof(float), "adam v");
-    memset(mom, 0, P * sizeof(float));
-    memset(var, 0, P * sizeof(float));
+    TestModel tm;
+    const ModelOptions opt = {.matmul = bf16 ? MATMUL_BF16 : MATMUL_FP32};
+    test_model_from_bundle(&tm, &bundle, &opt);
+    Model *m = &tm.m;
+    Device *d = &tm.dev;
+    if (model_plan(m, BATCH, SEQ, 1, NULL, &e)) die("bench_loss_bf16: %s", e.msg);
+    const size_t P = m->tt->total;
+    float *mom = d->be->alloc(d, P * sizeof(float), "adam m"), *var = d->be->alloc(d, P * sizeof(float), "adam v");
     AdamWConfig ac = {.lr = 3e-3f, .beta1 = 0.9f, .beta2 = 0.95f, .eps = 1e-8f, .weight_decay = 0.1f, .grad_clip = 1.0f};
     Schedule sched = {.kind = SCHED_COSINE, .warmup = steps / 10, .total = steps, .min_lr_ratio = 0.1f};
     int tokens[BATCH * SEQ], targets[BATCH * SEQ];
@@ -87,14 +88,14 @@ static double train(const ModelConfig *cfg, int bf16, int nudge, int steps, cons
     double t0 = now_seconds();
     for (int s = 0; s < steps; s++) {
         make_batch(tokens, targets, bytes, n_train, 1000 + (uint64_t)s);
-        model_zero_grads(&m);
+        model_zero_grads(m);
         int count;
-        double sum = model_forward_backward(&m, &in, 1.0f / (BATCH * SEQ), NULL, &count);
+        double sum = model_forward_backward(m, &in, 1.0f / (BATCH * SEQ), NULL, &count);
         losses[s] = sum / count;
-        double norm = grad_norm(m.grads, &m.w.tt);
+        double norm = OP(d, grad_norm, m->grads, m->tt);
         if (!isfinite(norm)) die("bench_loss_bf16: non-finite gradient at step %d (%s)", s, bf16 ? "bf16" : "fp32");
-        grad_scale(m.grads, &m.w.tt, grad_clip_factor(norm, ac.grad_clip));
-        adamw_step(m.w.params, m.grads, mom, var, &m.w.tt, &ac, schedule_lr(&sched, ac.lr, s), s + 1);
+        OP(d, grad_scale, m->grads, m->tt, grad_clip_factor(norm, ac.grad_clip));
+        OP(d, adamw_step, m->weights, m->grads, mom, var, m->tt, &ac, schedule_lr(&sched, ac.lr, s), s + 1);
     }
     *seconds = now_seconds() - t0;
     // Validation: consecutive windows of the held-out tail, forward only.
@@ -107,12 +108,12 @@ static double train(const ModelConfig *cfg, int bf16, int nudge, int steps, cons
                 targets[b * SEQ + t] = bytes[off + b * (SEQ + 1) + t + 1];
             }
         int count;
-        val_sum += model_forward(&m, &in, NULL, &count);
+        val_sum += model_forward(m, &in, NULL, &count);
         val_count += count;
     }
-    free(mom);
-    free(var);
-    model_free(&m);
+    d->be->release(d, mom);
+    d->be->release(d, var);
+    test_model_free(&tm);
     return val_count ? val_sum / val_count : NAN;
 }
 

@@ -122,9 +122,10 @@ static void run_sgemm(const Openblas *ob, int which, float *out, float *dinp, fl
                   1.0f, dW, s->C);
 }
 
-// One product on one shape's buffers: ours at precision p, or OpenBLAS's
-// sgemm when blas is set.
+// One product on one shape's buffers: ours (the CPU device's op) at precision
+// p, or OpenBLAS's sgemm when blas is set.
 typedef struct {
+    Device *dev;
     const Openblas *blas;
     MatmulPrecision p;
     int which;
@@ -136,9 +137,10 @@ typedef struct {
 static void run_product(const Product *r) {
     const Shape *s = r->s;
     if (r->blas) run_sgemm(r->blas, r->which, r->out, r->dinp, r->dW, r->dout, r->inp, r->W, s);
-    else if (r->which == FWD) matmul_forward_p(r->out, r->inp, r->W, s->N, s->C, s->OC, r->p);
-    else if (r->which == DINP) matmul_backward_p(r->dinp, NULL, r->dout, r->inp, r->W, s->N, s->C, s->OC, r->p);
-    else matmul_backward_p(NULL, r->dW, r->dout, r->inp, r->W, s->N, s->C, s->OC, r->p);
+    else if (r->which == FWD) OP(r->dev, matmul_forward, r->out, r->inp, r->W, s->N, s->C, s->OC, r->p);
+    else if (r->which == DINP)
+        OP(r->dev, matmul_backward, r->dinp, NULL, r->dout, r->inp, r->W, s->N, s->C, s->OC, r->p);
+    else OP(r->dev, matmul_backward, NULL, r->dW, r->dout, r->inp, r->W, s->N, s->C, s->OC, r->p);
 }
 
 // GFLOP/s of a product: the best of 3 to 20 timed runs after a warm one
@@ -160,7 +162,6 @@ int main(int argc, char **argv) {
     int threads = argc > 1 ? atoi(argv[1]) : 2;
     if (threads < 1) threads = 1;
     const int blas_only = argc > 2 && !strcmp(argv[2], "--blas");
-    omp_set_num_threads(threads);
     double gflops[N_SHAPES][2][3], gflops_blas[N_SHAPES][3];
     double t_start = now_seconds();
     // The peaks are measured before and after the products and the larger
@@ -175,6 +176,9 @@ int main(int argc, char **argv) {
         printf("== bench_matmul: no reference: libopenblas.so.0 not found (apt-get install libopenblas0)\n");
         return 0;
     }
+    Device dev;
+    cpu_device_init(&dev, threads, NULL);   // the best kernels for this CPU
+    dev_reserve(&dev, matmul_workspace_bytes(&dev));
     for (int i = 0; i < N_SHAPES; i++) {
         const Shape *s = &SHAPES[i];
         size_t nx = (size_t)s->N * s->C, nw = (size_t)s->OC * s->C, ny = (size_t)s->N * s->OC;
@@ -184,7 +188,7 @@ int main(int argc, char **argv) {
         fill(inp, nx, &rng);
         fill(W, nw, &rng);
         fill(dout, ny, &rng);
-        Product r = {blas_only ? &blas : NULL, MATMUL_FP32, FWD, out, dinp, dW, dout, inp, W, s};
+        Product r = {&dev, blas_only ? &blas : NULL, MATMUL_FP32, FWD, out, dinp, dW, dout, inp, W, s};
         for (int p = MATMUL_FP32; p <= MATMUL_BF16 && !blas_only; p++)
             for (int which = FWD; which <= DW; which++) {
                 r.p = p;
@@ -201,14 +205,14 @@ int main(int argc, char **argv) {
     double peak = peak_after > peak_before ? peak_after : peak_before;
     double bf16_peak = bf16_after > bf16_before ? bf16_after : bf16_before;
     printf("== bench_matmul: kernel %s, %d threads, fp32 FMA peak %.1f GFLOP/s (measured %.1f before, %.1f after)\n",
-           matmul_kernel_best()->name, threads, peak, peak_before, peak_after);
+           cpu_kernels(&dev)->f32->name, threads, peak, peak_before, peak_after);
     if (bf16_peak > 0)
         printf("== bench_matmul: bf16 kernel %s, vdpbf16ps peak %.1f GFLOP/s = %.2fx the fp32 FMA peak "
                "(measured %.1f before, %.1f after)\n",
-               matmul_bf16_kernel_best()->name, bf16_peak, bf16_peak / peak, bf16_before, bf16_after);
+               cpu_kernels(&dev)->bf16->name, bf16_peak, bf16_peak / peak, bf16_before, bf16_after);
     else
         printf("== bench_matmul: bf16 kernel %s (no AVX512_BF16: bf16 runs at fp32 speed at best)\n",
-               matmul_bf16_kernel_best()->name);
+               cpu_kernels(&dev)->bf16->name);
     if (blas_only)
         printf("== bench_matmul: reference OpenBLAS sgemm (%s), %d threads, OPENBLAS_CORETYPE=%s\n", blas.config,
                threads, getenv("OPENBLAS_CORETYPE") ? getenv("OPENBLAS_CORETYPE") : "unset");
@@ -231,5 +235,6 @@ int main(int argc, char **argv) {
         printf("\n");
     }
     printf("== bench_matmul: %.1f s\n", now_seconds() - t_start);
+    dev_free(&dev);
     return 0;
 }

@@ -12,10 +12,10 @@
 // usage: bench_model [PRESET] [T] [steps]   (with T given: only the T=T runs)
 #include <stdlib.h>
 #include <string.h>
-#include "../model/model.h"
 #include "../model/ops/matmul_kernels.h"
 #include "../qat/qat.h"
 #include "../util/cpu.h"
+#include "test_model_util.h"
 
 typedef struct {
     int T, steps;    // timed steps after one warm-up step; the best counts
@@ -54,12 +54,14 @@ static RunResult run(const char *preset, const RunSpec *r, double peak, int rss_
     ModelBundle b;
     bundle_alloc(&b, &cfg);
     bundle_init_random(&b, 1);
-    Model m;
-    model_from_bundle(&m, &b);
-    m.matmul_bf16 = r->bf16;
-    m.recompute = r->recompute;
+    TestModel tm;
+    ModelOptions opt = {r->recompute, r->bf16 ? MATMUL_BF16 : MATMUL_FP32, A16_OFF};
+    test_model_from_bundle(&tm, &b, &opt);
+    Model *m = &tm.m;
+    const TensorTable *tt = &tm.b.tt;
+    float *params = tm.b.params;
     const int T = r->T;
-    if (model_plan(&m, 1, T, 1, stdout, &e)) die("%s", e.msg);
+    if (model_plan(m, 1, T, 1, stdout, &e)) die("%s", e.msg);
     int *tokens = xmalloc(T * sizeof(int), "tokens"), *targets = xmalloc(T * sizeof(int), "targets");
     Rng rng;
     rng_seed(&rng, 7);
@@ -73,19 +75,19 @@ static RunResult run(const char *preset, const RunSpec *r, double peak, int rss_
         // group 64 as deployed; tiny test presets have widths only 16 divides
         int g = cfg.d_model % 64 == 0 && cfg.d_ff % 64 == 0 && (cfg.n_head * cfg.head_dim) % 64 == 0 ? 64 : 16;
         QuantSpec spec = {g, 0};
-        if (qat_init(&q, &m.w.tt, &spec, cfg.tied_embeddings, 1, preset, &e) ||
-            qat_init_from_weights(&q, &m.w.tt, m.w.params, QAT_INIT_RTN, NULL, NULL, preset, &e))
+        if (qat_init(&q, tt, &spec, cfg.tied_embeddings, 1, preset, &e) ||
+            qat_init_from_weights(&q, tt, params, QAT_INIT_RTN, NULL, NULL, preset, &e))
             die("%s", e.msg);
-        effective = xaligned(m.w.tt.total * sizeof(float), "fake-quantized weights");
-        model_use_weights(&m, effective);
+        effective = xaligned(tt->total * sizeof(float), "fake-quantized weights");
+        model_use_weights(m, effective);
     }
     for (int s = 0; s < r->steps + 1; s++) {   // the first step warms caches and pages
-        model_zero_grads(&m);
+        model_zero_grads(m);
         double t0 = now_seconds();
         int count;
-        if (r->qat) qat_forward_weights(&q, &m.w.tt, m.w.params, effective);
-        double loss = model_forward_backward(&m, &in, 1.0f / (T - 1), NULL, &count);
-        if (r->qat) qat_backward(&q, &m.w.tt, m.w.params, m.grads, m.grads);
+        if (r->qat) qat_forward_weights(&tm.dev, &q, tt, params, effective);
+        double loss = model_forward_backward(m, &in, 1.0f / (T - 1), NULL, &count);
+        if (r->qat) qat_backward(&tm.dev, &q, tt, params, m->grads, m->grads);
         double dt = now_seconds() - t0;
         if (s > 0 && dt < best) best = dt;
         if (s == 0) printf("  warmup step %.2f s (loss %.4f)\n", dt, loss / count);
@@ -101,7 +103,7 @@ static RunResult run(const char *preset, const RunSpec *r, double peak, int rss_
     }
     free(tokens);
     free(targets);
-    model_free(&m);
+    test_model_free(&tm);
     return res;
 }
 

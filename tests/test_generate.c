@@ -11,7 +11,8 @@
 // - Sampling: the empirical distribution of draws equals the distribution
 //   transformers' temperature / top-k / top-p warpers give (same support,
 //   frequencies within 5 sigma); a seed reproduces a run; top-k 1 is greedy.
-// - A16 activation rounding: the cache path rounds where model_forward does.
+// (The cache against the full forward in every numeric mode, bf16, A16 and
+// int4: test_decoder_modes.c.)
 // - Context-length and bad-input errors.
 // - The CLI through $POCKET on checkpoints made with `$POCKET import` (and
 //   `$POCKET init` for --int4, checked against greedy decoding without a cache).
@@ -30,8 +31,9 @@
 #include "../formats/hf_import.h"
 #include "../formats/safetensors.h"
 #include "../qat/qat.h"
-#include "../formats/checkpoint.h"
 #include "../cli/open_model.h"
+#include "../train/evaluate.h"
+#include "test_model_util.h"
 
 #define HF "tests/fixtures/hf/"
 #define GEN "tests/fixtures/gen/"
@@ -53,54 +55,20 @@ static int *json_ints(json_t *a, int *n) {
     return x;
 }
 
-static void load_hf(const char *dir, Model *m) {
+static void load_hf(const char *dir, TestModel *t) {
     ModelBundle b;
     PtError e;
     if (hf_import(dir, &b, &e)) fail_msg("import %s: %s", dir, e.msg);
-    model_from_bundle(m, &b);
+    test_model_from_bundle(t, &b, NULL);
 }
 
-// A preset with weights of the fixtures' scale (matrices N(0, 0.15^2), norms
-// 1 + N(0, 0.1^2)) so that logits spread over several units and every norm
-// weight matters; the preset's own init (std 0.02) gives near-flat logits.
-static void load_preset(const char *name, uint64_t seed, Model *m) {
-    ModelConfig c;
-    PtError e;
-    if (config_preset(&c, name, &e)) fail_msg("%s", e.msg);
-    ModelBundle b;
-    bundle_alloc(&b, &c);
-    bundle_init_random(&b, seed);
-    Rng rng;
-    rng_seed(&rng, seed + 1);
-    for (int i = 0; i < b.tt.n; i++) {
-        const TensorInfo *t = &b.tt.t[i];
-        float *p = b.params + t->offset;
-        for (size_t j = 0; j < t->numel; j++)
-            p[j] = (t->flags & TF_NORM) ? 1.0f + 0.1f * (float)rng_normal(&rng) : p[j] * (0.15f / c.init_std);
-    }
-    model_from_bundle(m, &b);
-}
-
-static int *random_tokens(int n, int vocab, uint64_t seed) {
-    Rng rng;
-    rng_seed(&rng, seed);
-    int *t = malloc((size_t)n * sizeof(int));
-    for (int i = 0; i < n; i++) t[i] = (int)(rng_next(&rng) % (uint64_t)vocab);
-    return t;
-}
-
-static double max_diff(const float *a, const float *b, size_t n) {
-    double d = 0;
-    for (size_t i = 0; i < n; i++) d = fmax(d, fabs((double)a[i] - b[i]));
-    return d;
-}
 
 // ---------------------------------------------------------------- cache vs forward
 
 // Feeds tokens[0..T) in the given chunk sizes (0-terminated; the rest in one
 // last chunk) and returns the largest logit difference to ref [T, V].
 static double fed_in_chunks(GenContext *g, const int *tokens, int T, const int *chunks, const float *ref) {
-    int V = g->m->w.cfg.vocab_size;
+    int V = g->m.cfg.vocab_size;
     float *logits = malloc((size_t)T * V * sizeof(float));
     PtError e;
     gen_reset(g);
@@ -112,7 +80,7 @@ static double fed_in_chunks(GenContext *g, const int *tokens, int T, const int *
         assert_true(max_diff(g->logits, logits + (size_t)(done + n - 1) * V, V) == 0.0);
         done += n;
     }
-    assert_int_equal(g->n_past, T);
+    assert_int_equal(g->m.n_past, T);
     double d = max_diff(logits, ref, (size_t)T * V);
     free(logits);
     return d;
@@ -121,7 +89,7 @@ static double fed_in_chunks(GenContext *g, const int *tokens, int T, const int *
 // A prefill of `first` tokens, then one token per step; compares g->logits
 // with ref at every position.
 static double fed_by_steps(GenContext *g, const int *tokens, int T, int first, const float *ref) {
-    int V = g->m->w.cfg.vocab_size;
+    int V = g->m.cfg.vocab_size;
     PtError e;
     float *logits = gen_prefill_logits(g, tokens, first, &e);
     if (!logits) fail_msg("%s", e.msg);
@@ -135,7 +103,7 @@ static double fed_by_steps(GenContext *g, const int *tokens, int T, int first, c
 
 static void check_cache_matches_forward(const char *name, Model *m, const int *tokens, int T, const float *hf_logits,
                                         double tol) {
-    int V = m->w.cfg.vocab_size;
+    int V = m->cfg.vocab_size;
     PtError e;
     assert_int_equal(model_plan(m, 1, T, 0, NULL, &e), 0);
     float *ref = malloc((size_t)T * V * sizeof(float));
@@ -144,16 +112,16 @@ static void check_cache_matches_forward(const char *name, Model *m, const int *t
 
     GenContext g;
     if (gen_init(&g, m, T, &e)) fail_msg("%s", e.msg);
-    assert_true(g.chunk >= T);   // one pass: the first chunk runs the training attention kernel
+    assert_true(g.m.T >= T);   // one pass: the first chunk runs the training attention kernel
     const int whole[] = {0}, uneven[] = {7, 1, 30, 2, 0};
     double d_whole = fed_in_chunks(&g, tokens, T, whole, ref);
     double d_uneven = fed_in_chunks(&g, tokens, T, uneven, ref);
     double d_steps = fed_by_steps(&g, tokens, T, 1, ref);
     double d_prefill_steps = fed_by_steps(&g, tokens, T, T / 3, ref);
-    int chunk = g.chunk;
-    g.chunk = 24;   // gen_feed splits a long prompt into passes of g.chunk rows
+    int chunk = g.m.T;
+    g.m.T = 24;   // gen_feed splits a long prompt into passes of g.m.T rows
     double d_split = fed_in_chunks(&g, tokens, T, whole, ref);
-    g.chunk = chunk;
+    g.m.T = chunk;
     printf("  %s (T=%d): max |logit diff| vs model_forward: prefill %.1e, passes of 24 %.1e, uneven chunks %.1e, "
            "steps %.1e, prefill+steps %.1e\n", name, T, d_whole, d_split, d_uneven, d_steps, d_prefill_steps);
     assert_true(d_whole <= tol && d_split <= tol && d_uneven <= tol && d_steps <= tol && d_prefill_steps <= tol);
@@ -174,12 +142,12 @@ static void test_cache_matches_forward_presets(void **s) {
     (void)s;
     const char *presets[] = {"tiny", "tiny-untied", "tiny-llama"};
     for (int i = 0; i < 3; i++) {
-        Model m;
-        load_preset(presets[i], 100 + i, &m);
-        int *tokens = random_tokens(100, m.w.cfg.vocab_size, 200 + i);
-        check_cache_matches_forward(presets[i], &m, tokens, 100, NULL, 1e-4);
+        TestModel tm;
+        load_preset(presets[i], 100 + i, &tm);
+        int *tokens = random_tokens(100, tm.b.cfg.vocab_size, 200 + i);
+        check_cache_matches_forward(presets[i], &tm.m, tokens, 100, NULL, 1e-4);
         free(tokens);
-        model_free(&m);
+        test_model_free(&tm);
     }
 }
 
@@ -189,8 +157,8 @@ static void test_cache_matches_forward_hf(void **s) {
     for (int i = 0; i < 3; i++) {
         char dir[128], path[160];
         snprintf(dir, sizeof dir, HF "%s", names[i]);
-        Model m;
-        load_hf(dir, &m);
+        TestModel tm;
+        load_hf(dir, &tm);
         snprintf(path, sizeof path, "%s/tokens.txt", dir);
         FILE *f = fopen(path, "r");
         assert_non_null(f);
@@ -203,71 +171,13 @@ static void test_cache_matches_forward_hf(void **s) {
         if (st_open(&st, path, &e)) fail_msg("%s", e.msg);
         const StTensor *t = st_find(&st, "logits");
         assert_non_null(t);
-        assert_int_equal(t->numel, (size_t)T * m.w.cfg.vocab_size);
+        assert_int_equal(t->numel, (size_t)T * tm.b.cfg.vocab_size);
         float *hf_logits = malloc(t->numel * sizeof(float));
         assert_int_equal(st_read_f32(&st, t, hf_logits, &e), 0);
         st_close(&st);
-        check_cache_matches_forward(names[i], &m, tokens, T, hf_logits, 1e-4);
+        check_cache_matches_forward(names[i], &tm.m, tokens, T, hf_logits, 1e-4);
         free(hf_logits);
-        model_free(&m);
-    }
-}
-
-static double rms_diff(const float *a, const float *b, size_t n) {
-    double s = 0;
-    for (size_t i = 0; i < n; i++) s += ((double)a[i] - b[i]) * ((double)a[i] - b[i]);
-    return sqrt(s / (double)n);
-}
-
-// A16 (matmul inputs/outputs rounded to bf16 or fp16, as the trainer's QAT
-// and int4 inference run the model): the cache path must round at the same
-// points as model_forward. Then the rounding absorbs the last-bit differences
-// of the two attention kernels and the logits agree bit for bit, until a value
-// happens to sit on a 16-bit rounding boundary and the two round apart; from
-// there the difference is one 16-bit ulp, carried along the sequence. So the
-// test asks for exact agreement on the leading positions and, over all, an
-// RMS difference well below the RMS effect of the rounding itself (a missing
-// rounding point gives a difference of that order from position 0 on).
-static void test_cache_matches_forward_a16(void **s) {
-    (void)s;
-    const int modes[] = {A16_BF16, A16_FP16};
-    const char *names[] = {"bf16", "fp16"};
-    enum { T = 80 };
-    for (int i = 0; i < 2; i++) {
-        Model m;
-        load_preset("tiny", 300, &m);
-        int V = m.w.cfg.vocab_size, *tokens = random_tokens(T, V, 301);
-        float *rounded = malloc((size_t)T * V * sizeof(float)), *plain = malloc((size_t)T * V * sizeof(float));
-        float *cached = malloc((size_t)T * V * sizeof(float));
-        PtError e;
-        assert_int_equal(model_plan(&m, 1, T, 0, NULL, &e), 0);
-        ModelInput in = {.B = 1, .T = T, .tokens = tokens};
-        model_forward(&m, &in, plain, NULL);
-        m.a16 = modes[i];
-        model_forward(&m, &in, rounded, NULL);
-        GenContext g;
-        if (gen_init(&g, &m, T, &e)) fail_msg("%s", e.msg);
-        double effect = rms_diff(rounded, plain, (size_t)T * V);
-        // One pass (the training attention kernel), then passes of 16 rows
-        // (the cache kernel from the second pass on).
-        int one_pass = g.chunk;   // >= T
-        for (int pass = 0; pass < 2; pass++) {
-            g.chunk = pass ? 16 : one_pass;
-            gen_reset(&g);
-            if (gen_feed(&g, tokens, T, cached, &e)) fail_msg("%s", e.msg);
-            int exact = 0;
-            while (exact < T && !memcmp(cached + (size_t)exact * V, rounded + (size_t)exact * V, (size_t)V * sizeof(float)))
-                exact++;
-            double err = rms_diff(cached, rounded, (size_t)T * V);
-            printf("  tiny a16=%s, passes of %d: logits bitwise equal on the first %d of %d positions; RMS diff %.1e, "
-                   "RMS effect of the rounding %.1e\n", names[i], g.chunk, exact, T, err, effect);
-            assert_true(exact >= 8);
-            assert_true(err <= effect / 2);
-            assert_true(rms_diff(cached, plain, (size_t)T * V) > effect / 2);   // the cache path does round
-        }
-        gen_free(&g);
-        free(rounded), free(plain), free(cached), free(tokens);
-        model_free(&m);
+        test_model_free(&tm);
     }
 }
 
@@ -280,11 +190,11 @@ static void test_greedy_matches_transformers(void **s) {
         char path[128];
         snprintf(path, sizeof path, GEN "%s.json", names[i]);
         json_t *doc = load_json(path), *cases = json_object_get(doc, "cases");
-        Model m;
-        load_hf(json_string_value(json_object_get(doc, "model")), &m);
+        TestModel tm;
+        load_hf(json_string_value(json_object_get(doc, "model")), &tm);
         GenContext g;
         PtError e;
-        if (gen_init(&g, &m, m.w.cfg.max_seq, &e)) fail_msg("%s", e.msg);
+        if (gen_init(&g, &tm.m, tm.b.cfg.max_seq, &e)) fail_msg("%s", e.msg);
         GenParams p;
         gen_params_default(&p);
         p.max_new = (int)json_integer_value(json_object_get(doc, "max_new"));
@@ -308,7 +218,7 @@ static void test_greedy_matches_transformers(void **s) {
         }
         printf("  %s: %zu prompts, 32 greedy tokens each, equal to transformers\n", names[i], json_array_size(cases));
         gen_free(&g);
-        model_free(&m);
+        test_model_free(&tm);
         json_decref(doc);
     }
 }
@@ -319,22 +229,22 @@ static void test_greedy_matches_transformers(void **s) {
 static void test_chat_greedy_stops_like_transformers(void **s) {
     (void)s;
     json_t *doc = load_json(GEN "qwen3-chat.json"), *cases = json_object_get(doc, "cases");
-    Model m;
-    load_hf(json_string_value(json_object_get(doc, "model")), &m);
-    assert_non_null(m.w.tokenizer_json);
+    TestModel tm;
+    load_hf(json_string_value(json_object_get(doc, "model")), &tm);
+    assert_non_null(tm.b.tokenizer_json);
     Tokenizer *tok;
     PtError e;
-    if (tokenizer_load(&tok, m.w.tokenizer_json, m.w.tokenizer_json_len, "qwen3-chat", &e)) fail_msg("%s", e.msg);
+    if (tokenizer_load(&tok, tm.b.tokenizer_json, tm.b.tokenizer_json_len, "qwen3-chat", &e)) fail_msg("%s", e.msg);
     GenParams p;
     gen_params_default(&p);
     p.max_new = (int)json_integer_value(json_object_get(doc, "max_new"));
-    gen_add_default_stops(&p, &m.w.cfg, tok);
+    add_default_stops(&p, &tm.b.cfg, tok);
     int n_stop;
     int *stops = json_ints(json_object_get(doc, "stop"), &n_stop);
     assert_int_equal(p.n_stop, n_stop);
     for (int i = 0; i < n_stop; i++) assert_true(gen_is_stop(&p, stops[i]));
     GenContext g;
-    if (gen_init(&g, &m, m.w.cfg.max_seq, &e)) fail_msg("%s", e.msg);
+    if (gen_init(&g, &tm.m, tm.b.cfg.max_seq, &e)) fail_msg("%s", e.msg);
     int n_stopped = 0;
     for (size_t c = 0; c < json_array_size(cases); c++) {
         json_t *cs = json_array_get(cases, c);
@@ -374,7 +284,7 @@ static void test_chat_greedy_stops_like_transformers(void **s) {
     free(stops);
     gen_free(&g);
     tokenizer_free(tok);
-    model_free(&m);
+    test_model_free(&tm);
     json_decref(doc);
 }
 
@@ -383,15 +293,15 @@ static void test_chat_greedy_stops_like_transformers(void **s) {
 static void test_sampling_matches_transformers_warpers(void **s) {
     (void)s;
     json_t *doc = load_json(GEN "sampling.json"), *settings = json_object_get(doc, "settings");
-    Model m;
-    load_hf(HF "qwen3-tied", &m);   // only its vocabulary size (256) matters here
-    int V = m.w.cfg.vocab_size;
+    TestModel tm;
+    load_hf(HF "qwen3-tied", &tm);   // only its vocabulary size (256) matters here
+    int V = tm.b.cfg.vocab_size;
     assert_int_equal(json_array_size(json_object_get(doc, "logits")), (size_t)V);
     float *logits = malloc((size_t)V * sizeof(float));
     for (int i = 0; i < V; i++) logits[i] = (float)json_real_value(json_array_get(json_object_get(doc, "logits"), i));
     GenContext g;
     PtError e;
-    if (gen_init(&g, &m, 1, &e)) fail_msg("%s", e.msg);
+    if (gen_init(&g, &tm.m, 1, &e)) fail_msg("%s", e.msg);
     enum { DRAWS = 40000 };
     int *count = malloc((size_t)V * sizeof(int));
     for (size_t k = 0; k < json_array_size(settings); k++) {
@@ -428,7 +338,7 @@ static void test_sampling_matches_transformers_warpers(void **s) {
     free(count);
     free(logits);
     gen_free(&g);
-    model_free(&m);
+    test_model_free(&tm);
     json_decref(doc);
 }
 
@@ -450,12 +360,12 @@ static int run_gen(GenContext *g, const int *prompt, int n, float temperature, i
 
 static void test_sampling_seed_and_greedy_limits(void **s) {
     (void)s;
-    Model m;
-    load_preset("tiny", 7, &m);
-    int *prompt = random_tokens(10, m.w.cfg.vocab_size, 8);
+    TestModel tm;
+    load_preset("tiny", 7, &tm);
+    int *prompt = random_tokens(10, tm.b.cfg.vocab_size, 8);
     GenContext g;
     PtError e;
-    if (gen_init(&g, &m, 64, &e)) fail_msg("%s", e.msg);
+    if (gen_init(&g, &tm.m, 64, &e)) fail_msg("%s", e.msg);
     int a[40], b[40], greedy[40], c[40];
     run_gen(&g, prompt, 10, 0.0f, 0, 1.0f, 0, greedy);
     run_gen(&g, prompt, 10, 1.5f, 50, 0.95f, 123, a);
@@ -474,21 +384,21 @@ static void test_sampling_seed_and_greedy_limits(void **s) {
     assert_memory_equal(c, greedy, sizeof c);   // a vanishing nucleus keeps only the best token
     free(prompt);
     gen_free(&g);
-    model_free(&m);
+    test_model_free(&tm);
 }
 
 // ---------------------------------------------------------------- errors
 
 static void test_context_length_and_bad_input(void **s) {
     (void)s;
-    Model m;
-    load_preset("tiny", 3, &m);
-    int max_seq = m.w.cfg.max_seq, V = m.w.cfg.vocab_size;
+    TestModel tm;
+    load_preset("tiny", 3, &tm);
+    int max_seq = tm.b.cfg.max_seq, V = tm.b.cfg.vocab_size;
     GenContext g;
     PtError e;
-    assert_int_equal(gen_init(&g, &m, max_seq + 1, &e), -1);
+    assert_int_equal(gen_init(&g, &tm.m, max_seq + 1, &e), -1);
     assert_non_null(strstr(e.msg, "max_position_embeddings"));
-    assert_int_equal(gen_init(&g, &m, max_seq, &e), 0);
+    assert_int_equal(gen_init(&g, &tm.m, max_seq, &e), 0);
     int *prompt = random_tokens(max_seq, V, 4), out[32];
     GenParams p;
     gen_params_default(&p);
@@ -501,7 +411,7 @@ static void test_context_length_and_bad_input(void **s) {
     assert_non_null(strstr(e.msg, want));
     p.max_new = 12;                                                          // max_seq - 12 + 12 fits exactly
     assert_int_equal(generate(&g, prompt, n_prompt, &p, out, 32, &e), 12);
-    assert_int_equal(g.n_past, max_seq - 1);   // the last new token is not fed
+    assert_int_equal(g.m.n_past, max_seq - 1);   // the last new token is not fed
     assert_int_equal(generate(&g, prompt, 0, &p, out, 32, &e), -1);
     assert_non_null(strstr(e.msg, "empty"));
     assert_int_equal(generate(&g, prompt, 4, &p, out, 11, &e), -1);
@@ -520,7 +430,7 @@ static void test_context_length_and_bad_input(void **s) {
     assert_int_equal(gen_feed(&g, prompt, 3, NULL, &e), 0);
     free(prompt);
     gen_free(&g);
-    model_free(&m);
+    test_model_free(&tm);
 }
 
 // ---------------------------------------------------------------- CLI
@@ -664,28 +574,25 @@ static void test_cli_sampling_seed(void **state) {
     free(out1), free(out2);
 }
 
-// --int4 against a reference without any cache: the checkpoint loaded here,
-// its int4 weights set by the same int4_use_weights, and greedy decoding by
-// rerunning model_forward over the whole growing sequence each step.
+// --int4 against a reference without any cache: the checkpoint opened here
+// by the same open_model, and greedy decoding by rerunning model_forward over
+// the whole growing sequence each step.
 static void test_cli_int4_matches_uncached_greedy(void **state) {
     Env *v = *state;
     enum { N_PROMPT = 6, N_NEW = 12 };
     int seq[N_PROMPT + N_NEW] = {3, 141, 59, 26, 53, 58};
-    ModelBundle b;
     PtError e;
-    if (checkpoint_load(v->llama_ckpt, &b, &e)) fail_msg("%s", e.msg);
-    Model m;
-    model_from_bundle(&m, &b);
-    QatState q;
-    float *weights;
-    if (int4_use_weights(&m, v->llama_ckpt, &q, &weights, NULL, &e)) fail_msg("%s", e.msg);
-    int V = m.w.cfg.vocab_size;
+    OpenModel om;
+    OpenOptions oo = {.int4 = 1};
+    if (open_model(&om, v->llama_ckpt, &oo, &e)) fail_msg("%s", e.msg);
+    Model *m = &om.m;
+    int V = om.b.cfg.vocab_size;
     float *logits = malloc((size_t)(N_PROMPT + N_NEW) * V * sizeof(float));
     double min_gap = INFINITY;
     for (int t = N_PROMPT; t < N_PROMPT + N_NEW; t++) {
-        assert_int_equal(model_plan(&m, 1, t, 0, NULL, &e), 0);
+        assert_int_equal(model_plan(m, 1, t, 0, NULL, &e), 0);
         ModelInput in = {.B = 1, .T = t, .tokens = seq};
-        model_forward(&m, &in, logits, NULL);
+        model_forward(m, &in, logits, NULL);
         const float *last = logits + (size_t)(t - 1) * V;
         int best = 0, second = -1;
         for (int i = 1; i < V; i++)
@@ -706,9 +613,8 @@ static void test_cli_int4_matches_uncached_greedy(void **state) {
     out[strcspn(out, "\n")] = 0;
     printf("  int4 greedy (min top-2 gap %.1e): %s\n", min_gap, out);
     assert_string_equal(out, expected);
-    free(out), free(err), free(logits), free(weights);
-    qat_free(&q);
-    model_free(&m);
+    free(out), free(err), free(logits);
+    open_model_close(&om);
 }
 
 // Each bad call exits non-zero with one stderr line holding `needle`, and prints nothing.
@@ -765,7 +671,6 @@ int main(void) {
     const struct CMUnitTest lib[] = {
         cmocka_unit_test(test_cache_matches_forward_presets),
         cmocka_unit_test(test_cache_matches_forward_hf),
-        cmocka_unit_test(test_cache_matches_forward_a16),
         cmocka_unit_test(test_greedy_matches_transformers),
         cmocka_unit_test(test_chat_greedy_stops_like_transformers),
         cmocka_unit_test(test_sampling_matches_transformers_warpers),

@@ -1,12 +1,12 @@
-// test_matmul: the blocked matmul (every kernel path this CPU runs, 1 to 3
-// threads) against the double-precision reference, on shapes that are not
-// multiples of any tile or block size; the reference itself against hand
-// arithmetic and central differences. The MATMUL_BF16 products (AVX512_BF16
-// and portable kernels) against the same reference run on the bf16-rounded
+// test_matmul: the matmul of every device (test_backends.h: the CPU once per
+// kernel set this CPU runs; 1 to 3 threads) against the double-precision
+// reference, on shapes that are not multiples of any tile or block size; the
+// reference itself against hand arithmetic and central differences. The
+// MATMUL_BF16 products against the same reference run on the bf16-rounded
 // operands: a product of two bf16 values is exact in fp32, so only the fp32
-// accumulation differs and the fp32 tolerance applies. Their rounding against
-// hand-worked cases and util's converter; both kernels' packs give the same
-// bits.
+// accumulation differs and the fp32 tolerance applies. The CPU's bf16
+// kernels: their rounding against hand-worked cases and util's converter;
+// both kernels' packs give the same bits.
 //
 // Tolerance: the fast ops sum K fp32 products, so their rounding error grows
 // like sqrt(K) * u for random-sign data (u = 2^-24). We compare the normwise
@@ -14,7 +14,6 @@
 // about 16 u per sqrt(K) (measured errors sit more than 10x below it); a
 // wrong index or a lost edge tile gives errors of order 1.
 #include <math.h>
-#include <omp.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -25,6 +24,10 @@
 #include "../model/ops/matmul_kernels.h"
 #include "../model/ops/ops.h"
 #include "../util/util.h"
+#include "test_backends.h"
+
+static TestDevice devs[MAX_TEST_DEVICES];
+static int n_devs;
 
 #define TOL_PER_SQRT_K 1e-6
 
@@ -122,40 +125,24 @@ static float *copy_f(const float *x, size_t n) {
     return y;
 }
 
-// One kernel of either precision behind the same two calls.
-typedef struct {
-    const char *name;
-    const MatmulKernel *fp32;
-    const MatmulBf16Kernel *bf16;
-} AnyKernel;
-
-static void any_forward(const AnyKernel *k, float *out, const float *inp, const float *W, int N, int C, int OC) {
-    if (k->bf16) matmul_forward_bf16_with(k->bf16, out, inp, W, N, C, OC);
-    else matmul_forward_with(k->fp32, out, inp, W, N, C, OC);
-}
-
-static void any_backward(const AnyKernel *k, float *dinp, float *dW, const float *dout, const float *inp,
-                         const float *W, int N, int C, int OC) {
-    if (k->bf16) matmul_backward_bf16_with(k->bf16, dinp, dW, dout, inp, W, N, C, OC);
-    else matmul_backward_with(k->fp32, dinp, dW, dout, inp, W, N, C, OC);
-}
-
-// Runs forward and the backward variants (both grads, dinp only, dW only)
-// with kernel k and checks each against the reference.
-static void check_case(const AnyKernel *k, const Case *c, int threads) {
+// Runs forward and the backward variants (both grads, dinp only, dW only) on
+// device td in precision p and checks each against the reference.
+static void check_case(TestDevice *td, MatmulPrecision p, const Case *c) {
+    Device *d = &td->dev;
     const Shape s = c->s;
     size_t nx = (size_t)s.N * s.C, nw = (size_t)s.OC * s.C, ny = (size_t)s.N * s.OC;
     char where[160];
-    snprintf(where, sizeof where, "%s threads=%d N=%d C=%d OC=%d", k->name, threads, s.N, s.C, s.OC);
+    snprintf(where, sizeof where, "%s %s threads=%d N=%d C=%d OC=%d", td->name, p == MATMUL_BF16 ? "bf16" : "fp32",
+             d->threads, s.N, s.C, s.OC);
 
     float *out = xmalloc(ny * sizeof(float), "out");
     for (size_t i = 0; i < ny; i++) out[i] = NAN;   // forward must overwrite every element
-    any_forward(k, out, c->inp, c->W, s.N, s.C, s.OC);
+    OP(d, matmul_forward, out, c->inp, c->W, s.N, s.C, s.OC, p);
     double e = rel_err(out, c->out_ref, ny);
     if (!(e <= tol_for(s.C))) fail_msg("forward %s: rel err %.3g > %.3g", where, e, tol_for(s.C));
 
     float *dinp = copy_f(c->dinp0, nx), *dW = copy_f(c->dW0, nw);
-    any_backward(k, dinp, dW, c->dout, c->inp, c->W, s.N, s.C, s.OC);
+    OP(d, matmul_backward, dinp, dW, c->dout, c->inp, c->W, s.N, s.C, s.OC, p);
     e = rel_err(dinp, c->dinp_ref, nx);
     if (!(e <= tol_for(s.OC))) fail_msg("dinp %s: rel err %.3g > %.3g", where, e, tol_for(s.OC));
     e = rel_err(dW, c->dW_ref, nw);
@@ -163,58 +150,42 @@ static void check_case(const AnyKernel *k, const Case *c, int threads) {
 
     // NULL gradients: the other one is still right, nothing else is touched.
     memcpy(dinp, c->dinp0, nx * sizeof(float));
-    any_backward(k, dinp, NULL, c->dout, c->inp, c->W, s.N, s.C, s.OC);
+    OP(d, matmul_backward, dinp, NULL, c->dout, c->inp, c->W, s.N, s.C, s.OC, p);
     e = rel_err(dinp, c->dinp_ref, nx);
     if (!(e <= tol_for(s.OC))) fail_msg("dinp (dW NULL) %s: rel err %.3g", where, e);
     memcpy(dW, c->dW0, nw * sizeof(float));
-    any_backward(k, NULL, dW, c->dout, c->inp, c->W, s.N, s.C, s.OC);
+    OP(d, matmul_backward, NULL, dW, c->dout, c->inp, c->W, s.N, s.C, s.OC, p);
     e = rel_err(dW, c->dW_ref, nw);
     if (!(e <= tol_for(s.N))) fail_msg("dW (dinp NULL) %s: rel err %.3g", where, e);
-    any_backward(k, NULL, NULL, c->dout, c->inp, c->W, s.N, s.C, s.OC);
+    OP(d, matmul_backward, NULL, NULL, c->dout, c->inp, c->W, s.N, s.C, s.OC, p);
 
     free(out);
     free(dinp);
     free(dW);
 }
 
-static void check_any(const AnyKernel *k) {
+// Every shape on every device at 1, 2 and 3 threads (3: an odd team). The
+// ops run the device's thread count; the test workspace fits 3 threads.
+static void check_precision(MatmulPrecision p) {
     for (size_t i = 0; i < N_SHAPES; i++) {
         Case c;
-        case_init_p(&c, SHAPES[i], 1000 + i, k->bf16 != NULL);
-        for (int threads = 1; threads <= 3; threads++) {   // 3: an odd team
-            omp_set_num_threads(threads);
-            check_case(k, &c, threads);
+        case_init_p(&c, SHAPES[i], 1000 + i, p == MATMUL_BF16);
+        for (int d = 0; d < n_devs; d++) {
+            const int saved = devs[d].dev.threads;
+            for (int threads = 1; threads <= 3; threads++) {
+                devs[d].dev.threads = threads;
+                check_case(&devs[d], p, &c);
+            }
+            devs[d].dev.threads = saved;
         }
         case_free(&c);
     }
-    omp_set_num_threads(2);
+    for (int d = 0; d < n_devs; d++) printf("  %-26s %s: %zu shapes x 1..3 threads pass\n", devs[d].name,
+                                            p == MATMUL_BF16 ? "bf16" : "fp32", N_SHAPES);
 }
 
-static void check_kernel(const MatmulKernel *k) {
-    if (!k) {
-        skip();   // this CPU cannot run the path
-        return;
-    }
-    AnyKernel any = {k->name, k, NULL};
-    check_any(&any);
-}
-
-static void check_bf16_kernel(const MatmulBf16Kernel *k) {
-    if (!k) {
-        skip();
-        return;
-    }
-    char name[64];
-    snprintf(name, sizeof name, "bf16 %s", k->name);
-    AnyKernel any = {name, NULL, k};
-    check_any(&any);
-}
-
-static void test_avx512(void **state) { (void)state; check_kernel(matmul_kernel_avx512()); }
-static void test_avx2(void **state) { (void)state; check_kernel(matmul_kernel_avx2()); }
-static void test_portable(void **state) { (void)state; check_kernel(matmul_kernel_portable()); }
-static void test_bf16_avx512(void **state) { (void)state; check_bf16_kernel(matmul_bf16_kernel_avx512()); }
-static void test_bf16_portable(void **state) { (void)state; check_bf16_kernel(matmul_bf16_kernel_portable()); }
+static void test_fp32(void **state) { (void)state; check_precision(MATMUL_FP32); }
+static void test_bf16(void **state) { (void)state; check_precision(MATMUL_BF16); }
 
 static uint16_t bits16(float x) {
     uint32_t u;
@@ -311,54 +282,61 @@ static void test_bf16_packs_agree(void **state) {
     free(src), free(a), free(b);
 }
 
-// The public bf16 ops are the bf16 path (not fp32): against the reference on
-// unrounded operands their error is of bf16 size, far above the fp32
-// tolerance, while against the rounded-operand reference it is within it.
-static void test_public_bf16_ops(void **state) {
+// MATMUL_BF16 is the bf16 path (not fp32): against the reference on
+// unrounded operands its error is of bf16 size, far above the fp32
+// tolerance, while against the rounded-operand reference it is within it;
+// MATMUL_FP32 meets the fp32 tolerance on the unrounded operands.
+static void test_precision_selects_products(void **state) {
     (void)state;
     Case c, exact;
     const Shape s = {70, 300, 90};
     case_init_p(&c, s, 7, 1);
     case_init_p(&exact, s, 7, 0);
     size_t nx = (size_t)s.N * s.C, ny = (size_t)s.N * s.OC;
-    float *o = xmalloc(ny * sizeof(float), "o"), *o2 = xmalloc(ny * sizeof(float), "o2");
-    matmul_forward_p(o, c.inp, c.W, s.N, s.C, s.OC, MATMUL_BF16);
-    assert_true(rel_err(o, c.out_ref, ny) <= tol_for(s.C));
-    assert_true(rel_err(o, exact.out_ref, ny) > 20 * tol_for(s.C));
-    matmul_forward_bf16_with(matmul_bf16_kernel_best(), o2, c.inp, c.W, s.N, s.C, s.OC);
-    assert_memory_equal(o, o2, ny * sizeof(float));
-    matmul_forward_p(o2, c.inp, c.W, s.N, s.C, s.OC, MATMUL_FP32);
-    assert_true(rel_err(o2, exact.out_ref, ny) <= tol_for(s.C));
-    float *dx = copy_f(c.dinp0, nx);
-    matmul_backward_p(dx, NULL, c.dout, c.inp, c.W, s.N, s.C, s.OC, MATMUL_BF16);
-    assert_true(rel_err(dx, c.dinp_ref, nx) <= tol_for(s.OC));
-    free(o), free(o2), free(dx);
+    for (int d = 0; d < n_devs; d++) {
+        Device *dev = &devs[d].dev;
+        float *o = xmalloc(ny * sizeof(float), "o"), *o2 = xmalloc(ny * sizeof(float), "o2");
+        OP(dev, matmul_forward, o, c.inp, c.W, s.N, s.C, s.OC, MATMUL_BF16);
+        double e_rounded = rel_err(o, c.out_ref, ny), e_exact = rel_err(o, exact.out_ref, ny);
+        if (!(e_rounded <= tol_for(s.C) && e_exact > 20 * tol_for(s.C)))
+            fail_msg("%s: bf16 forward is not the bf16 product: rel err %.3g (rounded operands), %.3g (exact)",
+                     devs[d].name, e_rounded, e_exact);
+        OP(dev, matmul_forward, o2, c.inp, c.W, s.N, s.C, s.OC, MATMUL_FP32);
+        if (!(rel_err(o2, exact.out_ref, ny) <= tol_for(s.C))) fail_msg("%s: fp32 forward", devs[d].name);
+        float *dx = copy_f(c.dinp0, nx);
+        OP(dev, matmul_backward, dx, NULL, c.dout, c.inp, c.W, s.N, s.C, s.OC, MATMUL_BF16);
+        if (!(rel_err(dx, c.dinp_ref, nx) <= tol_for(s.OC))) fail_msg("%s: bf16 dinp", devs[d].name);
+        printf("  %-26s bf16 forward: rel err %.1e on bf16 operands, %.1e against fp32 (bf16 size)\n",
+               devs[d].name, e_rounded, e_exact);
+        free(o), free(o2), free(dx);
+    }
     case_free(&c);
     case_free(&exact);
 }
 
-// The public ops use the best kernel and give the same bits as calling it
-// directly; a second call gives the same bits again (no run-to-run drift).
-static void test_public_ops_match_best_kernel(void **state) {
+// A second call gives the same bits again (no run-to-run drift, e.g. from
+// scratch left in the workspace by the first).
+static void test_same_bits_twice(void **state) {
     (void)state;
     Case c;
     case_init(&c, (Shape){70, 300, 90}, 7);
     const Shape s = c.s;
     size_t nx = (size_t)s.N * s.C, nw = (size_t)s.OC * s.C, ny = (size_t)s.N * s.OC;
-    float *o1 = xmalloc(ny * sizeof(float), "o1"), *o2 = xmalloc(ny * sizeof(float), "o2");
-    matmul_forward(o1, c.inp, c.W, s.N, s.C, s.OC);
-    matmul_forward_with(matmul_kernel_best(), o2, c.inp, c.W, s.N, s.C, s.OC);
-    assert_memory_equal(o1, o2, ny * sizeof(float));
-    matmul_forward(o2, c.inp, c.W, s.N, s.C, s.OC);
-    assert_memory_equal(o1, o2, ny * sizeof(float));
-    float *dx1 = copy_f(c.dinp0, nx), *dx2 = copy_f(c.dinp0, nx);
-    float *dw1 = copy_f(c.dW0, nw), *dw2 = copy_f(c.dW0, nw);
-    matmul_backward(dx1, dw1, c.dout, c.inp, c.W, s.N, s.C, s.OC);
-    matmul_backward_with(matmul_kernel_best(), dx2, dw2, c.dout, c.inp, c.W, s.N, s.C, s.OC);
-    assert_memory_equal(dx1, dx2, nx * sizeof(float));
-    assert_memory_equal(dw1, dw2, nw * sizeof(float));
-    assert_true(rel_err(dx1, c.dinp_ref, nx) <= tol_for(s.OC));
-    free(o1), free(o2), free(dx1), free(dx2), free(dw1), free(dw2);
+    for (int d = 0; d < n_devs; d++)
+        for (int p = MATMUL_FP32; p <= MATMUL_BF16; p++) {
+            Device *dev = &devs[d].dev;
+            float *o1 = xmalloc(ny * sizeof(float), "o1"), *o2 = xmalloc(ny * sizeof(float), "o2");
+            OP(dev, matmul_forward, o1, c.inp, c.W, s.N, s.C, s.OC, p);
+            OP(dev, matmul_forward, o2, c.inp, c.W, s.N, s.C, s.OC, p);
+            float *dx1 = copy_f(c.dinp0, nx), *dx2 = copy_f(c.dinp0, nx);
+            float *dw1 = copy_f(c.dW0, nw), *dw2 = copy_f(c.dW0, nw);
+            OP(dev, matmul_backward, dx1, dw1, c.dout, c.inp, c.W, s.N, s.C, s.OC, p);
+            OP(dev, matmul_backward, dx2, dw2, c.dout, c.inp, c.W, s.N, s.C, s.OC, p);
+            if (memcmp(o1, o2, ny * sizeof(float)) || memcmp(dx1, dx2, nx * sizeof(float)) ||
+                memcmp(dw1, dw2, nw * sizeof(float)))
+                fail_msg("%s %s: a second call gave other bits", devs[d].name, p == MATMUL_BF16 ? "bf16" : "fp32");
+            free(o1), free(o2), free(dx1), free(dx2), free(dw1), free(dw2);
+        }
     case_free(&c);
 }
 
@@ -421,19 +399,29 @@ static void test_reference_finite_differences(void **state) {
     }
 }
 
+static int setup(void **state) {
+    (void)state;
+    n_devs = test_devices(devs, 0);
+    test_devices_print(devs, n_devs);
+    return 0;
+}
+
+static int teardown(void **state) {
+    (void)state;
+    test_devices_free(devs, n_devs);
+    return 0;
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_reference_by_hand),
         cmocka_unit_test(test_reference_finite_differences),
-        cmocka_unit_test(test_avx512),
-        cmocka_unit_test(test_avx2),
-        cmocka_unit_test(test_portable),
-        cmocka_unit_test(test_public_ops_match_best_kernel),
+        cmocka_unit_test(test_fp32),
+        cmocka_unit_test(test_same_bits_twice),
         cmocka_unit_test(test_bf16_rounding),
         cmocka_unit_test(test_bf16_packs_agree),
-        cmocka_unit_test(test_bf16_avx512),
-        cmocka_unit_test(test_bf16_portable),
-        cmocka_unit_test(test_public_bf16_ops),
+        cmocka_unit_test(test_bf16),
+        cmocka_unit_test(test_precision_selects_products),
     };
-    return cmocka_run_group_tests(tests, NULL, NULL);
+    return cmocka_run_group_tests(tests, setup, teardown);
 }

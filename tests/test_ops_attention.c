@@ -1,19 +1,23 @@
-// test_ops_attention: the flash-style float attention against the naive double
-// reference (which materialises the full score matrix) on every tile kernel
-// this CPU runs, packing isolation with segment ids, determinism across thread
-// counts, and a caller's scratch full of NaNs giving the same bits as none.
-// Bounds, normwise max|fast - ref| / max|ref|: out, lse, dq, dk, dv <= 5e-6
+// test_ops_attention: the attention of every device (test_backends.h; the CPU
+// once per tile kernel) against the naive double reference (which
+// materialises the full score matrix), generation over a KV cache against the
+// same reference, packing isolation with segment ids, determinism across
+// thread counts, and a workspace full of NaNs giving the same bits as a zeroed one.
+// Bounds, normwise max|op - ref| / max|ref|: out, lse, dq, dk, dv <= 5e-6
 // (fp32 dot products of length hd <= 64, softmax sums over <= 70 keys in
-// double, dk/dv sums over <= 7 * 70 query rows in float).
+// double, dk/dv sums over <= 7 * 70 query rows in float; the cached
+// attention's online softmax sums <= 70 keys in float).
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
-#include <omp.h>
 #include <cmocka.h>
+#include "test_backends.h"
 #include "test_ops_util.h"
-#include "../model/ops/matmul_kernels.h"
 
 #define ATTN_TOL 5e-6
+
+static TestDevice devs[MAX_TEST_DEVICES];
+static int n_devs;
 
 // lse[B, nq, T] of the scaled scores, in double, straight from the definition.
 static void lse_ref(double *lse, const double *q, const double *k, const int *seg, int B, int T, int nq, int nkv,
@@ -86,21 +90,29 @@ static void case_free(AttnCase *c) {
     free(c->dv0);
 }
 
-static void compare_case(const MatmulKernel *kern, Rng *r, int B, int T, int nq, int nkv, int hd, const int *seg,
-                         double q_sd) {
+// The case on every device against the reference, computed once.
+static void compare_case(Rng *r, int B, int T, int nq, int nkv, int hd, const int *seg, double q_sd) {
     AttnCase c;
     case_init(&c, r, B, T, nq, nkv, hd, q_sd);
     attention_forward_ref(c.out, c.q, c.k, c.v, seg, B, T, nq, nkv, hd);
     lse_ref(c.lse, c.q, c.k, seg, B, T, nq, nkv, hd);
     attention_backward_ref(c.dq, c.dk, c.dv, c.dout, c.q, c.k, c.v, seg, B, T, nq, nkv, hd);
-    attention_forward_with(kern, c.outf, c.lsef, c.qf, c.kf, c.vf, seg, B, T, nq, nkv, hd, NULL, 0);
-    attention_backward_with(kern, c.dqf, c.dkf, c.dvf, c.doutf, c.outf, c.lsef, c.qf, c.kf, c.vf, seg, B, T, nq, nkv,
-                            hd, NULL, 0);
-    double e[5] = {rel_err_f(c.outf, c.out, c.nqe), rel_err_f(c.lsef, c.lse, c.nl), rel_err_delta_f(c.dqf, c.dq0, c.dq, c.nqe),
-                   rel_err_delta_f(c.dkf, c.dk0, c.dk, c.nke), rel_err_delta_f(c.dvf, c.dv0, c.dv, c.nke)};
-    printf("  %-8s B=%d T=%3d nq=%d nkv=%d hd=%2d%s q_sd=%.0f: out %.1e lse %.1e dq %.1e dk %.1e dv %.1e\n",
-           kern->name, B, T, nq, nkv, hd, seg ? " seg" : "    ", q_sd, e[0], e[1], e[2], e[3], e[4]);
-    for (int i = 0; i < 5; i++) assert_true(e[i] <= ATTN_TOL);
+    for (int d = 0; d < n_devs; d++) {
+        Device *dev = &devs[d].dev;
+        float *dq = copy_f(c.dq0, c.nqe), *dk = copy_f(c.dk0, c.nke), *dv = copy_f(c.dv0, c.nke);
+        OP(dev, attention_forward, c.outf, c.lsef, c.qf, c.kf, c.vf, seg, B, T, nq, nkv, hd);
+        OP(dev, attention_backward, dq, dk, dv, c.doutf, c.outf, c.lsef, c.qf, c.kf, c.vf, seg, B, T, nq, nkv, hd);
+        double e[5] = {rel_err_f(c.outf, c.out, c.nqe), rel_err_f(c.lsef, c.lse, c.nl),
+                       rel_err_delta_f(dq, c.dq0, c.dq, c.nqe), rel_err_delta_f(dk, c.dk0, c.dk, c.nke),
+                       rel_err_delta_f(dv, c.dv0, c.dv, c.nke)};
+        printf("  %-26s B=%d T=%3d nq=%d nkv=%d hd=%2d%s q_sd=%.0f: out %.1e lse %.1e dq %.1e dk %.1e dv %.1e\n",
+               devs[d].name, B, T, nq, nkv, hd, seg ? " seg" : "    ", q_sd, e[0], e[1], e[2], e[3], e[4]);
+        for (int i = 0; i < 5; i++)
+            if (!(e[i] <= ATTN_TOL))
+                fail_msg("%s: attention B=%d T=%d nq=%d nkv=%d hd=%d: %s rel err %.3g > %.3g", devs[d].name, B, T,
+                         nq, nkv, hd, (const char *[]){"out", "lse", "dq", "dk", "dv"}[i], e[i], ATTN_TOL);
+        free(dq); free(dk); free(dv);
+    }
     case_free(&c);
 }
 
@@ -126,30 +138,56 @@ static int *random_segments(Rng *r, int B, int T) {
 // 64-position tiles with ragged ends, packed segments, peaked softmax.
 static void test_attention_vs_ref(void **state) {
     (void)state;
-    const MatmulKernel *kernels[] = {matmul_kernel_avx512(), matmul_kernel_avx2(), matmul_kernel_portable()};
-    for (int i = 0; i < 3; i++) {
-        if (!kernels[i]) {
-            printf("  (no %s kernel on this CPU)\n", i == 0 ? "avx512" : "avx2");
-            continue;
+    Rng r;
+    rng_seed(&r, 31);
+    int *seg = random_segments(&r, 3, 70), *seg_long = random_segments(&r, 1, 200);
+    compare_case(&r, 2, 70, 2, 2, 6, NULL, 1.0);    // nq/nkv 1
+    compare_case(&r, 2, 70, 4, 2, 12, NULL, 1.0);   // 2
+    compare_case(&r, 1, 67, 3, 1, 16, NULL, 1.0);   // 3
+    compare_case(&r, 2, 70, 7, 1, 64, NULL, 1.0);   // 7, the Pocket head size
+    compare_case(&r, 1, 200, 7, 1, 64, NULL, 1.0);  // four query tiles, the last ragged
+    compare_case(&r, 1, 128, 2, 1, 40, NULL, 1.0);  // exactly two tiles
+    compare_case(&r, 2, 70, 4, 2, 12, seg, 1.0);
+    compare_case(&r, 3, 70, 7, 1, 16, seg, 1.0);
+    compare_case(&r, 1, 200, 4, 2, 24, seg_long, 1.0);
+    compare_case(&r, 2, 70, 6, 2, 6, NULL, 6.0);   // peaked softmax: the running max moves a lot
+    compare_case(&r, 2, 70, 3, 3, 18, seg, 6.0);
+    compare_case(&r, 3, 1, 2, 1, 6, NULL, 1.0);    // T = 1
+    free(seg);
+    free(seg_long);
+}
+
+// Generation: n query rows at positions p0 .. p0+n-1 against a cache of
+// T = p0+n key/value rows give rows p0 .. p0+n-1 of the full causal attention.
+// {T, nq, nkv, hd, p0}: single rows (n = 1) and chunks, chunks that cross the
+// 64-row tile of the training attention (p0 < 64 < T) and one that starts on it.
+static void test_attention_cached_vs_ref(void **state) {
+    (void)state;
+    Rng r;
+    rng_seed(&r, 36);
+    const int cases[][5] = {
+        {9, 4, 2, 8, 8},     {40, 4, 2, 16, 39},  {70, 4, 2, 8, 60},  {70, 6, 2, 16, 1},
+        {70, 6, 2, 8, 64},   {66, 6, 2, 16, 50},  {70, 4, 2, 16, 63}, {33, 6, 2, 8, 20},
+    };
+    for (size_t ci = 0; ci < sizeof cases / sizeof cases[0]; ci++) {
+        const int T = cases[ci][0], nq = cases[ci][1], nkv = cases[ci][2], hd = cases[ci][3], p0 = cases[ci][4];
+        const int n = T - p0;   // the cache holds exactly p0 + n rows
+        AttnCase c;
+        case_init(&c, &r, 1, T, nq, nkv, hd, 1.0);
+        attention_forward_ref(c.out, c.q, c.k, c.v, NULL, 1, T, nq, nkv, hd);
+        const size_t row = (size_t)nq * hd;
+        for (int d = 0; d < n_devs; d++) {
+            float *out = zeros_f((size_t)n * row);
+            OP(&devs[d].dev, attention_cached, out, c.qf + (size_t)p0 * row, c.kf, c.vf, p0, n, nq, nkv, hd);
+            double e = rel_err_f(out, c.out + (size_t)p0 * row, (size_t)n * row);
+            printf("  %-26s cached T=%2d nq=%d nkv=%d hd=%2d rows %2d..%2d: out %.1e\n", devs[d].name, T, nq, nkv,
+                   hd, p0, T - 1, e);
+            if (!(e <= ATTN_TOL))
+                fail_msg("%s: attention_cached T=%d nq=%d nkv=%d hd=%d p0=%d n=%d: rel err %.3g > %.3g",
+                         devs[d].name, T, nq, nkv, hd, p0, n, e, ATTN_TOL);
+            free(out);
         }
-        const MatmulKernel *kern = kernels[i];
-        Rng r;
-        rng_seed(&r, 31);
-        int *seg = random_segments(&r, 3, 70), *seg_long = random_segments(&r, 1, 200);
-        compare_case(kern, &r, 2, 70, 2, 2, 6, NULL, 1.0);    // nq/nkv 1
-        compare_case(kern, &r, 2, 70, 4, 2, 12, NULL, 1.0);   // 2
-        compare_case(kern, &r, 1, 67, 3, 1, 16, NULL, 1.0);   // 3
-        compare_case(kern, &r, 2, 70, 7, 1, 64, NULL, 1.0);   // 7, the Pocket head size
-        compare_case(kern, &r, 1, 200, 7, 1, 64, NULL, 1.0);  // four query tiles, the last ragged
-        compare_case(kern, &r, 1, 128, 2, 1, 40, NULL, 1.0);  // exactly two tiles
-        compare_case(kern, &r, 2, 70, 4, 2, 12, seg, 1.0);
-        compare_case(kern, &r, 3, 70, 7, 1, 16, seg, 1.0);
-        compare_case(kern, &r, 1, 200, 4, 2, 24, seg_long, 1.0);
-        compare_case(kern, &r, 2, 70, 6, 2, 6, NULL, 6.0);   // peaked softmax: the running max moves a lot
-        compare_case(kern, &r, 2, 70, 3, 3, 18, seg, 6.0);
-        compare_case(kern, &r, 3, 1, 2, 1, 6, NULL, 1.0);    // T = 1
-        free(seg);
-        free(seg_long);
+        case_free(&c);
     }
 }
 
@@ -165,11 +203,7 @@ static void test_attention_packing_isolation(void **state) {
     const int target = seg[30];   // the segment holding token 30 of row 0
     AttnCase c;
     case_init(&c, &r, B, T, nq, nkv, hd, 1.0);
-    attention_forward(c.outf, c.lsef, c.qf, c.kf, c.vf, seg, B, T, nq, nkv, hd, NULL, 0);
-    float *out2 = zeros_f(c.nqe), *lse2 = zeros_f(c.nl);
-    float *k2 = xmalloc(c.nke * sizeof(float), "k2"), *v2 = xmalloc(c.nke * sizeof(float), "v2");
-    memcpy(k2, c.kf, c.nke * sizeof(float));
-    memcpy(v2, c.vf, c.nke * sizeof(float));
+    float *k2 = copy_f(c.kf, c.nke), *v2 = copy_f(c.vf, c.nke);
     int first = -1, last = -1;
     for (int n = 0; n < B * T; n++) {
         if (n < T && seg[n] == target) {
@@ -183,32 +217,42 @@ static void test_attention_packing_isolation(void **state) {
         }
     }
     assert_true(first > 0 && last < T - 1);   // segments on both sides of it
-    attention_forward(out2, lse2, c.qf, k2, v2, seg, B, T, nq, nkv, hd, NULL, 0);
-    for (int t = first; t <= last; t++) {
-        assert_memory_equal(out2 + (size_t)t * nq * hd, c.outf + (size_t)t * nq * hd, nq * hd * sizeof(float));
-        for (int h = 0; h < nq; h++) assert_true(lse2[(size_t)h * T + t] == c.lsef[(size_t)h * T + t]);
-    }
     // Gradient entering only at the target segment's outputs.
-    float *dout = zeros_f(c.nqe), *dq = zeros_f(c.nqe), *dk = zeros_f(c.nke), *dv = zeros_f(c.nke);
+    float *dout = zeros_f(c.nqe);
     for (int t = first; t <= last; t++)
         memcpy(dout + (size_t)t * nq * hd, c.doutf + (size_t)t * nq * hd, nq * hd * sizeof(float));
-    attention_backward(dq, dk, dv, dout, c.outf, c.lsef, c.qf, c.kf, c.vf, seg, B, T, nq, nkv, hd, NULL, 0);
-    double inside = 0.0;
-    for (int n = 0; n < B * T; n++) {
-        int in = n >= first && n <= last;
-        for (int i = 0; i < nq * hd; i++) {
-            if (in) inside += fabs(dq[(size_t)n * nq * hd + i]);
-            else assert_true(dq[(size_t)n * nq * hd + i] == 0.0f);
+    for (int d = 0; d < n_devs; d++) {
+        Device *dev = &devs[d].dev;
+        float *out2 = zeros_f(c.nqe), *lse2 = zeros_f(c.nl);
+        OP(dev, attention_forward, c.outf, c.lsef, c.qf, c.kf, c.vf, seg, B, T, nq, nkv, hd);
+        OP(dev, attention_forward, out2, lse2, c.qf, k2, v2, seg, B, T, nq, nkv, hd);
+        for (int t = first; t <= last; t++) {
+            if (memcmp(out2 + (size_t)t * nq * hd, c.outf + (size_t)t * nq * hd, nq * hd * sizeof(float)))
+                fail_msg("%s: row %d changed with keys outside its segment", devs[d].name, t);
+            for (int h = 0; h < nq; h++) assert_true(lse2[(size_t)h * T + t] == c.lsef[(size_t)h * T + t]);
         }
-        for (int i = 0; i < nkv * hd; i++) {
-            if (in) inside += fabs(dk[(size_t)n * nkv * hd + i]) + fabs(dv[(size_t)n * nkv * hd + i]);
-            else assert_true(dk[(size_t)n * nkv * hd + i] == 0.0f && dv[(size_t)n * nkv * hd + i] == 0.0f);
+        float *dq = zeros_f(c.nqe), *dk = zeros_f(c.nke), *dv = zeros_f(c.nke);
+        OP(dev, attention_backward, dq, dk, dv, dout, c.outf, c.lsef, c.qf, c.kf, c.vf, seg, B, T, nq, nkv, hd);
+        double inside = 0.0;
+        for (int n = 0; n < B * T; n++) {
+            int in = n >= first && n <= last;
+            for (int i = 0; i < nq * hd; i++) {
+                if (in) inside += fabs(dq[(size_t)n * nq * hd + i]);
+                else if (dq[(size_t)n * nq * hd + i] != 0.0f) fail_msg("%s: dq outside the segment", devs[d].name);
+            }
+            for (int i = 0; i < nkv * hd; i++) {
+                if (in) inside += fabs(dk[(size_t)n * nkv * hd + i]) + fabs(dv[(size_t)n * nkv * hd + i]);
+                else if (dk[(size_t)n * nkv * hd + i] != 0.0f || dv[(size_t)n * nkv * hd + i] != 0.0f)
+                    fail_msg("%s: dk or dv outside the segment", devs[d].name);
+            }
         }
+        assert_true(inside > 0.0);
+        printf("  %-26s segment rows %d..%d isolated (forward bit-exact, no gradient outside)\n", devs[d].name, first,
+               last);
+        free(out2); free(lse2); free(dq); free(dk); free(dv);
     }
-    assert_true(inside > 0.0);
-    printf("  segment rows %d..%d isolated (forward bit-exact, no gradient outside)\n", first, last);
     case_free(&c);
-    free(seg); free(out2); free(lse2); free(k2); free(v2); free(dout); free(dq); free(dk); free(dv);
+    free(seg); free(k2); free(v2); free(dout);
 }
 
 // A packed segment gives the same result as that document run on its own
@@ -221,40 +265,45 @@ static void test_attention_packed_equals_alone(void **state) {
     int *seg = random_segments(&r, 1, T);
     AttnCase c;
     case_init(&c, &r, 1, T, nq, nkv, hd, 1.0);
-    memset(c.dqf, 0, c.nqe * sizeof(float));
-    memset(c.dkf, 0, c.nke * sizeof(float));
-    memset(c.dvf, 0, c.nke * sizeof(float));
-    attention_forward(c.outf, c.lsef, c.qf, c.kf, c.vf, seg, 1, T, nq, nkv, hd, NULL, 0);
-    attention_backward(c.dqf, c.dkf, c.dvf, c.doutf, c.outf, c.lsef, c.qf, c.kf, c.vf, seg, 1, T, nq, nkv, hd, NULL, 0);
-    double worst = 0.0;
-    for (int s0 = 0; s0 < T;) {
-        int s1 = s0;
-        while (s1 < T && seg[s1] == seg[s0]) s1++;
-        int L = s1 - s0;
-        float *o = zeros_f((size_t)L * C), *l = zeros_f((size_t)nq * L);
-        float *dq = zeros_f((size_t)L * C), *dk = zeros_f((size_t)L * KC), *dv = zeros_f((size_t)L * KC);
-        const float *q = c.qf + (size_t)s0 * C, *k = c.kf + (size_t)s0 * KC, *v = c.vf + (size_t)s0 * KC;
-        attention_forward(o, l, q, k, v, NULL, 1, L, nq, nkv, hd, NULL, 0);
-        attention_backward(dq, dk, dv, c.doutf + (size_t)s0 * C, o, l, q, k, v, NULL, 1, L, nq, nkv, hd, NULL, 0);
-        for (size_t i = 0; i < (size_t)L * C; i++) {
-            worst = fmax(worst, fabs(o[i] - c.outf[(size_t)s0 * C + i]));
-            worst = fmax(worst, fabs(dq[i] - c.dqf[(size_t)s0 * C + i]));
+    for (int d = 0; d < n_devs; d++) {
+        Device *dev = &devs[d].dev;
+        memset(c.dqf, 0, c.nqe * sizeof(float));
+        memset(c.dkf, 0, c.nke * sizeof(float));
+        memset(c.dvf, 0, c.nke * sizeof(float));
+        OP(dev, attention_forward, c.outf, c.lsef, c.qf, c.kf, c.vf, seg, 1, T, nq, nkv, hd);
+        OP(dev, attention_backward, c.dqf, c.dkf, c.dvf, c.doutf, c.outf, c.lsef, c.qf, c.kf, c.vf, seg, 1, T, nq, nkv,
+           hd);
+        double worst = 0.0;
+        for (int s0 = 0; s0 < T;) {
+            int s1 = s0;
+            while (s1 < T && seg[s1] == seg[s0]) s1++;
+            int L = s1 - s0;
+            float *o = zeros_f((size_t)L * C), *l = zeros_f((size_t)nq * L);
+            float *dq = zeros_f((size_t)L * C), *dk = zeros_f((size_t)L * KC), *dv = zeros_f((size_t)L * KC);
+            const float *q = c.qf + (size_t)s0 * C, *k = c.kf + (size_t)s0 * KC, *v = c.vf + (size_t)s0 * KC;
+            OP(dev, attention_forward, o, l, q, k, v, NULL, 1, L, nq, nkv, hd);
+            OP(dev, attention_backward, dq, dk, dv, c.doutf + (size_t)s0 * C, o, l, q, k, v, NULL, 1, L, nq, nkv, hd);
+            for (size_t i = 0; i < (size_t)L * C; i++) {
+                worst = fmax(worst, fabs(o[i] - c.outf[(size_t)s0 * C + i]));
+                worst = fmax(worst, fabs(dq[i] - c.dqf[(size_t)s0 * C + i]));
+            }
+            for (size_t i = 0; i < (size_t)L * KC; i++) {
+                worst = fmax(worst, fabs(dk[i] - c.dkf[(size_t)s0 * KC + i]));
+                worst = fmax(worst, fabs(dv[i] - c.dvf[(size_t)s0 * KC + i]));
+            }
+            free(o); free(l); free(dq); free(dk); free(dv);
+            s0 = s1;
         }
-        for (size_t i = 0; i < (size_t)L * KC; i++) {
-            worst = fmax(worst, fabs(dk[i] - c.dkf[(size_t)s0 * KC + i]));
-            worst = fmax(worst, fabs(dv[i] - c.dvf[(size_t)s0 * KC + i]));
-        }
-        free(o); free(l); free(dq); free(dk); free(dv);
-        s0 = s1;
+        printf("  %-26s packed vs each document alone: max abs diff %.1e\n", devs[d].name, worst);
+        if (!(worst < 1e-5)) fail_msg("%s: packed vs alone differ by %.3g", devs[d].name, worst);
     }
-    printf("  packed vs each document alone: max abs diff %.1e\n", worst);
-    assert_true(worst < 1e-5);
     case_free(&c);
     free(seg);
 }
 
 // Every output element is owned by one task, so the thread count must not
-// change a single bit.
+// change a single bit (the ops run the device's thread count; the test
+// workspace is sized for far more than 3).
 static void test_attention_thread_independent(void **state) {
     (void)state;
     Rng r;
@@ -262,28 +311,35 @@ static void test_attention_thread_independent(void **state) {
     const int B = 2, T = 70, nq = 4, nkv = 2, hd = 16;
     AttnCase c;
     case_init(&c, &r, B, T, nq, nkv, hd, 1.0);
-    float *res[2][5];
-    int saved = omp_get_max_threads();
-    for (int run = 0; run < 2; run++) {
-        omp_set_num_threads(run == 0 ? 1 : 3);
-        float *o = zeros_f(c.nqe), *l = zeros_f(c.nl), *dq = zeros_f(c.nqe), *dk = zeros_f(c.nke), *dv = zeros_f(c.nke);
-        attention_forward(o, l, c.qf, c.kf, c.vf, NULL, B, T, nq, nkv, hd, NULL, 0);
-        attention_backward(dq, dk, dv, c.doutf, o, l, c.qf, c.kf, c.vf, NULL, B, T, nq, nkv, hd, NULL, 0);
-        res[run][0] = o; res[run][1] = l; res[run][2] = dq; res[run][3] = dk; res[run][4] = dv;
-    }
-    omp_set_num_threads(saved);
-    size_t sizes[5] = {c.nqe, c.nl, c.nqe, c.nke, c.nke};
-    for (int i = 0; i < 5; i++) {
-        assert_memory_equal(res[0][i], res[1][i], sizes[i] * sizeof(float));
-        free(res[0][i]);
-        free(res[1][i]);
+    for (int d = 0; d < n_devs; d++) {
+        Device *dev = &devs[d].dev;
+        const int saved = dev->threads;
+        float *res[2][5];
+        for (int run = 0; run < 2; run++) {
+            dev->threads = run == 0 ? 1 : 3;
+            float *o = zeros_f(c.nqe), *l = zeros_f(c.nl), *dq = zeros_f(c.nqe), *dk = zeros_f(c.nke);
+            float *dv = zeros_f(c.nke);
+            OP(dev, attention_forward, o, l, c.qf, c.kf, c.vf, NULL, B, T, nq, nkv, hd);
+            OP(dev, attention_backward, dq, dk, dv, c.doutf, o, l, c.qf, c.kf, c.vf, NULL, B, T, nq, nkv, hd);
+            res[run][0] = o; res[run][1] = l; res[run][2] = dq; res[run][3] = dk; res[run][4] = dv;
+        }
+        dev->threads = saved;
+        size_t sizes[5] = {c.nqe, c.nl, c.nqe, c.nke, c.nke};
+        for (int i = 0; i < 5; i++) {
+            if (memcmp(res[0][i], res[1][i], sizes[i] * sizeof(float)))
+                fail_msg("%s: 1 and 3 threads differ", devs[d].name);
+            free(res[0][i]);
+            free(res[1][i]);
+        }
+        printf("  %-26s 1 and 3 threads: the same bits\n", devs[d].name);
     }
     case_free(&c);
 }
 
-// A caller's scratch need not be zeroed: filled with NaNs it gives the same
-// bits as the call's own allocation (pad rows and columns never reach a result).
-static void test_attention_dirty_scratch(void **state) {
+// The workspace the ops borrow scratch from is never zeroed: filled with NaNs
+// it gives the same bits as a zeroed one (pad rows and columns never reach a
+// result).
+static void test_attention_dirty_workspace(void **state) {
     (void)state;
     Rng r;
     rng_seed(&r, 35);
@@ -291,39 +347,61 @@ static void test_attention_dirty_scratch(void **state) {
     int *seg = random_segments(&r, B, T);
     AttnCase c;
     case_init(&c, &r, B, T, nq, nkv, hd, 1.0);
-    size_t n = attention_scratch_floats(B, T, nq, nkv, hd);
-    float *scratch = xmalloc(n * sizeof(float), "scratch");
-    for (int pass = 0; pass < 2; pass++) {
-        const int *sg = pass ? seg : NULL;
-        float *res[2][5];
-        for (int run = 0; run < 2; run++) {
-            for (size_t i = 0; i < n; i++) scratch[i] = NAN;
-            float *o = zeros_f(c.nqe), *l = zeros_f(c.nl), *dq = zeros_f(c.nqe), *dk = zeros_f(c.nke), *dv = zeros_f(c.nke);
-            attention_forward(o, l, c.qf, c.kf, c.vf, sg, B, T, nq, nkv, hd, run ? scratch : NULL, run ? n : 0);
-            attention_backward(dq, dk, dv, c.doutf, o, l, c.qf, c.kf, c.vf, sg, B, T, nq, nkv, hd, run ? scratch : NULL,
-                               run ? n : 0);
-            res[run][0] = o; res[run][1] = l; res[run][2] = dq; res[run][3] = dk; res[run][4] = dv;
+    for (int d = 0; d < n_devs; d++) {
+        Device *dev = &devs[d].dev;
+        const size_t n = dev->ws_bytes / sizeof(float);
+        float *nans = xmalloc(n * sizeof(float), "NaN workspace");
+        for (size_t i = 0; i < n; i++) nans[i] = NAN;
+        for (int pass = 0; pass < 2; pass++) {
+            const int *sg = pass ? seg : NULL;
+            float *res[2][5];
+            for (int run = 0; run < 2; run++) {
+                if (run) OP(dev, upload, dev->ws, nans, n * sizeof(float));
+                else OP(dev, zero, dev->ws, dev->ws_bytes);
+                float *o = zeros_f(c.nqe), *l = zeros_f(c.nl), *dq = zeros_f(c.nqe), *dk = zeros_f(c.nke);
+                float *dv = zeros_f(c.nke);
+                OP(dev, attention_forward, o, l, c.qf, c.kf, c.vf, sg, B, T, nq, nkv, hd);
+                OP(dev, attention_backward, dq, dk, dv, c.doutf, o, l, c.qf, c.kf, c.vf, sg, B, T, nq, nkv, hd);
+                res[run][0] = o; res[run][1] = l; res[run][2] = dq; res[run][3] = dk; res[run][4] = dv;
+            }
+            size_t sizes[5] = {c.nqe, c.nl, c.nqe, c.nke, c.nke};
+            for (int i = 0; i < 5; i++) {
+                for (size_t j = 0; j < sizes[i]; j++)
+                    if (!isfinite(res[1][i][j])) fail_msg("%s: a NaN of the workspace reached a result", devs[d].name);
+                if (memcmp(res[0][i], res[1][i], sizes[i] * sizeof(float)))
+                    fail_msg("%s: a dirty workspace changed a result", devs[d].name);
+                free(res[0][i]);
+                free(res[1][i]);
+            }
         }
-        size_t sizes[5] = {c.nqe, c.nl, c.nqe, c.nke, c.nke};
-        for (int i = 0; i < 5; i++) {
-            for (size_t j = 0; j < sizes[i]; j++) assert_true(isfinite(res[1][i][j]));
-            assert_memory_equal(res[0][i], res[1][i], sizes[i] * sizeof(float));
-            free(res[0][i]);
-            free(res[1][i]);
-        }
+        printf("  %-26s NaN-filled workspace: the same bits as a zeroed one\n", devs[d].name);
+        free(nans);
     }
-    free(scratch);
     free(seg);
     case_free(&c);
+}
+
+static int setup(void **state) {
+    (void)state;
+    n_devs = test_devices(devs, 0);
+    test_devices_print(devs, n_devs);
+    return 0;
+}
+
+static int teardown(void **state) {
+    (void)state;
+    test_devices_free(devs, n_devs);
+    return 0;
 }
 
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_attention_vs_ref),
+        cmocka_unit_test(test_attention_cached_vs_ref),
         cmocka_unit_test(test_attention_packing_isolation),
         cmocka_unit_test(test_attention_packed_equals_alone),
         cmocka_unit_test(test_attention_thread_independent),
-        cmocka_unit_test(test_attention_dirty_scratch),
+        cmocka_unit_test(test_attention_dirty_workspace),
     };
-    return cmocka_run_group_tests(tests, NULL, NULL);
+    return cmocka_run_group_tests(tests, setup, teardown);
 }

@@ -1,6 +1,7 @@
-// test_ops_classifier: the chunked float lm head + cross-entropy against the
-// full double reference, independence from the chunk size, and the rule that
-// an uncounted position (mask 0 or target -1) changes nothing.
+// test_ops_classifier: the lm head + cross-entropy of every device
+// (test_backends.h) against the full double reference, independence from the
+// chunk of rows a CPU device holds (CpuKernels.classifier_rows), and the rule
+// that an uncounted position (mask 0, target -1, no targets) changes nothing.
 // Bounds (normwise): loss 1e-6 relative, logits/dh/dW 2e-6 (fp32 dot products
 // of length C = 45, softmax sums in double, dW sums over <= 37 rows); 2e-5 for
 // the gradients when the logits are in the hundreds (see the test).
@@ -8,9 +9,29 @@
 #include <stdarg.h>
 #include <stddef.h>
 #include <cmocka.h>
+#include "test_backends.h"
 #include "test_ops_util.h"
 
 enum { N = 37, C = 45, V = 301 };
+
+static TestDevice devs[MAX_TEST_DEVICES];
+static int n_devs;
+
+// Device d with its classifier holding `rows` token rows at a time. The row
+// count is a CPU kernel parameter, so for a CPU device this is a new device
+// in *tmp with the same kernels; a device of another backend runs as it is.
+static Device *with_rows(Device *tmp, Device *d, int rows) {
+    if (d->be != backend_cpu()) return d;
+    const CpuKernels *k = cpu_kernels(d);
+    const CpuKernels kr = {k->f32, k->bf16, rows};
+    cpu_device_init(tmp, d->threads, &kr);
+    dev_reserve(tmp, classifier_workspace_bytes(tmp, N, V));
+    return tmp;
+}
+
+static void with_rows_free(Device *used, Device *tmp) {
+    if (used == tmp) dev_free(tmp);
+}
 
 typedef struct {
     double *h, *W;
@@ -37,15 +58,15 @@ static void data_free(ClsData *d) {
 
 typedef struct { double loss; int count; float *dh, *dW, *logits; } ClsRun;
 
-static ClsRun run_fast(const ClsData *d, int chunk, float scale, int want_logits, const int *targets) {
+static ClsRun run_rows(Device *dev, const ClsData *d, int rows, float scale, int want_logits, const int *targets) {
     ClsRun o = {0};
     o.dh = zeros_f(N * C);
     o.dW = zeros_f(V * C);
     o.logits = want_logits ? zeros_f((size_t)N * V) : NULL;
-    float *scratch = zeros_f((size_t)chunk * V);
-    o.loss = classifier_forward_backward(o.dh, o.dW, o.logits, scratch, chunk, d->hf, d->Wf, targets ? targets : d->targets,
-                                         d->mask, N, C, V, scale, &o.count);
-    free(scratch);
+    Device tmp, *used = with_rows(&tmp, dev, rows);
+    o.loss = OP(used, classifier, o.dh, o.dW, o.logits, d->hf, d->Wf, targets ? targets : d->targets, d->mask, N, C,
+                V, scale, &o.count, MATMUL_FP32);
+    with_rows_free(used, &tmp);
     return o;
 }
 
@@ -80,31 +101,33 @@ static void test_classifier_vs_ref(void **state) {
         int count_ref = 0;
         for (int n = 0; n < N; n++) count_ref += d.targets[n] >= 0 && d.mask[n];
         // Gradients accumulate onto whatever the buffers hold.
-        ClsRun o = {0};
-        o.dh = rand_f(&r, N * C, 0.01);
-        o.dW = rand_f(&r, V * C, 0.01);
-        o.logits = zeros_f((size_t)N * V);
-        float *dh0 = copy_f(o.dh, N * C), *dW0 = copy_f(o.dW, V * C), *scratch = zeros_f(8 * V);
-        o.loss = classifier_forward_backward(o.dh, o.dW, o.logits, scratch, 8, d.hf, d.Wf, d.targets, d.mask, N, C, V,
-                                             scale, &o.count);
-        double e_loss = fabs(o.loss - loss_ref) / fabs(loss_ref);
-        double e_logits = rel_err_f(o.logits, logits, (size_t)N * V);
-        double e_dh = rel_err_delta_f(o.dh, dh0, dh, N * C), e_dW = rel_err_delta_f(o.dW, dW0, dW, V * C);
-        printf("  h_sd=%-3.0f loss %.6f (ref %.6f, rel %.1e) count %d logits %.1e dh %.1e dW %.1e\n", h_sds[s],
-               o.loss, loss_ref, e_loss, o.count, e_logits, e_dh, e_dW);
-        assert_int_equal(o.count, count_ref);
-        assert_true(e_loss < 1e-6);
-        assert_true(e_logits < 2e-6 && e_dh < grad_tol[s] && e_dW < grad_tol[s]);
-        // Without gradients or logits (evaluation) the loss is the same; the
-        // chunks then skip uncounted rows, so only the order of the sum differs.
-        float *scratch2 = zeros_f(8 * V);
-        int count2 = -1;
-        double loss2 = classifier_forward_backward(NULL, NULL, NULL, scratch2, 8, d.hf, d.Wf, d.targets, d.mask, N, C, V,
-                                                   scale, &count2);
-        assert_true(fabs(loss2 - o.loss) <= 1e-12 * fabs(o.loss) && count2 == o.count);
-        free(scratch2);
-        free(dh); free(dW); free(logits); free(dh0); free(dW0); free(scratch);
-        run_free(&o);
+        float *dh0 = rand_f(&r, N * C, 0.01), *dW0 = rand_f(&r, V * C, 0.01);
+        for (int i = 0; i < n_devs; i++) {
+            Device tmp, *dev = with_rows(&tmp, &devs[i].dev, 8);   // several chunks of rows
+            ClsRun o = {0};
+            o.dh = copy_f(dh0, N * C);
+            o.dW = copy_f(dW0, V * C);
+            o.logits = zeros_f((size_t)N * V);
+            o.loss = OP(dev, classifier, o.dh, o.dW, o.logits, d.hf, d.Wf, d.targets, d.mask, N, C, V, scale, &o.count,
+                        MATMUL_FP32);
+            double e_loss = fabs(o.loss - loss_ref) / fabs(loss_ref);
+            double e_logits = rel_err_f(o.logits, logits, (size_t)N * V);
+            double e_dh = rel_err_delta_f(o.dh, dh0, dh, N * C), e_dW = rel_err_delta_f(o.dW, dW0, dW, V * C);
+            printf("  %-26s h_sd=%-3.0f loss %.6f (ref %.6f, rel %.1e) count %d logits %.1e dh %.1e dW %.1e\n",
+                   devs[i].name, h_sds[s], o.loss, loss_ref, e_loss, o.count, e_logits, e_dh, e_dW);
+            assert_int_equal(o.count, count_ref);
+            if (!(e_loss < 1e-6 && e_logits < 2e-6 && e_dh < grad_tol[s] && e_dW < grad_tol[s]))
+                fail_msg("%s: classifier h_sd=%.0f off the reference", devs[i].name, h_sds[s]);
+            // Without gradients or logits (evaluation) the loss is the same; the
+            // chunks then skip uncounted rows, so only the order of the sum differs.
+            int count2 = -1;
+            double loss2 = OP(dev, classifier, NULL, NULL, NULL, d.hf, d.Wf, d.targets, d.mask, N, C, V, scale, &count2,
+                              MATMUL_FP32);
+            assert_true(fabs(loss2 - o.loss) <= 1e-12 * fabs(o.loss) && count2 == o.count);
+            with_rows_free(dev, &tmp);
+            run_free(&o);
+        }
+        free(dh); free(dW); free(logits); free(dh0); free(dW0);
         data_free(&d);
     }
 }
@@ -116,18 +139,22 @@ static void test_classifier_chunk_independent(void **state) {
     ClsData d;
     data_init(&d, &r, 1.0);
     int chunks[] = {1, 3, N, 64};
-    ClsRun base = run_fast(&d, chunks[0], 0.5f, 1, NULL);
-    for (int i = 1; i < 4; i++) {
-        ClsRun o = run_fast(&d, chunks[i], 0.5f, 1, NULL);
-        double e_loss = fabs(o.loss - base.loss) / base.loss;
-        double e_dh = rel_ff(o.dh, base.dh, N * C), e_dW = rel_ff(o.dW, base.dW, V * C);
-        double e_lg = rel_ff(o.logits, base.logits, (size_t)N * V);
-        printf("  chunk %2d vs 1: loss %.1e logits %.1e dh %.1e dW %.1e\n", chunks[i], e_loss, e_lg, e_dh, e_dW);
-        assert_int_equal(o.count, base.count);
-        assert_true(e_loss < 1e-6 && e_lg < 1e-6 && e_dh < 1e-6 && e_dW < 1e-6);
-        run_free(&o);
+    for (int dv = 0; dv < n_devs; dv++) {
+        ClsRun base = run_rows(&devs[dv].dev, &d, chunks[0], 0.5f, 1, NULL);
+        for (int i = 1; i < 4; i++) {
+            ClsRun o = run_rows(&devs[dv].dev, &d, chunks[i], 0.5f, 1, NULL);
+            double e_loss = fabs(o.loss - base.loss) / base.loss;
+            double e_dh = rel_ff(o.dh, base.dh, N * C), e_dW = rel_ff(o.dW, base.dW, V * C);
+            double e_lg = rel_ff(o.logits, base.logits, (size_t)N * V);
+            printf("  %-26s rows %2d vs 1: loss %.1e logits %.1e dh %.1e dW %.1e\n", devs[dv].name, chunks[i], e_loss,
+                   e_lg, e_dh, e_dW);
+            assert_int_equal(o.count, base.count);
+            if (!(e_loss < 1e-6 && e_lg < 1e-6 && e_dh < 1e-6 && e_dW < 1e-6))
+                fail_msg("%s: %d rows at a time differ from 1", devs[dv].name, chunks[i]);
+            run_free(&o);
+        }
+        run_free(&base);
     }
-    run_free(&base);
     data_free(&d);
 }
 
@@ -141,26 +168,28 @@ static void test_classifier_masked_target(void **state) {
     data_init(&d, &r, 1.0);
     assert_true(d.mask[10] == 0 && d.mask[2] == 0);
     int chunks[] = {1, 3, N};
-    for (int i = 0; i < 3; i++) {
-        ClsRun a = run_fast(&d, chunks[i], 0.25f, 0, NULL);
-        int t2[N];
-        memcpy(t2, d.targets, sizeof t2);
-        t2[10] = (t2[10] + 17) % V;
-        t2[2] = -1;
-        ClsRun b = run_fast(&d, chunks[i], 0.25f, 0, t2);
-        assert_true(a.loss == b.loss && a.count == b.count);
-        assert_memory_equal(a.dh, b.dh, N * C * sizeof(float));
-        assert_memory_equal(a.dW, b.dW, V * C * sizeof(float));
-        for (int n = 0; n < N; n++)   // and an uncounted row gets no gradient at all
-            if (!d.mask[n] || d.targets[n] < 0)
-                for (int c = 0; c < C; c++) assert_true(a.dh[n * C + c] == 0.0f);
-        run_free(&a);
-        run_free(&b);
-    }
+    int t2[N];
+    memcpy(t2, d.targets, sizeof t2);
+    t2[10] = (t2[10] + 17) % V;
+    t2[2] = -1;
+    for (int dv = 0; dv < n_devs; dv++)
+        for (int i = 0; i < 3; i++) {
+            ClsRun a = run_rows(&devs[dv].dev, &d, chunks[i], 0.25f, 0, NULL);
+            ClsRun b = run_rows(&devs[dv].dev, &d, chunks[i], 0.25f, 0, t2);
+            if (!(a.loss == b.loss && a.count == b.count) || memcmp(a.dh, b.dh, N * C * sizeof(float)) ||
+                memcmp(a.dW, b.dW, V * C * sizeof(float)))
+                fail_msg("%s (%d rows at a time): a masked-out target changed the result", devs[dv].name, chunks[i]);
+            for (int n = 0; n < N; n++)   // and an uncounted row gets no gradient at all
+                if (!d.mask[n] || d.targets[n] < 0)
+                    for (int c = 0; c < C; c++) assert_true(a.dh[n * C + c] == 0.0f);
+            run_free(&a);
+            run_free(&b);
+        }
     data_free(&d);
 }
 
-// Nothing counted: loss 0, count 0, gradients untouched.
+// Nothing counted (every mask 0, or no targets at all): loss 0, count 0,
+// gradients untouched; without targets the logits are still made.
 static void test_classifier_nothing_counted(void **state) {
     (void)state;
     Rng r;
@@ -168,16 +197,40 @@ static void test_classifier_nothing_counted(void **state) {
     ClsData d;
     data_init(&d, &r, 1.0);
     memset(d.mask, 0, sizeof d.mask);
-    float *dh = rand_f(&r, N * C, 1.0), *dW = rand_f(&r, V * C, 1.0);
-    float *dh0 = copy_f(dh, N * C), *dW0 = copy_f(dW, V * C), *scratch = zeros_f(4 * V);
-    int count = -1;
-    double loss = classifier_forward_backward(dh, dW, NULL, scratch, 4, d.hf, d.Wf, d.targets, d.mask, N, C, V, 1.0f,
-                                              &count);
-    assert_true(loss == 0.0 && count == 0);
-    assert_memory_equal(dh, dh0, N * C * sizeof(float));
-    assert_memory_equal(dW, dW0, V * C * sizeof(float));
-    free(dh); free(dW); free(dh0); free(dW0); free(scratch);
+    float *dh0 = rand_f(&r, N * C, 1.0), *dW0 = rand_f(&r, V * C, 1.0);
+    double *logits_ref = zeros_d((size_t)N * V);
+    matmul_forward_ref(logits_ref, d.h, d.W, N, C, V);
+    for (int i = 0; i < n_devs; i++) {
+        Device tmp, *dev = with_rows(&tmp, &devs[i].dev, 4);
+        float *dh = copy_f(dh0, N * C), *dW = copy_f(dW0, V * C), *logits = zeros_f((size_t)N * V);
+        int count = -1;
+        double loss = OP(dev, classifier, dh, dW, NULL, d.hf, d.Wf, d.targets, d.mask, N, C, V, 1.0f, &count,
+                         MATMUL_FP32);
+        if (!(loss == 0.0 && count == 0)) fail_msg("%s: all masked: loss %g count %d", devs[i].name, loss, count);
+        count = -1;
+        loss = OP(dev, classifier, dh, dW, logits, d.hf, d.Wf, NULL, NULL, N, C, V, 1.0f, &count, MATMUL_FP32);
+        if (!(loss == 0.0 && count == 0)) fail_msg("%s: no targets: loss %g count %d", devs[i].name, loss, count);
+        if (!(rel_err_f(logits, logits_ref, (size_t)N * V) < 2e-6)) fail_msg("%s: no targets: logits", devs[i].name);
+        assert_memory_equal(dh, dh0, N * C * sizeof(float));
+        assert_memory_equal(dW, dW0, V * C * sizeof(float));
+        with_rows_free(dev, &tmp);
+        free(dh); free(dW); free(logits);
+    }
+    free(dh0); free(dW0); free(logits_ref);
     data_free(&d);
+}
+
+static int setup(void **state) {
+    (void)state;
+    n_devs = test_devices(devs, 0);
+    test_devices_print(devs, n_devs);
+    return 0;
+}
+
+static int teardown(void **state) {
+    (void)state;
+    test_devices_free(devs, n_devs);
+    return 0;
 }
 
 int main(void) {
@@ -187,5 +240,5 @@ int main(void) {
         cmocka_unit_test(test_classifier_masked_target),
         cmocka_unit_test(test_classifier_nothing_counted),
     };
-    return cmocka_run_group_tests(tests, NULL, NULL);
+    return cmocka_run_group_tests(tests, setup, teardown);
 }

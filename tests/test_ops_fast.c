@@ -1,10 +1,10 @@
-// test_ops_fast: each fast float op against its double reference on random
-// inputs, forward outputs and every gradient, with shapes that are not
-// multiples of any vector width. Inputs are rounded to float first so both
-// sides see the same values. Float gradients start from random non-zero values
-// (the ops must ACCUMULATE); the increment is compared with the reference.
-// Errors are normwise: max|fast - ref| / max|ref|. Bounds (fp32 unit roundoff
-// 2^-24 ~ 6e-8):
+// test_ops_fast: each op of every device (test_backends.h) against its double
+// reference on random inputs, forward outputs and every gradient, with shapes
+// that are not multiples of any vector width. Inputs are rounded to float
+// first so both sides see the same values. Float gradients start from random
+// non-zero values (the ops must ACCUMULATE); the increment is compared with
+// the reference. Errors are normwise: max|op - ref| / max|ref|. Bounds (fp32
+// unit roundoff 2^-24 ~ 6e-8):
 //   embedding, residual  5e-7  (copies and single adds onto the start value)
 //   swiglu               1e-6  (expf within a few ulp, a handful of roundings)
 //   rmsnorm              2e-6  (float sums of length C <= 131; dw over 53 rows)
@@ -14,11 +14,15 @@
 #include <stdarg.h>
 #include <stddef.h>
 #include <cmocka.h>
+#include "test_backends.h"
 #include "test_ops_util.h"
 
-static void check(const char *what, double err, double tol) {
-    printf("  %-48s rel err %.2e (bound %.0e)\n", what, err, tol);
-    assert_true(err <= tol);
+static TestDevice devs[MAX_TEST_DEVICES];
+static int n_devs;
+
+static void check(const TestDevice *td, const char *what, double err, double tol) {
+    printf("  %-26s %-44s rel err %.2e (bound %.0e)\n", td->name, what, err, tol);
+    if (!(err <= tol)) fail_msg("%s: %s: rel err %.3g > %.3g", td->name, what, err, tol);
 }
 
 static void test_embedding_fast(void **state) {
@@ -30,17 +34,23 @@ static void test_embedding_fast(void **state) {
     for (int n = 0; n < N; n++) tokens[n] = (int)(rng_next(&r) % 7);   // many repeats
     double *E = rand_d(&r, V * C, 1.0), *dout = rand_d(&r, N * C, 1.0), *dE = zeros_d(V * C);
     float *Ef = to_float_exact(E, V * C), *doutf = to_float_exact(dout, N * C);
-    float *dEf = rand_f(&r, V * C, 0.5), *dE0 = copy_f(dEf, V * C);
+    float *dE0 = rand_f(&r, V * C, 0.5);
     double *out = zeros_d(N * C);
-    float *outf = zeros_f(N * C);
     embedding_forward_ref(out, tokens, E, N, C);
-    embedding_forward(outf, tokens, Ef, N, C);
-    for (int i = 0; i < N * C; i++) assert_true((double)outf[i] == out[i]);
     embedding_backward_ref(dE, dout, tokens, N, C, 2);
-    embedding_backward(dEf, doutf, tokens, N, C, 2);
-    check("embedding dE (repeated tokens, skip_id 2)", rel_err_delta_f(dEf, dE0, dE, V * C), 5e-7);
-    for (int i = 0; i < C; i++) assert_true(dEf[2 * C + i] == dE0[2 * C + i]);   // skipped row untouched
-    free(E); free(dout); free(dE); free(Ef); free(doutf); free(dEf); free(dE0); free(out); free(outf);
+    for (int i = 0; i < n_devs; i++) {
+        Device *d = &devs[i].dev;
+        float *outf = zeros_f(N * C), *dEf = copy_f(dE0, V * C);
+        OP(d, embedding_forward, outf, tokens, Ef, N, C);
+        for (int j = 0; j < N * C; j++)
+            if ((double)outf[j] != out[j])
+                fail_msg("%s: embedding out[%d] %g, want %g", devs[i].name, j, outf[j], out[j]);
+        OP(d, embedding_backward, dEf, doutf, tokens, N, C, 2);
+        check(&devs[i], "embedding dE (repeated tokens, skip_id 2)", rel_err_delta_f(dEf, dE0, dE, V * C), 5e-7);
+        for (int j = 0; j < C; j++) assert_true(dEf[2 * C + j] == dE0[2 * C + j]);   // skipped row untouched
+        free(outf); free(dEf);
+    }
+    free(E); free(dout); free(dE); free(Ef); free(doutf); free(dE0); free(out);
 }
 
 static void test_rmsnorm_fast(void **state) {
@@ -54,30 +64,33 @@ static void test_rmsnorm_fast(void **state) {
         double *x = rand_d(&r, n, 2.0), *w = rand_d(&r, C, 1.0), *dout = rand_d(&r, n, 1.0);
         double *dx = zeros_d(n), *dw = zeros_d(C);
         float *xf = to_float_exact(x, n), *wf = to_float_exact(w, C), *doutf = to_float_exact(dout, n);
-        float *dxf = rand_f(&r, n, 0.5), *dwf = rand_f(&r, C, 0.5), *dx0 = copy_f(dxf, n), *dw0 = copy_f(dwf, C);
+        float *dx0 = rand_f(&r, n, 0.5), *dw0 = rand_f(&r, C, 0.5);
         double *out = zeros_d(n), *rstd = zeros_d(N);
-        float *outf = zeros_f(n), *rstdf = zeros_f(N);
         rmsnorm_forward_ref(out, rstd, x, w, N, C, 1e-6);
-        rmsnorm_forward(outf, rstdf, xf, wf, N, C, 1e-6f);
         rmsnorm_backward_ref(dx, dw, dout, x, w, rstd, N, C);
-        rmsnorm_backward(dxf, dwf, doutf, xf, wf, rstdf, N, C);
-        char what[64];
-        snprintf(what, sizeof what, "rmsnorm N=%d C=%d out", N, C);
-        check(what, rel_err_f(outf, out, n), 2e-6);
-        snprintf(what, sizeof what, "rmsnorm N=%d C=%d rstd", N, C);
-        check(what, rel_err_f(rstdf, rstd, N), 2e-6);
-        snprintf(what, sizeof what, "rmsnorm N=%d C=%d dx", N, C);
-        check(what, rel_err_delta_f(dxf, dx0, dx, n), 2e-6);
-        snprintf(what, sizeof what, "rmsnorm N=%d C=%d dw", N, C);
-        check(what, rel_err_delta_f(dwf, dw0, dw, C), 2e-6);
-        // A NULL gradient is skipped and leaves the other one unchanged.
-        float *dx2 = zeros_f(n), *dx3 = zeros_f(n), *dw2 = zeros_f(C);
-        rmsnorm_backward(dx2, NULL, doutf, xf, wf, rstdf, N, C);
-        rmsnorm_backward(dx3, dw2, doutf, xf, wf, rstdf, N, C);
-        assert_memory_equal(dx2, dx3, n * sizeof(float));
-        free(x); free(w); free(dout); free(dx); free(dw); free(xf); free(wf); free(doutf); free(dxf);
-        free(dwf); free(dx0); free(dw0); free(out); free(rstd); free(outf); free(rstdf);
-        free(dx2); free(dx3); free(dw2);
+        for (int i = 0; i < n_devs; i++) {
+            Device *d = &devs[i].dev;
+            float *outf = zeros_f(n), *rstdf = zeros_f(N), *dxf = copy_f(dx0, n), *dwf = copy_f(dw0, C);
+            OP(d, rmsnorm_forward, outf, rstdf, xf, wf, N, C, 1e-6f);
+            OP(d, rmsnorm_backward, dxf, dwf, doutf, xf, wf, rstdf, N, C);
+            char what[64];
+            snprintf(what, sizeof what, "rmsnorm N=%d C=%d out", N, C);
+            check(&devs[i], what, rel_err_f(outf, out, n), 2e-6);
+            snprintf(what, sizeof what, "rmsnorm N=%d C=%d rstd", N, C);
+            check(&devs[i], what, rel_err_f(rstdf, rstd, N), 2e-6);
+            snprintf(what, sizeof what, "rmsnorm N=%d C=%d dx", N, C);
+            check(&devs[i], what, rel_err_delta_f(dxf, dx0, dx, n), 2e-6);
+            snprintf(what, sizeof what, "rmsnorm N=%d C=%d dw", N, C);
+            check(&devs[i], what, rel_err_delta_f(dwf, dw0, dw, C), 2e-6);
+            // A NULL gradient is skipped and leaves the other one unchanged.
+            float *dx2 = zeros_f(n), *dx3 = zeros_f(n), *dw2 = zeros_f(C);
+            OP(d, rmsnorm_backward, dx2, NULL, doutf, xf, wf, rstdf, N, C);
+            OP(d, rmsnorm_backward, dx3, dw2, doutf, xf, wf, rstdf, N, C);
+            assert_memory_equal(dx2, dx3, n * sizeof(float));
+            free(outf); free(rstdf); free(dxf); free(dwf); free(dx2); free(dx3); free(dw2);
+        }
+        free(x); free(w); free(dout); free(dx); free(dw); free(xf); free(wf); free(doutf);
+        free(dx0); free(dw0); free(out); free(rstd);
     }
 }
 
@@ -91,21 +104,26 @@ static void test_rope_fast(void **state) {
         int N = 23, nh = 3, hd = hds[s], pos[23];
         for (int n = 0; n < N; n++) pos[n] = (int)(rng_next(&r) % 64);
         size_t n = (size_t)N * nh * hd;
-        RopeTable rt;
-        rope_table_init(&rt, 64, hd, thetas[s]);
         double *x = rand_d(&r, n, 1.0), *g = rand_d(&r, n, 1.0);
-        float *xf = to_float_exact(x, n), *gf = to_float_exact(g, n);
+        float *x0 = to_float_exact(x, n), *g0 = to_float_exact(g, n);
         rope_forward_ref(x, pos, N, nh, hd, thetas[s]);
-        rope_forward(xf, &rt, pos, N, nh, hd);
         rope_backward_ref(g, pos, N, nh, hd, thetas[s]);
-        rope_backward(gf, &rt, pos, N, nh, hd);
-        char what[64];
-        snprintf(what, sizeof what, "rope hd=%d forward", hd);
-        check(what, rel_err_f(xf, x, n), 1e-5);
-        snprintf(what, sizeof what, "rope hd=%d backward", hd);
-        check(what, rel_err_f(gf, g, n), 1e-5);
-        rope_table_free(&rt);
-        free(x); free(g); free(xf); free(gf);
+        for (int i = 0; i < n_devs; i++) {
+            Device *d = &devs[i].dev;
+            RopeTable rt;
+            rope_table_init(&rt, d, 64, hd, thetas[s]);
+            float *xf = copy_f(x0, n), *gf = copy_f(g0, n);   // in place
+            OP(d, rope_forward, xf, &rt, pos, N, nh, hd);
+            OP(d, rope_backward, gf, &rt, pos, N, nh, hd);
+            char what[64];
+            snprintf(what, sizeof what, "rope hd=%d forward", hd);
+            check(&devs[i], what, rel_err_f(xf, x, n), 1e-5);
+            snprintf(what, sizeof what, "rope hd=%d backward", hd);
+            check(&devs[i], what, rel_err_f(gf, g, n), 1e-5);
+            rope_table_free(&rt, d);
+            free(xf); free(gf);
+        }
+        free(x); free(g); free(x0); free(g0);
     }
 }
 
@@ -117,33 +135,44 @@ static void test_elementwise_fast(void **state) {
     double *a = rand_d(&r, n, 4.0), *b = rand_d(&r, n, 1.0), *dout = rand_d(&r, n, 1.0);
     a[0] = -120.0;   // exp(-gate) overflows float: silu must still be finite, as its gradient
     a[1] = 95.0;
-    double *out = zeros_d(n), *da = zeros_d(n), *db = zeros_d(n), *da2 = zeros_d(n), *db2 = zeros_d(n);
-    float *af = to_float_exact(a, n), *bf = to_float_exact(b, n), *doutf = to_float_exact(dout, n), *outf = zeros_f(n);
-    float *daf = rand_f(&r, n, 0.5), *dbf = rand_f(&r, n, 0.5), *da0 = copy_f(daf, n), *db0 = copy_f(dbf, n);
-    float *da2f = copy_f(daf, n), *db2f = copy_f(dbf, n);
-
+    double *out = zeros_d(n), *res = zeros_d(n), *da = zeros_d(n), *db = zeros_d(n);
+    float *af = to_float_exact(a, n), *bf = to_float_exact(b, n), *doutf = to_float_exact(dout, n);
+    float *da0 = rand_f(&r, n, 0.5), *db0 = rand_f(&r, n, 0.5);
     swiglu_forward_ref(out, a, b, n);
-    swiglu_forward(outf, af, bf, n);
-    check("swiglu out", rel_err_f(outf, out, n), 1e-6);
     swiglu_backward_ref(da, db, dout, a, b, n);
-    swiglu_backward(daf, dbf, doutf, af, bf, n);
-    check("swiglu dgate", rel_err_delta_f(daf, da0, da, n), 1e-6);
-    check("swiglu dup", rel_err_delta_f(dbf, db0, db, n), 1e-6);
-    float *dg_only = zeros_f(n), *dg_both = zeros_f(n), *du = zeros_f(n);
-    swiglu_backward(dg_only, NULL, doutf, af, bf, n);
-    swiglu_backward(dg_both, du, doutf, af, bf, n);
-    assert_memory_equal(dg_only, dg_both, n * sizeof(float));
+    residual_forward_ref(res, a, b, n);
+    for (int i = 0; i < n_devs; i++) {
+        Device *d = &devs[i].dev;
+        float *outf = zeros_f(n), *daf = copy_f(da0, n), *dbf = copy_f(db0, n);
+        OP(d, swiglu_forward, outf, af, bf, n);
+        check(&devs[i], "swiglu out", rel_err_f(outf, out, n), 1e-6);
+        OP(d, swiglu_backward, daf, dbf, doutf, af, bf, n);
+        check(&devs[i], "swiglu dgate", rel_err_delta_f(daf, da0, da, n), 1e-6);
+        check(&devs[i], "swiglu dup", rel_err_delta_f(dbf, db0, db, n), 1e-6);
+        float *dg_only = zeros_f(n), *dg_both = zeros_f(n), *du = zeros_f(n);
+        OP(d, swiglu_backward, dg_only, NULL, doutf, af, bf, n);
+        OP(d, swiglu_backward, dg_both, du, doutf, af, bf, n);
+        assert_memory_equal(dg_only, dg_both, n * sizeof(float));
+        // The residual's backward passes the gradient through: no op to test.
+        OP(d, residual_forward, outf, af, bf, n);
+        check(&devs[i], "residual out", rel_err_f(outf, res, n), 5e-7);
+        free(outf); free(daf); free(dbf); free(dg_only); free(dg_both); free(du);
+    }
+    free(a); free(b); free(dout); free(out); free(res); free(da); free(db); free(af); free(bf);
+    free(doutf); free(da0); free(db0);
+}
 
-    residual_forward_ref(out, a, b, n);
-    residual_forward(outf, af, bf, n);
-    check("residual out", rel_err_f(outf, out, n), 5e-7);
-    residual_backward_ref(da2, db2, dout, n);
-    residual_backward(da2f, db2f, doutf, n);
-    check("residual da", rel_err_delta_f(da2f, da0, da2, n), 5e-7);
-    check("residual db", rel_err_delta_f(db2f, db0, db2, n), 5e-7);
-    free(a); free(b); free(dout); free(out); free(da); free(db); free(da2); free(db2); free(af); free(bf);
-    free(doutf); free(outf); free(daf); free(dbf); free(da0); free(db0); free(da2f); free(db2f);
-    free(dg_only); free(dg_both); free(du);
+static int setup(void **state) {
+    (void)state;
+    n_devs = test_devices(devs, 0);
+    test_devices_print(devs, n_devs);
+    return 0;
+}
+
+static int teardown(void **state) {
+    (void)state;
+    test_devices_free(devs, n_devs);
+    return 0;
 }
 
 int main(void) {
@@ -153,5 +182,5 @@ int main(void) {
         cmocka_unit_test(test_rope_fast),
         cmocka_unit_test(test_elementwise_fast),
     };
-    return cmocka_run_group_tests(tests, NULL, NULL);
+    return cmocka_run_group_tests(tests, setup, teardown);
 }

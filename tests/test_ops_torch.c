@@ -1,7 +1,8 @@
-// test_ops_torch: the ops against the transformers Qwen3 code itself (and
-// torch autograd for gradients) on small inputs. Both sides build the inputs
-// from gen() below; the expected outputs are exact float32 hex values printed
-// by the script at the end of this file (torch 2.x CPU, transformers 5.x).
+// test_ops_torch: the ops of every device (test_backends.h) against the
+// transformers Qwen3 code itself (and torch autograd for gradients) on small
+// inputs. Both sides build the inputs from gen() below; the expected outputs
+// are exact float32 hex values printed by the script at the end of this file
+// (torch 2.x CPU, transformers 5.x).
 // Bounds: RoPE table within 2^-23 absolute (torch's vectorised cos/sin are
 // within 1 ulp, glibc's cosf/sinf are correctly rounded; the angles match
 // exactly for hd 64); everything else normwise 2e-6 (float32 both sides,
@@ -10,7 +11,11 @@
 #include <stdarg.h>
 #include <stddef.h>
 #include <cmocka.h>
+#include "test_backends.h"
 #include "test_ops_util.h"
+
+static TestDevice devs[MAX_TEST_DEVICES];
+static int n_devs;
 
 // Same expression, in double, as gen() in the script.
 static float *gen(int n, int a, int m, double scale) {
@@ -37,9 +42,11 @@ static double rel_vs_d(const double *got, const float *want, size_t n) {
     return diff / mag;
 }
 
-static void check(const char *what, double err, double tol) {
-    printf("  %-44s rel err %.2e (bound %.0e)\n", what, err, tol);
-    assert_true(err <= tol);
+// who: the device (NULL for the double reference).
+static void check(const TestDevice *who, const char *what, double err, double tol) {
+    const char *name = who ? who->name : "reference";
+    printf("  %-26s %-36s rel err %.2e (bound %.0e)\n", name, what, err, tol);
+    if (!(err <= tol)) fail_msg("%s: %s: rel err %.3g > %.3g", name, what, err, tol);
 }
 
 static const float torch_rope_cos[96] = {
@@ -246,40 +253,47 @@ static const float torch_ce_dW[42] = {
 
 static void test_torch_rope(void **state) {
     (void)state;
-    RopeTable rt;
-    rope_table_init(&rt, 40960, 64, 1e6f);
-    const int pos[3] = {1, 1000, 40959};
-    double worst = 0.0;
-    int exact = 0;
-    for (int p = 0; p < 3; p++)
-        for (int i = 0; i < 32; i++) {
-            float c = rt.cos[(size_t)pos[p] * 32 + i], s = rt.sin[(size_t)pos[p] * 32 + i];
-            worst = fmax(worst, fmax(fabs(c - torch_rope_cos[p * 32 + i]), fabs(s - torch_rope_sin[p * 32 + i])));
-            exact += (c == torch_rope_cos[p * 32 + i]) + (s == torch_rope_sin[p * 32 + i]);
-        }
-    printf("  rope table hd=64 theta=1e6: %d of 192 bit-equal, max abs diff %.1e\n", exact, worst);
-    assert_true(worst <= 0x1p-23);
-    rope_table_free(&rt);
+    for (int d = 0; d < n_devs; d++) {
+        Device *dev = &devs[d].dev;
+        RopeTable rt;
+        rope_table_init(&rt, dev, 40960, 64, 1e6f);
+        const int pos[3] = {1, 1000, 40959};
+        double worst = 0.0;
+        int exact = 0;
+        for (int p = 0; p < 3; p++)
+            for (int i = 0; i < 32; i++) {
+                float c = rt.cos[(size_t)pos[p] * 32 + i], s = rt.sin[(size_t)pos[p] * 32 + i];
+                worst = fmax(worst, fmax(fabs(c - torch_rope_cos[p * 32 + i]), fabs(s - torch_rope_sin[p * 32 + i])));
+                exact += (c == torch_rope_cos[p * 32 + i]) + (s == torch_rope_sin[p * 32 + i]);
+            }
+        printf("  %-26s rope table hd=64 theta=1e6: %d of 192 bit-equal, max abs diff %.1e\n", devs[d].name, exact,
+               worst);
+        if (!(worst <= 0x1p-23)) fail_msg("%s: rope table off by %.3g", devs[d].name, worst);
+        rope_table_free(&rt, dev);
 
-    rope_table_init(&rt, 8, 8, 1e4f);
-    const int pos2[3] = {0, 3, 7};
-    float *x = gen(48, 37, 101, 2.0);
-    rope_forward(x, &rt, pos2, 3, 2, 8);
-    check("rope applied hd=8, 2 heads", rel_vs(x, torch_rope_apply, 48), 2e-6);
-    rope_table_free(&rt);
-    free(x);
+        rope_table_init(&rt, dev, 8, 8, 1e4f);
+        const int pos2[3] = {0, 3, 7};
+        float *x = gen(48, 37, 101, 2.0);
+        OP(dev, rope_forward, x, &rt, pos2, 3, 2, 8);
+        check(&devs[d], "rope applied hd=8, 2 heads", rel_vs(x, torch_rope_apply, 48), 2e-6);
+        rope_table_free(&rt, dev);
+        free(x);
+    }
 }
 
 static void test_torch_rmsnorm(void **state) {
     (void)state;
     float *x = gen(30, 29, 97, 3.0), *w = gen(10, 13, 31, 1.5), *dout = gen(30, 17, 53, 1.0);
-    float *out = zeros_f(30), *rstd = zeros_f(3), *dx = zeros_f(30), *dw = zeros_f(10);
-    rmsnorm_forward(out, rstd, x, w, 3, 10, 1e-6f);
-    rmsnorm_backward(dx, dw, dout, x, w, rstd, 3, 10);
-    check("rmsnorm out", rel_vs(out, torch_rms_out, 30), 2e-6);
-    check("rmsnorm dx", rel_vs(dx, torch_rms_dx, 30), 2e-6);
-    check("rmsnorm dw", rel_vs(dw, torch_rms_dw, 10), 2e-6);
-    free(x); free(w); free(dout); free(out); free(rstd); free(dx); free(dw);
+    for (int d = 0; d < n_devs; d++) {
+        float *out = zeros_f(30), *rstd = zeros_f(3), *dx = zeros_f(30), *dw = zeros_f(10);
+        OP(&devs[d].dev, rmsnorm_forward, out, rstd, x, w, 3, 10, 1e-6f);
+        OP(&devs[d].dev, rmsnorm_backward, dx, dw, dout, x, w, rstd, 3, 10);
+        check(&devs[d], "rmsnorm out", rel_vs(out, torch_rms_out, 30), 2e-6);
+        check(&devs[d], "rmsnorm dx", rel_vs(dx, torch_rms_dx, 30), 2e-6);
+        check(&devs[d], "rmsnorm dw", rel_vs(dw, torch_rms_dw, 10), 2e-6);
+        free(out); free(rstd); free(dx); free(dw);
+    }
+    free(x); free(w); free(dout);
 }
 
 static void attention_case(const char *name, const int *seg, const float *t_out, const float *t_dq,
@@ -287,23 +301,27 @@ static void attention_case(const char *name, const int *seg, const float *t_out,
     enum { T = 6, NQ = 4, NKV = 2, HD = 4, QE = T * NQ * HD, KE = T * NKV * HD };
     float *q = gen(QE, 37, 101, 2.0), *k = gen(KE, 41, 103, 2.0), *v = gen(KE, 43, 107, 1.0);
     float *dout = gen(QE, 47, 109, 1.0);
-    float *out = zeros_f(QE), *lse = zeros_f(NQ * T), *dq = zeros_f(QE), *dk = zeros_f(KE), *dv = zeros_f(KE);
-    attention_forward(out, lse, q, k, v, seg, 1, T, NQ, NKV, HD, NULL, 0);
-    attention_backward(dq, dk, dv, dout, out, lse, q, k, v, seg, 1, T, NQ, NKV, HD, NULL, 0);
     char what[64];
-    double e = fmax(fmax(rel_vs(out, t_out, QE), rel_vs(dq, t_dq, QE)), fmax(rel_vs(dk, t_dk, KE), rel_vs(dv, t_dv, KE)));
-    snprintf(what, sizeof what, "attention %s (fast) out,dq,dk,dv", name);
-    check(what, e, 2e-6);
+    snprintf(what, sizeof what, "attention %s out,dq,dk,dv", name);
+    for (int d = 0; d < n_devs; d++) {
+        float *out = zeros_f(QE), *lse = zeros_f(NQ * T), *dq = zeros_f(QE), *dk = zeros_f(KE), *dv = zeros_f(KE);
+        OP(&devs[d].dev, attention_forward, out, lse, q, k, v, seg, 1, T, NQ, NKV, HD);
+        OP(&devs[d].dev, attention_backward, dq, dk, dv, dout, out, lse, q, k, v, seg, 1, T, NQ, NKV, HD);
+        double e = fmax(fmax(rel_vs(out, t_out, QE), rel_vs(dq, t_dq, QE)),
+                        fmax(rel_vs(dk, t_dk, KE), rel_vs(dv, t_dv, KE)));
+        check(&devs[d], what, e, 2e-6);
+        free(out); free(lse); free(dq); free(dk); free(dv);
+    }
     // The double reference agrees with transformers too.
     double qd[QE], kd[KE], vd[KE], doutd[QE], outd[QE], dqd[QE] = {0}, dkd[KE] = {0}, dvd[KE] = {0};
     for (int i = 0; i < QE; i++) qd[i] = q[i], doutd[i] = dout[i];
     for (int i = 0; i < KE; i++) kd[i] = k[i], vd[i] = v[i];
     attention_forward_ref(outd, qd, kd, vd, seg, 1, T, NQ, NKV, HD);
     attention_backward_ref(dqd, dkd, dvd, doutd, qd, kd, vd, seg, 1, T, NQ, NKV, HD);
-    e = fmax(fmax(rel_vs_d(outd, t_out, QE), rel_vs_d(dqd, t_dq, QE)), fmax(rel_vs_d(dkd, t_dk, KE), rel_vs_d(dvd, t_dv, KE)));
-    snprintf(what, sizeof what, "attention %s (ref) out,dq,dk,dv", name);
-    check(what, e, 2e-6);
-    free(q); free(k); free(v); free(dout); free(out); free(lse); free(dq); free(dk); free(dv);
+    double e = fmax(fmax(rel_vs_d(outd, t_out, QE), rel_vs_d(dqd, t_dq, QE)),
+                    fmax(rel_vs_d(dkd, t_dk, KE), rel_vs_d(dvd, t_dv, KE)));
+    check(NULL, what, e, 2e-6);
+    free(q); free(k); free(v); free(dout);
 }
 
 static void test_torch_attention(void **state) {
@@ -317,13 +335,16 @@ static void test_torch_attention(void **state) {
 static void test_torch_swiglu(void **state) {
     (void)state;
     float *g = gen(9, 31, 37, 4.0), *u = gen(9, 23, 41, 1.0), *dout = gen(9, 19, 43, 1.0);
-    float *out = zeros_f(9), *dg = zeros_f(9), *du = zeros_f(9);
-    swiglu_forward(out, g, u, 9);
-    swiglu_backward(dg, du, dout, g, u, 9);
-    check("swiglu out", rel_vs(out, torch_swiglu_out, 9), 2e-6);
-    check("swiglu dgate", rel_vs(dg, torch_swiglu_dgate, 9), 2e-6);
-    check("swiglu dup", rel_vs(du, torch_swiglu_dup, 9), 2e-6);
-    free(g); free(u); free(dout); free(out); free(dg); free(du);
+    for (int d = 0; d < n_devs; d++) {
+        float *out = zeros_f(9), *dg = zeros_f(9), *du = zeros_f(9);
+        OP(&devs[d].dev, swiglu_forward, out, g, u, 9);
+        OP(&devs[d].dev, swiglu_backward, dg, du, dout, g, u, 9);
+        check(&devs[d], "swiglu out", rel_vs(out, torch_swiglu_out, 9), 2e-6);
+        check(&devs[d], "swiglu dgate", rel_vs(dg, torch_swiglu_dgate, 9), 2e-6);
+        check(&devs[d], "swiglu dup", rel_vs(du, torch_swiglu_dup, 9), 2e-6);
+        free(out); free(dg); free(du);
+    }
+    free(g); free(u); free(dout);
 }
 
 static void test_torch_cross_entropy(void **state) {
@@ -331,20 +352,37 @@ static void test_torch_cross_entropy(void **state) {
     enum { N = 5, C = 6, V = 7 };
     const int targets[N] = {3, -1, 0, 6, 2};
     float *h = gen(N * C, 29, 61, 1.5), *W = gen(V * C, 31, 67, 1.0);
-    float *dh = zeros_f(N * C), *dW = zeros_f(V * C), *scratch = zeros_f(2 * V);
-    int count = 0;
-    double loss = classifier_forward_backward(dh, dW, NULL, scratch, 2, h, W, targets, NULL, N, C, V, 1.0f, &count);
-    printf("  cross-entropy sum %.8f (torch %.8f), count %d\n", loss, torch_ce_loss, count);
-    assert_int_equal(count, 4);
-    assert_true(fabs(loss - torch_ce_loss) <= 1e-6 * torch_ce_loss);
-    check("classifier dh", rel_vs(dh, torch_ce_dh, N * C), 2e-6);
-    check("classifier dW", rel_vs(dW, torch_ce_dW, V * C), 2e-6);
+    for (int d = 0; d < n_devs; d++) {
+        float *dh = zeros_f(N * C), *dW = zeros_f(V * C);
+        int count = 0;
+        double loss = OP(&devs[d].dev, classifier, dh, dW, NULL, h, W, targets, NULL, N, C, V, 1.0f, &count,
+                         MATMUL_FP32);
+        printf("  %-26s cross-entropy sum %.8f (torch %.8f), count %d\n", devs[d].name, loss, torch_ce_loss, count);
+        assert_int_equal(count, 4);
+        if (!(fabs(loss - torch_ce_loss) <= 1e-6 * torch_ce_loss)) fail_msg("%s: cross-entropy sum", devs[d].name);
+        check(&devs[d], "classifier dh", rel_vs(dh, torch_ce_dh, N * C), 2e-6);
+        check(&devs[d], "classifier dW", rel_vs(dW, torch_ce_dW, V * C), 2e-6);
+        free(dh); free(dW);
+    }
     double hd_[N * C], Wd[V * C];
     for (int i = 0; i < N * C; i++) hd_[i] = h[i];
     for (int i = 0; i < V * C; i++) Wd[i] = W[i];
     double loss_ref = classifier_ref(NULL, NULL, hd_, Wd, targets, NULL, N, C, V, 1.0);
     assert_true(fabs(loss_ref - torch_ce_loss) <= 1e-6 * torch_ce_loss);
-    free(h); free(W); free(dh); free(dW); free(scratch);
+    free(h); free(W);
+}
+
+static int setup(void **state) {
+    (void)state;
+    n_devs = test_devices(devs, 0);
+    test_devices_print(devs, n_devs);
+    return 0;
+}
+
+static int teardown(void **state) {
+    (void)state;
+    test_devices_free(devs, n_devs);
+    return 0;
 }
 
 int main(void) {
@@ -353,7 +391,7 @@ int main(void) {
         cmocka_unit_test(test_torch_attention), cmocka_unit_test(test_torch_swiglu),
         cmocka_unit_test(test_torch_cross_entropy),
     };
-    return cmocka_run_group_tests(tests, NULL, NULL);
+    return cmocka_run_group_tests(tests, setup, teardown);
 }
 
 /* The generator (run with the developer venv's python; prints the arrays above):

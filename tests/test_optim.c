@@ -1,9 +1,10 @@
-// AdamW, gradient clipping and LR schedules against PyTorch / transformers:
-// the expected numbers come from tests/ref/make_optim_fixtures.py
-// (torch.optim.AdamW, torch.nn.utils.clip_grad_norm_, transformers'
-// get_*_schedule* schedulers). Also: weight decay reaches only TF_DECAY
-// tensors of a real tensor table, padding stays zero, non-finite gradients
-// are caught, and the norm does not depend on the thread count.
+// AdamW and gradient clipping (ops of every device, test_backends.h) and LR
+// schedules against PyTorch / transformers: the expected numbers come from
+// tests/ref/make_optim_fixtures.py (torch.optim.AdamW,
+// torch.nn.utils.clip_grad_norm_, transformers' get_*_schedule* schedulers).
+// Also: weight decay reaches only TF_DECAY tensors of a real tensor table,
+// padding stays zero, non-finite gradients give a non-finite norm, and the
+// norm does not depend on the thread count.
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -12,9 +13,14 @@
 #include <math.h>
 #include <omp.h>
 #include <string.h>
-#include "../train/optim.h"
+#include "../model/ops/ops.h"
+#include "../train/schedule.h"
+#include "test_backends.h"
 
 #define FIX "tests/fixtures/optim/"
+
+static TestDevice devs[MAX_TEST_DEVICES];
+static int n_devs;
 
 static json_t *load_json(const char *path) {
     json_error_t je;
@@ -85,6 +91,44 @@ static void assert_padding_zero(const float *buf, const TensorTable *tt) {
     }
 }
 
+// One fixture case on one device: every step against torch's params and moments.
+static void adamw_case(TestDevice *td, json_t *jc, const TensorTable *tt) {
+    AdamWConfig cfg = {
+        .lr = 1.0f,   // not read: adamw_step takes the scheduled lr
+        .beta1 = (float)json_real_value(json_object_get(jc, "beta1")),
+        .beta2 = (float)json_real_value(json_object_get(jc, "beta2")),
+        .eps = (float)json_real_value(json_object_get(jc, "eps")),
+        .weight_decay = (float)json_real_value(json_object_get(jc, "weight_decay")),
+        .grad_clip = 0.0f,
+    };
+    float *p = xaligned(tt->total * sizeof(float), "p"), *g = xaligned(tt->total * sizeof(float), "g");
+    float *m = xaligned(tt->total * sizeof(float), "m"), *v = xaligned(tt->total * sizeof(float), "v");
+    fill_flat(p, tt, json_object_get(jc, "params0"));
+    json_t *steps = json_object_get(jc, "steps");
+    double worst_p = 0, worst_m = 0, worst_v = 0;
+    char what[3][96];
+    snprintf(what[0], sizeof what[0], "%s param", td->name);
+    snprintf(what[1], sizeof what[1], "%s m", td->name);
+    snprintf(what[2], sizeof what[2], "%s v", td->name);
+    for (size_t s = 0; s < json_array_size(steps); s++) {
+        json_t *js = json_array_get(steps, s);
+        fill_flat(g, tt, json_object_get(js, "grads"));
+        OP(&td->dev, adamw_step, p, g, m, v, tt, &cfg, (float)json_real_value(json_object_get(js, "lr")), (long)s + 1);
+        worst_p = fmax(worst_p, max_rel_err(p, tt, json_object_get(js, "params"), 1e-6, what[0]));
+        worst_m = fmax(worst_m, max_rel_err(m, tt, json_object_get(js, "m"), 1e-12, what[1]));
+        worst_v = fmax(worst_v, max_rel_err(v, tt, json_object_get(js, "v"), 1e-20, what[2]));
+    }
+    print_message("%-26s adamw case %s: %zu steps, max rel err params %.2g m %.2g v %.2g\n", td->name,
+                  json_string_value(json_object_get(jc, "name")), json_array_size(steps), worst_p, worst_m, worst_v);
+    // fp32 rounding only: a wrong formula (bias correction, eps place,
+    // decay order, decay mask) is off by 1e-4 or more on these cases.
+    if (!(worst_p < 1e-6 && worst_m < 1e-6 && worst_v < 1e-6)) fail_msg("%s: adamw off torch", td->name);
+    assert_padding_zero(p, tt);
+    assert_padding_zero(m, tt);
+    assert_padding_zero(v, tt);
+    free(p), free(g), free(m), free(v);
+}
+
 static void test_adamw_matches_torch(void **state) {
     (void)state;
     json_t *root = load_json(FIX "adamw.json");
@@ -92,42 +136,8 @@ static void test_adamw_matches_torch(void **state) {
     fixture_table(&tt, json_object_get(root, "tensors"));
     json_t *cases = json_object_get(root, "adamw");
     assert_true(json_array_size(cases) >= 2);
-    for (size_t c = 0; c < json_array_size(cases); c++) {
-        json_t *jc = json_array_get(cases, c);
-        AdamWConfig cfg = {
-            .lr = 1.0f,   // not read: adamw_step takes the scheduled lr
-            .beta1 = (float)json_real_value(json_object_get(jc, "beta1")),
-            .beta2 = (float)json_real_value(json_object_get(jc, "beta2")),
-            .eps = (float)json_real_value(json_object_get(jc, "eps")),
-            .weight_decay = (float)json_real_value(json_object_get(jc, "weight_decay")),
-            .grad_clip = 0.0f,
-        };
-        float *p = xaligned(tt.total * sizeof(float), "p"), *g = xaligned(tt.total * sizeof(float), "g");
-        float *m = xaligned(tt.total * sizeof(float), "m"), *v = xaligned(tt.total * sizeof(float), "v");
-        fill_flat(p, &tt, json_object_get(jc, "params0"));
-        json_t *steps = json_object_get(jc, "steps");
-        double worst_p = 0, worst_m = 0, worst_v = 0;
-        for (size_t s = 0; s < json_array_size(steps); s++) {
-            json_t *js = json_array_get(steps, s);
-            fill_flat(g, &tt, json_object_get(js, "grads"));
-            adamw_step(p, g, m, v, &tt, &cfg, (float)json_real_value(json_object_get(js, "lr")), (long)s + 1);
-            worst_p = fmax(worst_p, max_rel_err(p, &tt, json_object_get(js, "params"), 1e-6, "param"));
-            worst_m = fmax(worst_m, max_rel_err(m, &tt, json_object_get(js, "m"), 1e-12, "m"));
-            worst_v = fmax(worst_v, max_rel_err(v, &tt, json_object_get(js, "v"), 1e-20, "v"));
-        }
-        print_message("adamw case %s: %zu steps, max rel err params %.2g m %.2g v %.2g\n",
-                      json_string_value(json_object_get(jc, "name")), json_array_size(steps), worst_p,
-                      worst_m, worst_v);
-        // fp32 rounding only: a wrong formula (bias correction, eps place,
-        // decay order, decay mask) is off by 1e-4 or more on these cases.
-        assert_true(worst_p < 1e-6);
-        assert_true(worst_m < 1e-6);
-        assert_true(worst_v < 1e-6);
-        assert_padding_zero(p, &tt);
-        assert_padding_zero(m, &tt);
-        assert_padding_zero(v, &tt);
-        free(p), free(g), free(m), free(v);
-    }
+    for (int d = 0; d < n_devs; d++)
+        for (size_t c = 0; c < json_array_size(cases); c++) adamw_case(&devs[d], json_array_get(cases, c), &tt);
     tensor_table_free(&tt);
     json_decref(root);
 }
@@ -142,33 +152,36 @@ static void test_decay_only_on_decay_tensors(void **state) {
     assert_int_equal(config_preset(&mc, "tiny-untied", &e), 0);
     TensorTable tt;
     tensor_table_build(&tt, &mc);
-    float *p = xaligned(tt.total * sizeof(float), "p"), *g = xaligned(tt.total * sizeof(float), "g");
-    float *m = xaligned(tt.total * sizeof(float), "m"), *v = xaligned(tt.total * sizeof(float), "v");
     float *p0 = xaligned(tt.total * sizeof(float), "p0");
     Rng rng;
     rng_seed(&rng, 5);
     for (int k = 0; k < tt.n; k++)
-        for (size_t i = 0; i < tt.t[k].numel; i++) p[tt.t[k].offset + i] = (float)rng_normal(&rng);
-    memcpy(p0, p, tt.total * sizeof(float));
+        for (size_t i = 0; i < tt.t[k].numel; i++) p0[tt.t[k].offset + i] = (float)rng_normal(&rng);
     AdamWConfig cfg = {.lr = 1e-2f, .beta1 = 0.9f, .beta2 = 0.95f, .eps = 1e-8f, .weight_decay = 0.1f};
     const float lr = 1e-2f;
-    adamw_step(p, g, m, v, &tt, &cfg, lr, 1);
-    int n_decay = 0, n_plain = 0;
-    for (int k = 0; k < tt.n; k++) {
-        const TensorInfo *t = &tt.t[k];
-        int decay = (t->flags & TF_DECAY) != 0;
-        n_decay += decay, n_plain += !decay;
-        for (size_t i = 0; i < t->numel; i++) {
-            double before = p0[t->offset + i], after = p[t->offset + i];
-            double want = decay ? before * (1.0 - (double)lr * 0.1f) : before;
-            if (!(fabs(after - want) <= 1e-7 * fabs(before)))
-                fail_msg("%s[%zu]: %.9g -> %.9g, want %.9g", t->name, i, before, after, want);
-            if (!decay) assert_true(after == before);
+    for (int d = 0; d < n_devs; d++) {
+        float *p = xaligned(tt.total * sizeof(float), "p"), *g = xaligned(tt.total * sizeof(float), "g");
+        float *m = xaligned(tt.total * sizeof(float), "m"), *v = xaligned(tt.total * sizeof(float), "v");
+        memcpy(p, p0, tt.total * sizeof(float));
+        OP(&devs[d].dev, adamw_step, p, g, m, v, &tt, &cfg, lr, 1);
+        int n_decay = 0, n_plain = 0;
+        for (int k = 0; k < tt.n; k++) {
+            const TensorInfo *t = &tt.t[k];
+            int decay = (t->flags & TF_DECAY) != 0;
+            n_decay += decay, n_plain += !decay;
+            for (size_t i = 0; i < t->numel; i++) {
+                double before = p0[t->offset + i], after = p[t->offset + i];
+                double want = decay ? before * (1.0 - (double)lr * 0.1f) : before;
+                if (!(fabs(after - want) <= 1e-7 * fabs(before)))
+                    fail_msg("%s: %s[%zu]: %.9g -> %.9g, want %.9g", devs[d].name, t->name, i, before, after, want);
+                if (!decay) assert_true(after == before);
+            }
         }
+        assert_true(n_decay > 0 && n_plain > 0);
+        assert_padding_zero(p, &tt);
+        free(p), free(g), free(m), free(v);
     }
-    assert_true(n_decay > 0 && n_plain > 0);
-    assert_padding_zero(p, &tt);
-    free(p), free(g), free(m), free(v), free(p0);
+    free(p0);
     tensor_table_free(&tt);
 }
 
@@ -178,29 +191,35 @@ static void test_clip_matches_torch(void **state) {
     TensorTable tt;
     fixture_table(&tt, json_object_get(root, "tensors"));
     json_t *cases = json_object_get(root, "clip");
-    int clipped_cases = 0;
-    for (size_t c = 0; c < json_array_size(cases); c++) {
-        json_t *jc = json_array_get(cases, c);
-        float *g = xaligned(tt.total * sizeof(float), "g");
-        fill_flat(g, &tt, json_object_get(jc, "grads"));
-        double norm = grad_norm(g, &tt), ref = json_real_value(json_object_get(jc, "norm"));
-        assert_true(fabs(norm - ref) <= 1e-6 * ref);
-        float max_norm = (float)json_real_value(json_object_get(jc, "max_norm"));
-        float factor = grad_clip_factor(norm, max_norm);
-        clipped_cases += factor < 1.0f;
-        grad_scale(g, &tt, factor);
-        assert_true(max_rel_err(g, &tt, json_object_get(jc, "clipped"), 1e-12, "clipped grad") < 1e-6);
-        assert_padding_zero(g, &tt);
-        free(g);
+    for (int d = 0; d < n_devs; d++) {
+        Device *dev = &devs[d].dev;
+        int clipped_cases = 0;
+        for (size_t c = 0; c < json_array_size(cases); c++) {
+            json_t *jc = json_array_get(cases, c);
+            float *g = xaligned(tt.total * sizeof(float), "g");
+            fill_flat(g, &tt, json_object_get(jc, "grads"));
+            double norm = OP(dev, grad_norm, g, &tt), ref = json_real_value(json_object_get(jc, "norm"));
+            if (!(fabs(norm - ref) <= 1e-6 * ref)) fail_msg("%s: norm %.9g, torch %.9g", devs[d].name, norm, ref);
+            float max_norm = (float)json_real_value(json_object_get(jc, "max_norm"));
+            float factor = grad_clip_factor(norm, max_norm);
+            clipped_cases += factor < 1.0f;
+            OP(dev, grad_scale, g, &tt, factor);
+            char what[96];
+            snprintf(what, sizeof what, "%s clipped grad", devs[d].name);
+            assert_true(max_rel_err(g, &tt, json_object_get(jc, "clipped"), 1e-12, what) < 1e-6);
+            assert_padding_zero(g, &tt);
+            free(g);
+        }
+        assert_int_equal(clipped_cases, 1);   // one case clips, one does not
     }
-    assert_int_equal(clipped_cases, 1);   // one case clips, one does not
     assert_true(grad_clip_factor(123.0, 0.0f) == 1.0f);   // clipping off
     tensor_table_free(&tt);
     json_decref(root);
 }
 
 // A table big enough for many reduction chunks; the norm must be bit-identical
-// for 1 and 2 threads, and equal a plain double sum to rounding.
+// for 1 and 2 threads, and equal a plain double sum to rounding. A non-finite
+// gradient gives a non-finite norm (the trainer skips such a step).
 static void test_norm_finite_and_threads(void **state) {
     (void)state;
     ModelConfig mc;
@@ -218,30 +237,33 @@ static void test_norm_finite_and_threads(void **state) {
             g[tt.t[k].offset + i] = x;
             exact += (long double)x * x;
         }
-    int saved = omp_get_max_threads();
-    omp_set_num_threads(1);
-    double n1 = grad_norm(g, &tt);
-    omp_set_num_threads(2);
-    double n2 = grad_norm(g, &tt);
-    omp_set_num_threads(saved);
-    assert_true(n1 == n2);
-    assert_true(fabsl((long double)n1 - sqrtl(exact)) <= 1e-12L * n1);
-    assert_true(all_finite(g, &tt));
-
     const TensorInfo *t = &tt.t[tt.n / 2];
-    float keep = g[t->offset + 3];
-    g[t->offset + 3] = NAN;
-    assert_false(all_finite(g, &tt));
-    assert_true(isnan(grad_norm(g, &tt)));
-    g[t->offset + 3] = -INFINITY;
-    assert_false(all_finite(g, &tt));
-    assert_false(isfinite(grad_norm(g, &tt)));
-    g[t->offset + 3] = keep;
-    assert_true(all_finite(g, &tt));
-    // largest finite floats square fine in double
-    g[t->offset] = 3.4e38f;
-    assert_true(all_finite(g, &tt));
-    assert_true(isfinite(grad_norm(g, &tt)));
+    const float keep = g[t->offset + 3], keep0 = g[t->offset];
+    for (int d = 0; d < n_devs; d++) {
+        Device *dev = &devs[d].dev;
+        // The device's thread count, and OpenMP's for an op that takes that.
+        const int saved = dev->threads, saved_omp = omp_get_max_threads();
+        dev->threads = 1;
+        omp_set_num_threads(1);
+        double n1 = OP(dev, grad_norm, g, &tt);
+        dev->threads = 2;
+        omp_set_num_threads(2);
+        double n2 = OP(dev, grad_norm, g, &tt);
+        dev->threads = saved;
+        omp_set_num_threads(saved_omp);
+        if (n1 != n2) fail_msg("%s: norm %.17g on 1 thread, %.17g on 2", devs[d].name, n1, n2);
+        assert_true(fabsl((long double)n1 - sqrtl(exact)) <= 1e-12L * n1);
+
+        g[t->offset + 3] = NAN;
+        assert_true(isnan(OP(dev, grad_norm, g, &tt)));
+        g[t->offset + 3] = -INFINITY;
+        assert_false(isfinite(OP(dev, grad_norm, g, &tt)));
+        g[t->offset + 3] = keep;
+        // largest finite floats square fine in double
+        g[t->offset] = 3.4e38f;
+        assert_true(isfinite(OP(dev, grad_norm, g, &tt)));
+        g[t->offset] = keep0;
+    }
     free(g);
     tensor_table_free(&tt);
 }
@@ -305,6 +327,19 @@ static void test_wsd_decay_steps(void **state) {
     assert_true(schedule_lr(&s, 1.0f, 100) == 0.5f);
 }
 
+static int setup(void **state) {
+    (void)state;
+    n_devs = test_devices(devs, 0);
+    test_devices_print(devs, n_devs);
+    return 0;
+}
+
+static int teardown(void **state) {
+    (void)state;
+    test_devices_free(devs, n_devs);
+    return 0;
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_adamw_matches_torch),
@@ -314,5 +349,5 @@ int main(void) {
         cmocka_unit_test(test_schedules_match_transformers),
         cmocka_unit_test(test_wsd_decay_steps),
     };
-    return cmocka_run_group_tests(tests, NULL, NULL);
+    return cmocka_run_group_tests(tests, setup, teardown);
 }

@@ -10,7 +10,7 @@
 #include <math.h>
 #include <string.h>
 #include "../formats/hf_import.h"
-#include "../model/model.h"
+#include "test_model_util.h"
 #include "../formats/safetensors.h"
 
 #define FIXTURES "tests/fixtures/hf/"
@@ -51,14 +51,16 @@ static void check_fixture(const char *name) {
     int *targets = malloc(N * sizeof(int));
     for (int i = 0; i < N; i++) targets[i] = i + 1 < N ? tokens[i + 1] : -1;
 
-    Model m;
-    model_from_bundle(&m, &b);
-    assert_int_equal(model_plan(&m, 1, N, 1, NULL, &e), 0);
-    int V = m.w.cfg.vocab_size, count;
+    TestModel tm;
+    test_model_from_bundle(&tm, &b, NULL);
+    Model *m = &tm.m;
+    const TensorTable *tt = &tm.b.tt;
+    assert_int_equal(model_plan(m, 1, N, 1, NULL, &e), 0);
+    int V = tm.b.cfg.vocab_size, count;
     float *logits = malloc((size_t)N * V * sizeof(float));
     ModelInput in = {.B = 1, .T = N, .tokens = tokens, .targets = targets};
-    model_zero_grads(&m);
-    double sum = model_forward_backward(&m, &in, 1.0f / (N - 1), logits, &count);
+    model_zero_grads(m);
+    double sum = model_forward_backward(m, &in, 1.0f / (N - 1), logits, &count);
     assert_int_equal(count, N - 1);
 
     StFile ref;
@@ -74,14 +76,14 @@ static void check_fixture(const char *name) {
     assert_true(rel_loss <= 1e-5);
 
     double worst = 0;
-    for (int i = 0; i < m.w.tt.n; i++) {
-        const TensorInfo *t = &m.w.tt.t[i];
+    for (int i = 0; i < tt->n; i++) {
+        const TensorInfo *t = &tt->t[i];
         char gname[160];
         snprintf(gname, sizeof gname, "grad.%s", t->name);
         float *g = expected(&ref, gname, t->numel);
         double d2 = 0, r2 = 0;
         for (size_t j = 0; j < t->numel; j++) {
-            double d = m.grads[t->offset + j] - g[j];
+            double d = m->grads[t->offset + j] - g[j];
             d2 += d * d;
             r2 += (double)g[j] * g[j];
         }
@@ -90,14 +92,14 @@ static void check_fixture(const char *name) {
         if (rel > 1e-4) fail_msg("%s: gradient of %s off by %.2e relative", name, t->name, rel);
         free(g);
     }
-    printf("  %s: %d gradients, worst relative error %.2e\n", name, m.w.tt.n, worst);
+    printf("  %s: %d gradients, worst relative error %.2e\n", name, tt->n, worst);
     st_close(&ref);
     free(ref_logits);
     free(ref_loss);
     free(logits);
     free(tokens);
     free(targets);
-    model_free(&m);
+    test_model_free(&tm);
 }
 
 static void test_qwen3_tied_bf16(void **s) { (void)s; check_fixture("qwen3-tied"); }

@@ -75,7 +75,7 @@ static void test_forward_weights(void **state) {
         assert_int_equal(qat_init(&q, &tt, &spec, 1, 0, "t", &e), 0);
         assert_int_equal(qat_init_from_weights(&q, &tt, master, QAT_INIT_RTN, NULL, NULL, "t", &e), 0);
         for (size_t k = 0; k < q.total; k++) assert_true(f16_exact(q.scale[k]) && f16_exact(q.zero[k]));
-        qat_forward_weights(&q, &tt, master, eff);
+        qat_forward_weights(qat_test_device(), &q, &tt, master, eff);
         for (int i = 0; i < tt.n; i++) {
             const TensorInfo *t = &tt.t[i];
             const QatTensor *qt = qat_find(&q, i);
@@ -154,7 +154,7 @@ static void check_fixed_scale_mask(const QatState *learned, const TensorTable *t
     memcpy(fixed.scale, learned->scale, learned->total * sizeof(float));
     memcpy(fixed.zero, learned->zero, learned->total * sizeof(float));
     float *g = xmalloc(tt->total * sizeof(float), "fixed-scale grads");
-    qat_backward(&fixed, tt, master, geff, g);
+    qat_backward(qat_test_device(), &fixed, tt, master, geff, g);
     assert_memory_equal(g, gm, tt->total * sizeof(float));
     free(g);
     qat_free(&fixed);
@@ -207,7 +207,7 @@ static void test_ste_lsq_finite_differences(void **state) {
         }
         assert_true(n_clipped > 4 && n_clipped < GR * GC / 2);
 
-        qat_backward(&q, &tt, master, geff, gm);
+        qat_backward(qat_test_device(), &q, &tt, master, geff, gm);
         // STE mask; the norm passes unchanged.
         for (int i = 0; i < GR * GC; i++) assert_true(gm[i] == (S.clipped[i] ? 0.0f : geff[i]));
         assert_memory_equal(gm + GR * GC, geff + GR * GC, 16 * sizeof(float));
@@ -252,7 +252,7 @@ static void test_ste_lsq_finite_differences(void **state) {
             if (!S.clipped[i]) c[i] = 0.0;
             geff[i] = (float)c[i];
         }
-        qat_backward(&q, &tt, master, geff, gm);
+        qat_backward(qat_test_device(), &q, &tt, master, geff, gm);
         for (int k = 0; k < NG; k++) {
             double h = 1e-3 * s[k], keep = s[k];
             s[k] = keep + h;
@@ -279,7 +279,7 @@ static void test_ste_lsq_finite_differences(void **state) {
             geff[i] = (float)c[i];
             c[i] = geff[i];
         }
-        qat_backward(&q, &tt, master, geff, gm);
+        qat_backward(qat_test_device(), &q, &tt, master, geff, gm);
         double L0 = loss(&S, c, x, s, z, lo, sym, 0);
         s[0] = 1e-9;
         double L1 = loss(&S, c, x, s, z, lo, sym, 0);
@@ -297,7 +297,7 @@ static void test_ste_lsq_finite_differences(void **state) {
         // In place (grad_master == grad_eff) gives the same result.
         float *inplace = xmalloc(tt.total * sizeof(float), "inplace");
         memcpy(inplace, geff, tt.total * sizeof(float));
-        qat_backward(&q, &tt, master, inplace, inplace);
+        qat_backward(qat_test_device(), &q, &tt, master, inplace, inplace);
         assert_memory_equal(inplace, gm, tt.total * sizeof(float));
         printf("  %s: STE/LSQ gradients match finite differences (%d of %d elements clipped)\n",
                sym ? "sym " : "asym", n_clipped, GR * GC);
@@ -325,7 +325,7 @@ static void test_adam_step(void **state) {
         q.scale[k] = f16_to_f32(f32_to_f16(0.01f + 0.001f * (float)k));
         q.zero[k] = f16_to_f32(f32_to_f16(0.05f * (float)rng_normal(&rng)));
     }
-    QatAdam cfg = {0.9f, 0.999f, 1e-8f};
+    AdamWConfig cfg = {.beta1 = 0.9f, .beta2 = 0.999f, .eps = 1e-8f};
     double ms[8] = {0}, vs[8] = {0}, mz[8] = {0}, vz[8] = {0};
     for (long step = 1; step <= 3; step++) {
         float old_s[8], old_z[8];
@@ -336,7 +336,7 @@ static void test_adam_step(void **state) {
             old_z[k] = q.zero[k];
         }
         const double lr = 1e-4;
-        qat_step(&q, &cfg, (float)lr, step);
+        qat_step(qat_test_device(), &q, &cfg, (float)lr, step);
         double bc1 = 1 - pow(0.9, step), bc2 = 1 - pow(0.999, step);
         for (int k = 0; k < NG; k++) {
             assert_true(f16_exact(q.scale[k]) && f16_exact(q.zero[k]));
@@ -359,7 +359,7 @@ static void test_adam_step(void **state) {
     memset(q.m_scale, 0, NG * sizeof(float));
     memset(q.v_scale, 0, NG * sizeof(float));
     for (int k = 0; k < NG; k++) q.grad_scale[k] = 1.0f;
-    qat_step(&q, &cfg, 10.0f, 1);
+    qat_step(qat_test_device(), &q, &cfg, 10.0f, 1);
     for (int k = 0; k < NG; k++) assert_true(q.scale[k] == 0.0f);
     // Symmetric: the zero points never move.
     qat_free(&q);
@@ -370,7 +370,7 @@ static void test_adam_step(void **state) {
         q.grad_scale[k] = 1.0f;
         q.grad_zero[k] = 1.0f;
     }
-    qat_step(&q, &cfg, 1e-3f, 1);
+    qat_step(qat_test_device(), &q, &cfg, 1e-3f, 1);
     for (int k = 0; k < NG; k++) assert_true(q.zero[k] == 0.0f && q.scale[k] < 0.01f && f16_exact(q.scale[k]));
     qat_free(&q);
     free(tt.t);
@@ -395,13 +395,13 @@ static void test_learned_scales_reduce_error(void **state) {
         assert_int_equal(qat_init_from_weights(&q, &tt, master, QAT_INIT_RTN, NULL, NULL, "t", &e), 0);
         float *eff = xmalloc(tt.total * sizeof(float), "eff"), *g = xmalloc(tt.total * sizeof(float), "g");
         double rtn = 0;
-        qat_forward_weights(&q, &tt, master, eff);
+        qat_forward_weights(qat_test_device(), &q, &tt, master, eff);
         for (size_t i = 0; i < tt.total; i++) rtn += ((double)eff[i] - master[i]) * ((double)eff[i] - master[i]);
         for (size_t k = 0; k < q.total; k++) q.scale[k] = f16_to_f32(f32_to_f16(2.0f * q.scale[k]));
-        QatAdam cfg = {0.9f, 0.999f, 1e-8f};
+        AdamWConfig cfg = {.beta1 = 0.9f, .beta2 = 0.999f, .eps = 1e-8f};
         double first = 0, last = 0;
         for (long step = 1; step <= 100; step++) {
-            qat_forward_weights(&q, &tt, master, eff);
+            qat_forward_weights(qat_test_device(), &q, &tt, master, eff);
             double sse = 0;
             for (size_t i = 0; i < tt.total; i++) {
                 double d = (double)eff[i] - master[i];
@@ -410,9 +410,9 @@ static void test_learned_scales_reduce_error(void **state) {
             }
             if (step == 1) first = sse;
             last = sse;
-            qat_backward(&q, &tt, master, g, g);
-            assert_true(isfinite(qat_grad_sumsq(&q)));
-            qat_step(&q, &cfg, 3e-4f, step);
+            qat_backward(qat_test_device(), &q, &tt, master, g, g);
+            for (size_t k = 0; k < q.total; k++) assert_true(isfinite(q.grad_scale[k]) && isfinite(q.grad_zero[k]));
+            qat_step(qat_test_device(), &q, &cfg, 3e-4f, step);
         }
         for (size_t k = 0; k < q.total; k++) assert_true(f16_exact(q.scale[k]) && f16_exact(q.zero[k]));
         printf("  %s g32: weight SSE RTN %.4e; doubled scales %.4e -> %.4e after 100 learned-scale steps\n",

@@ -29,7 +29,7 @@
 // L = sum c_i w_i + 1/2 sum d_i w_i^2 over the quantized tensor.
 static double smooth_loss(const QatState *q, const TensorTable *tt, const float *master, float *eff, const double *c,
                           const double *d) {
-    qat_forward_weights(q, tt, master, eff);
+    qat_forward_weights(qat_test_device(), q, tt, master, eff);
     double L = 0.0;
     for (int i = 0; i < GR * GC; i++) L += c[i] * eff[i] + 0.5 * d[i] * (double)eff[i] * eff[i];
     return L;
@@ -55,7 +55,7 @@ static void test_frozen_gradients_finite_differences(void **state) {
         for (int k = 0; k < NG; k++) q.scale[k] = f16_to_f32(f32_to_f16(q.scale[k] * 0.8f));
         memcpy(before, master, tt.total * sizeof(float));
 
-        qat_freeze(&q, &tt, master);
+        qat_freeze(qat_test_device(), &q, &tt, master);
         assert_non_null(q.codes);
         assert_non_null(q.grad_scale);
         uint8_t want[GR * GC];
@@ -80,7 +80,7 @@ static void test_frozen_gradients_finite_differences(void **state) {
         assert_memory_equal(eff, master, GR * GC * sizeof(float));
         for (int i = 0; i < GR * GC; i++) geff[i] = (float)(c[i] + d[i] * eff[i]);
         for (int i = 0; i < NORM; i++) geff[GR * GC + i] = (float)rng_normal(&rng);
-        qat_backward(&q, &tt, master, geff, gm);
+        qat_backward(qat_test_device(), &q, &tt, master, geff, gm);
         for (int i = 0; i < GR * GC; i++) assert_true(gm[i] == 0.0f);
         assert_memory_equal(gm + GR * GC, geff + GR * GC, NORM * sizeof(float));
 
@@ -120,7 +120,7 @@ static void test_steps_keep_codes(void **state) {
         PtError e;
         assert_int_equal(qat_init(&q, &tt, &spec, 1, 0, "t", &e), 0);
         assert_int_equal(qat_init_from_weights(&q, &tt, master, QAT_INIT_RTN, NULL, NULL, "t", &e), 0);
-        qat_freeze(&q, &tt, master);
+        qat_freeze(qat_test_device(), &q, &tt, master);
         size_t n_codes = q.total * (size_t)spec.group;
         uint8_t *frozen = xmalloc(n_codes, "frozen");
         memcpy(frozen, q.codes, n_codes);
@@ -129,12 +129,12 @@ static void test_steps_keep_codes(void **state) {
         float *grads = xcalloc(tt.total, sizeof(float), "grads"), *eff = xcalloc(tt.total, sizeof(float), "eff");
         Rng rng;
         rng_seed(&rng, 99);
-        QatAdam adam = {0.9f, 0.95f, 1e-8f};
+        AdamWConfig adam = {.beta1 = 0.9f, .beta2 = 0.95f, .eps = 1e-8f};
         for (long step = 1; step <= 25; step++) {
             for (size_t i = 0; i < tt.total; i++) grads[i] = (float)rng_normal(&rng);
-            qat_backward(&q, &tt, master, grads, grads);
-            qat_step(&q, &adam, 3e-4f, step);   // about a tenth of a scale per step: large moves
-            qat_frozen_sync(&q, &tt, master);
+            qat_backward(qat_test_device(), &q, &tt, master, grads, grads);
+            qat_step(qat_test_device(), &q, &adam, 3e-4f, step);   // about a tenth of a scale per step: large moves
+            qat_frozen_sync(qat_test_device(), &q, &tt, master);
         }
         size_t moved = 0;
         for (size_t k = 0; k < q.total; k++) {
@@ -144,7 +144,7 @@ static void test_steps_keep_codes(void **state) {
         }
         assert_true(moved > q.total / 2);
         assert_memory_equal(q.codes, frozen, n_codes);
-        qat_forward_weights(&q, &tt, master, eff);
+        qat_forward_weights(qat_test_device(), &q, &tt, master, eff);
         for (int i = 0; i < q.n; i++) {
             size_t off = tt.t[q.t[i].tensor].offset;
             assert_memory_equal(eff + off, master + off, q.t[i].rows * q.t[i].cols * sizeof(float));
@@ -166,7 +166,7 @@ static void test_codes_save_load(void **state) {
     PtError e;
     assert_int_equal(qat_init(&q, &tt, &spec, 1, 0, "t", &e), 0);
     assert_int_equal(qat_init_from_weights(&q, &tt, master, QAT_INIT_RTN, NULL, NULL, "t", &e), 0);
-    qat_freeze(&q, &tt, master);
+    qat_freeze(qat_test_device(), &q, &tt, master);
     for (size_t k = 0; k < q.total; k++) q.m_scale[k] = (float)k * 1e-3f;
     size_t n_codes = q.total * (size_t)spec.group;
     char path[] = "/tmp/pocket_qatfreeze_XXXXXX";
@@ -186,8 +186,8 @@ static void test_codes_save_load(void **state) {
     assert_memory_equal(r.scale, q.scale, q.total * sizeof(float));
     assert_memory_equal(r.m_scale, q.m_scale, q.total * sizeof(float));
     float *a = xcalloc(tt.total, sizeof(float), "a"), *b = xcalloc(tt.total, sizeof(float), "b");
-    qat_forward_weights(&q, &tt, master, a);
-    qat_forward_weights(&r, &tt, master, b);
+    qat_forward_weights(qat_test_device(), &q, &tt, master, a);
+    qat_forward_weights(qat_test_device(), &r, &tt, master, b);
     assert_memory_equal(a, b, tt.total * sizeof(float));
     qat_free(&r);
     H5Fclose(f);

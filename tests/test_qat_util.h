@@ -8,6 +8,7 @@
 #include <string.h>
 #include "../model/config.h"
 #include "../model/tensors.h"
+#include "../model/ops/ops.h"
 #include "../qat/qat.h"
 #include "../util/util.h"
 
@@ -82,4 +83,11 @@ static inline void assert_frozen_codes_rederive(const QatState *q, const TensorT
         free(codes);
         free(w);
     }
+}
+
+// The device the QAT tests run the per-step work on (made on first use).
+static inline Device *qat_test_device(void) {
+    static Device d;
+    if (!d.be) cpu_device_init(&d, 0, NULL);
+    return &d;
 }

@@ -3,10 +3,12 @@
 //    same rule (tests/ref/make_quant_fixtures.py -> tests/fixtures/quant/), all
 //    bit for bit, groups 32/64/128, asymmetric and symmetric;
 //  - the worked example of spec/mnn-package.md 3.11 (fp16 bits and packed bytes);
-//  - fake-quant == quantize -> pack -> unpack -> dequantize, bit for bit;
+//  - fake-quant == quantize -> pack -> unpack -> dequantize, bit for bit, and
+//    every device's (test_backends.h) fake-quant and dequant give those bits;
 //  - every stored scale/zero is fp16-exact; MSE init never loses to RTN;
 //  - errors: cols % G != 0, bad group, non-finite weights;
-//  - A16 rounding == torch .to(bfloat16) / .to(float16) (fixture).
+//  - A16 rounding == torch .to(bfloat16) / .to(float16) (fixture), on the host
+//    and on every device.
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -14,10 +16,13 @@
 #include <math.h>
 #include <string.h>
 #include "../formats/safetensors.h"
-#include "../qat/qat.h"
 #include "../model/ops/quant.h"
+#include "test_backends.h"
 
 #define FIXTURE "tests/fixtures/quant/quant.safetensors"
+
+static TestDevice devs[MAX_TEST_DEVICES];
+static int n_devs;
 
 static int same_bits(float a, float b) { return memcmp(&a, &b, sizeof a) == 0; }
 static int f16_exact(float x) { return same_bits(f16_to_f32(f32_to_f16(x)), x); }
@@ -173,6 +178,19 @@ static void test_fake_equals_pack_path(void **state) {
                 assert_memory_equal(back, codes, n);
                 quant_dequant(&q, back, R, C, scale, zero, deq);
                 assert_memory_equal(fake, deq, n * sizeof(float));
+                // The devices' ops (QAT's forward, int4 inference) give the same bits.
+                for (int d = 0; d < n_devs; d++) {
+                    float *out = xmalloc(n * sizeof(float), "device out");
+                    OP(&devs[d].dev, quant_fake, &q, w, R, C, scale, zero, out);
+                    if (memcmp(out, fake, n * sizeof(float)))
+                        fail_msg("%s: quant_fake g%d sym %d moved %d differs from the host's", devs[d].name, q.group,
+                                 sym, moved);
+                    OP(&devs[d].dev, quant_dequant, &q, codes, R, C, scale, zero, out);
+                    if (memcmp(out, deq, n * sizeof(float)))
+                        fail_msg("%s: quant_dequant g%d sym %d moved %d differs from the host's", devs[d].name,
+                                 q.group, sym, moved);
+                    free(out);
+                }
                 // In place (out == w) gives the same values.
                 float *copy = xmalloc(n * sizeof(float), "copy");
                 memcpy(copy, w, n * sizeof(float));
@@ -303,15 +321,21 @@ static void test_a16_matches_torch(void **state) {
     const int modes[2] = {A16_BF16, A16_FP16};
     for (int m = 0; m < 2; m++) {
         float *want = read_f32(&f, names[m], n), *x = xmalloc(n * sizeof(float), "x");
-        memcpy(x, in, n * sizeof(float));
-        a16_round(x, n, modes[m]);
-        for (size_t i = 0; i < n; i++) {
-            if (isnan(want[i])) {
-                assert_true(isnan(x[i]));
-                continue;
+        for (int d = -1; d < n_devs; d++) {   // -1: the host function
+            const char *who = d < 0 ? "host" : devs[d].name;
+            memcpy(x, in, n * sizeof(float));
+            if (d < 0) a16_round(x, n, modes[m]);
+            else OP(&devs[d].dev, a16_round, x, n, modes[m]);
+            for (size_t i = 0; i < n; i++) {
+                if (isnan(want[i])) {
+                    if (!isnan(x[i])) fail_msg("%s %s: input %a -> %a, torch NaN", who, names[m], (double)in[i],
+                                               (double)x[i]);
+                    continue;
+                }
+                if (!same_bits(x[i], want[i]))
+                    fail_msg("%s %s: input %a -> %a, torch %a", who, names[m], (double)in[i], (double)x[i],
+                             (double)want[i]);
             }
-            if (!same_bits(x[i], want[i]))
-                fail_msg("%s: input %a -> %a, torch %a", names[m], (double)in[i], (double)x[i], (double)want[i]);
         }
         free(want);
         free(x);
@@ -320,14 +344,32 @@ static void test_a16_matches_torch(void **state) {
     memcpy(x, in, n * sizeof(float));
     a16_round(x, n, A16_OFF);
     assert_memory_equal(x, in, n * sizeof(float));
+    for (int d = 0; d < n_devs; d++) {
+        OP(&devs[d].dev, a16_round, x, n, A16_OFF);
+        assert_memory_equal(x, in, n * sizeof(float));
+    }
     assert_int_equal(a16_mode_from_name("bf16"), A16_BF16);
     assert_int_equal(a16_mode_from_name("fp16"), A16_FP16);
     assert_int_equal(a16_mode_from_name("off"), A16_OFF);
     assert_int_equal(a16_mode_from_name("fp8"), -1);
-    printf("  A16 bf16 and fp16 rounding == torch on %zu values (ties, subnormals, overflow, inf, nan)\n", n);
+    printf("  A16 bf16 and fp16 rounding == torch on %zu values (ties, subnormals, overflow, inf, nan), host and "
+           "%d devices\n", n, n_devs);
     free(x);
     free(in);
     st_close(&f);
+}
+
+static int setup(void **state) {
+    (void)state;
+    n_devs = test_devices(devs, 0);
+    test_devices_print(devs, n_devs);
+    return 0;
+}
+
+static int teardown(void **state) {
+    (void)state;
+    test_devices_free(devs, n_devs);
+    return 0;
 }
 
 int main(void) {
@@ -336,5 +378,5 @@ int main(void) {
         cmocka_unit_test(test_fake_equals_pack_path), cmocka_unit_test(test_fp16_exact_and_mse),
         cmocka_unit_test(test_errors),                cmocka_unit_test(test_a16_matches_torch),
     };
-    return cmocka_run_group_tests(tests, NULL, NULL);
+    return cmocka_run_group_tests(tests, setup, teardown);
 }

@@ -1,4 +1,4 @@
-// test_recompute: activation recompute (Model.recompute) changes memory, not
+// test_recompute: activation recompute (ModelOptions.recompute) changes memory, not
 // results. On tiny models (tied, untied with odd sizes, Llama without QK-norm),
 // packed rows with segment ids and positions, masked targets, fp32 and bf16
 // matmuls, with A16 rounding, on 1 and 2 threads: loss, logits and every
@@ -16,9 +16,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/wait.h>
-#include "../model/model.h"
-#include "../qat/qat.h"
 #include "../formats/checkpoint.h"
+#include "test_model_util.h"
 
 typedef struct {
     int B, T;
@@ -54,18 +53,16 @@ static void token_batch_init(TokenBatch *b, int B, int T, int V, uint64_t seed) 
 
 static void token_batch_free(TokenBatch *b) { free(b->tokens), free(b->targets), free(b->pos), free(b->seg), free(b->mask); }
 
-static void model_for(Model *m, const char *preset, int recompute, int bf16, int a16, int B, int T) {
+static void model_for(TestModel *t, const char *preset, int recompute, int bf16, int a16, int B, int T) {
     ModelConfig cfg;
     PtError e;
     assert_int_equal(config_preset(&cfg, preset, &e), 0);
     ModelBundle b;
     bundle_alloc(&b, &cfg);
     bundle_init_random(&b, 11);
-    model_from_bundle(m, &b);
-    m->recompute = recompute;
-    m->matmul_bf16 = bf16;
-    m->a16 = a16;
-    assert_int_equal(model_plan(m, B, T, 1, NULL, &e), 0);
+    ModelOptions opt = {recompute, bf16 ? MATMUL_BF16 : MATMUL_FP32, a16};
+    test_model_from_bundle(t, &b, &opt);
+    assert_int_equal(model_plan(&t->m, B, T, 1, NULL, &e), 0);
 }
 
 // Loss, logits and gradients of two consecutive steps (the second after a
@@ -76,7 +73,7 @@ typedef struct {
 } Result;
 
 static void run_steps(Model *m, const TokenBatch *b, Result *res) {
-    size_t NV = (size_t)b->B * b->T * m->w.cfg.vocab_size, P = m->w.tt.total;
+    size_t NV = (size_t)b->B * b->T * m->cfg.vocab_size, P = m->tt->total;
     res->logits = malloc(NV * sizeof(float));
     res->grads = malloc(2 * P * sizeof(float));
     ModelInput in = {.B = b->B, .T = b->T, .tokens = b->tokens, .targets = b->targets, .mask = b->mask,
@@ -87,23 +84,23 @@ static void run_steps(Model *m, const TokenBatch *b, Result *res) {
         res->loss[step] = model_forward_backward(m, &in, 0.05f, step ? res->logits : NULL, &count);
         assert_true(count > 0);
         memcpy(res->grads + step * P, m->grads, P * sizeof(float));
-        for (size_t i = 0; i < P; i++) m->w.params[i] -= 0.01f * m->grads[i];
+        for (size_t i = 0; i < P; i++) m->weights[i] -= 0.01f * m->grads[i];
     }
 }
 
 static void check_same(const char *preset, int bf16, int a16, int threads) {
     omp_set_num_threads(threads);
     const int B = 2, T = 37;
-    Model off, on;
+    TestModel off, on;
     model_for(&off, preset, 0, bf16, a16, B, T);
     model_for(&on, preset, 1, bf16, a16, B, T);
-    assert_true(on.arena_floats < off.arena_floats);
+    assert_true(on.m.arena_bytes < off.m.arena_bytes);
     TokenBatch b;
-    token_batch_init(&b, B, T, off.w.cfg.vocab_size, 5);
+    token_batch_init(&b, B, T, off.b.cfg.vocab_size, 5);
     Result r_off, r_on;
-    run_steps(&off, &b, &r_off);
-    run_steps(&on, &b, &r_on);
-    size_t NV = (size_t)B * T * off.w.cfg.vocab_size, P = off.w.tt.total;
+    run_steps(&off.m, &b, &r_off);
+    run_steps(&on.m, &b, &r_on);
+    size_t NV = (size_t)B * T * off.b.cfg.vocab_size, P = off.b.tt.total;
     for (int s = 0; s < 2; s++)
         if (memcmp(&r_off.loss[s], &r_on.loss[s], sizeof(double)))
             fail_msg("%s bf16=%d a16=%d threads=%d step %d: loss %.17g (off) vs %.17g (on)", preset, bf16, a16,
@@ -115,8 +112,8 @@ static void check_same(const char *preset, int bf16, int a16, int threads) {
                      a16, threads, i % P, i / P, r_off.grads[i], r_on.grads[i]);
     free(r_off.logits), free(r_off.grads), free(r_on.logits), free(r_on.grads);
     token_batch_free(&b);
-    model_free(&off);
-    model_free(&on);
+    test_model_free(&off);
+    test_model_free(&on);
     omp_set_num_threads(2);
 }
 
@@ -258,19 +255,19 @@ static void test_recipe_keys_reach_the_model(void **s) {
 // The printed plan names the mode and the memory recompute saves.
 static void test_plan_line(void **s) {
     (void)s;
-    Model m;
+    TestModel tm;
     PtError e;
     char *text = NULL;
     size_t len = 0;
     for (int recompute = 0; recompute <= 1; recompute++) {
-        model_for(&m, "tiny", recompute, 0, A16_OFF, 2, 16);
+        model_for(&tm, "tiny", recompute, 0, A16_OFF, 2, 16);
         FILE *f = open_memstream(&text, &len);
-        assert_int_equal(model_plan(&m, 2, 16, 1, f, &e), 0);
+        assert_int_equal(model_plan(&tm.m, 2, 16, 1, f, &e), 0);
         fclose(f);
         assert_non_null(strstr(text, recompute ? "recompute on" : "recompute off"));
         assert_non_null(strstr(text, recompute ? "MiB less than off" : "would save"));
         free(text);
-        model_free(&m);
+        test_model_free(&tm);
     }
 }
 

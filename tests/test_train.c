@@ -14,7 +14,7 @@
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
-#include "../model/model.h"
+#include "test_model_util.h"
 #include "../formats/checkpoint.h"
 #include "../cli/open_model.h"
 #include "test_qat_util.h"
@@ -272,11 +272,13 @@ static void test_masked_targets_do_not_count(void **s) {
     snprintf(path, sizeof path, "%s/init.h5", g_dir);
     ModelBundle b;
     load_params(path, &b);
-    Model m;
-    model_from_bundle(&m, &b);
+    TestModel tm;
+    test_model_from_bundle(&tm, &b, NULL);
+    Model *m = &tm.m;
+    const size_t P = tm.b.tt.total;
     PtError e;
     int T = 24;
-    assert_int_equal(model_plan(&m, 1, T, 1, NULL, &e), 0);
+    assert_int_equal(model_plan(m, 1, T, 1, NULL, &e), 0);
     int tokens[24], targets[24];
     uint8_t mask[24];
     for (int i = 0; i < T; i++) {
@@ -285,25 +287,25 @@ static void test_masked_targets_do_not_count(void **s) {
         mask[i] = i >= 10 && i < 20;
     }
     ModelInput in = {.B = 1, .T = T, .tokens = tokens, .targets = targets, .mask = mask};
-    model_zero_grads(&m);
+    model_zero_grads(m);
     int c1, c2;
-    double l1 = model_forward_backward(&m, &in, 0.1f, NULL, &c1);
-    float *g1 = malloc(m.w.tt.total * sizeof(float));
-    memcpy(g1, m.grads, m.w.tt.total * sizeof(float));
+    double l1 = model_forward_backward(m, &in, 0.1f, NULL, &c1);
+    float *g1 = malloc(P * sizeof(float));
+    memcpy(g1, m->grads, P * sizeof(float));
     targets[3] = 999;   // masked out
     targets[22] = 7;    // masked out
-    model_zero_grads(&m);
-    double l2 = model_forward_backward(&m, &in, 0.1f, NULL, &c2);
+    model_zero_grads(m);
+    double l2 = model_forward_backward(m, &in, 0.1f, NULL, &c2);
     assert_int_equal(c1, 10);
     assert_int_equal(c2, 10);
     assert_true(l1 == l2);
-    assert_memory_equal(g1, m.grads, m.w.tt.total * sizeof(float));
+    assert_memory_equal(g1, m->grads, P * sizeof(float));
     targets[12] = 999;  // masked in: must move the loss
-    model_zero_grads(&m);
-    double l3 = model_forward_backward(&m, &in, 0.1f, NULL, &c2);
+    model_zero_grads(m);
+    double l3 = model_forward_backward(m, &in, 0.1f, NULL, &c2);
     assert_true(l3 != l1);
     free(g1);
-    model_free(&m);
+    test_model_free(&tm);
 }
 
 // SIGKILL while a checkpoint is being written (a temp file exists) never

@@ -4,6 +4,13 @@
 #include "../data/loader.h"
 #include "../model/generate.h"
 
+void add_default_stops(GenParams *p, const ModelConfig *c, const Tokenizer *tok) {
+    gen_add_stop(p, c->eos_id, c->vocab_size);
+    if (!tok) return;
+    gen_add_stop(p, tokenizer_token_id(tok, "<|im_end|>"), c->vocab_size);
+    gen_add_stop(p, tokenizer_token_id(tok, "<|endoftext|>"), c->vocab_size);
+}
+
 double eval_loss(Model *m, const Dataset *d, int doc_mask, long max_batches, long *count, PtError *e) {
     Loader l;
     if (loader_open(&l, d, m->B, m->T, 4242, 0, 1, e)) return NAN;
@@ -38,12 +45,12 @@ double eval_exact_match(const Model *m, const Tokenizer *tok, const Dataset *d, 
         pt_fail(e, "%s: exact match needs an SFT dataset", d->path);
         return NAN;
     }
-    int max_len = m->w.cfg.max_seq;
+    int max_len = m->cfg.max_seq;
     GenContext g;
     if (gen_init(&g, m, max_len, e)) return NAN;
     GenParams p;
     gen_params_default(&p);
-    gen_add_default_stops(&p, &m->w.cfg, tok);
+    add_default_stops(&p, &m->cfg, tok);
     int *doc = xmalloc((size_t)max_len * sizeof(int), "example"), *out = xmalloc((size_t)max_len * sizeof(int), "completion");
     int hits = 0, scored = 0;
     for (uint64_t k = 0; k < d->n_docs && scored < max_examples; k++) {

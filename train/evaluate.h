@@ -2,7 +2,7 @@
 // greedy completions on SFT data; used by `pocket eval` and the trainer.
 #pragma once
 #include "../data/dataset.h"
-#include "../model/model.h"
+#include "../model/generate.h"
 
 // Mean loss over the dataset's batches (a fixed-seed loader, so every call
 // sees the same batches); max_batches <= 0 = one pass over the items (the
@@ -16,3 +16,8 @@ double eval_loss(Model *m, const Dataset *d, int doc_mask, long max_batches, lon
 // for token. Returns the rate in [0,1] (NAN on error); *n_scored examples.
 double eval_exact_match(const Model *m, const Tokenizer *tok, const Dataset *d, int max_examples, int *n_scored,
                         FILE *log, PtError *e);
+
+// Adds the usual stop ids, each once and only when inside the vocabulary:
+// the config's eos_id, then <|im_end|> and <|endoftext|> when the tokenizer
+// (may be NULL) has them.
+void add_default_stops(GenParams *p, const ModelConfig *c, const Tokenizer *tok);

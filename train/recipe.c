@@ -79,7 +79,7 @@ static const KeySpec KEYS[] = {
      "decoupled weight decay on matrices and embeddings (not norms)"},
     {"optim", "grad_clip", KT_FLOAT, F(optim.grad_clip), "1.0", "[0, 1e6]", NULL, 0,
      "max global gradient L2 norm; 0 = no clipping"},
-    // choice order = SCHED_* in optim.h
+    // choice order = SCHED_* in schedule.h
     {"optim", "schedule", KT_CHOICE, F(optim.schedule), "cosine", NULL, "constant|cosine|linear|wsd", 0,
      "learning-rate shape after warmup (wsd = warmup, stable, decay)"},
     {"optim", "warmup", KT_LONG, F(optim.warmup), "100", "[0, 1e12]", NULL, 0,
@@ -501,6 +501,12 @@ const char *train_mode_name(int mode) {
     return mode >= 0 && mode < TRAIN_MODE_COUNT ? names[mode] : "?";
 }
 
+void recipe_model_options(const Recipe *r, ModelOptions *o) {
+    o->recompute = r->train.recompute;
+    o->matmul = r->train.matmul == TRAIN_MATMUL_BF16 ? MATMUL_BF16 : MATMUL_FP32;
+    o->a16 = r->qat.a16;
+}
+
 void recipe_adamw(const Recipe *r, AdamWConfig *c) {
     c->lr = r->optim.lr;
     c->beta1 = r->optim.beta1;
@@ -516,4 +522,14 @@ void recipe_schedule(const Recipe *r, long total_steps, Schedule *s) {
     s->total = total_steps;
     s->min_lr_ratio = r->optim.min_lr_ratio;
     s->decay_fraction = r->optim.decay_fraction;
+}
+
+void recipe_qat(const Recipe *r, QatRunConfig *c) {
+    c->spec = (QuantSpec){r->qat.group, r->qat.symmetric};
+    c->quant_embedding = r->qat.quant_embedding;
+    c->start_step = r->qat.start_step;
+    c->init = r->qat.init;
+    c->learn_scales = r->qat.learn_scales;
+    c->scale_lr = r->qat.scale_lr;
+    c->freeze_codes_step = r->qat.freeze_codes_step;
 }

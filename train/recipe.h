@@ -19,7 +19,9 @@
 #pragma once
 #include <stdio.h>
 #include "../util/util.h"
-#include "optim.h"
+#include "../model/model.h"
+#include "../qat/qat.h"
+#include "schedule.h"
 
 #define RECIPE_STR 180   // string fields; "key = \"value\"" still fits inih's line
 
@@ -53,12 +55,12 @@ typedef struct {
         char sample_prompt[RECIPE_STR];   // "" = no samples
         int sample_tokens;
         int doc_mask;                 // 0/1
-        int recompute;                // 0/1: activation recompute (Model.recompute)
-        int matmul;                   // TRAIN_MATMUL_*: fp32, bf16 (Model.matmul_bf16)
+        int recompute;                // 0/1: activation recompute (ModelOptions)
+        int matmul;                   // TRAIN_MATMUL_*: fp32, bf16 (ModelOptions)
     } train;
     struct {
         float lr, beta1, beta2, eps, weight_decay, grad_clip;
-        int schedule;                 // SCHED_* (optim.h)
+        int schedule;                 // SCHED_* (schedule.h)
         long warmup;
         float min_lr_ratio, decay_fraction;
     } optim;
@@ -69,7 +71,7 @@ typedef struct {
         float scale_lr;
         long start_step;
         long freeze_codes_step;       // -1 = never; else codes frozen from this update on
-        int a16;                      // A16_* (qat/qat.h): off, bf16, fp16
+        int a16;                      // A16_* (model/ops/quant.h): off, bf16, fp16
     } qat;
 } Recipe;
 
@@ -89,7 +91,10 @@ void recipe_write(const Recipe *r, FILE *f);
 void recipe_help(FILE *f);
 
 const char *train_mode_name(int mode);   // "cpt", "sft"
-// The optimizer and schedule a recipe asks for; the trainer supplies the
-// total number of updates once it has derived it.
+// What a recipe asks for, in the terms of the parts that run it: the
+// model's numerics, the optimizer, the schedule (the trainer supplies the
+// total number of updates once it has derived it) and the QAT run.
+void recipe_model_options(const Recipe *r, ModelOptions *o);
 void recipe_adamw(const Recipe *r, AdamWConfig *c);
 void recipe_schedule(const Recipe *r, long total_steps, Schedule *s);
+void recipe_qat(const Recipe *r, QatRunConfig *c);

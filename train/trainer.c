@@ -12,16 +12,19 @@
 #include "../data/tokenizer.h"
 #include "../model/generate.h"
 #include "../model/model.h"
+#include "../model/ops/ops.h"
 #include "../util/cpu.h"
 #include "../formats/checkpoint.h"
 #include "evaluate.h"
-#include "optim.h"
 #include "plot.h"
 
 typedef struct {
     const Recipe *r;
+    Device dev;
+    ModelBundle b;            // config, table, master weights and tokenizer, in host memory
+    float *adam_m_host, *adam_v_host;
+    float *params, *adam_m, *adam_v;   // the masters and the Adam moments on the device (dev_mirror)
     Model m;
-    float *adam_m, *adam_v;
     TrainState st;
     Tokenizer *tok;
     Dataset train_ds, val_ds;
@@ -34,9 +37,8 @@ typedef struct {
     double peak_gflops, flops_per_token;
     Series train_curve, val_curve;
     char *dir;
-    QatState qat;             // [qat] enabled: int4 scales/zeros of the quantized tensors
-    int qat_on, qat_ready;    // enabled; scales initialised (at qat.start_step)
-    float *effective;         // fake-quantized weights the model runs on during QAT
+    QatRun qat;               // [qat] enabled (qat_on): the int4 scales/zeros and their training
+    int qat_on;
 } Trainer;
 
 // ---- run directory: checkpoints are ckpt-<step>.h5, each complete (written
@@ -98,10 +100,22 @@ static char *ckpt_path(const Trainer *t, long step) {
     return path_join(t->dir, name);
 }
 
+// The device's masters and moments back in the host buffers the checkpoint
+// writes (nothing to copy when the device works in host memory).
+static void download_state(Trainer *t) {
+    size_t bytes = t->b.tt.total * sizeof(float);
+    OP(&t->dev, download, t->b.params, t->params, bytes);
+    OP(&t->dev, download, t->adam_m_host, t->adam_m, bytes);
+    OP(&t->dev, download, t->adam_v_host, t->adam_v, bytes);
+}
+
+static const QatState *qat_state(const Trainer *t) { return t->qat_on && t->qat.ready ? &t->qat.q : NULL; }
+
 static int save_checkpoint(Trainer *t, PtError *e) {
     char *path = ckpt_path(t, t->st.step);
     loader_get_cursor(&t->loader, &t->st.cursor);
-    int rc = checkpoint_save_train(path, &t->m.w, t->adam_m, t->adam_v, &t->st, t->qat_ready ? &t->qat : NULL, e);
+    download_state(t);
+    int rc = checkpoint_save_train(path, &t->b, t->adam_m_host, t->adam_v_host, &t->st, qat_state(t), e);
     free(path);
     if (rc) return rc;
     long steps[4096];
@@ -171,61 +185,65 @@ static void append_metrics(Trainer *t, json_t *j) {
 
 // ---- setup
 // Loads the newest checkpoint of the run (*resumed = its path, malloc'd) or
-// the recipe's starting point (*resumed = NULL).
-static int load_model(Trainer *t, char **resumed, PtError *e) {
+// the recipe's starting point (*resumed = NULL) into t->b and the Adam moments.
+static int load_bundle(Trainer *t, char **resumed, PtError *e) {
     const Recipe *r = t->r;
     long steps[1];
     int n;
     long resume = newest_checkpoint(t->dir, steps, &n, 1);
-    ModelBundle b;
+    ModelBundle *b = &t->b;
     t->st.best_val_loss = INFINITY;
     if (resume >= 0) {
         char *path = ckpt_path(t, resume);
-        int rc = checkpoint_load(path, &b, e);
-        if (rc == 0) {
-            model_from_bundle(&t->m, &b);
-            t->adam_m = xaligned(t->m.w.tt.total * sizeof(float), "Adam m");
-            t->adam_v = xaligned(t->m.w.tt.total * sizeof(float), "Adam v");
-            rc = checkpoint_load_train(path, &t->m.w.tt, t->adam_m, t->adam_v, &t->st, e);
-            if (rc == 1) rc = pt_fail(e, "%s: has no optimizer state to resume from", path);
-        }
-        if (rc == 0) printf("resuming from %s (step %ld)\n", path, (long)t->st.step);
         *resumed = path;
+        if (checkpoint_load(path, b, e)) return -1;
+        t->adam_m_host = xaligned(b->tt.total * sizeof(float), "Adam m");
+        t->adam_v_host = xaligned(b->tt.total * sizeof(float), "Adam v");
+        int rc = checkpoint_load_train(path, &b->tt, t->adam_m_host, t->adam_v_host, &t->st, e);
+        if (rc == 1) rc = pt_fail(e, "%s: has no optimizer state to resume from", path);
+        if (rc == 0) printf("resuming from %s (step %ld)\n", path, (long)t->st.step);
         return rc;
     }
     if (checkpoint_is_hdf5(r->model.init)) {
-        if (checkpoint_load(r->model.init, &b, e)) return -1;
+        if (checkpoint_load(r->model.init, b, e)) return -1;
     } else {
         ModelConfig cfg;
         if (config_load(&cfg, r->model.init, e)) return -1;
-        bundle_alloc(&b, &cfg);
-        bundle_init_random(&b, (uint64_t)r->train.seed);
+        bundle_alloc(b, &cfg);
+        bundle_init_random(b, (uint64_t)r->train.seed);
     }
-    if (!b.tokenizer_json && r->model.tokenizer[0]) {
+    if (!b->tokenizer_json && r->model.tokenizer[0]) {
         uint8_t *data;
-        if (read_whole_file(r->model.tokenizer, &data, &b.tokenizer_json_len, e)) {
-            bundle_free(&b);
-            return -1;
-        }
-        b.tokenizer_json = (char *)data;
+        if (read_whole_file(r->model.tokenizer, &data, &b->tokenizer_json_len, e)) return -1;
+        b->tokenizer_json = (char *)data;
     }
-    model_from_bundle(&t->m, &b);
-    t->adam_m = xaligned(t->m.w.tt.total * sizeof(float), "Adam m");
-    t->adam_v = xaligned(t->m.w.tt.total * sizeof(float), "Adam v");
+    t->adam_m_host = xaligned(b->tt.total * sizeof(float), "Adam m");
+    t->adam_v_host = xaligned(b->tt.total * sizeof(float), "Adam v");
     printf("starting from %s\n", r->model.init);
     return 0;
 }
 
+// The masters and moments on the device, and the model over them.
+static void place_on_device(Trainer *t) {
+    size_t bytes = t->b.tt.total * sizeof(float);
+    t->params = dev_mirror(&t->dev, t->b.params, bytes, "master weights");
+    t->adam_m = dev_mirror(&t->dev, t->adam_m_host, bytes, "Adam m");
+    t->adam_v = dev_mirror(&t->dev, t->adam_v_host, bytes, "Adam v");
+    ModelOptions opt;
+    recipe_model_options(t->r, &opt);
+    model_init(&t->m, &t->dev, &t->b.cfg, &t->b.tt, t->params, &opt);
+}
+
 static int open_data(Trainer *t, PtError *e) {
     const Recipe *r = t->r;
-    if (!t->m.w.tokenizer_json)
+    if (!t->b.tokenizer_json)
         return pt_fail(e, "%s: the model has no tokenizer; set model.tokenizer in the recipe", r->model.init);
-    if (tokenizer_load(&t->tok, t->m.w.tokenizer_json, t->m.w.tokenizer_json_len, r->model.init, e)) return -1;
-    if (tokenizer_vocab_size(t->tok) > t->m.w.cfg.vocab_size)
+    if (tokenizer_load(&t->tok, t->b.tokenizer_json, t->b.tokenizer_json_len, r->model.init, e)) return -1;
+    if (tokenizer_vocab_size(t->tok) > t->b.cfg.vocab_size)
         return pt_fail(e, "%s: the tokenizer has %d tokens but the model's vocabulary is %d", r->model.init,
-                       tokenizer_vocab_size(t->tok), t->m.w.cfg.vocab_size);
-    if (r->train.seq_len > t->m.w.cfg.max_seq)
-        return pt_fail(e, "train.seq_len %d exceeds the model's context length %d", r->train.seq_len, t->m.w.cfg.max_seq);
+                       tokenizer_vocab_size(t->tok), t->b.cfg.vocab_size);
+    if (r->train.seq_len > t->b.cfg.max_seq)
+        return pt_fail(e, "train.seq_len %d exceeds the model's context length %d", r->train.seq_len, t->b.cfg.max_seq);
     const char *hash = tokenizer_hash(t->tok);
     int sft = r->train.mode == TRAIN_MODE_SFT;
     if (dataset_open(&t->train_ds, r->data.train, e) || dataset_check_tokenizer(&t->train_ds, hash, e)) return -1;
@@ -247,46 +265,33 @@ static int open_data(Trainer *t, PtError *e) {
 // master weights through the straight-through estimator (qat/qat.h).
 static int qat_setup(Trainer *t, const char *resume_path, PtError *e) {
     const Recipe *r = t->r;
-    t->m.a16 = r->qat.a16;
     if (!r->qat.enabled) return 0;
-    QuantSpec spec = {r->qat.group, r->qat.symmetric};
-    if (qat_init(&t->qat, &t->m.w.tt, &spec, r->qat.quant_embedding, r->qat.learn_scales, r->model.init, e)) return -1;
+    QatRunConfig qc;
+    AdamWConfig adam;
+    recipe_qat(r, &qc);
+    recipe_adamw(r, &adam);
+    if (qat_run_init(&t->qat, &t->dev, &t->b.tt, &qc, &adam, stdout, r->model.init, e)) return -1;
     t->qat_on = 1;
-    t->effective = xaligned(t->m.w.tt.total * sizeof(float), "fake-quantized weights");
     // scales come from the checkpoint being resumed (or a QAT checkpoint we start from)
     const char *from = resume_path ? resume_path : checkpoint_is_hdf5(r->model.init) ? r->model.init : NULL;
     if (from) {
-        int rc = checkpoint_load_qat(from, &t->qat, &t->m.w.tt, e);
+        int rc = checkpoint_load_qat(from, &t->qat.q, &t->b.tt, e);
         if (rc < 0) return -1;
-        t->qat_ready = rc == 0;
+        t->qat.ready = rc == 0;
         // A new run from a frozen checkpoint freezes by its own recipe.
-        if (!resume_path && t->qat.codes) {
-            free(t->qat.codes);
-            t->qat.codes = NULL;
+        if (!resume_path && t->qat.q.codes) {
+            free(t->qat.q.codes);
+            t->qat.q.codes = NULL;
         }
     }
     return 0;
 }
 
-// Before a step or an evaluation: start QAT when its step has come, freeze
-// the codes when theirs has, and re-quantize the (updated) master weights.
-static int qat_refresh(Trainer *t, PtError *e) {
-    if (!t->qat_on || t->st.step < t->r->qat.start_step) return 0;
-    if (!t->qat_ready) {
-        if (qat_init_from_weights(&t->qat, &t->m.w.tt, t->m.w.params, t->r->qat.init, NULL, NULL, "qat", e)) return -1;
-        printf("step %ld: QAT starts, int4 group %d %s, %s init of the scales\n", (long)t->st.step, t->qat.spec.group,
-               t->qat.spec.symmetric ? "symmetric" : "asymmetric", t->r->qat.init == QAT_INIT_MSE ? "MSE" : "RTN");
-        t->qat_ready = 1;
-    }
-    long freeze = t->r->qat.freeze_codes_step;
-    if (freeze >= 0 && t->st.step >= freeze && !t->qat.codes) {
-        // From here the quantized master weights are the int4 model itself.
-        qat_freeze(&t->qat, &t->m.w.tt, t->m.w.params);
-        printf("step %ld: int4 codes frozen; training scales/zeros (lr %g) and unquantized tensors\n",
-               (long)t->st.step, (double)t->r->qat.scale_lr);
-    }
-    qat_forward_weights(&t->qat, &t->m.w.tt, t->m.w.params, t->effective);
-    model_use_weights(&t->m, t->effective);
+// Before a step or an evaluation: the weights the model runs on.
+static int use_step_weights(Trainer *t, PtError *e) {
+    float *w = t->qat_on ? qat_run_weights(&t->qat, t->st.step, t->params, e) : t->params;
+    if (!w) return -1;
+    model_use_weights(&t->m, w);
     return 0;
 }
 
@@ -301,7 +306,7 @@ static void write_sample(Trainer *t) {
         return;
     }
     int max_new = r->train.sample_tokens;
-    if ((int)n + max_new > t->m.w.cfg.max_seq) max_new = t->m.w.cfg.max_seq - (int)n;
+    if ((int)n + max_new > t->b.cfg.max_seq) max_new = t->b.cfg.max_seq - (int)n;
     int *out = xmalloc((max_new > 0 ? max_new : 1) * sizeof(int), "sample");
     int got = -1;
     GenContext g;
@@ -309,7 +314,7 @@ static void write_sample(Trainer *t) {
         GenParams p;
         gen_params_default(&p);
         p.max_new = max_new;
-        gen_add_default_stops(&p, &t->m.w.cfg, t->tok);
+        add_default_stops(&p, &t->b.cfg, t->tok);
         got = generate(&g, ids, (int)n, &p, out, max_new, &e);
         gen_free(&g);
     }
@@ -330,7 +335,7 @@ static void write_sample(Trainer *t) {
 
 static int evaluate(Trainer *t, PtError *e) {
     if (!t->has_val) return 0;
-    if (qat_refresh(t, e)) return -1;
+    if (use_step_weights(t, e)) return -1;
     double t0 = now_seconds();
     double val = eval_loss(&t->m, &t->val_ds, t->r->train.doc_mask, t->r->train.eval_batches, NULL, e);
     if (isnan(val)) return -1;
@@ -343,7 +348,8 @@ static int evaluate(Trainer *t, PtError *e) {
     if (val < t->st.best_val_loss) {
         t->st.best_val_loss = val;
         char *best = path_join(t->dir, "best.h5");
-        int rc = checkpoint_save_qat(best, &t->m.w, t->qat_ready ? &t->qat : NULL, e);
+        download_state(t);
+        int rc = checkpoint_save_qat(best, &t->b, qat_state(t), e);
         free(best);
         if (rc) return rc;
     }
@@ -376,24 +382,17 @@ static double train_step(Trainer *t, double *norm_out, int *finite) {
         sum += model_forward_backward(&t->m, &in, scale, NULL, &c);
     }
     double loss = n_loss ? sum / n_loss : 0.0;
-    int quantized = t->qat_ready && t->st.step >= r->qat.start_step;
-    if (quantized) qat_backward(&t->qat, &t->m.w.tt, t->m.w.params, t->m.grads, t->m.grads);
-    double norm = grad_norm(t->m.grads, &t->m.w.tt);
+    Device *d = &t->dev;
+    const TensorTable *tt = &t->b.tt;
+    if (t->qat_on) qat_run_backward(&t->qat, t->st.step, t->params, t->m.grads);
+    double norm = OP(d, grad_norm, t->m.grads, tt);
     *norm_out = norm;
     *finite = isfinite(loss) && isfinite(norm);
     if (*finite) {
-        grad_scale(t->m.grads, &t->m.w.tt, grad_clip_factor(norm, t->adam.grad_clip));
+        OP(d, grad_scale, t->m.grads, tt, grad_clip_factor(norm, t->adam.grad_clip));
         float lr = schedule_lr(&t->sched, t->adam.lr, t->st.step);
-        adamw_step(t->m.w.params, t->m.grads, t->adam_m, t->adam_v, &t->m.w.tt, &t->adam, lr, t->st.step + 1);
-        if (quantized && (r->qat.learn_scales || t->qat.codes)) {
-            // The scale Adam restarts at the freeze (qat_freeze zeroes its moments).
-            long first = t->qat.codes ? r->qat.freeze_codes_step : r->qat.start_step;
-            QatAdam qa = {t->adam.beta1, t->adam.beta2, t->adam.eps};
-            qat_step(&t->qat, &qa, r->qat.scale_lr, t->st.step + 1 - first);
-        }
-        // Frozen: the quantized masters follow the scales (AdamW's momentum
-        // and decay on their zero gradient are overwritten here).
-        if (quantized) qat_frozen_sync(&t->qat, &t->m.w.tt, t->m.w.params);
+        OP(d, adamw_step, t->params, t->m.grads, t->adam_m, t->adam_v, tt, &t->adam, lr, t->st.step + 1);
+        if (t->qat_on) qat_run_update(&t->qat, t->st.step, t->params);
     }
     return loss;
 }
@@ -416,14 +415,20 @@ static void trainer_free(Trainer *t) {
     dataset_close(&t->train_ds);
     if (t->has_val) dataset_close(&t->val_ds);
     if (t->tok) tokenizer_free(t->tok);
-    free(t->adam_m);
-    free(t->adam_v);
     model_free(&t->m);
+    if (t->qat_on) qat_run_free(&t->qat);
+    if (t->dev.be) {
+        dev_unmirror(&t->dev, t->params, t->b.params);
+        dev_unmirror(&t->dev, t->adam_m, t->adam_m_host);
+        dev_unmirror(&t->dev, t->adam_v, t->adam_v_host);
+        dev_free(&t->dev);
+    }
+    free(t->adam_m_host);
+    free(t->adam_v_host);
+    bundle_free(&t->b);
     series_free(&t->train_curve);
     series_free(&t->val_curve);
     free(t->dir);
-    free(t->effective);
-    if (t->qat_on) qat_free(&t->qat);
 }
 
 int train_run(const Recipe *r, volatile sig_atomic_t *stop, PtError *e) {
@@ -432,11 +437,13 @@ int train_run(const Recipe *r, volatile sig_atomic_t *stop, PtError *e) {
     t.r = r;
     t.dir = xstrdup(r->train.run_dir);
     int rc = -1;
-    if (r->train.threads > 0) omp_set_num_threads(r->train.threads);
+    cpu_device_init(&t.dev, r->train.threads, NULL);
     if (make_dirs(t.dir, e)) goto out;
     remove_stale_temps(t.dir);
     char *resumed = NULL;
-    rc = load_model(&t, &resumed, e) || qat_setup(&t, resumed, e) || open_data(&t, e) ? -1 : 0;
+    rc = load_bundle(&t, &resumed, e);
+    if (rc == 0) place_on_device(&t);
+    rc = rc || qat_setup(&t, resumed, e) || open_data(&t, e) ? -1 : 0;
     free(resumed);
     if (rc) goto out;
     rc = -1;
@@ -448,8 +455,6 @@ int train_run(const Recipe *r, volatile sig_atomic_t *stop, PtError *e) {
     if (t.total_steps < 1) { pt_fail(e, "set train.steps, train.tokens or train.epochs"); goto out; }
     recipe_adamw(r, &t.adam);
     recipe_schedule(r, t.total_steps, &t.sched);
-    t.m.recompute = r->train.recompute;
-    t.m.matmul_bf16 = r->train.matmul == TRAIN_MATMUL_BF16;
     if (model_plan(&t.m, B, T, 1, stdout, e)) goto out;
     t.micro = xcalloc(accum, sizeof(Batch), "micro-batches");
     for (int a = 0; a < accum; a++) batch_alloc(&t.micro[a], B, T);
@@ -463,9 +468,9 @@ int train_run(const Recipe *r, volatile sig_atomic_t *stop, PtError *e) {
         }
         free(path);
     }
-    config_print(&t.m.w.cfg, stdout);
-    t.peak_gflops = cpu_peak_fp32_gflops(omp_get_max_threads());
-    t.flops_per_token = config_train_flops_per_token(&t.m.w.cfg, T);
+    config_print(&t.b.cfg, stdout);
+    t.peak_gflops = cpu_peak_fp32_gflops(t.dev.threads);
+    t.flops_per_token = config_train_flops_per_token(&t.b.cfg, T);
     printf("%s: %ld steps of %d x %d x %d tokens, %s schedule, lr %g; machine peak %.0f GFLOP/s\n",
            train_mode_name(r->train.mode),
            t.total_steps, B, T, accum, schedule_kind_name(r->optim.schedule), r->optim.lr, t.peak_gflops);
@@ -478,7 +483,7 @@ int train_run(const Recipe *r, volatile sig_atomic_t *stop, PtError *e) {
     while (t.st.step < stop_at && !*stop) {
         double t0 = now_seconds(), norm;
         int finite;
-        if (qat_refresh(&t, e)) goto out;
+        if (use_step_weights(&t, e)) goto out;
         double loss = train_step(&t, &norm, &finite);
         t.st.step++;
         t.st.tokens += tokens_per_step;

@@ -36,13 +36,15 @@ typedef struct {
     int lds;        // row stride of score tiles: >= TILE + MR, so a transposed read of MR keys stays inside
     size_t panel;   // floats per padded tile buffer, [rows_pad][hd_pad] or [hd][TILE], plus slack
     size_t score;   // floats per score tile buffer, [rows_pad][lds], plus slack
+    int threads;    // the device's
 } Shape;
 
-static Shape make_shape(const MatmulKernel *kern, int B, int T, int nq, int nkv, int hd, const char *who) {
+static Shape make_shape(const MatmulKernel *kern, int threads, int B, int T, int nq, int nkv, int hd,
+                        const char *who) {
     if (B <= 0 || T <= 0 || hd <= 0 || nq <= 0 || nkv <= 0 || nq % nkv != 0)
         die("%s: bad shape B=%d T=%d hd=%d, or %d query heads not a multiple of %d KV heads", who, B, T, hd, nq, nkv);
     Shape s = {B, T, nq, nkv, hd, nq / nkv, (T + TILE - 1) / TILE, (size_t)nq * hd, (size_t)nkv * hd,
-               1.0f / sqrtf((float)hd), kern, 0, 0, 0, 0, 0};
+               1.0f / sqrtf((float)hd), kern, 0, 0, 0, 0, 0, threads};
     s.hd_pad = (hd + kern->nr - 1) / kern->nr * kern->nr;
     s.rows_pad = (TILE + kern->mr - 1) / kern->mr * kern->mr;
     s.lds = TILE + kern->mr;
@@ -118,9 +120,8 @@ static void load_transposed(float *dst, const float *src, size_t stride, int n, 
 // query head, query tile) the queries times scale and the output gradients as
 // rows, and each head's share of dk and dv. Packing moves each float once;
 // without it the transposes were redone for every tile pair and cost a third
-// of the forward. All of it, and D, lives in one scratch area (the caller's,
-// so a training step allocates nothing here; fresh pages per call cost as
-// much as the packing itself).
+// of the forward. All of it, and D, lives in the device workspace (fresh pages
+// per call cost as much as the packing itself).
 typedef struct {
     float *k, *v, *k_t, *v_t;               // n_kv panels each
     float *q, *dout, *dk_share, *dv_share;  // n_q panels each
@@ -148,11 +149,6 @@ static Packed packed_layout(float *base, const Shape *sh) {
     return pk;
 }
 
-size_t attention_scratch_floats(int B, int T, int nq, int nkv, int hd) {
-    const Shape sh = make_shape(matmul_kernel_best(), B, T, nq, nkv, hd, "attention_scratch_floats");
-    return packed_floats(&sh);
-}
-
 static const float *kv_tile(const float *base, int b, int g, int kb, const Shape *sh) {
     return base + (((size_t)b * sh->nkv + g) * sh->n_tiles + kb) * sh->panel;
 }
@@ -168,7 +164,7 @@ static void pack(const Packed *pk, const char *which, const float *q, const floa
     const int rows_k = !!strchr(which, 'k'), rows_v = !!strchr(which, 'v');
     const int tr_k = !!strchr(which, 'K'), tr_v = !!strchr(which, 'V');
     const int want_q = !!strchr(which, 'q'), want_o = !!strchr(which, 'o');
-    #pragma omp parallel for schedule(static)
+    #pragma omp parallel for schedule(static) num_threads(sh->threads)
     for (size_t i = 0; i < pk->n_kv; i++) {
         const int kb = (int)(i % sh->n_tiles), g = (int)(i / sh->n_tiles % sh->nkv), b = (int)(i / sh->n_tiles / sh->nkv);
         const int n = tile_len(T, kb * TILE);
@@ -179,7 +175,7 @@ static void pack(const Packed *pk, const char *which, const float *q, const floa
         if (tr_v) load_transposed(pk->v_t + off, v + src, sh->kv_stride, n, hd);
     }
     if (!want_q && !want_o) return;
-    #pragma omp parallel for schedule(static)
+    #pragma omp parallel for schedule(static) num_threads(sh->threads)
     for (size_t i = 0; i < pk->n_q; i++) {
         const int tile = (int)(i % sh->n_tiles), h = (int)(i / sh->n_tiles % sh->nq), b = (int)(i / sh->n_tiles / sh->nq);
         const int n = tile_len(T, tile * TILE);
@@ -187,16 +183,6 @@ static void pack(const Packed *pk, const char *which, const float *q, const floa
         if (want_q) load_rows(pk->q + off, q + src, sh->q_stride, n, sh->scale, sh);
         if (want_o) load_rows(pk->dout + off, dout + src, sh->q_stride, n, 1.0f, sh);
     }
-}
-
-// The caller's scratch when it brings one, else a fresh allocation (*owned).
-static Packed packed_area(float *scratch, size_t scratch_floats, float **owned, const Shape *sh, const char *who) {
-    const size_t need = packed_floats(sh);
-    *owned = NULL;
-    if (!scratch) scratch = *owned = xmalloc(need * sizeof(float), "attention scratch");
-    else if (scratch_floats < need)
-        die("%s: scratch of %zu floats, the shape needs %zu (attention_scratch_floats)", who, scratch_floats, need);
-    return packed_layout(scratch, sh);
 }
 
 // Whether any key of block [u0, u0+nk) is visible to any query of tile
@@ -234,7 +220,7 @@ static inline float row_max(const float *row) {
     return m;
 }
 
-// Per-thread query tile, score tiles and accumulators, from one allocation per call.
+// Per-thread query tile, score tiles and accumulators.
 typedef struct {
     float *q;            // [rows_pad][hd_pad]: the forward's query tile (times scale)
     float *s, *ds;       // [rows_pad][lds]: scores, then probabilities; dP, then dS
@@ -250,19 +236,27 @@ static Workspace workspace_of(float *all, const Shape *sh) {
     return w;
 }
 
-static float *alloc_workspaces(const Shape *sh) {
-    return xaligned((size_t)omp_get_max_threads() * workspace_floats(sh) * sizeof(float), "attention workspaces");
+size_t attention_workspace_bytes(const Device *d, int B, int T, int nq, int nkv, int hd) {
+    const Shape sh = make_shape(cpu_kernels(d)->f32, d->threads, B, T, nq, nkv, hd, "attention_workspace_bytes");
+    return (packed_floats(&sh) + (size_t)d->threads * workspace_floats(&sh)) * sizeof(float) + 128;
 }
 
-void attention_forward_with(const MatmulKernel *kern, float *out, float *lse, const float *q, const float *k,
-                            const float *v, const int *seg, int B, int T, int nq, int nkv, int hd, float *scratch_area,
-                            size_t scratch_floats) {
-    const Shape sh = make_shape(kern, B, T, nq, nkv, hd, "attention_forward");
-    float *owned;
-    Packed pk = packed_area(scratch_area, scratch_floats, &owned, &sh, "attention_forward");
+// The packed operands and the per-thread workspaces of one call, from the device workspace.
+static Packed take_scratch(Device *d, const Shape *sh, float **workspaces) {
+    Packed pk = packed_layout(dev_scratch(d, packed_floats(sh) * sizeof(float), "attention packed operands"), sh);
+    *workspaces = dev_scratch(d, (size_t)d->threads * workspace_floats(sh) * sizeof(float), "attention workspaces");
+    return pk;
+}
+
+void attention_forward(Device *d, float *out, float *lse, const float *q, const float *k, const float *v,
+                       const int *seg, int B, int T, int nq, int nkv, int hd) {
+    const MatmulKernel *kern = cpu_kernels(d)->f32;
+    const Shape sh = make_shape(kern, d->threads, B, T, nq, nkv, hd, "attention_forward");
+    const size_t mark = dev_scratch_mark(d);
+    float *scratch;
+    Packed pk = take_scratch(d, &sh, &scratch);
     pack(&pk, "vK", q, k, v, NULL, &sh);
-    float *scratch = alloc_workspaces(&sh);
-    #pragma omp parallel
+    #pragma omp parallel num_threads(d->threads)
     {
         Workspace w = workspace_of(scratch, &sh);
         float run_max[TILE];
@@ -326,13 +320,7 @@ void attention_forward_with(const MatmulKernel *kern, float *out, float *lse, co
                     }
                 }
     }
-    free(scratch);
-    free(owned);
-}
-
-void attention_forward(float *out, float *lse, const float *q, const float *k, const float *v, const int *seg,
-                       int B, int T, int nq, int nkv, int hd, float *scratch, size_t scratch_floats) {
-    attention_forward_with(matmul_kernel_best(), out, lse, q, k, v, seg, B, T, nq, nkv, hd, scratch, scratch_floats);
+    dev_scratch_release(d, mark);
 }
 
 // With P = exp(S - lse), dP = dout V^T and D = rowsum(dout * out):
@@ -365,15 +353,16 @@ static void tile_grads(Workspace *w, const Packed *pk, int b, int h, int tile, i
     }
 }
 
-void attention_backward_with(const MatmulKernel *kern, float *dq, float *dk, float *dv, const float *dout,
-                             const float *out, const float *lse, const float *q, const float *k, const float *v,
-                             const int *seg, int B, int T, int nq, int nkv, int hd, float *scratch_area,
-                             size_t scratch_floats) {
-    const Shape sh = make_shape(kern, B, T, nq, nkv, hd, "attention_backward");
-    float *owned;
-    Packed pk = packed_area(scratch_area, scratch_floats, &owned, &sh, "attention_backward");
+void attention_backward(Device *d, float *dq, float *dk, float *dv, const float *dout, const float *out,
+                        const float *lse, const float *q, const float *k, const float *v, const int *seg, int B, int T,
+                        int nq, int nkv, int hd) {
+    const MatmulKernel *kern = cpu_kernels(d)->f32;
+    const Shape sh = make_shape(kern, d->threads, B, T, nq, nkv, hd, "attention_backward");
+    const size_t mark = dev_scratch_mark(d);
+    float *scratch;
+    Packed pk = take_scratch(d, &sh, &scratch);
     float *D = pk.D;
-    #pragma omp parallel for collapse(2) schedule(static)
+    #pragma omp parallel for collapse(2) schedule(static) num_threads(d->threads)
     for (int n = 0; n < B * T; n++)
         for (int h = 0; h < nq; h++) {
             const float *a = dout + (size_t)n * sh.q_stride + (size_t)h * hd;
@@ -383,9 +372,8 @@ void attention_backward_with(const MatmulKernel *kern, float *dq, float *dk, flo
             D[((size_t)(n / T) * nq + h) * T + n % T] = dot;
         }
     pack(&pk, "kKVqo", q, k, v, dout, &sh);
-    float *scratch = alloc_workspaces(&sh);
     const int n_tiles = sh.n_tiles;
-    #pragma omp parallel
+    #pragma omp parallel num_threads(d->threads)
     {
         Workspace w = workspace_of(scratch, &sh);
         #pragma omp for collapse(2) schedule(dynamic, 1)
@@ -439,15 +427,49 @@ void attention_backward_with(const MatmulKernel *kern, float *dq, float *dk, flo
                 }
             }
     }
-    free(scratch);
-    free(owned);
+    dev_scratch_release(d, mark);
 }
 
-void attention_backward(float *dq, float *dk, float *dv, const float *dout, const float *out, const float *lse,
-                        const float *q, const float *k, const float *v, const int *seg, int B, int T, int nq, int nkv,
-                        int hd, float *scratch, size_t scratch_floats) {
-    attention_backward_with(matmul_kernel_best(), dq, dk, dv, dout, out, lse, q, k, v, seg, B, T, nq, nkv, hd,
-                            scratch, scratch_floats);
+// n query rows at positions p0 .. p0+n-1 against the cached keys 0 .. p0+i:
+// out[i, h] = sum_u softmax_u(q.k_u / sqrt(hd)) v_u, with query head h reading
+// KV head h / (nq/nkv). The softmax runs online (running max and sum,
+// accumulating into out), so no score buffer is needed.
+void attention_cached(Device *d, float *out, const float *q, const float *K, const float *V, int p0, int n, int nq,
+                      int nkv, int hd) {
+    const int rep = nq / nkv;
+    const size_t Q = (size_t)nq * hd, KVw = (size_t)nkv * hd;
+    const float scale = 1.0f / sqrtf((float)hd);
+    // Threads only pay off with enough work (a tiny model's single step has little).
+    const long work = (long)n * nq * (p0 + n) * hd;
+    #pragma omp parallel for collapse(2) schedule(static) num_threads(d->threads) if (work > 65536)
+    for (int i = 0; i < n; i++)
+        for (int h = 0; h < nq; h++) {
+            const float *qh = q + i * Q + (size_t)h * hd;
+            const float *Kh = K + (size_t)(h / rep) * hd, *Vh = V + (size_t)(h / rep) * hd;
+            float *acc = out + i * Q + (size_t)h * hd;
+            float max = -INFINITY, sum = 0.0f;
+            for (int c = 0; c < hd; c++) acc[c] = 0.0f;
+            for (int u = 0; u <= p0 + i; u++) {
+                const float *ku = Kh + u * KVw, *vu = Vh + u * KVw;
+                float s = 0.0f;
+                #pragma omp simd reduction(+ : s)
+                for (int c = 0; c < hd; c++) s += qh[c] * ku[c];
+                s *= scale;
+                if (s > max) {   // rescale what was summed under the old maximum
+                    const float r = expf(max - s);
+                    sum *= r;
+                    #pragma omp simd
+                    for (int c = 0; c < hd; c++) acc[c] *= r;
+                    max = s;
+                }
+                const float p = expf(s - max);
+                sum += p;
+                #pragma omp simd
+                for (int c = 0; c < hd; c++) acc[c] += p * vu[c];
+            }
+            const float inv = 1.0f / sum;
+            for (int c = 0; c < hd; c++) acc[c] *= inv;
+        }
 }
 
 // ---- naive double reference: the full score matrix of one (b, h) at a time.
@@ -481,7 +503,7 @@ static double *ref_probs(const double *q, const double *k, const int *seg, int b
 
 void attention_forward_ref(double *out, const double *q, const double *k, const double *v,
                            const int *seg, int B, int T, int nq, int nkv, int hd) {
-    make_shape(matmul_kernel_portable(), B, T, nq, nkv, hd, "attention_forward_ref");
+    make_shape(matmul_kernel_portable(), 1, B, T, nq, nkv, hd, "attention_forward_ref");
     for (int b = 0; b < B; b++)
         for (int h = 0; h < nq; h++) {
             const int g = h / (nq / nkv);
@@ -500,7 +522,7 @@ void attention_forward_ref(double *out, const double *q, const double *k, const 
 void attention_backward_ref(double *dq, double *dk, double *dv, const double *dout, const double *q,
                             const double *k, const double *v, const int *seg, int B, int T, int nq,
                             int nkv, int hd) {
-    make_shape(matmul_kernel_portable(), B, T, nq, nkv, hd, "attention_backward_ref");
+    make_shape(matmul_kernel_portable(), 1, B, T, nq, nkv, hd, "attention_backward_ref");
     const double scale = 1.0 / sqrt((double)hd);
     double *dS = xmalloc((size_t)T * T * sizeof(double), "attention_ref dS");
     for (int b = 0; b < B; b++)

@@ -1,13 +1,13 @@
 // classifier.c: lm head plus cross-entropy, chunked over token rows so that
 // at most chunk x V logits exist at a time. Loss per counted position is
-// logsumexp(z) - z[target] (spec 2.6); the caller divides the returned sum.
+// logsumexp(z) - z[target], as torch's cross_entropy; the caller divides the returned sum.
 #include <math.h>
 #include <string.h>
 #include "../../util/util.h"
 #include "ops.h"
 
 static inline int is_counted(const int *targets, const uint8_t *mask, int n) {
-    return targets[n] >= 0 && (!mask || mask[n] != 0);
+    return targets && targets[n] >= 0 && (!mask || mask[n] != 0);
 }
 
 // One row of logits z[V]: returns -log p(target). If make_grad, z is
@@ -32,19 +32,21 @@ static double row_loss(float *z, int target, int V, float scale, int make_grad) 
     return (double)z_max + log(sum) - (double)z_target;
 }
 
-double classifier_forward_backward(float *dh, float *dW, float *logits_out, float *scratch, int chunk,
-                                   const float *h, const float *W, const int *targets,
-                                   const uint8_t *mask, int N, int C, int V, float scale, int *count) {
-    return classifier_forward_backward_p(dh, dW, logits_out, scratch, chunk, h, W, targets, mask, N, C, V, scale,
-                                         count, MATMUL_FP32);
+size_t classifier_workspace_bytes(const Device *d, int N, int V) {
+    const int rows = N < cpu_kernels(d)->classifier_rows ? N : cpu_kernels(d)->classifier_rows;
+    return (size_t)rows * V * sizeof(float) + 64 + matmul_workspace_bytes(d);
 }
 
-double classifier_forward_backward_p(float *dh, float *dW, float *logits_out, float *scratch, int chunk,
-                                     const float *h, const float *W, const int *targets, const uint8_t *mask,
-                                     int N, int C, int V, float scale, int *count, MatmulPrecision p) {
-    if (chunk < 1) die("classifier: chunk must be at least 1 row, got %d", chunk);
-    for (int n = 0; n < N; n++)
+double classifier(Device *d, float *dh, float *dW, float *logits_out, const float *h, const float *W,
+                  const int *targets, const uint8_t *mask, int N, int C, int V, float scale, int *count,
+                  MatmulPrecision p) {
+    for (int n = 0; targets && n < N; n++)
         if (targets[n] >= V) die("classifier: target %d at row %d is outside the vocabulary of %d", targets[n], n, V);
+    // Each chunk streams the whole W (and, for bf16, converts it twice), so
+    // fewer, larger chunks are faster: 256 rows of 65536 are 64 MiB.
+    const int chunk = N < cpu_kernels(d)->classifier_rows ? N : cpu_kernels(d)->classifier_rows;
+    const size_t mark = dev_scratch_mark(d);
+    float *scratch = dev_scratch(d, (size_t)chunk * V * sizeof(float), "classifier logits");
     const int make_grad = dh != NULL || dW != NULL;
     double loss_sum = 0.0;
     int counted = 0;
@@ -62,12 +64,12 @@ double classifier_forward_backward_p(float *dh, float *dW, float *logits_out, fl
             while (n1 - 1 > n0 && !is_counted(targets, mask, n1 - 1)) n1--;
         const int rows = n1 - n0;
         const float *h_chunk = h + (size_t)n0 * C;
-        matmul_forward_p(scratch, h_chunk, W, rows, C, V, p);
+        matmul_forward(d, scratch, h_chunk, W, rows, C, V, p);
         if (logits_out) memcpy(logits_out + (size_t)n0 * V, scratch, (size_t)rows * V * sizeof(float));
 
         double chunk_loss = 0.0;
         int chunk_count = 0;
-        #pragma omp parallel for schedule(static) reduction(+:chunk_loss, chunk_count)
+        #pragma omp parallel for schedule(static) num_threads(d->threads) reduction(+:chunk_loss, chunk_count)
         for (int r = 0; r < rows; r++) {
             float *z = scratch + (size_t)r * V;
             if (!is_counted(targets, mask, n0 + r)) {
@@ -80,9 +82,10 @@ double classifier_forward_backward_p(float *dh, float *dW, float *logits_out, fl
         loss_sum += chunk_loss;
         counted += chunk_count;
         if (make_grad && chunk_count > 0)
-            matmul_backward_p(dh ? dh + (size_t)n0 * C : NULL, dW, scratch, h_chunk, W, rows, C, V, p);
+            matmul_backward(d, dh ? dh + (size_t)n0 * C : NULL, dW, scratch, h_chunk, W, rows, C, V, p);
         n0 = n1;
     }
+    dev_scratch_release(d, mark);
     if (count) *count = counted;
     return loss_sum;
 }

@@ -4,8 +4,8 @@
 #include <string.h>
 #include "ops.h"
 
-void embedding_forward(float *out, const int *tokens, const float *E, int N, int C) {
-    #pragma omp parallel for schedule(static)
+void embedding_forward(Device *d, float *out, const int *tokens, const float *E, int N, int C) {
+    #pragma omp parallel for schedule(static) num_threads(d->threads)
     for (int n = 0; n < N; n++)
         memcpy(out + (size_t)n * C, E + (size_t)tokens[n] * C, (size_t)C * sizeof(float));
 }
@@ -13,10 +13,10 @@ void embedding_forward(float *out, const int *tokens, const float *E, int N, int
 // Repeated tokens scatter into the same row of dE, so threads split the
 // columns instead of the rows: every thread walks all tokens but owns a
 // disjoint column range, which makes the result race-free and deterministic.
-void embedding_backward(float *dE, const float *dout, const int *tokens, int N, int C, int skip_id) {
+void embedding_backward(Device *d, float *dE, const float *dout, const int *tokens, int N, int C, int skip_id) {
     enum { COLS = 64 };
     int n_blocks = (C + COLS - 1) / COLS;
-    #pragma omp parallel for schedule(static)
+    #pragma omp parallel for schedule(static) num_threads(d->threads)
     for (int blk = 0; blk < n_blocks; blk++) {
         int c0 = blk * COLS, c1 = c0 + COLS < C ? c0 + COLS : C;
         for (int n = 0; n < N; n++) {

@@ -7,8 +7,8 @@
 // contiguous panels otherwise. K is cut into blocks of at most KC_MAX so a
 // B block stays in L2 while it is reused by every tile row; within a block the
 // loops run tile row (A panel in L1) outside tile column. Threads share out
-// tasks along M or N (see gemm()). Packing buffers are allocated per call
-// (their cost is tiny next to the multiply for every size that matters).
+// tasks along M or N (see gemm()). Packing buffers come from the device
+// workspace; matmul_workspace_bytes bounds what any shape takes.
 #include <omp.h>
 #include <string.h>
 #include "ops.h"
@@ -36,8 +36,9 @@ typedef struct {
 // `row_bytes` bytes, `stride_bytes` apart, are cached in a cache with `sets`
 // sets of 64-byte lines. Strides near a multiple of the set span (4 KiB for
 // L1d) pile every row onto the same sets and thrash an in-place read.
+#define MAX_SETS 2048   // L2's sets (see gemm())
 static int worst_set_load(ptrdiff_t stride_bytes, int rows, ptrdiff_t row_bytes, int sets) {
-    int *count = xcalloc((size_t)sets, sizeof(int), "matmul set histogram");
+    int count[MAX_SETS] = {0};
     int worst = 0;
     for (int r = 0; r < rows; r++) {
         ptrdiff_t first = r * stride_bytes / 64, last = (r * stride_bytes + row_bytes - 1) / 64;
@@ -46,7 +47,6 @@ static int worst_set_load(ptrdiff_t stride_bytes, int rows, ptrdiff_t row_bytes,
             if (++count[s] > worst) worst = count[s];
         }
     }
-    free(count);
     return worst;
 }
 
@@ -169,25 +169,25 @@ typedef struct {
     ptrdiff_t *bstride;     // and its row stride (NR if packed)
 } Scratch;
 
-// Every float a tile reads is written by a pack first (padding included), so
-// the buffers need no initialisation.
-static void scratch_alloc(Scratch *s, const Gemm *g, int a_packed_by_tasks) {
-    const int MR = g->kern->mr, NR = g->kern->nr;
-    const int nc = NC_MAX / NR * NR;
-    const int ma = g->M < MA_MAX ? (g->M + MR - 1) / MR * MR : MA_MAX / MR * MR;
-    s->a = a_packed_by_tasks ? xmalloc((size_t)ma * g->kc * sizeof(float), "matmul A block") : NULL;
-    s->a_edge = xmalloc((size_t)MR * g->kc * sizeof(float), "matmul A edge panel");
-    s->b = xmalloc((size_t)nc * g->kc * sizeof(float), "matmul B block");
-    s->bpanel = xmalloc((size_t)(nc / NR) * sizeof(*s->bpanel), "matmul B panel list");
-    s->bstride = xmalloc((size_t)(nc / NR) * sizeof(*s->bstride), "matmul B strides");
-}
+static size_t line_up(size_t bytes) { return (bytes + 63) / 64 * 64; }
 
-static void scratch_free(Scratch *s) {
-    free(s->a);
-    free(s->a_edge);
-    free(s->b);
-    free(s->bpanel);
-    free(s->bstride);
+// One thread's packing space for M rows and k blocks of kc, carved from
+// `base` when given; returns its size. Every float a tile reads is written by
+// a pack first (padding included), so the buffers need no initialisation.
+static size_t thread_scratch(Scratch *s, unsigned char *base, const MatmulKernel *kern, int M, int kc,
+                             int a_packed_by_tasks) {
+    const int MR = kern->mr, NR = kern->nr, nc = NC_MAX / NR * NR;
+    const int ma = M < MA_MAX ? (M + MR - 1) / MR * MR : MA_MAX / MR * MR;
+    const size_t sizes[5] = {a_packed_by_tasks ? (size_t)ma * kc * sizeof(float) : 0, (size_t)MR * kc * sizeof(float),
+                             (size_t)nc * kc * sizeof(float), (size_t)(nc / NR) * sizeof(*s->bpanel),
+                             (size_t)(nc / NR) * sizeof(*s->bstride)};
+    void **parts[5] = {(void **)&s->a, (void **)&s->a_edge, (void **)&s->b, (void **)&s->bpanel, (void **)&s->bstride};
+    size_t used = 0;
+    for (int i = 0; i < 5; i++) {
+        if (base) *parts[i] = sizes[i] ? base + used : NULL;
+        used += line_up(sizes[i]);
+    }
+    return used;
 }
 
 // Rows [i_begin, i_end) x columns [j_begin, j_end) of C for one k block.
@@ -262,7 +262,16 @@ static void gemm_block(const Gemm *g, const KBlock *kb, const Scratch *s, int i_
 #define SHARED_SPAN_BLOCKS 8
 #define SHARED_SPAN_BYTES (4 << 20)
 
-static void gemm(const MatmulKernel *kern, int M, int N, int K, MatrixView A, MatrixView B, float *c,
+// The shared panels take at most a span of SHARED_SPAN_BYTES or one k block
+// of SHARED_MAX rows (plus a tile of rounding), whichever is larger.
+size_t matmul_fp32_workspace_bytes(const MatmulKernel *kern, int threads) {
+    Scratch s;
+    const size_t block = line_up((size_t)(SHARED_MAX + 64) * KC_MAX_CT * sizeof(float));
+    return (block > SHARED_SPAN_BYTES ? block : SHARED_SPAN_BYTES) +
+           (size_t)threads * thread_scratch(&s, NULL, kern, MA_MAX, KC_MAX_CT, 1);
+}
+
+static void gemm(Device *d, const MatmulKernel *kern, int M, int N, int K, MatrixView A, MatrixView B, float *c,
                  ptrdiff_t c_rs, ptrdiff_t c_cs, int accumulate) {
     if (M <= 0 || N <= 0) return;
     if (K <= 0) {
@@ -290,7 +299,7 @@ static void gemm(const MatmulKernel *kern, int M, int N, int K, MatrixView A, Ma
     // the whole 65536 x 896 W from memory once per task.) Fall back to the
     // other dimension when this one has too few tiles for the threads.
     const int m_panels = (M + MR - 1) / MR, n_panels = (N + NR - 1) / NR;
-    int threads = omp_in_parallel() ? 1 : omp_get_max_threads();
+    int threads = omp_in_parallel() ? 1 : d->threads;
     if (2.0 * M * N * K < 1e6) threads = 1;   // a fork costs more than it saves
     int split_n = N > M;
     if (split_n && n_panels < threads && m_panels > n_panels) split_n = 0;
@@ -315,14 +324,20 @@ static void gemm(const MatmulKernel *kern, int M, int N, int K, MatrixView A, Ma
         if (span_blocks > SHARED_SPAN_BLOCKS) span_blocks = SHARED_SPAN_BLOCKS;
         if (span_blocks > kblocks) span_blocks = kblocks;
     }
-    float *shared = shared_packed ? xmalloc(block_floats * span_blocks * sizeof(float), "matmul shared panels") : NULL;
+    const size_t mark = dev_scratch_mark(d);
+    float *shared = shared_packed ? dev_scratch(d, block_floats * span_blocks * sizeof(float), "matmul shared panels")
+                                  : NULL;
+    const int a_packed_by_tasks = !g.a_in_place && !(shared_packed && split_n);
+    Scratch sizing;
+    const size_t per_thread = thread_scratch(&sizing, NULL, kern, M, g.kc, a_packed_by_tasks);
+    unsigned char *thread_area = dev_scratch(d, per_thread * threads, "matmul packing");
 
     // if(threads > 1): a team of one still binds the worksharing loops below
     // to this region, never to a caller's.
     #pragma omp parallel num_threads(threads) if (threads > 1)
     {
         Scratch s;
-        scratch_alloc(&s, &g, !g.a_in_place && !(shared_packed && split_n));
+        thread_scratch(&s, thread_area + per_thread * omp_get_thread_num(), kern, M, g.kc, a_packed_by_tasks);
         for (int span = 0; span < kblocks; span += span_blocks) {
             const int span_end = span + span_blocks < kblocks ? span + span_blocks : kblocks;
             for (int s0 = 0; s0 < shared_len; s0 += chunk) {
@@ -361,47 +376,54 @@ static void gemm(const MatmulKernel *kern, int M, int N, int K, MatrixView A, Ma
                 }   // implicit barrier: the shared buffer may be refilled
             }
         }
-        scratch_free(&s);
     }
-    free(shared);
+    dev_scratch_release(d, mark);
 }
 
 // ---------------------------------------------------------------- public ops
 
-void matmul_forward_with(const MatmulKernel *k, float *out, const float *inp, const float *W,
-                         int N, int C, int OC) {
+static void forward_fp32(Device *d, const MatmulKernel *k, float *out, const float *inp, const float *W, int N, int C,
+                         int OC) {
     if (OC >= 4 * N) {
         // Few rows against many outputs (the classifier chunks): compute
         // out^T = W inp^T so the big W is read in place and only the small
         // inp is transposed into panels; out is written through the tile's
         // strided store.
         MatrixView A = {W, C, 1}, B = {inp, 1, C};
-        gemm(k, OC, N, C, A, B, out, 1, OC, 0);
+        gemm(d, k, OC, N, C, A, B, out, 1, OC, 0);
     } else {
         MatrixView A = {inp, C, 1}, B = {W, 1, C};
-        gemm(k, N, OC, C, A, B, out, OC, 1, 0);
+        gemm(d, k, N, OC, C, A, B, out, OC, 1, 0);
     }
 }
 
-void matmul_backward_with(const MatmulKernel *k, float *dinp, float *dW, const float *dout,
-                          const float *inp, const float *W, int N, int C, int OC) {
+void matmul_forward(Device *d, float *out, const float *inp, const float *W, int N, int C, int OC, MatmulPrecision p) {
+    const CpuKernels *k = cpu_kernels(d);
+    if (p == MATMUL_BF16) matmul_forward_bf16(d, k->bf16, out, inp, W, N, C, OC);
+    else forward_fp32(d, k->f32, out, inp, W, N, C, OC);
+}
+
+void matmul_backward(Device *d, float *dinp, float *dW, const float *dout, const float *inp, const float *W, int N,
+                     int C, int OC, MatmulPrecision p) {
+    const CpuKernels *k = cpu_kernels(d);
+    if (p == MATMUL_BF16) {
+        matmul_backward_bf16(d, k->bf16, dinp, dW, dout, inp, W, N, C, OC);
+        return;
+    }
     if (dinp) {
         MatrixView A = {dout, OC, 1}, B = {W, C, 1};
-        gemm(k, N, C, OC, A, B, dinp, C, 1, 1);
+        gemm(d, k->f32, N, C, OC, A, B, dinp, C, 1, 1);
     }
     if (dW) {
         MatrixView A = {dout, 1, OC}, B = {inp, C, 1};
-        gemm(k, OC, C, N, A, B, dW, C, 1, 1);
+        gemm(d, k->f32, OC, C, N, A, B, dW, C, 1, 1);
     }
 }
 
-void matmul_forward(float *out, const float *inp, const float *W, int N, int C, int OC) {
-    matmul_forward_with(matmul_kernel_best(), out, inp, W, N, C, OC);
-}
-
-void matmul_backward(float *dinp, float *dW, const float *dout, const float *inp, const float *W,
-                     int N, int C, int OC) {
-    matmul_backward_with(matmul_kernel_best(), dinp, dW, dout, inp, W, N, C, OC);
+size_t matmul_workspace_bytes(const Device *d) {
+    const CpuKernels *k = cpu_kernels(d);
+    size_t f32 = matmul_fp32_workspace_bytes(k->f32, d->threads), bf16 = matmul_bf16_workspace_bytes(k->bf16, d->threads);
+    return f32 > bf16 ? f32 : bf16;
 }
 
 // ---------------------------------------------------------------- reference
@@ -431,17 +453,4 @@ void matmul_backward_ref(double *dinp, double *dW, const double *dout, const dou
                 for (int n = 0; n < N; n++) acc += dout[(size_t)n * OC + o] * inp[(size_t)n * C + c];
                 dW[(size_t)o * C + c] += acc;
             }
-}
-
-// ---------------------------------------------------------------- precision
-
-void matmul_forward_p(float *out, const float *inp, const float *W, int N, int C, int OC, MatmulPrecision p) {
-    if (p == MATMUL_BF16) matmul_forward_bf16_with(matmul_bf16_kernel_best(), out, inp, W, N, C, OC);
-    else matmul_forward(out, inp, W, N, C, OC);
-}
-
-void matmul_backward_p(float *dinp, float *dW, const float *dout, const float *inp, const float *W,
-                       int N, int C, int OC, MatmulPrecision p) {
-    if (p == MATMUL_BF16) matmul_backward_bf16_with(matmul_bf16_kernel_best(), dinp, dW, dout, inp, W, N, C, OC);
-    else matmul_backward(dinp, dW, dout, inp, W, N, C, OC);
 }

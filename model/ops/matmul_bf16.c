@@ -74,8 +74,20 @@ static void tiles(const Gemm *g, const uint16_t *a_panels, int i0, int i1, const
     }
 }
 
-static void gemm(const MatmulBf16Kernel *kern, int M, int N, int K, MatrixView A, MatrixView B, float *c, ptrdiff_t ldc,
-                 int accumulate) {
+static size_t line_up(size_t bytes) { return (bytes + 63) / 64 * 64; }
+
+// The shared panels take at most a span of SHARED_SPAN_BYTES or one k block
+// of SHARED_MAX rows (plus a tile of rounding); each thread a private block.
+size_t matmul_bf16_workspace_bytes(const MatmulBf16Kernel *kern, int threads) {
+    (void)kern;
+    const size_t block = line_up((size_t)(SHARED_MAX + 64) * KC_MAX * sizeof(uint16_t));
+    const int priv = PRIV_COLS > PRIV_ROWS ? PRIV_COLS : PRIV_ROWS;
+    return (block > SHARED_SPAN_BYTES ? block : SHARED_SPAN_BYTES) +
+           (size_t)threads * line_up((size_t)priv * KC_MAX * sizeof(uint16_t));
+}
+
+static void gemm(Device *d, const MatmulBf16Kernel *kern, int M, int N, int K, MatrixView A, MatrixView B, float *c,
+                 ptrdiff_t ldc, int accumulate) {
     if (M <= 0 || N <= 0) return;
     if (K <= 0) {
         if (!accumulate)
@@ -91,7 +103,7 @@ static void gemm(const MatmulBf16Kernel *kern, int M, int N, int K, MatrixView A
     // Split the longer dimension (the shorter operand is the one every task
     // reads), unless it has too few tiles for the threads.
     const int m_panels = (M + MR - 1) / MR, n_panels = (N + NR - 1) / NR;
-    int threads = omp_in_parallel() ? 1 : omp_get_max_threads();
+    int threads = omp_in_parallel() ? 1 : d->threads;
     if (2.0 * M * N * K < 1e6) threads = 1;
     int split_n = N > M;
     if (split_n && n_panels < threads && m_panels > n_panels) split_n = 0;
@@ -109,12 +121,15 @@ static void gemm(const MatmulBf16Kernel *kern, int M, int N, int K, MatrixView A
     if (span_blocks < 1) span_blocks = 1;
     if (span_blocks > SHARED_SPAN_BLOCKS) span_blocks = SHARED_SPAN_BLOCKS;
     if (span_blocks > kblocks) span_blocks = kblocks;
-    uint16_t *shared = xaligned(block_elems * span_blocks * sizeof(uint16_t), "bf16 matmul shared panels");
+    const size_t mark = dev_scratch_mark(d);
+    uint16_t *shared = dev_scratch(d, block_elems * span_blocks * sizeof(uint16_t), "bf16 matmul shared panels");
     const int priv_len = split_n ? PRIV_COLS / NR * NR : PRIV_ROWS / MR * MR;
+    const size_t priv_bytes = line_up((size_t)priv_len * kc2 * sizeof(uint16_t));
+    unsigned char *priv_area = dev_scratch(d, priv_bytes * threads, "bf16 matmul private panels");
 
     #pragma omp parallel num_threads(threads) if (threads > 1)
     {
-        uint16_t *priv = xaligned((size_t)priv_len * kc2 * sizeof(uint16_t), "bf16 matmul private panels");
+        uint16_t *priv = (uint16_t *)(priv_area + priv_bytes * omp_get_thread_num());
         for (int span = 0; span < kblocks; span += span_blocks) {
             const int span_end = span + span_blocks < kblocks ? span + span_blocks : kblocks;
             for (int s0 = 0; s0 < shared_len; s0 += chunk) {
@@ -161,25 +176,24 @@ static void gemm(const MatmulBf16Kernel *kern, int M, int N, int K, MatrixView A
                 }   // implicit barrier: the shared buffer may be refilled
             }
         }
-        free(priv);
     }
-    free(shared);
+    dev_scratch_release(d, mark);
 }
 
-void matmul_forward_bf16_with(const MatmulBf16Kernel *k, float *out, const float *inp, const float *W,
-                              int N, int C, int OC) {
+void matmul_forward_bf16(Device *d, const MatmulBf16Kernel *k, float *out, const float *inp, const float *W, int N,
+                         int C, int OC) {
     MatrixView A = {inp, C, 1}, B = {W, 1, C};   // B(c, o) = W[o, c]
-    gemm(k, N, OC, C, A, B, out, OC, 0);
+    gemm(d, k, N, OC, C, A, B, out, OC, 0);
 }
 
-void matmul_backward_bf16_with(const MatmulBf16Kernel *k, float *dinp, float *dW, const float *dout,
-                               const float *inp, const float *W, int N, int C, int OC) {
+void matmul_backward_bf16(Device *d, const MatmulBf16Kernel *k, float *dinp, float *dW, const float *dout,
+                          const float *inp, const float *W, int N, int C, int OC) {
     if (dinp) {
         MatrixView A = {dout, OC, 1}, B = {W, C, 1};
-        gemm(k, N, C, OC, A, B, dinp, C, 1);
+        gemm(d, k, N, C, OC, A, B, dinp, C, 1);
     }
     if (dW) {
         MatrixView A = {dout, 1, OC}, B = {inp, C, 1};   // A(o, n) = dout[n, o]
-        gemm(k, OC, C, N, A, B, dW, C, 1);
+        gemm(d, k, OC, C, N, A, B, dW, C, 1);
     }
 }

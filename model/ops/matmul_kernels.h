@@ -1,10 +1,10 @@
-// matmul_kernels.h: private to model/ops/matmul*.c, attention.c and their tests.
-// The register-tile kernels (one per instruction set) and the blocked driver
-// entry points that take an explicit kernel, so tests can run every path the
-// CPU supports.
+// matmul_kernels.h: private to model/ops/ and its tests. The register-tile
+// kernels (one per instruction set) a CPU device picks from (CpuKernels,
+// ops.h), so tests can run every path the CPU supports.
 #pragma once
 #include <stddef.h>
 #include <stdint.h>
+#include "ops.h"
 
 // Element (i, j) of a matrix view is p[i*rs + j*cs] (the drivers' operands).
 typedef struct {
@@ -36,12 +36,12 @@ typedef void (*MatmulTileFn)(const MatmulTile *t);
 // 0 for rows <= j < width, k < kc. width is the kernel's MR or NR.
 typedef void (*MatmulPackFn)(float *dst, int width, const float *src, ptrdiff_t src_rs, int rows, int kc);
 
-typedef struct {
+struct MatmulKernel {
     const char *name;   // "avx512", "avx2+fma", "portable"
     int mr, nr;         // register tile shape
     MatmulTileFn tile;
     MatmulPackFn pack_t;   // vectorised transposing pack, or NULL for plain loops
-} MatmulKernel;
+};
 
 // NULL when this CPU cannot run that kernel.
 const MatmulKernel *matmul_kernel_avx512(void);
@@ -49,23 +49,8 @@ const MatmulKernel *matmul_kernel_avx2(void);
 const MatmulKernel *matmul_kernel_portable(void);
 const MatmulKernel *matmul_kernel_best(void);
 
-// matmul_forward / matmul_backward with a chosen kernel (same semantics).
-void matmul_forward_with(const MatmulKernel *k, float *out, const float *inp, const float *W,
-                         int N, int C, int OC);
-void matmul_backward_with(const MatmulKernel *k, float *dinp, float *dW, const float *dout,
-                          const float *inp, const float *W, int N, int C, int OC);
-
-// attention_forward / attention_backward (ops.h) with a chosen kernel for the
-// products inside each tile pair (attention.c).
-// scratch NULL: allocated for the call (a caller's scratch is sized for the
-// best kernel, attention_scratch_floats).
-void attention_forward_with(const MatmulKernel *k, float *out, float *lse, const float *q, const float *kk,
-                            const float *v, const int *seg, int B, int T, int nq, int nkv, int hd, float *scratch,
-                            size_t scratch_floats);
-void attention_backward_with(const MatmulKernel *k, float *dq, float *dk, float *dv, const float *dout,
-                             const float *out, const float *lse, const float *q, const float *kk, const float *v,
-                             const int *seg, int B, int T, int nq, int nkv, int hd, float *scratch,
-                             size_t scratch_floats);
+// Workspace of any fp32 product on this kernel (matmul.c).
+size_t matmul_fp32_workspace_bytes(const MatmulKernel *kern, int threads);
 
 // ---------------------------------------------------------------- bf16
 // The MATMUL_BF16 products (matmul_bf16.c) pack both operands as bf16 panels
@@ -95,12 +80,12 @@ typedef void (*MatmulBf16TileFn)(const MatmulBf16Tile *t);
 typedef void (*MatmulBf16PackFn)(uint16_t *dst, int width, ptrdiff_t panel_stride, const float *src,
                                  ptrdiff_t s_idx, ptrdiff_t s_k, int rows, int kc);
 
-typedef struct {
+struct MatmulBf16Kernel {
     const char *name;   // "avx512bf16", "portable"
     int mr, nr;
     MatmulBf16TileFn tile;
     MatmulBf16PackFn pack;
-} MatmulBf16Kernel;
+};
 
 // fp32 -> bf16 as vcvtneps2bf16 does it: round to nearest even, subnormals
 // to signed zero, NaN kept (quiet).
@@ -110,8 +95,10 @@ const MatmulBf16Kernel *matmul_bf16_kernel_avx512(void);   // NULL without AVX51
 const MatmulBf16Kernel *matmul_bf16_kernel_portable(void);
 const MatmulBf16Kernel *matmul_bf16_kernel_best(void);
 
-// The MATMUL_BF16 forward / backward with a chosen kernel.
-void matmul_forward_bf16_with(const MatmulBf16Kernel *k, float *out, const float *inp, const float *W,
-                              int N, int C, int OC);
-void matmul_backward_bf16_with(const MatmulBf16Kernel *k, float *dinp, float *dW, const float *dout,
-                               const float *inp, const float *W, int N, int C, int OC);
+// The MATMUL_BF16 forward / backward on kernel k (matmul_bf16.c), and the
+// workspace any of its products takes.
+void matmul_forward_bf16(Device *d, const MatmulBf16Kernel *k, float *out, const float *inp, const float *W, int N,
+                         int C, int OC);
+void matmul_backward_bf16(Device *d, const MatmulBf16Kernel *k, float *dinp, float *dW, const float *dout,
+                          const float *inp, const float *W, int N, int C, int OC);
+size_t matmul_bf16_workspace_bytes(const MatmulBf16Kernel *kern, int threads);

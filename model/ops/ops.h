@@ -1,7 +1,8 @@
-// ops.h: every op of the model as a forward/backward pair with the same
-// argument order, plus a naive double-precision reference used by the tests
-// (finite-difference checks run on the reference; the fast float op is
-// compared with it). One file per op in model/ops/.
+// ops.h: the CPU backend. Every op of the model as a forward/backward pair
+// with the same argument order, each taking the Device first (backend.h), plus
+// a naive double-precision reference used by the tests (finite-difference
+// checks run on the reference; every backend's op is compared with it). One
+// file per op in model/ops/; cpu.c puts them in the Backend table.
 //
 // Conventions:
 // - Row-major. N = B*T tokens, row n = b*T + t.
@@ -12,56 +13,61 @@
 #pragma once
 #include <stddef.h>
 #include <stdint.h>
+#include "../backend.h"
+
+// ---- the CPU device. The kernels it runs (matmul_kernels.h) are chosen at
+// run time from the instruction sets the CPU has; tests pick each in turn.
+typedef struct MatmulKernel MatmulKernel;
+typedef struct MatmulBf16Kernel MatmulBf16Kernel;
+typedef struct {
+    const MatmulKernel *f32;        // fp32 products: matmuls and the attention tiles
+    const MatmulBf16Kernel *bf16;   // MATMUL_BF16 products
+    int classifier_rows;            // token rows of logits the classifier holds at a time
+} CpuKernels;
+const Backend *backend_cpu(void);
+// threads <= 0 keeps OpenMP's thread count; kernels NULL: the best this CPU
+// runs, 256 classifier rows. The workspace starts empty (dev_reserve).
+void cpu_device_init(Device *d, int threads, const CpuKernels *kernels);
+// The kernels a CPU device runs.
+const CpuKernels *cpu_kernels(const Device *d);
 
 // ---- embedding: out[N,C] = E[tokens[n], :]
-void embedding_forward(float *out, const int *tokens, const float *E, int N, int C);
+void embedding_forward(Device *d, float *out, const int *tokens, const float *E, int N, int C);
 // skip_id: row that gets no lookup gradient (HF padding_idx); -1 for none.
-void embedding_backward(float *dE, const float *dout, const int *tokens, int N, int C, int skip_id);
+void embedding_backward(Device *d, float *dE, const float *dout, const int *tokens, int N, int C, int skip_id);
 void embedding_forward_ref(double *out, const int *tokens, const double *E, int N, int C);
 void embedding_backward_ref(double *dE, const double *dout, const int *tokens, int N, int C, int skip_id);
 
 // ---- RMSNorm over rows of length C (hidden norm: N rows of H; per-head
 // QK-norm: N*heads rows of head_dim): out = w * x / sqrt(mean(x^2) + eps).
 // rstd[N] is saved for the backward. out may not alias x.
-void rmsnorm_forward(float *out, float *rstd, const float *x, const float *w, int N, int C, float eps);
-void rmsnorm_backward(float *dx, float *dw, const float *dout, const float *x, const float *w,
+void rmsnorm_forward(Device *d, float *out, float *rstd, const float *x, const float *w, int N, int C, float eps);
+void rmsnorm_backward(Device *d, float *dx, float *dw, const float *dout, const float *x, const float *w,
                       const float *rstd, int N, int C);
 void rmsnorm_forward_ref(double *out, double *rstd, const double *x, const double *w, int N, int C, double eps);
 void rmsnorm_backward_ref(double *dx, double *dw, const double *dout, const double *x, const double *w,
                           const double *rstd, int N, int C);
 
-// ---- matmul: out[N,OC] = inp[N,C] W[OC,C]^T   (no bias)
+// ---- matmul: out[N,OC] = inp[N,C] W[OC,C]^T   (no bias), products in precision p
+// (MATMUL_BF16 runs on AVX512_BF16's vdpbf16ps where the CPU has it, else on
+// a portable kernel with the same numerics).
 // backward: dinp[N,C] += dout W;  dW[OC,C] += dout^T inp.
 // Blocked, vectorised, OpenMP-parallel; sizes need not be multiples of anything.
-void matmul_forward(float *out, const float *inp, const float *W, int N, int C, int OC);
-void matmul_backward(float *dinp, float *dW, const float *dout, const float *inp, const float *W,
-                     int N, int C, int OC);
-// Precision of the products: MATMUL_BF16 rounds both operands to bf16 (round
-// to nearest even; bf16 subnormals count as zero) and accumulates their exact
-// products in fp32; inputs, outputs and gradients stay fp32 arrays (fp32
-// master weights). It runs on AVX512_BF16 (vdpbf16ps) where the CPU has it and
-// on a portable kernel with the same numerics elsewhere. The plain names above
-// are the MATMUL_FP32 calls.
-typedef enum { MATMUL_FP32 = 0, MATMUL_BF16 = 1 } MatmulPrecision;
-void matmul_forward_p(float *out, const float *inp, const float *W, int N, int C, int OC, MatmulPrecision p);
-void matmul_backward_p(float *dinp, float *dW, const float *dout, const float *inp, const float *W,
-                       int N, int C, int OC, MatmulPrecision p);
+void matmul_forward(Device *d, float *out, const float *inp, const float *W, int N, int C, int OC, MatmulPrecision p);
+void matmul_backward(Device *d, float *dinp, float *dW, const float *dout, const float *inp, const float *W, int N,
+                     int C, int OC, MatmulPrecision p);
+// Workspace any one matmul of this device takes, whatever its shape.
+size_t matmul_workspace_bytes(const Device *d);
 void matmul_forward_ref(double *out, const double *inp, const double *W, int N, int C, int OC);
 void matmul_backward_ref(double *dinp, double *dW, const double *dout, const double *inp, const double *W,
                          int N, int C, int OC);
 
-// ---- RoPE (rotate-half / NeoX pairing (i, i+hd/2)), in place on x[N, n_heads*hd].
-// Angles are computed in float exactly as transformers does: inv_freq[i] =
-// 1/theta^(2i/hd) in float, angle = (float)pos * inv_freq[i], float cos/sin.
-typedef struct {
-    float *cos, *sin;   // [max_pos, hd/2]
-    int max_pos, half;
-} RopeTable;
-void rope_table_init(RopeTable *rt, int max_pos, int head_dim, float theta);
-void rope_table_free(RopeTable *rt);
-void rope_forward(float *x, const RopeTable *rt, const int *pos, int N, int n_heads, int head_dim);
+// ---- RoPE (rotate-half / NeoX pairing (i, i+hd/2)), in place on x[N, n_heads*hd],
+// at the positions pos[N] (each inside the table). The table (backend.h) holds
+// the angles as transformers computes them, in float.
+void rope_forward(Device *d, float *x, const RopeTable *rt, const int *pos, int N, int n_heads, int head_dim);
 // Applies the transpose rotation to a gradient, in place.
-void rope_backward(float *dx, const RopeTable *rt, const int *pos, int N, int n_heads, int head_dim);
+void rope_backward(Device *d, float *dx, const RopeTable *rt, const int *pos, int N, int n_heads, int head_dim);
 void rope_forward_ref(double *x, const int *pos, int N, int n_heads, int head_dim, double theta);
 void rope_backward_ref(double *dx, const int *pos, int N, int n_heads, int head_dim, double theta);
 
@@ -72,16 +78,17 @@ void rope_backward_ref(double *dx, const int *pos, int N, int n_heads, int head_
 // are packed once per KV head, never repeated per query head. scale = 1/sqrt(hd).
 // seg: optional [N] segment ids for packed sequences: key u is visible to
 // query t iff u <= t and seg[b*T+u] == seg[b*T+t]. NULL = plain causal.
-// scratch: attention_scratch_floats(...) floats the call may overwrite (no
-// need to zero them), or NULL to allocate them for the call. A training step
-// passes its own, so it allocates nothing. The result does not depend on the
-// thread count.
-size_t attention_scratch_floats(int B, int T, int nq, int nkv, int hd);
-void attention_forward(float *out, float *lse, const float *q, const float *k, const float *v, const int *seg,
-                       int B, int T, int nq, int nkv, int hd, float *scratch, size_t scratch_floats);
-void attention_backward(float *dq, float *dk, float *dv, const float *dout, const float *out, const float *lse,
-                        const float *q, const float *k, const float *v, const int *seg, int B, int T, int nq, int nkv,
-                        int hd, float *scratch, size_t scratch_floats);
+void attention_forward(Device *d, float *out, float *lse, const float *q, const float *k, const float *v,
+                       const int *seg, int B, int T, int nq, int nkv, int hd);
+void attention_backward(Device *d, float *dq, float *dk, float *dv, const float *dout, const float *out,
+                        const float *lse, const float *q, const float *k, const float *v, const int *seg, int B, int T,
+                        int nq, int nkv, int hd);
+// Generation over a KV cache: n query rows q[n, nq*hd] at positions p0 ..
+// p0+n-1 attend to the cached keys and values K/V[p0+n, nkv*hd] of one layer
+// (rows 0 .. p0+i for query i), the same function as attention_forward.
+void attention_cached(Device *d, float *out, const float *q, const float *K, const float *V, int p0, int n, int nq,
+                      int nkv, int hd);
+size_t attention_workspace_bytes(const Device *d, int B, int T, int nq, int nkv, int hd);
 void attention_forward_ref(double *out, const double *q, const double *k, const double *v,
                            const int *seg, int B, int T, int nq, int nkv, int hd);
 void attention_backward_ref(double *dq, double *dk, double *dv, const double *dout, const double *q,
@@ -89,35 +96,56 @@ void attention_backward_ref(double *dq, double *dk, double *dv, const double *do
                             int nkv, int hd);
 
 // ---- SwiGLU: out = silu(gate) * up, elementwise over n values.
-void swiglu_forward(float *out, const float *gate, const float *up, size_t n);
-void swiglu_backward(float *dgate, float *dup, const float *dout, const float *gate, const float *up, size_t n);
+void swiglu_forward(Device *d, float *out, const float *gate, const float *up, size_t n);
+void swiglu_backward(Device *d, float *dgate, float *dup, const float *dout, const float *gate, const float *up,
+                     size_t n);
 void swiglu_forward_ref(double *out, const double *gate, const double *up, size_t n);
 void swiglu_backward_ref(double *dgate, double *dup, const double *dout, const double *gate,
                          const double *up, size_t n);
 
-// ---- residual: out = a + b; backward: da += dout, db += dout.
-void residual_forward(float *out, const float *a, const float *b, size_t n);
-void residual_backward(float *da, float *db, const float *dout, size_t n);
+// ---- residual: out = a + b (its backward passes the gradient through, so
+// the model needs no op for it).
+void residual_forward(Device *d, float *out, const float *a, const float *b, size_t n);
 void residual_forward_ref(double *out, const double *a, const double *b, size_t n);
-void residual_backward_ref(double *da, double *db, const double *dout, size_t n);
 
 // ---- classifier: logits = h[N,C] W[V,C]^T, cross-entropy against targets.
-// Position n counts iff targets[n] >= 0 and (mask == NULL || mask[n] != 0).
-// Works in chunks of `chunk` token rows through scratch[chunk*V]; never holds
-// N*V probabilities. Returns the SUM of -log p(target) over counted positions
-// (as double) and, if count != NULL, the number counted.
+// Position n counts iff targets != NULL, targets[n] >= 0 and (mask == NULL ||
+// mask[n] != 0). Works on classifier_rows token rows at a time (CpuKernels);
+// never holds N*V probabilities. Returns the SUM of -log p(target) over
+// counted positions (as double) and, if count != NULL, the number counted.
 // With dh/dW non-NULL it also accumulates the gradient of (scale * sum loss):
 // dlogits = scale * (softmax - onehot) on counted rows, then dh += dlogits W,
-// dW += dlogits^T h. logits_out (optional, [N,V]) receives the logits (for the
-// probe and tests only).
-double classifier_forward_backward(float *dh, float *dW, float *logits_out, float *scratch, int chunk,
-                                   const float *h, const float *W, const int *targets,
-                                   const uint8_t *mask, int N, int C, int V, float scale, int *count);
-// The same with the two matmuls (logits, and dh / dW) in precision p; the
-// softmax and the loss stay fp32 / double.
-double classifier_forward_backward_p(float *dh, float *dW, float *logits_out, float *scratch, int chunk,
-                                     const float *h, const float *W, const int *targets, const uint8_t *mask,
-                                     int N, int C, int V, float scale, int *count, MatmulPrecision p);
+// dW += dlogits^T h. logits_out (optional, [N,V]) receives the logits. The
+// two matmuls run in precision p; the softmax and the loss stay fp32 / double.
+double classifier(Device *d, float *dh, float *dW, float *logits_out, const float *h, const float *W,
+                  const int *targets, const uint8_t *mask, int N, int C, int V, float scale, int *count,
+                  MatmulPrecision p);
+size_t classifier_workspace_bytes(const Device *d, int N, int V);
 // Reference: full logits in double; returns sum loss; grads (if non-NULL) accumulate scale * d(sum).
 double classifier_ref(double *dh, double *dW, const double *h, const double *W, const int *targets,
                       const uint8_t *mask, int N, int C, int V, double scale);
+
+// ---- AdamW over the flat buffers laid out by the tensor table: params,
+// grads and the moments m and v share the offsets (adamw.c). The padding
+// floats between tensors are zero by contract; the gradient helpers walk the
+// whole flat buffer (padding included), the update only the tensors' floats.
+//
+// One update with PyTorch's torch.optim.AdamW semantics (fp32):
+//     p -= lr * weight_decay * p          (TF_DECAY tensors only)
+//     m  = beta1 * m + (1 - beta1) * g
+//     v  = beta2 * v + (1 - beta2) * g * g
+//     p -= lr / (1 - beta1^step) * m / (sqrt(v) / sqrt(1 - beta2^step) + eps)
+// `lr` is the scheduled rate for this update (c->lr is not read); `step` is
+// 1-based: the first update is step 1. The four buffers must not overlap.
+void adamw_step(Device *d, float *params, const float *grads, float *m, float *v, const TensorTable *tt,
+                const AdamWConfig *c, float lr, long step);
+// Global L2 norm of all gradients, accumulated in double in fixed-size chunks
+// and summed in a fixed order, so the result does not depend on the thread
+// count. NaN or Inf when any gradient is non-finite.
+double grad_norm(Device *d, const float *grads, const TensorTable *tt);
+size_t grad_norm_workspace_bytes(size_t n_params);
+// grads *= s, every element.
+void grad_scale(Device *d, float *grads, const TensorTable *tt, float s);
+// The factor torch.nn.utils.clip_grad_norm_ multiplies the gradients by:
+// min(1, max_norm / (norm + 1e-6)); 1 when max_norm <= 0 (clipping off).
+float grad_clip_factor(double norm, float max_norm);

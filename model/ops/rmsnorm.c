@@ -1,13 +1,14 @@
 // rmsnorm.c: RMSNorm over rows of length C, out = w * (x * rstd) with
 // rstd = 1/sqrt(mean(x^2) + eps): eps inside the root, the weight applied
-// after normalising, no mean subtraction (spec 2.3).
+// after normalising, no mean subtraction (transformers' Qwen3RMSNorm).
 #include <math.h>
 #include <omp.h>
+#include <string.h>
 #include "../../util/util.h"
 #include "ops.h"
 
-void rmsnorm_forward(float *out, float *rstd, const float *x, const float *w, int N, int C, float eps) {
-    #pragma omp parallel for schedule(static)
+void rmsnorm_forward(Device *d, float *out, float *rstd, const float *x, const float *w, int N, int C, float eps) {
+    #pragma omp parallel for schedule(static) num_threads(d->threads)
     for (int n = 0; n < N; n++) {
         const float *xr = x + (size_t)n * C;
         float *yr = out + (size_t)n * C;
@@ -26,12 +27,13 @@ void rmsnorm_forward(float *out, float *rstd, const float *x, const float *w, in
 // dw sums over every row, so each thread accumulates its rows into a private
 // partial and the partials are added in thread order at the end (no races,
 // the same result for the same thread count).
-void rmsnorm_backward(float *dx, float *dw, const float *dout, const float *x, const float *w,
+void rmsnorm_backward(Device *d, float *dx, float *dw, const float *dout, const float *x, const float *w,
                       const float *rstd, int N, int C) {
-    int max_threads = omp_get_max_threads();
-    float *partial = dw ? xcalloc((size_t)max_threads * C, sizeof(float), "rmsnorm dw partials") : NULL;
+    const size_t mark = dev_scratch_mark(d), bytes = (size_t)d->threads * C * sizeof(float);
+    float *partial = dw ? dev_scratch(d, bytes, "rmsnorm dw partials") : NULL;
+    if (partial) memset(partial, 0, bytes);
     int used_threads = 1;
-    #pragma omp parallel
+    #pragma omp parallel num_threads(d->threads)
     {
         int tid = omp_get_thread_num();
         #pragma omp single
@@ -57,14 +59,14 @@ void rmsnorm_backward(float *dx, float *dw, const float *dout, const float *x, c
         }
     }
     if (partial) {
-        #pragma omp parallel for schedule(static)
+        #pragma omp parallel for schedule(static) num_threads(d->threads)
         for (int c = 0; c < C; c++) {
             float s = 0.0f;
             for (int t = 0; t < used_threads; t++) s += partial[(size_t)t * C + c];
             dw[c] += s;
         }
-        free(partial);
     }
+    dev_scratch_release(d, mark);
 }
 
 void rmsnorm_forward_ref(double *out, double *rstd, const double *x, const double *w, int N, int C, double eps) {

@@ -1,40 +1,11 @@
 // rope.c: rotary position embedding, rotate-half pairing (i, i + hd/2), in
-// place on rows of n_heads * head_dim values (spec 2.4.1 step 4).
+// place on rows of n_heads * head_dim values (transformers' apply_rotary_pos_emb).
 //
-// The table copies the float arithmetic of transformers: the exponent
-// (float)(2i) / (float)hd, inv_freq = 1 / theta^exponent, angle =
-// (float)pos * inv_freq, all in float, then float cos and sin.
+// The table (rope_table_init, backend.c) holds the angles as transformers
+// computes them, in float.
 #include <math.h>
 #include "../../util/util.h"
 #include "ops.h"
-
-void rope_table_init(RopeTable *rt, int max_pos, int head_dim, float theta) {
-    if (head_dim <= 0 || head_dim % 2 != 0 || max_pos <= 0)
-        die("rope_table_init: head_dim %d must be even and positive, max_pos %d positive", head_dim, max_pos);
-    int half = head_dim / 2;
-    rt->max_pos = max_pos;
-    rt->half = half;
-    rt->cos = xmalloc((size_t)max_pos * half * sizeof(float), "rope cos table");
-    rt->sin = xmalloc((size_t)max_pos * half * sizeof(float), "rope sin table");
-    float *inv_freq = xmalloc((size_t)half * sizeof(float), "rope inv_freq");
-    for (int i = 0; i < half; i++)
-        inv_freq[i] = 1.0f / powf(theta, (float)(2 * i) / (float)head_dim);
-    #pragma omp parallel for schedule(static)
-    for (int p = 0; p < max_pos; p++)
-        for (int i = 0; i < half; i++) {
-            float angle = (float)p * inv_freq[i];
-            rt->cos[(size_t)p * half + i] = cosf(angle);
-            rt->sin[(size_t)p * half + i] = sinf(angle);
-        }
-    free(inv_freq);
-}
-
-void rope_table_free(RopeTable *rt) {
-    free(rt->cos);
-    free(rt->sin);
-    rt->cos = rt->sin = NULL;
-    rt->max_pos = rt->half = 0;
-}
 
 static void check_positions(const RopeTable *rt, const int *pos, int N, int head_dim) {
     if (head_dim != 2 * rt->half)
@@ -46,11 +17,11 @@ static void check_positions(const RopeTable *rt, const int *pos, int N, int head
 
 // direction +1 rotates by +angle (forward), -1 by -angle (the transpose, for
 // the backward): y0 = x0 c - x1 s, y1 = x1 c + x0 s with s negated for -1.
-static void rope_rotate(float *x, const RopeTable *rt, const int *pos, int N, int n_heads, int head_dim,
+static void rope_rotate(Device *d, float *x, const RopeTable *rt, const int *pos, int N, int n_heads, int head_dim,
                         float direction) {
     check_positions(rt, pos, N, head_dim);
     int half = rt->half;
-    #pragma omp parallel for schedule(static)
+    #pragma omp parallel for schedule(static) num_threads(d->threads)
     for (int n = 0; n < N; n++) {
         const float *c = rt->cos + (size_t)pos[n] * half;
         const float *s = rt->sin + (size_t)pos[n] * half;
@@ -66,12 +37,13 @@ static void rope_rotate(float *x, const RopeTable *rt, const int *pos, int N, in
     }
 }
 
-void rope_forward(float *x, const RopeTable *rt, const int *pos, int N, int n_heads, int head_dim) {
-    rope_rotate(x, rt, pos, N, n_heads, head_dim, 1.0f);
+void rope_forward(Device *d, float *x, const RopeTable *rt, const int *pos, int N, int n_heads, int head_dim) {
+    rope_rotate(d, x, rt, pos, N, n_heads, head_dim, 1.0f);
 }
 
-void rope_backward(float *dx, const RopeTable *rt, const int *pos, int N, int n_heads, int head_dim) {
-    rope_rotate(dx, rt, pos, N, n_heads, head_dim, -1.0f);
+void rope_backward(Device *d, float *dx, const RopeTable *rt, const int *pos, int N, int n_heads,
+                   int head_dim) {
+    rope_rotate(d, dx, rt, pos, N, n_heads, head_dim, -1.0f);
 }
 
 static void rope_rotate_ref(double *x, const int *pos, int N, int n_heads, int head_dim, double theta,

@@ -1,10 +1,10 @@
 // swiglu.c: out = silu(gate) * up elementwise, silu(x) = x * sigmoid(x).
-// The activation applies to the gate branch only (spec 2.4.2).
+// The activation applies to the gate branch only, as in transformers' Qwen3MLP.
 #include <math.h>
 #include "ops.h"
 
-void swiglu_forward(float *out, const float *gate, const float *up, size_t n) {
-    #pragma omp parallel for simd schedule(static)
+void swiglu_forward(Device *d, float *out, const float *gate, const float *up, size_t n) {
+    #pragma omp parallel for simd schedule(static) num_threads(d->threads)
     for (size_t i = 0; i < n; i++) {
         float g = gate[i];
         out[i] = g / (1.0f + expf(-g)) * up[i];
@@ -12,8 +12,9 @@ void swiglu_forward(float *out, const float *gate, const float *up, size_t n) {
 }
 
 // d silu(g)/dg = sig(g) * (1 + g * (1 - sig(g))).
-void swiglu_backward(float *dgate, float *dup, const float *dout, const float *gate, const float *up, size_t n) {
-    #pragma omp parallel for simd schedule(static)
+void swiglu_backward(Device *d, float *dgate, float *dup, const float *dout, const float *gate, const float *up,
+                     size_t n) {
+    #pragma omp parallel for simd schedule(static) num_threads(d->threads)
     for (size_t i = 0; i < n; i++) {
         float g = gate[i];
         float sig = 1.0f / (1.0f + expf(-g));

@@ -1,7 +1,8 @@
-// optim.c: AdamW, gradient norm and clipping, learning-rate schedules.
-#include "optim.h"
+// adamw.c: AdamW over the flat parameter buffer, the global gradient norm
+// and clipping (ops.h).
 #include <math.h>
 #include <string.h>
+#include "ops.h"
 
 // The elementwise math follows torch.optim.AdamW (single-tensor path) op by
 // op: the scalars are formed in double, rounded to float where PyTorch hands
@@ -36,7 +37,7 @@ static void adamw_range(float *restrict p, const float *restrict g, float *restr
 
 #define ADAMW_BLOCK 4096L   // floats per OpenMP work item
 
-void adamw_step(float *params, const float *grads, float *m, float *v, const TensorTable *tt,
+void adamw_step(Device *d, float *params, const float *grads, float *m, float *v, const TensorTable *tt,
                 const AdamWConfig *c, float lr, long step) {
     const double beta1 = c->beta1, beta2 = c->beta2;
     AdamWScalars decayed = {
@@ -53,7 +54,7 @@ void adamw_step(float *params, const float *grads, float *m, float *v, const Ten
     AdamWScalars plain = decayed;
     plain.decay_mul = 1.0f;   // p * 1.0f == p exactly
 
-#pragma omp parallel
+#pragma omp parallel num_threads(d->threads)
     for (int k = 0; k < tt->n; k++) {
         const TensorInfo *t = &tt->t[k];
         const AdamWScalars *s = (t->flags & TF_DECAY) ? &decayed : &plain;
@@ -71,11 +72,14 @@ void adamw_step(float *params, const float *grads, float *m, float *v, const Ten
 // overhead vanishes, small enough to spread over many threads.
 #define NORM_CHUNK ((size_t)1 << 15)
 
-double grad_norm(const float *grads, const TensorTable *tt) {
+size_t grad_norm_workspace_bytes(size_t n_params) { return (n_params / NORM_CHUNK + 1) * sizeof(double) + 64; }
+
+double grad_norm(Device *d, const float *grads, const TensorTable *tt) {
     size_t total = tt->total, n_chunks = (total + NORM_CHUNK - 1) / NORM_CHUNK;
     if (n_chunks == 0) return 0.0;
-    double *partial = xmalloc(n_chunks * sizeof(double), "grad norm partial sums");
-#pragma omp parallel for schedule(static)
+    const size_t mark = dev_scratch_mark(d);
+    double *partial = dev_scratch(d, n_chunks * sizeof(double), "grad norm partial sums");
+#pragma omp parallel for schedule(static) num_threads(d->threads)
     for (size_t ch = 0; ch < n_chunks; ch++) {
         size_t lo = ch * NORM_CHUNK, hi = lo + NORM_CHUNK < total ? lo + NORM_CHUNK : total;
         // Eight independent sums give the CPU parallel adds; the order is fixed.
@@ -94,26 +98,13 @@ double grad_norm(const float *grads, const TensorTable *tt) {
     }
     double sum = 0.0;
     for (size_t ch = 0; ch < n_chunks; ch++) sum += partial[ch];
-    free(partial);
+    dev_scratch_release(d, mark);
     return sqrt(sum);
 }
 
-int all_finite(const float *grads, const TensorTable *tt) {
+void grad_scale(Device *d, float *grads, const TensorTable *tt, float s) {
     long total = (long)tt->total;
-    int bad = 0;
-#pragma omp parallel for schedule(static) reduction(| : bad)
-    for (long i = 0; i < total; i++) {
-        uint32_t bits;
-        memcpy(&bits, &grads[i], sizeof bits);
-        // exponent all ones: Inf or NaN
-        bad |= (bits & 0x7f800000u) == 0x7f800000u;
-    }
-    return !bad;
-}
-
-void grad_scale(float *grads, const TensorTable *tt, float s) {
-    long total = (long)tt->total;
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) num_threads(d->threads)
     for (long i = 0; i < total; i++) grads[i] *= s;
 }
 
@@ -124,49 +115,3 @@ float grad_clip_factor(double norm, float max_norm) {
     return coef < 1.0f ? coef : 1.0f;
 }
 
-static const char *SCHED_NAMES[SCHED_KIND_COUNT] = {"constant", "cosine", "linear", "wsd"};
-
-const char *schedule_kind_name(int kind) {
-    return kind >= 0 && kind < SCHED_KIND_COUNT ? SCHED_NAMES[kind] : "?";
-}
-
-long schedule_wsd_decay_steps(const Schedule *s) {
-    long decay = (long)floor((double)s->decay_fraction * (double)s->total + 0.5);
-    long room = s->total - s->warmup;
-    if (decay > room) decay = room;
-    return decay > 0 ? decay : 0;
-}
-
-// Fraction of the way from `begin` to `begin + span`, clamped to [0, 1].
-static double progress(long step, long begin, long span) {
-    double p = (double)(step - begin) / (double)(span > 1 ? span : 1);
-    return p < 0.0 ? 0.0 : p > 1.0 ? 1.0 : p;
-}
-
-float schedule_lr(const Schedule *s, float base_lr, long step) {
-    if (step < 0) step = 0;
-    double floor_ratio = s->min_lr_ratio, f;
-    if (step < s->warmup) {
-        f = (double)step / (double)s->warmup;
-    } else {
-        switch (s->kind) {
-        case SCHED_COSINE: {
-            double cosine = 0.5 * (1.0 + cos(M_PI * progress(step, s->warmup, s->total - s->warmup)));
-            f = cosine * (1.0 - floor_ratio) + floor_ratio;
-            break;
-        }
-        case SCHED_LINEAR:
-            f = (1.0 - progress(step, s->warmup, s->total - s->warmup)) * (1.0 - floor_ratio) + floor_ratio;
-            break;
-        case SCHED_WSD: {
-            long decay = schedule_wsd_decay_steps(s), decay_begin = s->total - decay;
-            if (step < decay_begin) f = 1.0;
-            else if (step >= s->total) f = floor_ratio;   // also when there is no decay phase
-            else f = (1.0 - progress(step, decay_begin, decay)) * (1.0 - floor_ratio) + floor_ratio;
-            break;
-        }
-        default: f = 1.0; break;   // SCHED_CONSTANT
-        }
-    }
-    return (float)((double)base_lr * (f > 0.0 ? f : 0.0));
-}

@@ -1,0 +1,132 @@
+// backend.h: the op interface. The decoder, the optimizer and QAT call every
+// op through a Backend table with a Device (the context: workspace, threads,
+// and later a stream and library handles), so one model runs on any backend.
+// The CPU backend is model/ops/ (cpu.c holds its table); a backend is checked
+// against the double-precision references of ops.h by the same tests.
+//
+// The contract (docs/ARCHITECTURE.md, "The backend contract"):
+// - Pointers given to ops are device memory, from the table's alloc (the CPU
+//   backend's device memory is host memory). Sizes and shapes are host values.
+// - Forward ops overwrite their outputs; backward ops ACCUMULATE (+=) into
+//   every gradient they are given, and a NULL gradient is not computed.
+// - No op allocates: scratch comes from the device workspace (dev_scratch),
+//   sized once by dev_reserve(workspace_bytes(...)) when a model is planned.
+// - Results do not depend on the thread count.
+#pragma once
+#include <stddef.h>
+#include <stdint.h>
+#include "config.h"
+#include "ops/quant.h"
+#include "tensors.h"
+
+// Matmul products: fp32, or MATMUL_BF16: both operands rounded to bf16 (round
+// to nearest even, subnormals to zero), exact products accumulated in fp32;
+// inputs, outputs and gradients stay fp32 arrays (fp32 master weights).
+typedef enum { MATMUL_FP32 = 0, MATMUL_BF16 = 1 } MatmulPrecision;
+
+// RoPE angles, computed in float exactly as transformers does (rope.c).
+typedef struct {
+    float *cos, *sin;   // [max_pos, hd/2], device memory
+    int max_pos, half;
+} RopeTable;
+
+typedef struct {
+    float lr;             // base (peak) learning rate; the schedule scales it
+    float beta1, beta2;   // moment decay rates, in [0, 1)
+    float eps;            // added to sqrt(v_hat)
+    float weight_decay;   // decoupled, only on TF_DECAY tensors
+    float grad_clip;      // max global L2 norm; <= 0 disables clipping
+} AdamWConfig;
+
+typedef struct Device Device;
+
+// Every op as (Device *, the op's arguments). Shapes and conventions of each
+// are documented once, at the CPU kernel of the same name in ops/ops.h.
+typedef struct {
+    const char *name;
+    int host_memory;   // device memory is host memory: host buffers serve the ops as they are
+    // ---- memory: alloc is zeroed and 64-byte aligned, and fatal on failure
+    void *(*alloc)(Device *d, size_t bytes, const char *what);
+    void (*release)(Device *d, void *p);
+    void (*zero)(Device *d, void *p, size_t bytes);
+    void (*upload)(Device *d, void *dst, const void *host_src, size_t bytes);
+    void (*download)(Device *d, void *host_dst, const void *src, size_t bytes);
+    void (*copy)(Device *d, void *dst, const void *src, size_t bytes);
+    // Workspace the ops of a decoder with this config need at B x T over a
+    // parameter buffer of n_params floats (give it to dev_reserve).
+    size_t (*workspace_bytes)(const Device *d, const ModelConfig *c, int B, int T, size_t n_params);
+    // ---- decoder ops
+    void (*embedding_forward)(Device *d, float *out, const int *tokens, const float *E, int N, int C);
+    void (*embedding_backward)(Device *d, float *dE, const float *dout, const int *tokens, int N, int C, int skip_id);
+    void (*rmsnorm_forward)(Device *d, float *out, float *rstd, const float *x, const float *w, int N, int C, float eps);
+    void (*rmsnorm_backward)(Device *d, float *dx, float *dw, const float *dout, const float *x, const float *w,
+                             const float *rstd, int N, int C);
+    void (*matmul_forward)(Device *d, float *out, const float *inp, const float *W, int N, int C, int OC,
+                           MatmulPrecision p);
+    void (*matmul_backward)(Device *d, float *dinp, float *dW, const float *dout, const float *inp, const float *W,
+                            int N, int C, int OC, MatmulPrecision p);
+    void (*rope_forward)(Device *d, float *x, const RopeTable *rt, const int *pos, int N, int n_heads, int head_dim);
+    void (*rope_backward)(Device *d, float *dx, const RopeTable *rt, const int *pos, int N, int n_heads, int head_dim);
+    void (*attention_forward)(Device *d, float *out, float *lse, const float *q, const float *k, const float *v,
+                              const int *seg, int B, int T, int nq, int nkv, int hd);
+    void (*attention_backward)(Device *d, float *dq, float *dk, float *dv, const float *dout, const float *out,
+                               const float *lse, const float *q, const float *k, const float *v, const int *seg, int B,
+                               int T, int nq, int nkv, int hd);
+    void (*attention_cached)(Device *d, float *out, const float *q, const float *K, const float *V, int p0, int n,
+                             int nq, int nkv, int hd);
+    void (*swiglu_forward)(Device *d, float *out, const float *gate, const float *up, size_t n);
+    void (*swiglu_backward)(Device *d, float *dgate, float *dup, const float *dout, const float *gate,
+                            const float *up, size_t n);
+    void (*residual_forward)(Device *d, float *out, const float *a, const float *b, size_t n);
+    double (*classifier)(Device *d, float *dh, float *dW, float *logits_out, const float *h, const float *W,
+                         const int *targets, const uint8_t *mask, int N, int C, int V, float scale, int *count,
+                         MatmulPrecision p);
+    void (*a16_round)(Device *d, float *x, size_t n, int mode);
+    // ---- optimizer
+    void (*adamw_step)(Device *d, float *params, const float *grads, float *m, float *v, const TensorTable *tt,
+                       const AdamWConfig *c, float lr, long step);
+    double (*grad_norm)(Device *d, const float *grads, const TensorTable *tt);
+    void (*grad_scale)(Device *d, float *grads, const TensorTable *tt, float s);
+    // ---- QAT: the int4 grid of ops/quant.h over one tensor
+    void (*quant_fake)(Device *d, const QuantSpec *q, const float *w, int64_t rows, int64_t cols, const float *scale,
+                       const float *zero, float *out);
+    void (*quant_dequant)(Device *d, const QuantSpec *q, const uint8_t *codes, int64_t rows, int64_t cols,
+                          const float *scale, const float *zero, float *w);
+    void (*quant_backward)(Device *d, const QuantSpec *q, const float *w, float *g, int64_t rows, int64_t cols,
+                           const float *scale, const float *zero, float *grad_scale, float *grad_zero);
+    void (*quant_backward_frozen)(Device *d, const QuantSpec *q, const uint8_t *codes, float *g, int64_t rows,
+                                  int64_t cols, float *grad_scale, float *grad_zero);
+    void (*quant_adam)(Device *d, float *p, const float *g, float *m, float *v, size_t n, const AdamWConfig *c,
+                       float lr, long step, float lo, float hi);
+} Backend;
+
+struct Device {
+    const Backend *be;
+    int threads;              // OpenMP threads the CPU ops use
+    void *impl;               // the backend's own state (CPU: the chosen kernels)
+    unsigned char *ws;        // workspace, device memory
+    size_t ws_bytes, ws_used;
+};
+
+// Calls op `op` of the device's backend: OP(d, matmul_forward, out, ...).
+#define OP(d, op, ...) ((d)->be->op((d), __VA_ARGS__))
+
+// Grows the workspace to at least `bytes` (never while an op holds scratch).
+void dev_reserve(Device *d, size_t bytes);
+// Scratch for the op running now, 64-byte aligned, not zeroed; fatal when the
+// workspace was not reserved large enough (a planning bug, not bad input).
+// An op takes what it needs and gives it back with dev_scratch_release(mark).
+void *dev_scratch(Device *d, size_t bytes, const char *what);
+static inline size_t dev_scratch_mark(const Device *d) { return d->ws_used; }
+static inline void dev_scratch_release(Device *d, size_t mark) { d->ws_used = mark; }
+// Device memory holding the host buffer's bytes: the buffer itself when the
+// device works in host memory, else a copy (give it back with dev_unmirror;
+// OP(d, download, ...) brings changes back, a no-op on the host's own buffer).
+void *dev_mirror(Device *d, void *host, size_t bytes, const char *what);
+void dev_unmirror(Device *d, void *mirror, const void *host);
+// Frees the workspace and the backend's state.
+void dev_free(Device *d);
+
+// The RoPE table on the device: angles computed on the host, then uploaded.
+void rope_table_init(RopeTable *rt, Device *d, int max_pos, int head_dim, float theta);
+void rope_table_free(RopeTable *rt, Device *d);
