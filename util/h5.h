@@ -12,8 +12,8 @@
 #include "util.h"
 
 // Every dataset is chunked along its first dimension, shuffled and deflated:
-#define H5_CHUNK_BYTES (128u << 10)   // zlib's window is 32 KiB: bigger chunks compress no better
-#define H5_DEFLATE_LEVEL 1            // higher levels save 1-2% more on shuffled floats and ids, for more time
+#define H5_CHUNK_BYTES (128u << 10)   // zlib's window is 32 KiB: bigger chunks compress barely better
+#define H5_DEFLATE_LEVEL 1            // levels 4-6 shrink shuffled floats and ids 1-3% more, in up to 2.5x the time
 #define H5_MAX_RANK 4
 
 // ---- files
