@@ -45,11 +45,6 @@ static int flush_offsets(DatasetWriter *w, PtError *e) {
     return 0;
 }
 
-static void push_offset(DatasetWriter *w, uint64_t off, PtError *e, int *rc) {
-    w->off_buf[w->off_fill++] = off;
-    if (w->off_fill == OFFSET_BUFFER && flush_offsets(w, e)) *rc = -1;
-}
-
 // The file must be closed (commit or abort) after the datasets.
 static void writer_free(DatasetWriter *w) {
     if (w->tokens >= 0) H5Dclose(w->tokens);
@@ -105,9 +100,8 @@ int dataset_writer_add(DatasetWriter *w, const int *ids, const uint8_t *mask, si
     }
     w->n_tokens += n;
     w->n_docs++;
-    int rc = 0;
-    push_offset(w, w->n_tokens, e, &rc);
-    return rc;
+    w->off_buf[w->off_fill++] = w->n_tokens;
+    return w->off_fill == OFFSET_BUFFER ? flush_offsets(w, e) : 0;
 }
 
 void dataset_writer_set_counts(DatasetWriter *w, uint64_t n_dropped, uint64_t n_truncated, uint64_t n_skipped) {
@@ -158,12 +152,9 @@ static int read_header(hid_t f, Dataset *d, PtError *e) {
     if (h5_read_str_attr(f, "kind", &kind, p, e)) return -1;
     int bad_kind = strcmp(kind, "cpt") && strcmp(kind, "sft");
     d->kind = !strcmp(kind, "sft") ? DATASET_SFT : DATASET_CPT;
-    if (bad_kind) {
-        pt_fail(e, "%s: attribute 'kind' is '%s' (want cpt or sft)", p, kind);
-        free(kind);
-        return -1;
-    }
+    if (bad_kind) pt_fail(e, "%s: attribute 'kind' is '%s' (want cpt or sft)", p, kind);
     free(kind);
+    if (bad_kind) return -1;
     if (h5_read_str_attr(f, "tokenizer_hash", &d->tokenizer_hash, p, e) ||
         h5_read_attr(f, "vocab_size", H5T_NATIVE_UINT64, &vocab, 1, p, e) ||
         h5_read_attr(f, "n_tokens", H5T_NATIVE_UINT64, &d->n_tokens, 1, p, e) ||
@@ -248,7 +239,6 @@ int dataset_check_tokenizer(const Dataset *d, const char *model_tokenizer_hash, 
 }
 
 int dataset_is_token_file(const char *path) {
-    if (!h5_is_file(path)) return 0;
     hid_t f = h5_open_read(path, NULL);
     if (f < 0) return 0;
     int yes = h5_exists(f, "tokens");

@@ -31,42 +31,41 @@ static const AttrField STATE_FIELDS[] = {
 #define COUNT(a) (int)(sizeof a / sizeof a[0])
 
 static hid_t field_type(char type) {
-    switch (type) {
-    case 'i': return H5T_NATIVE_INT;
-    case 'f': return H5T_NATIVE_FLOAT;
-    case 'l': return H5T_NATIVE_INT64;
-    case 'u': return H5T_NATIVE_UINT64;
-    default: return H5T_NATIVE_DOUBLE;
-    }
+    hid_t types[] = {H5T_NATIVE_INT, H5T_NATIVE_FLOAT, H5T_NATIVE_INT64, H5T_NATIVE_UINT64, H5T_NATIVE_DOUBLE};
+    return types[strchr("iflud", type) - "iflud"];
 }
 
-static int write_fields(hid_t obj, const AttrField *fields, int n, const void *base) {
-    int rc = 0;
+// Writes the fields of base as the attributes of a new group.
+static int write_fields(hid_t parent, const char *group, const AttrField *fields, int n, const void *base) {
+    hid_t g = h5_create_group(parent, group);
+    int rc = g < 0 ? -1 : 0;
     for (int i = 0; i < n && rc == 0; i++) {
         const AttrField *f = &fields[i];
         const char *p = (const char *)base + f->offset;
-        rc = f->type == 's' ? h5_write_str_attr(obj, f->name, p)
-                            : h5_write_attr(obj, f->name, field_type(f->type), p, f->size);
+        if (f->type == 's') rc = h5_write_str_attr(g, f->name, p);
+        else rc = h5_write_attr(g, f->name, field_type(f->type), p, f->size);
     }
+    if (g >= 0) H5Gclose(g);
     return rc;
 }
 
-static int read_fields(hid_t obj, const AttrField *fields, int n, void *base, const char *path, PtError *e) {
-    for (int i = 0; i < n; i++) {
+static int read_fields(hid_t parent, const char *group, const AttrField *fields, int n, void *base, const char *path,
+                       PtError *e) {
+    hid_t g = h5_open_group(parent, group, path, e);
+    int rc = g < 0 ? -1 : 0;
+    for (int i = 0; i < n && rc == 0; i++) {
         const AttrField *f = &fields[i];
         char *p = (char *)base + f->offset, *s;
         if (f->type != 's') {
-            if (h5_read_attr(obj, f->name, field_type(f->type), p, f->size, path, e)) return -1;
-            continue;
+            rc = h5_read_attr(g, f->name, field_type(f->type), p, f->size, path, e);
+        } else if ((rc = h5_read_str_attr(g, f->name, &s, path, e)) == 0) {
+            if (strlen(s) < f->size) strcpy(p, s);
+            else rc = pt_fail(e, "%s: attribute '%s' of /%s is over %zu bytes", path, f->name, group, f->size - 1);
+            free(s);
         }
-        if (h5_read_str_attr(obj, f->name, &s, path, e)) return -1;
-        size_t len = strlen(s);
-        if (len < f->size) memcpy(p, s, len + 1);
-        free(s);
-        if (len >= f->size)
-            return pt_fail(e, "%s: attribute '%s' is longer than %zu bytes", path, f->name, f->size - 1);
     }
-    return 0;
+    if (g >= 0) H5Gclose(g);
+    return rc;
 }
 
 // ---- tensors: /params, /optim/m and /optim/v hold one dataset per tensor of the table.
@@ -112,10 +111,7 @@ static int write_state(hid_t f, const float *m, const float *v, const TensorTabl
     if (g < 0) return -1;
     int rc = write_tensor_group(g, "m", tt, m) || write_tensor_group(g, "v", tt, v);
     H5Gclose(g);
-    if (rc || (g = h5_create_group(f, "state")) < 0) return -1;
-    rc = write_fields(g, STATE_FIELDS, COUNT(STATE_FIELDS), st);
-    H5Gclose(g);
-    return rc;
+    return rc ? -1 : write_fields(f, "state", STATE_FIELDS, COUNT(STATE_FIELDS), st);
 }
 
 static int write_tokenizer(hid_t f, const ModelBundle *b) {
@@ -132,18 +128,15 @@ static int save(const char *path, const ModelBundle *b, const float *m, const fl
                 const QatState *qat, PtError *e) {
     H5Output out;
     if (h5_output_create(&out, path, e)) return -1;
-    hid_t f = out.file, g = h5_create_group(f, "config");
-    int rc = g < 0 || write_fields(g, CONFIG_FIELDS, COUNT(CONFIG_FIELDS), &b->cfg);
-    if (g >= 0) H5Gclose(g);
-    rc = rc || write_tensor_group(f, "params", &b->tt, b->params) || (st && write_state(f, m, v, &b->tt, st)) ||
-         ((b->tokenizer_json || b->tokenizer_config_json) && write_tokenizer(f, b));
-    if (!rc && qat && qat_save(f, qat, &b->tt, path, e)) {
-        h5_output_abort(&out);
-        return -1;
-    }
+    hid_t f = out.file;
+    int rc = write_fields(f, "config", CONFIG_FIELDS, COUNT(CONFIG_FIELDS), &b->cfg) ||
+             write_tensor_group(f, "params", &b->tt, b->params) || (st && write_state(f, m, v, &b->tt, st)) ||
+             ((b->tokenizer_json || b->tokenizer_config_json) && write_tokenizer(f, b));
+    if (rc) pt_fail(e, "%s: writing the checkpoint failed (disk full or not writable?)", path);
+    else if (qat) rc = qat_save(f, qat, &b->tt, path, e);   // fills e itself
     if (rc) {
         h5_output_abort(&out);
-        return pt_fail(e, "%s: writing the checkpoint failed (disk full or not writable?)", path);
+        return -1;
     }
     return h5_output_commit(&out, e);
 }
@@ -188,12 +181,9 @@ int checkpoint_load(const char *path, ModelBundle *b, PtError *e) {
     memset(b, 0, sizeof *b);
     hid_t f = h5_open_read(path, e);
     if (f < 0) return -1;
-    ModelConfig cfg;
-    memset(&cfg, 0, sizeof cfg);
-    hid_t g = h5_exists(f, "config") ? h5_open_group(f, "config", path, e)
-                                     : pt_fail(e, "%s: no /config group: not a pocket checkpoint", path);
-    int rc = g < 0 ? -1 : read_fields(g, CONFIG_FIELDS, COUNT(CONFIG_FIELDS), &cfg, path, e);
-    if (g >= 0) H5Gclose(g);
+    ModelConfig cfg = {0};
+    int rc = h5_exists(f, "config") ? read_fields(f, "config", CONFIG_FIELDS, COUNT(CONFIG_FIELDS), &cfg, path, e)
+                                    : pt_fail(e, "%s: no /config group: not a pocket checkpoint", path);
     if (!rc) rc = config_validate(&cfg, path, e);
     if (!rc) {
         bundle_alloc(b, &cfg);
@@ -249,9 +239,7 @@ int checkpoint_load_train(const char *path, const TensorTable *tt, float *adam_m
         H5Fclose(f);
         return 1;
     }
-    hid_t g = h5_open_group(f, "state", path, e);
-    int rc = g < 0 ? -1 : read_fields(g, STATE_FIELDS, COUNT(STATE_FIELDS), st, path, e);
-    if (g >= 0) H5Gclose(g);
+    int rc = read_fields(f, "state", STATE_FIELDS, COUNT(STATE_FIELDS), st, path, e);
     if (!rc) rc = read_tensor_group(f, "optim/m", tt, adam_m, path, e);
     if (!rc) rc = read_tensor_group(f, "optim/v", tt, adam_v, path, e);
     H5Fclose(f);

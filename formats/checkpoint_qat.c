@@ -7,11 +7,9 @@
 
 // The Adam moments of the learned scales, in the order of MOMENT_NAMES.
 static const char *const MOMENT_NAMES[4] = {"scale_m", "scale_v", "zero_m", "zero_v"};
-static void moment_arrays(const QatState *q, size_t offset, float *arrays[4]) {
-    arrays[0] = q->m_scale + offset;
-    arrays[1] = q->v_scale + offset;
-    arrays[2] = q->m_zero + offset;
-    arrays[3] = q->v_zero + offset;
+static void moment_arrays(const QatState *q, size_t o, float *arrays[4]) {
+    float *moments[4] = {q->m_scale + o, q->v_scale + o, q->m_zero + o, q->v_zero + o};
+    memcpy(arrays, moments, sizeof moments);
 }
 
 static int write_tensor(hid_t root, const QatState *q, const QatTensor *qt, const char *name) {

@@ -19,17 +19,12 @@ static const char *reason(char buf[200]) {
     return buf;
 }
 
-// An object's path in its file for messages: "/" for the file, "/config" for a group.
-static const char *own_path(hid_t obj, char *buf, size_t size) {
-    if (H5Iget_name(obj, buf, size) <= 0) snprintf(buf, size, "?");
-    return buf;
-}
-
-// "/params/x" for messages: loc's path joined with name (unless name is absolute).
+// "/params/x" for messages: the path of loc ("/" for the file) joined with
+// name, unless name is absolute.
 static const char *object_path(hid_t loc, const char *name, char *buf, size_t size) {
     char parent[512] = "";
-    if (name[0] != '/' && strcmp(own_path(loc, parent, sizeof parent), "/") == 0) parent[0] = 0;
-    snprintf(buf, size, "%s%s%s", parent, name[0] == '/' ? "" : "/", name);
+    if (name[0] != '/') H5Iget_name(loc, parent, sizeof parent);
+    snprintf(buf, size, "%s/%s", strcmp(parent, "/") ? parent : "", name + (name[0] == '/'));
     return buf;
 }
 
@@ -80,13 +75,6 @@ static int fsync_path(const char *path) {
     return rc;
 }
 
-static void output_free(H5Output *out) {
-    free(out->path);
-    free(out->tmp);
-    out->file = -1;
-    out->path = out->tmp = NULL;
-}
-
 int h5_output_commit(H5Output *out, PtError *e) {
     char why[200];
     int rc = 0;
@@ -94,15 +82,22 @@ int h5_output_commit(H5Output *out, PtError *e) {
     if (!rc && fsync_path(out->tmp) != 0) rc = pt_fail(e, "%s: fsync failed: %s", out->path, strerror(errno));
     if (!rc && rename(out->tmp, out->path) != 0)
         rc = pt_fail(e, "%s: rename failed: %s", out->path, strerror(errno));
-    if (rc) unlink(out->tmp);
-    output_free(out);
+    out->file = -1;   // closed, even when H5Fclose failed
+    if (!rc) {        // renamed: no temporary file to remove
+        free(out->tmp);
+        out->tmp = NULL;
+    }
+    h5_output_abort(out);
     return rc;
 }
 
 void h5_output_abort(H5Output *out) {
     if (out->file >= 0) H5Fclose(out->file);
-    unlink(out->tmp);
-    output_free(out);
+    if (out->tmp) unlink(out->tmp);
+    free(out->path);
+    free(out->tmp);
+    out->file = -1;
+    out->path = out->tmp = NULL;
 }
 
 // ---------------------------------------------------------------- groups and links
@@ -125,19 +120,18 @@ hid_t h5_create_group(hid_t loc, const char *name) {
     return H5Gcreate2(loc, name, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
 }
 
-// Fills e when loc has no link `name`.
-static int check_exists(hid_t loc, const char *name, const char *path, PtError *e) {
+// Opens a group or a dataset, or fills e: "/a/b is missing", "/a/b is not a group".
+static hid_t open_object(hid_t loc, const char *name, int group, const char *path, PtError *e) {
     char where[512];
-    if (h5_exists(loc, name)) return 0;
-    return pt_fail(e, "%s: %s is missing", path, object_path(loc, name, where, sizeof where));
+    object_path(loc, name, where, sizeof where);
+    if (!h5_exists(loc, name)) return pt_fail(e, "%s: %s is missing", path, where);
+    hid_t id = group ? H5Gopen2(loc, name, H5P_DEFAULT) : H5Dopen2(loc, name, H5P_DEFAULT);
+    if (id < 0) return pt_fail(e, "%s: %s is not a %s", path, where, group ? "group" : "dataset");
+    return id;
 }
 
 hid_t h5_open_group(hid_t loc, const char *name, const char *path, PtError *e) {
-    char where[512];
-    if (check_exists(loc, name, path, e)) return -1;
-    hid_t g = H5Gopen2(loc, name, H5P_DEFAULT);
-    if (g < 0) return pt_fail(e, "%s: %s is not a group", path, object_path(loc, name, where, sizeof where));
-    return g;
+    return open_object(loc, name, 1, path, e);
 }
 
 int h5_child_count(hid_t group) {
@@ -187,7 +181,7 @@ int h5_has_attr(hid_t obj, const char *name) { return H5Aexists(obj, name) > 0; 
 
 // Opens an attribute, or fills e when it is missing.
 static hid_t open_attr(hid_t obj, const char *name, char *where, size_t size, const char *path, PtError *e) {
-    own_path(obj, where, size);
+    if (H5Iget_name(obj, where, size) <= 0) snprintf(where, size, "?");
     if (!h5_has_attr(obj, name)) return pt_fail(e, "%s: attribute '%s' of %s is missing", path, name, where);
     hid_t attr = H5Aopen(obj, name, H5P_DEFAULT);
     if (attr < 0) return pt_fail(e, "%s: attribute '%s' of %s cannot be opened", path, name, where);
@@ -216,47 +210,54 @@ int h5_read_attr(hid_t obj, const char *name, hid_t type, void *value, size_t co
     return rc;
 }
 
+// A scalar string, fixed or variable length, of an attribute or a dataset
+// (is_attr picks the reader), malloc'd; NULL when it cannot be read.
+static char *read_string(hid_t obj, hid_t type, int is_attr) {
+    hid_t mem = H5Tcopy(H5T_C_S1);
+    H5Tset_cset(mem, H5Tget_cset(type));   // HDF5 does not convert between charsets
+    char *s = NULL, *v = NULL;
+    if (H5Tis_variable_str(type) > 0) {
+        H5Tset_size(mem, H5T_VARIABLE);
+        herr_t st = is_attr ? H5Aread(obj, mem, &v) : H5Dread(obj, mem, H5S_ALL, H5S_ALL, H5P_DEFAULT, &v);
+        if (st >= 0 && v) s = xstrdup(v);
+        H5free_memory(v);
+    } else {
+        size_t n = H5Tget_size(type);
+        v = xcalloc(n + 1, 1, "string");
+        H5Tset_size(mem, n + 1);
+        herr_t st = is_attr ? H5Aread(obj, mem, v) : H5Dread(obj, mem, H5S_ALL, H5S_ALL, H5P_DEFAULT, v);
+        if (st >= 0) s = v;
+        else free(v);
+    }
+    H5Tclose(mem);
+    return s;
+}
+
 int h5_read_str_attr(hid_t obj, const char *name, char **s, const char *path, PtError *e) {
     char where[512];
     hid_t attr = open_attr(obj, name, where, sizeof where, path, e);
     if (attr < 0) return -1;
     hid_t type = H5Aget_type(attr);
-    int ok = 0;
-    if (type >= 0 && H5Tget_class(type) == H5T_STRING) {
-        hid_t mem = H5Tcopy(H5T_C_S1);
-        H5Tset_cset(mem, H5Tget_cset(type));   // HDF5 does not convert between charsets
-        if (H5Tis_variable_str(type) > 0) {
-            char *v = NULL;
-            H5Tset_size(mem, H5T_VARIABLE);
-            if (H5Aread(attr, mem, &v) >= 0 && v) {
-                *s = xstrdup(v);
-                H5free_memory(v);
-                ok = 1;
-            }
-        } else {
-            size_t n = H5Tget_size(type);
-            char *v = xcalloc(n + 1, 1, name);
-            H5Tset_size(mem, n + 1);
-            ok = H5Aread(attr, mem, v) >= 0;
-            if (ok) *s = v;
-            else free(v);
-        }
-        H5Tclose(mem);
-    }
-    if (type >= 0) H5Tclose(type);
+    *s = H5Tget_class(type) == H5T_STRING ? read_string(attr, type, 1) : NULL;
+    H5Tclose(type);
     H5Aclose(attr);
-    return ok ? 0 : pt_fail(e, "%s: attribute '%s' of %s is not a readable string", path, name, where);
+    return *s ? 0 : pt_fail(e, "%s: attribute '%s' of %s is not a readable string", path, name, where);
 }
 
 // ---------------------------------------------------------------- datasets
+
+static hsize_t element_count(int rank, const hsize_t *dims) {
+    hsize_t n = 1;
+    for (int d = 0; d < rank; d++) n *= dims[d];
+    return n;
+}
 
 // maxdims NULL: fixed shape. Empty datasets stay contiguous: a chunk cannot
 // be larger than a fixed dimension of 0.
 static hid_t create_dataset(hid_t loc, const char *name, hid_t type, int rank, const hsize_t *dims,
                             const hsize_t *maxdims) {
     hsize_t chunk[H5_MAX_RANK];
-    size_t row_bytes = H5Tget_size(type), elements = 1;
-    for (int d = 0; d < rank; d++) elements *= dims[d];
+    size_t row_bytes = H5Tget_size(type);
     for (int d = 1; d < rank; d++) {
         chunk[d] = dims[d];
         row_bytes *= dims[d];
@@ -265,7 +266,7 @@ static hid_t create_dataset(hid_t loc, const char *name, hid_t type, int rank, c
     if (!maxdims && chunk[0] > dims[0]) chunk[0] = dims[0];
     hid_t space = H5Screate_simple(rank, dims, maxdims);
     hid_t dcpl = H5Pcreate(H5P_DATASET_CREATE);
-    if (maxdims || elements > 0) {
+    if (maxdims || element_count(rank, dims) > 0) {
         H5Pset_chunk(dcpl, rank, chunk);
         H5Pset_shuffle(dcpl);   // byte-shuffling roughly doubles deflate's ratio on small integers
         H5Pset_deflate(dcpl, H5_DEFLATE_LEVEL);
@@ -279,11 +280,10 @@ static hid_t create_dataset(hid_t loc, const char *name, hid_t type, int rank, c
 
 int h5_write_dataset(hid_t loc, const char *name, hid_t type, int rank, const hsize_t *dims, const void *data) {
     hid_t ds = create_dataset(loc, name, type, rank, dims, NULL);
-    hssize_t n = 1;
-    for (int d = 0; d < rank; d++) n *= (hssize_t)dims[d];
-    int rc = (ds >= 0 && (n == 0 || H5Dwrite(ds, type, H5S_ALL, H5S_ALL, H5P_DEFAULT, data) >= 0)) ? 0 : -1;
-    if (ds >= 0) H5Dclose(ds);
-    return rc;
+    if (ds < 0) return -1;
+    herr_t st = element_count(rank, dims) ? H5Dwrite(ds, type, H5S_ALL, H5S_ALL, H5P_DEFAULT, data) : 0;
+    H5Dclose(ds);
+    return st < 0 ? -1 : 0;
 }
 
 hid_t h5_create_growing(hid_t loc, const char *name, hid_t type) {
@@ -315,10 +315,8 @@ int h5_write_bytes(hid_t loc, const char *name, const void *data, size_t len) {
 
 // Opens a dataset and describes it, or fills e.
 static hid_t open_dataset(hid_t loc, const char *name, H5DatasetInfo *info, const char *path, PtError *e) {
-    char where[512];
-    if (check_exists(loc, name, path, e)) return -1;
-    hid_t ds = H5Dopen2(loc, name, H5P_DEFAULT);
-    if (ds < 0) return pt_fail(e, "%s: %s is not a dataset", path, object_path(loc, name, where, sizeof where));
+    hid_t ds = open_object(loc, name, 0, path, e);
+    if (ds < 0) return -1;
     hid_t type = H5Dget_type(ds), space = H5Dget_space(ds);
     memset(info, 0, sizeof *info);
     dtype_name(type, info->dtype);
@@ -354,11 +352,8 @@ static int read_checked(hid_t loc, const char *name, hid_t type, int rank, const
     object_path(loc, name, where, sizeof where);
     dtype_name(type, want);
     int same_shape = info.rank == rank;
-    size_t n = 1;
-    for (int d = 0; d < rank; d++) {
-        same_shape = same_shape && info.dims[d] == dims[d];
-        n *= dims[d];
-    }
+    for (int d = 0; d < rank && same_shape; d++) same_shape = info.dims[d] == dims[d];
+    hsize_t n = element_count(rank, dims);
     int rc = 0;
     if (!same_shape && rank == 1 && info.rank == 1) {
         rc = pt_fail(e, "%s: %s has %llu entries, expected %llu", path, where, (unsigned long long)info.dims[0],
@@ -370,15 +365,12 @@ static int read_checked(hid_t loc, const char *name, hid_t type, int rank, const
     } else if (H5Tget_class(type) == H5T_FLOAT ? strncmp(info.dtype, "float", 5) : strcmp(info.dtype, want)) {
         rc = pt_fail(e, "%s: %s has the wrong dtype (%s, want %s)", path, where, info.dtype, want);
     } else {
-        if (alloc) *out = xmalloc(n * H5Tget_size(type), name);
+        void *buf = alloc ? xmalloc(n * H5Tget_size(type), name) : *out;
         char why[200];
-        if (n && H5Dread(ds, type, H5S_ALL, H5S_ALL, H5P_DEFAULT, *out) < 0) {
+        if (n && H5Dread(ds, type, H5S_ALL, H5S_ALL, H5P_DEFAULT, buf) < 0)
             rc = pt_fail(e, "%s: %s cannot be read (corrupt or truncated?): %s", path, where, reason(why));
-            if (alloc) {
-                free(*out);
-                *out = NULL;
-            }
-        }
+        if (alloc && rc) free(buf);
+        else if (alloc) *out = buf;
     }
     H5Dclose(ds);
     return rc;
@@ -398,41 +390,24 @@ int h5_read_bytes(hid_t loc, const char *name, char **data, size_t *len, const c
     H5DatasetInfo info;
     hid_t ds = open_dataset(loc, name, &info, path, e);
     if (ds < 0) return -1;
-    hid_t type = H5Dget_type(ds), mem = H5Tcopy(H5T_C_S1);
-    size_t size = H5Tget_size(type);
-    char *s = NULL;
     int rc = -1;
     *data = NULL;
     if (info.rank == 1 && (!strcmp(info.dtype, "uint8") || !strcmp(info.dtype, "int8"))) {
         *len = info.dims[0];
         *data = xmalloc(*len + 1, name);
+        (*data)[*len] = 0;
         if (*len == 0 || H5Dread(ds, H5T_NATIVE_UCHAR, H5S_ALL, H5S_ALL, H5P_DEFAULT, *data) >= 0) rc = 0;
     } else if (info.rank == 0 && !strcmp(info.dtype, "string")) {
-        H5Tset_cset(mem, H5Tget_cset(type));   // HDF5 does not convert between charsets
-        if (H5Tis_variable_str(type) > 0) {
-            H5Tset_size(mem, H5T_VARIABLE);
-            if (H5Dread(ds, mem, H5S_ALL, H5S_ALL, H5P_DEFAULT, &s) >= 0 && s) {
-                *data = xstrdup(s);
-                *len = strlen(s);
-                H5free_memory(s);
-                rc = 0;
-            }
-        } else {
-            *data = xcalloc(size + 1, 1, name);
-            H5Tset_size(mem, size);
-            if (H5Dread(ds, mem, H5S_ALL, H5S_ALL, H5P_DEFAULT, *data) >= 0) {
-                *len = strnlen(*data, size);
-                rc = 0;
-            }
+        hid_t type = H5Dget_type(ds);
+        *data = read_string(ds, type, 0);
+        H5Tclose(type);
+        if (*data) {
+            *len = strlen(*data);
+            rc = 0;
         }
     }
-    H5Tclose(mem);
-    H5Tclose(type);
     H5Dclose(ds);
-    if (rc == 0) {
-        (*data)[*len] = 0;
-        return 0;
-    }
+    if (rc == 0) return 0;
     free(*data);
     *data = NULL;
     char where[512];

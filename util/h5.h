@@ -24,10 +24,9 @@ hid_t h5_open_read(const char *path, PtError *e);  // read-only; <0 on error (no
 // so a crash or an error never leaves a half-written PATH behind.
 typedef struct { hid_t file; char *path, *tmp; } H5Output;
 int h5_output_create(H5Output *out, const char *path, PtError *e);
-// Closes the file (close its datasets and groups first), fsyncs and renames.
-// Removes the temporary file on failure.
+// Closes the file (close its datasets and groups first), fsyncs, renames.
 int h5_output_commit(H5Output *out, PtError *e);
-void h5_output_abort(H5Output *out);   // closes and removes the temporary file
+void h5_output_abort(H5Output *out);   // closes and removes the temporary file (commit does on failure)
 
 // ---- groups and links; a name may be a path ("optim/m") relative to loc
 int h5_exists(hid_t loc, const char *name);         // 1 when every part of the path exists
@@ -73,6 +72,5 @@ int h5_read_dataset(hid_t loc, const char *name, hid_t type, int rank, const hsi
 // wrong count from a corrupt file is an error, not a huge allocation.
 int h5_read_dataset_alloc(hid_t loc, const char *name, hid_t type, int rank, const hsize_t *dims, void **out,
                           const char *path, PtError *e);
-// A 1-D uint8/int8 dataset or a scalar string, whole, into a malloc'd
-// NUL-terminated buffer (*len excludes the NUL).
+// A 1-D uint8/int8 dataset or a scalar string into a malloc'd, NUL-terminated buffer.
 int h5_read_bytes(hid_t loc, const char *name, char **data, size_t *len, const char *path, PtError *e);
