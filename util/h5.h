@@ -1,8 +1,8 @@
 // h5.h: the one HDF5 layer of the project (checkpoints and token datasets).
-// Every function turns HDF5's own error printing off; a function that can
-// fail on bad input fills a PtError with one line naming the file (`path`)
-// and the object's path inside it. Writers just return -1: their callers say
-// what was being written.
+// Opening or creating a file turns HDF5's own error printing off; a function
+// that can fail on bad input fills a PtError with one line naming the file
+// (`path`) and the object's path inside it. Writers just return -1: their
+// callers say what was being written.
 //
 // Stored types: a function taking one `type` uses it both in memory and in
 // the file, so native types are stored as their little-endian equivalents
@@ -14,7 +14,7 @@
 // Every dataset is chunked along its first dimension, shuffled and deflated:
 #define H5_CHUNK_BYTES (128u << 10)   // zlib's window is 32 KiB: bigger chunks compress barely better
 #define H5_DEFLATE_LEVEL 1            // levels 4-6 shrink shuffled floats and ids 1-3% more, in up to 2.5x the time
-#define H5_MAX_RANK 4
+#define H5_MAX_RANK 4   // the most dimensions H5DatasetInfo describes
 
 // ---- files
 int h5_is_file(const char *path);                  // an existing regular file in HDF5 format
@@ -26,7 +26,7 @@ typedef struct { hid_t file; char *path, *tmp; } H5Output;
 int h5_output_create(H5Output *out, const char *path, PtError *e);
 // Closes the file (close its datasets and groups first), fsyncs, renames.
 int h5_output_commit(H5Output *out, PtError *e);
-void h5_output_abort(H5Output *out);   // closes and removes the temporary file (commit does on failure)
+void h5_output_abort(H5Output *out);   // closes and removes the temporary file, as a failed commit does
 
 // ---- groups and links; a name may be a path ("optim/m") relative to loc
 int h5_exists(hid_t loc, const char *name);         // 1 when every part of the path exists
