@@ -1,104 +1,55 @@
 // dataset.c: HDF5 token datasets (layout in dataset.h): streaming writer,
 // validating reader, inspect.
 #include "dataset.h"
-#include <errno.h>
-#include <fcntl.h>
-#include <hdf5.h>
 #include <inttypes.h>
 #include <string.h>
-#include <unistd.h>
+#include "../util/h5.h"
 
-enum { FORMAT_VERSION = 1, TOKEN_CHUNK = 1 << 16, OFFSET_CHUNK = 1 << 14, DEFLATE_LEVEL = 4 };
+// The writer appends whole chunks: one of uint16 tokens (two of uint32) and
+// one of offsets at a time.
+enum { FORMAT_VERSION = 1, TOKEN_BUFFER = H5_CHUNK_BYTES / 2, OFFSET_BUFFER = H5_CHUNK_BYTES / 8 };
 
 static const char *kind_name(DatasetKind k) { return k == DATASET_SFT ? "sft" : "cpt"; }
-
-// HDF5 prints its error stack by default; we report errors ourselves.
-static void h5_quiet(void) { H5Eset_auto2(H5E_DEFAULT, NULL, NULL); }
-
-// The most specific message on HDF5's error stack, for the tail of ours.
-static herr_t first_error(unsigned n, const H5E_error2_t *err, void *data) {
-    char *buf = data;
-    if (n == 0 && err->desc) snprintf(buf, 200, "%s", err->desc);
-    return 0;
-}
-static const char *h5_reason(char buf[200]) {
-    strcpy(buf, "HDF5 error");
-    H5Ewalk2(H5E_DEFAULT, H5E_WALK_UPWARD, first_error, buf);
-    return buf;
-}
 
 // ---------------------------------------------------------------- writer
 
 struct DatasetWriter {
-    char *path, *tmp, *hash;
+    H5Output out;
+    char *hash;
     DatasetKind kind;
     int vocab_size, token_bytes;
-    hid_t file, tokens, offsets, mask;
-    void *tok_buf;             // TOKEN_CHUNK tokens in the stored width
-    uint8_t *mask_buf;         // TOKEN_CHUNK
-    uint64_t *off_buf;         // OFFSET_CHUNK
+    hid_t tokens, offsets, mask;
+    void *tok_buf;             // TOKEN_BUFFER tokens in the stored width
+    uint8_t *mask_buf;         // TOKEN_BUFFER
+    uint64_t *off_buf;         // OFFSET_BUFFER
     size_t tok_fill, off_fill;
-    uint64_t n_tokens, n_docs, tok_written, off_written;
+    uint64_t n_tokens, n_docs;
     uint64_t n_dropped, n_truncated, n_skipped;
 };
 
-static hid_t create_growing(hid_t file, const char *name, hid_t type, hsize_t chunk) {
-    hsize_t zero = 0, unlimited = H5S_UNLIMITED;
-    hid_t space = H5Screate_simple(1, &zero, &unlimited);
-    hid_t dcpl = H5Pcreate(H5P_DATASET_CREATE);
-    H5Pset_chunk(dcpl, 1, &chunk);
-    H5Pset_shuffle(dcpl);   // byte-shuffling small integers roughly doubles deflate's ratio
-    H5Pset_deflate(dcpl, DEFLATE_LEVEL);
-    H5Pset_obj_track_times(dcpl, 0);   // no timestamps: the same input gives the same bytes
-    hid_t ds = H5Dcreate2(file, name, type, space, H5P_DEFAULT, dcpl, H5P_DEFAULT);
-    H5Pclose(dcpl);
-    H5Sclose(space);
-    return ds;
-}
-
-// Writes n elements at [at, at+n) of a growing 1-D dataset.
-static int append_block(hid_t ds, hid_t memtype, const void *buf, uint64_t at, size_t n) {
-    if (n == 0) return 0;
-    hsize_t start = at, count = n, size = at + n;
-    if (H5Dset_extent(ds, &size) < 0) return -1;
-    hid_t fspace = H5Dget_space(ds);
-    hid_t mspace = H5Screate_simple(1, &count, NULL);
-    herr_t rc = H5Sselect_hyperslab(fspace, H5S_SELECT_SET, &start, NULL, &count, NULL);
-    if (rc >= 0) rc = H5Dwrite(ds, memtype, mspace, fspace, H5P_DEFAULT, buf);
-    H5Sclose(mspace);
-    H5Sclose(fspace);
-    return rc < 0 ? -1 : 0;
-}
+static hid_t token_type(int token_bytes) { return token_bytes == 2 ? H5T_NATIVE_UINT16 : H5T_NATIVE_UINT32; }
 
 static int flush_tokens(DatasetWriter *w, PtError *e) {
-    char why[200];
-    hid_t memtype = w->token_bytes == 2 ? H5T_NATIVE_UINT16 : H5T_NATIVE_UINT32;
-    if (append_block(w->tokens, memtype, w->tok_buf, w->tok_written, w->tok_fill))
-        return pt_fail(e, "%s: writing /tokens: %s", w->path, h5_reason(why));
-    if (w->kind == DATASET_SFT && append_block(w->mask, H5T_NATIVE_UINT8, w->mask_buf, w->tok_written, w->tok_fill))
-        return pt_fail(e, "%s: writing /loss_mask: %s", w->path, h5_reason(why));
-    w->tok_written += w->tok_fill;
+    if (h5_append(w->tokens, token_type(w->token_bytes), w->tok_buf, w->tok_fill))
+        return pt_fail(e, "%s: writing /tokens failed (disk full or not writable?)", w->out.path);
+    if (w->kind == DATASET_SFT && h5_append(w->mask, H5T_NATIVE_UINT8, w->mask_buf, w->tok_fill))
+        return pt_fail(e, "%s: writing /loss_mask failed (disk full or not writable?)", w->out.path);
     w->tok_fill = 0;
     return 0;
 }
 
 static int flush_offsets(DatasetWriter *w, PtError *e) {
-    char why[200];
-    if (append_block(w->offsets, H5T_NATIVE_UINT64, w->off_buf, w->off_written, w->off_fill))
-        return pt_fail(e, "%s: writing /doc_offsets: %s", w->path, h5_reason(why));
-    w->off_written += w->off_fill;
+    if (h5_append(w->offsets, H5T_NATIVE_UINT64, w->off_buf, w->off_fill))
+        return pt_fail(e, "%s: writing /doc_offsets failed (disk full or not writable?)", w->out.path);
     w->off_fill = 0;
     return 0;
 }
 
-static void push_offset(DatasetWriter *w, uint64_t off, PtError *e, int *rc) {
-    w->off_buf[w->off_fill++] = off;
-    if (w->off_fill == OFFSET_CHUNK && flush_offsets(w, e)) *rc = -1;
-}
-
+// The file must be closed (commit or abort) after the datasets.
 static void writer_free(DatasetWriter *w) {
-    free(w->path);
-    free(w->tmp);
+    if (w->tokens >= 0) H5Dclose(w->tokens);
+    if (w->offsets >= 0) H5Dclose(w->offsets);
+    if (w->mask >= 0) H5Dclose(w->mask);
     free(w->hash);
     free(w->tok_buf);
     free(w->mask_buf);
@@ -106,67 +57,51 @@ static void writer_free(DatasetWriter *w) {
     free(w);
 }
 
-static void close_handles(DatasetWriter *w) {
-    if (w->tokens >= 0) H5Dclose(w->tokens);
-    if (w->offsets >= 0) H5Dclose(w->offsets);
-    if (w->mask >= 0) H5Dclose(w->mask);
-    if (w->file >= 0) H5Fclose(w->file);
-    w->tokens = w->offsets = w->mask = w->file = -1;
-}
-
 int dataset_writer_open(DatasetWriter **out, const char *path, DatasetKind kind, int vocab_size,
                         const char *tokenizer_hash, PtError *e) {
-    h5_quiet();
     if (vocab_size <= 0) return pt_fail(e, "%s: vocab_size %d must be positive", path, vocab_size);
     DatasetWriter *w = xcalloc(1, sizeof *w, "dataset writer");
-    w->path = xstrdup(path);
-    w->tmp = temp_path_for(path);
+    w->tokens = w->offsets = w->mask = -1;
+    if (h5_output_create(&w->out, path, e)) {
+        writer_free(w);
+        return -1;
+    }
     w->hash = xstrdup(tokenizer_hash ? tokenizer_hash : "");
     w->kind = kind;
     w->vocab_size = vocab_size;
     w->token_bytes = vocab_size <= 65536 ? 2 : 4;
-    w->tokens = w->offsets = w->mask = -1;
-    w->file = H5Fcreate(w->tmp, H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT);
-    if (w->file < 0) {
-        char why[200];
-        pt_fail(e, "%s: cannot create %s: %s", path, w->tmp, h5_reason(why));
-        writer_free(w);
-        return -1;
-    }
-    w->tokens = create_growing(w->file, "tokens", w->token_bytes == 2 ? H5T_STD_U16LE : H5T_STD_U32LE, TOKEN_CHUNK);
-    w->offsets = create_growing(w->file, "doc_offsets", H5T_STD_U64LE, OFFSET_CHUNK);
-    if (kind == DATASET_SFT) w->mask = create_growing(w->file, "loss_mask", H5T_STD_U8LE, TOKEN_CHUNK);
+    w->tokens = h5_create_growing(w->out.file, "tokens", token_type(w->token_bytes));
+    w->offsets = h5_create_growing(w->out.file, "doc_offsets", H5T_NATIVE_UINT64);
+    if (kind == DATASET_SFT) w->mask = h5_create_growing(w->out.file, "loss_mask", H5T_NATIVE_UINT8);
     if (w->tokens < 0 || w->offsets < 0 || (kind == DATASET_SFT && w->mask < 0)) {
-        char why[200];
-        pt_fail(e, "%s: cannot create datasets: %s", path, h5_reason(why));
+        pt_fail(e, "%s: cannot create the datasets in %s", path, w->out.tmp);
         dataset_writer_abort(w);
         return -1;
     }
-    w->tok_buf = xmalloc((size_t)TOKEN_CHUNK * w->token_bytes, "token buffer");
-    w->mask_buf = xmalloc(TOKEN_CHUNK, "mask buffer");
-    w->off_buf = xmalloc(OFFSET_CHUNK * sizeof(uint64_t), "offset buffer");
+    w->tok_buf = xmalloc((size_t)TOKEN_BUFFER * w->token_bytes, "token buffer");
+    w->mask_buf = xmalloc(TOKEN_BUFFER, "mask buffer");
+    w->off_buf = xmalloc(OFFSET_BUFFER * sizeof(uint64_t), "offset buffer");
     w->off_buf[w->off_fill++] = 0;
     *out = w;
     return 0;
 }
 
 int dataset_writer_add(DatasetWriter *w, const int *ids, const uint8_t *mask, size_t n, PtError *e) {
-    if (w->kind == DATASET_SFT && !mask) return pt_fail(e, "%s: an SFT document needs a loss mask", w->path);
+    if (w->kind == DATASET_SFT && !mask) return pt_fail(e, "%s: an SFT document needs a loss mask", w->out.path);
     for (size_t i = 0; i < n; i++)
         if (ids[i] < 0 || ids[i] >= w->vocab_size)
-            return pt_fail(e, "%s: document %" PRIu64 ": token id %d outside the vocabulary [0, %d)", w->path,
+            return pt_fail(e, "%s: document %" PRIu64 ": token id %d outside the vocabulary [0, %d)", w->out.path,
                            w->n_docs, ids[i], w->vocab_size);
     for (size_t i = 0; i < n; i++) {
         if (w->token_bytes == 2) ((uint16_t *)w->tok_buf)[w->tok_fill] = (uint16_t)ids[i];
         else ((uint32_t *)w->tok_buf)[w->tok_fill] = (uint32_t)ids[i];
         if (w->kind == DATASET_SFT) w->mask_buf[w->tok_fill] = mask[i] ? 1 : 0;
-        if (++w->tok_fill == TOKEN_CHUNK && flush_tokens(w, e)) return -1;
+        if (++w->tok_fill == TOKEN_BUFFER && flush_tokens(w, e)) return -1;
     }
     w->n_tokens += n;
     w->n_docs++;
-    int rc = 0;
-    push_offset(w, w->n_tokens, e, &rc);
-    return rc;
+    w->off_buf[w->off_fill++] = w->n_tokens;
+    return w->off_fill == OFFSET_BUFFER ? flush_offsets(w, e) : 0;
 }
 
 void dataset_writer_set_counts(DatasetWriter *w, uint64_t n_dropped, uint64_t n_truncated, uint64_t n_skipped) {
@@ -178,176 +113,60 @@ void dataset_writer_set_counts(DatasetWriter *w, uint64_t n_dropped, uint64_t n_
 uint64_t dataset_writer_tokens(const DatasetWriter *w) { return w->n_tokens; }
 uint64_t dataset_writer_docs(const DatasetWriter *w) { return w->n_docs; }
 
-static int write_u64_attr(hid_t file, const char *name, uint64_t v) {
-    hid_t space = H5Screate(H5S_SCALAR);
-    hid_t a = H5Acreate2(file, name, H5T_STD_U64LE, space, H5P_DEFAULT, H5P_DEFAULT);
-    herr_t rc = a < 0 ? -1 : H5Awrite(a, H5T_NATIVE_UINT64, &v);
-    if (a >= 0) H5Aclose(a);
-    H5Sclose(space);
-    return rc < 0 ? -1 : 0;
-}
-
-// Variable-length UTF-8 strings: h5py reads them as str.
-static int write_str_attr(hid_t file, const char *name, const char *v) {
-    hid_t type = H5Tcopy(H5T_C_S1);
-    H5Tset_size(type, H5T_VARIABLE);
-    H5Tset_cset(type, H5T_CSET_UTF8);
-    hid_t space = H5Screate(H5S_SCALAR);
-    hid_t a = H5Acreate2(file, name, type, space, H5P_DEFAULT, H5P_DEFAULT);
-    herr_t rc = a < 0 ? -1 : H5Awrite(a, type, &v);
-    if (a >= 0) H5Aclose(a);
-    H5Sclose(space);
-    H5Tclose(type);
-    return rc < 0 ? -1 : 0;
-}
-
-static int fsync_path(const char *path) {
-    int fd = open(path, O_RDONLY);
-    if (fd < 0) return -1;
-    int rc = fsync(fd);
-    close(fd);
+static int write_attributes(const DatasetWriter *w) {
+    const struct { const char *name; uint64_t value; } counts[] = {
+        {"vocab_size", (uint64_t)w->vocab_size}, {"n_tokens", w->n_tokens}, {"n_docs", w->n_docs},
+        {"n_dropped", w->n_dropped}, {"n_truncated", w->n_truncated}, {"n_skipped", w->n_skipped},
+        {"format_version", FORMAT_VERSION},
+    };
+    hid_t f = w->out.file;
+    int rc = h5_write_utf8_attr(f, "kind", kind_name(w->kind)) || h5_write_utf8_attr(f, "tokenizer_hash", w->hash);
+    for (size_t i = 0; i < sizeof counts / sizeof counts[0] && rc == 0; i++)
+        rc = h5_write_attr(f, counts[i].name, H5T_NATIVE_UINT64, &counts[i].value, 1);
     return rc;
 }
 
 int dataset_writer_commit(DatasetWriter *w, PtError *e) {
-    char why[200];
-    int rc = 0;
-    if (flush_tokens(w, e) || flush_offsets(w, e)) rc = -1;
-    if (!rc && (write_str_attr(w->file, "kind", kind_name(w->kind)) ||
-                write_str_attr(w->file, "tokenizer_hash", w->hash) ||
-                write_u64_attr(w->file, "vocab_size", (uint64_t)w->vocab_size) ||
-                write_u64_attr(w->file, "n_tokens", w->n_tokens) || write_u64_attr(w->file, "n_docs", w->n_docs) ||
-                write_u64_attr(w->file, "n_dropped", w->n_dropped) ||
-                write_u64_attr(w->file, "n_truncated", w->n_truncated) ||
-                write_u64_attr(w->file, "n_skipped", w->n_skipped) ||
-                write_u64_attr(w->file, "format_version", FORMAT_VERSION)))
-        rc = pt_fail(e, "%s: writing attributes: %s", w->path, h5_reason(why));
-    if (!rc && H5Fflush(w->file, H5F_SCOPE_GLOBAL) < 0)
-        rc = pt_fail(e, "%s: flush failed: %s", w->path, h5_reason(why));
-    close_handles(w);
-    if (!rc && fsync_path(w->tmp) != 0) rc = pt_fail(e, "%s: fsync failed: %s", w->path, strerror(errno));
-    if (!rc && rename(w->tmp, w->path) != 0) rc = pt_fail(e, "%s: rename failed: %s", w->path, strerror(errno));
-    if (rc) unlink(w->tmp);
-    writer_free(w);
-    return rc;
+    int rc = flush_tokens(w, e) || flush_offsets(w, e) ? -1 : 0;
+    if (!rc && write_attributes(w))
+        rc = pt_fail(e, "%s: writing the attributes failed (disk full or not writable?)", w->out.path);
+    H5Output out = w->out;
+    writer_free(w);   // closes the datasets before the file
+    if (rc) h5_output_abort(&out);
+    return rc ? -1 : h5_output_commit(&out, e);
 }
 
 void dataset_writer_abort(DatasetWriter *w) {
     if (!w) return;
-    close_handles(w);
-    unlink(w->tmp);
+    H5Output out = w->out;
     writer_free(w);
+    h5_output_abort(&out);
 }
 
 // ---------------------------------------------------------------- reader
-
-static int read_u64_attr(hid_t file, const char *path, const char *name, uint64_t *v, PtError *e) {
-    if (H5Aexists(file, name) <= 0) return pt_fail(e, "%s: attribute '%s' is missing", path, name);
-    hid_t a = H5Aopen(file, name, H5P_DEFAULT);
-    hid_t type = a < 0 ? -1 : H5Aget_type(a);
-    hid_t space = a < 0 ? -1 : H5Aget_space(a);
-    int ok = a >= 0 && H5Tget_class(type) == H5T_INTEGER && H5Sget_simple_extent_npoints(space) == 1 &&
-             H5Aread(a, H5T_NATIVE_UINT64, v) >= 0;
-    if (space >= 0) H5Sclose(space);
-    if (type >= 0) H5Tclose(type);
-    if (a >= 0) H5Aclose(a);
-    return ok ? 0 : pt_fail(e, "%s: attribute '%s' is not a readable integer", path, name);
-}
-
-// Reads a fixed- or variable-length string attribute (malloc'd).
-static int read_str_attr(hid_t file, const char *path, const char *name, char **v, PtError *e) {
-    if (H5Aexists(file, name) <= 0) return pt_fail(e, "%s: attribute '%s' is missing", path, name);
-    hid_t a = H5Aopen(file, name, H5P_DEFAULT);
-    hid_t type = a < 0 ? -1 : H5Aget_type(a);
-    int ok = 0;
-    if (type >= 0 && H5Tget_class(type) == H5T_STRING) {
-        hid_t mem = H5Tcopy(H5T_C_S1);
-        H5Tset_cset(mem, H5Tget_cset(type));   // HDF5 does not convert between charsets
-        if (H5Tis_variable_str(type) > 0) {
-            char *s = NULL;
-            H5Tset_size(mem, H5T_VARIABLE);
-            if (H5Aread(a, mem, &s) >= 0 && s) {
-                *v = xstrdup(s);
-                H5free_memory(s);
-                ok = 1;
-            }
-        } else {
-            size_t n = H5Tget_size(type);
-            char *s = xcalloc(n + 1, 1, "string attribute");
-            H5Tset_size(mem, n + 1);
-            if (H5Aread(a, mem, s) >= 0) { *v = s; ok = 1; }
-            else free(s);
-        }
-        H5Tclose(mem);
-    }
-    if (type >= 0) H5Tclose(type);
-    if (a >= 0) H5Aclose(a);
-    return ok ? 0 : pt_fail(e, "%s: attribute '%s' is not a readable string", path, name);
-}
-
-// Opens a 1-D unsigned integer dataset of one of the allowed element sizes
-// (sizes: bitmask of 1, 2, 4, 8) and reads it whole.
-static int read_uint_dataset(hid_t file, const char *path, const char *name, unsigned sizes, uint64_t expect_len,
-                             void **data, int *elem_size, PtError *e) {
-    char why[200];
-    if (H5Lexists(file, name, H5P_DEFAULT) <= 0) return pt_fail(e, "%s: dataset /%s is missing", path, name);
-    hid_t ds = H5Dopen2(file, name, H5P_DEFAULT);
-    if (ds < 0) return pt_fail(e, "%s: /%s is not a dataset: %s", path, name, h5_reason(why));
-    hid_t type = H5Dget_type(ds), space = H5Dget_space(ds);
-    int rc = 0;
-    size_t size = H5Tget_size(type);
-    hsize_t len = 0;
-    if (H5Tget_class(type) != H5T_INTEGER || H5Tget_sign(type) != H5T_SGN_NONE || size > 8 || !(sizes & size)) {
-        rc = pt_fail(e, "%s: /%s has the wrong dtype (want %s)", path, name,
-                     sizes == 1 ? "uint8" : sizes == 8 ? "uint64" : "uint16 or uint32");
-    } else if (H5Sget_simple_extent_ndims(space) != 1) {
-        rc = pt_fail(e, "%s: /%s must be one-dimensional", path, name);
-    } else {
-        H5Sget_simple_extent_dims(space, &len, NULL);
-        if (len != expect_len)
-            rc = pt_fail(e, "%s: /%s has %llu entries, the attributes say %" PRIu64, path, name,
-                         (unsigned long long)len, expect_len);
-    }
-    if (!rc) {
-        hid_t mem = size == 1 ? H5T_NATIVE_UINT8 : size == 2 ? H5T_NATIVE_UINT16 : size == 4 ? H5T_NATIVE_UINT32
-                                                                                               : H5T_NATIVE_UINT64;
-        *data = xmalloc(len * size, name);
-        *elem_size = (int)size;
-        if (len && H5Dread(ds, mem, H5S_ALL, H5S_ALL, H5P_DEFAULT, *data) < 0) {
-            free(*data);
-            *data = NULL;
-            rc = pt_fail(e, "%s: /%s cannot be read (corrupt or truncated file?): %s", path, name, h5_reason(why));
-        }
-    }
-    H5Sclose(space);
-    H5Tclose(type);
-    H5Dclose(ds);
-    return rc;
-}
 
 static int read_header(hid_t f, Dataset *d, PtError *e) {
     const char *p = d->path;
     char *kind = NULL;
     uint64_t vocab;
-    if (read_str_attr(f, p, "kind", &kind, e)) return -1;
+    if (h5_read_str_attr(f, "kind", &kind, p, e)) return -1;
     int bad_kind = strcmp(kind, "cpt") && strcmp(kind, "sft");
     d->kind = !strcmp(kind, "sft") ? DATASET_SFT : DATASET_CPT;
-    if (bad_kind) {
-        pt_fail(e, "%s: attribute 'kind' is '%s' (want cpt or sft)", p, kind);
-        free(kind);
-        return -1;
-    }
+    if (bad_kind) pt_fail(e, "%s: attribute 'kind' is '%s' (want cpt or sft)", p, kind);
     free(kind);
-    if (read_str_attr(f, p, "tokenizer_hash", &d->tokenizer_hash, e) ||
-        read_u64_attr(f, p, "vocab_size", &vocab, e) || read_u64_attr(f, p, "n_tokens", &d->n_tokens, e) ||
-        read_u64_attr(f, p, "n_docs", &d->n_docs, e))
+    if (bad_kind) return -1;
+    if (h5_read_str_attr(f, "tokenizer_hash", &d->tokenizer_hash, p, e) ||
+        h5_read_attr(f, "vocab_size", H5T_NATIVE_UINT64, &vocab, 1, p, e) ||
+        h5_read_attr(f, "n_tokens", H5T_NATIVE_UINT64, &d->n_tokens, 1, p, e) ||
+        h5_read_attr(f, "n_docs", H5T_NATIVE_UINT64, &d->n_docs, 1, p, e))
         return -1;
     if (vocab == 0 || vocab > INT32_MAX) return pt_fail(e, "%s: attribute vocab_size %" PRIu64 " is out of range", p, vocab);
     d->vocab_size = (int)vocab;
     // Counts of what tokenize left out are informational; older writers may lack them.
-    if (H5Aexists(f, "n_dropped") > 0 && read_u64_attr(f, p, "n_dropped", &d->n_dropped, e)) return -1;
-    if (H5Aexists(f, "n_truncated") > 0 && read_u64_attr(f, p, "n_truncated", &d->n_truncated, e)) return -1;
-    if (H5Aexists(f, "n_skipped") > 0 && read_u64_attr(f, p, "n_skipped", &d->n_skipped, e)) return -1;
+    const char *names[3] = {"n_dropped", "n_truncated", "n_skipped"};
+    uint64_t *counts[3] = {&d->n_dropped, &d->n_truncated, &d->n_skipped};
+    for (int i = 0; i < 3; i++)
+        if (h5_has_attr(f, names[i]) && h5_read_attr(f, names[i], H5T_NATIVE_UINT64, counts[i], 1, p, e)) return -1;
     return 0;
 }
 
@@ -373,26 +192,30 @@ static int validate(const Dataset *d, PtError *e) {
     return 0;
 }
 
+// Reads /tokens as stored: uint16 or uint32.
+static int read_tokens(hid_t f, Dataset *d, PtError *e) {
+    H5DatasetInfo info;
+    if (h5_dataset_info(f, "tokens", &info, d->path, e)) return -1;
+    if (strcmp(info.dtype, "uint16") && strcmp(info.dtype, "uint32"))
+        return pt_fail(e, "%s: /tokens has the wrong dtype (%s, want uint16 or uint32)", d->path, info.dtype);
+    d->token_bytes = strcmp(info.dtype, "uint16") ? 4 : 2;
+    hsize_t n = d->n_tokens;
+    return h5_read_dataset_alloc(f, "tokens", token_type(d->token_bytes), 1, &n, &d->tokens, d->path, e);
+}
+
 int dataset_open(Dataset *d, const char *path, PtError *e) {
     memset(d, 0, sizeof *d);
-    h5_quiet();
-    if (!path_exists(path)) return pt_fail(e, "%s: no such file", path);
-    char why[200];
-    hid_t f = H5Fopen(path, H5F_ACC_RDONLY, H5P_DEFAULT);
-    if (f < 0) return pt_fail(e, "%s: not a readable HDF5 file: %s", path, h5_reason(why));
+    hid_t f = h5_open_read(path, e);
+    if (f < 0) return -1;
     d->path = xstrdup(path);
-    int esize = 0, rc = read_header(f, d, e);
-    if (!rc) rc = read_uint_dataset(f, path, "tokens", 2 | 4, d->n_tokens, &d->tokens, &d->token_bytes, e);
-    if (!rc) {
-        void *off = NULL;
-        rc = read_uint_dataset(f, path, "doc_offsets", 8, d->n_docs + 1, &off, &esize, e);
-        d->doc_offsets = off;
-    }
-    if (!rc && d->kind == DATASET_SFT) {
-        void *mask = NULL;
-        rc = read_uint_dataset(f, path, "loss_mask", 1, d->n_tokens, &mask, &esize, e);
-        d->loss_mask = mask;
-    }
+    int rc = read_header(f, d, e) || read_tokens(f, d, e) ? -1 : 0;
+    hsize_t n_offsets = d->n_docs + 1, n_mask = d->n_tokens;
+    void *offsets = NULL, *mask = NULL;
+    if (!rc) rc = h5_read_dataset_alloc(f, "doc_offsets", H5T_NATIVE_UINT64, 1, &n_offsets, &offsets, path, e);
+    if (!rc && d->kind == DATASET_SFT)
+        rc = h5_read_dataset_alloc(f, "loss_mask", H5T_NATIVE_UINT8, 1, &n_mask, &mask, path, e);
+    d->doc_offsets = offsets;
+    d->loss_mask = mask;
     H5Fclose(f);
     if (!rc) rc = validate(d, e);
     if (rc) dataset_close(d);
@@ -416,78 +239,32 @@ int dataset_check_tokenizer(const Dataset *d, const char *model_tokenizer_hash, 
 }
 
 int dataset_is_token_file(const char *path) {
-    h5_quiet();
-    if (!path_exists(path) || H5Fis_hdf5(path) <= 0) return 0;
-    hid_t f = H5Fopen(path, H5F_ACC_RDONLY, H5P_DEFAULT);
+    hid_t f = h5_open_read(path, NULL);
     if (f < 0) return 0;
-    int yes = H5Lexists(f, "tokens", H5P_DEFAULT) > 0;
+    int yes = h5_exists(f, "tokens");
     H5Fclose(f);
     return yes;
 }
 
 // ---------------------------------------------------------------- tokenizer from a checkpoint
 
-// The checkpoint stores tokenizer.json as a 1-D uint8/int8 dataset or as a
-// string; accept either.
-static int read_bytes_dataset(hid_t f, const char *path, const char *name, char **out, size_t *len, PtError *e) {
-    char why[200];
-    if (H5Lexists(f, "tokenizer", H5P_DEFAULT) <= 0 || H5Lexists(f, name, H5P_DEFAULT) <= 0)
-        return pt_fail(e, "%s: no %s in this checkpoint (pass --tokenizer tokenizer.json)", path, name);
-    hid_t ds = H5Dopen2(f, name, H5P_DEFAULT);
-    if (ds < 0) return pt_fail(e, "%s: %s: %s", path, name, h5_reason(why));
-    hid_t type = H5Dget_type(ds), space = H5Dget_space(ds);
-    int rc = -1;
-    hssize_t npoints = H5Sget_simple_extent_npoints(space);
-    if (H5Tget_class(type) == H5T_INTEGER && H5Tget_size(type) == 1 && npoints >= 0) {
-        *out = xmalloc((size_t)npoints + 1, name);
-        if (H5Dread(ds, H5T_NATIVE_UCHAR, H5S_ALL, H5S_ALL, H5P_DEFAULT, *out) >= 0) {
-            (*out)[npoints] = 0;
-            *len = (size_t)npoints;
-            rc = 0;
-        } else free(*out);
-    } else if (H5Tget_class(type) == H5T_STRING && npoints == 1) {
-        hid_t mem = H5Tcopy(H5T_C_S1);
-        H5Tset_cset(mem, H5Tget_cset(type));   // HDF5 does not convert between charsets
-        if (H5Tis_variable_str(type) > 0) {
-            char *s = NULL;
-            H5Tset_size(mem, H5T_VARIABLE);
-            if (H5Dread(ds, mem, H5S_ALL, H5S_ALL, H5P_DEFAULT, &s) >= 0 && s) {
-                *out = xstrdup(s);
-                *len = strlen(s);
-                H5free_memory(s);
-                rc = 0;
-            }
-        } else {
-            size_t n = H5Tget_size(type);
-            *out = xcalloc(n + 1, 1, name);
-            H5Tset_size(mem, n);
-            if (H5Dread(ds, mem, H5S_ALL, H5S_ALL, H5P_DEFAULT, *out) >= 0) {
-                *len = strnlen(*out, n);
-                rc = 0;
-            } else free(*out);
-        }
-        H5Tclose(mem);
-    }
-    H5Sclose(space);
-    H5Tclose(type);
-    H5Dclose(ds);
-    return rc ? pt_fail(e, "%s: %s is neither bytes nor a string", path, name) : 0;
-}
-
 int dataset_load_tokenizer(const char *json_or_ckpt, Tokenizer **out, PtError *e) {
-    h5_quiet();
-    if (!path_exists(json_or_ckpt)) return pt_fail(e, "%s: no such file", json_or_ckpt);
-    if (H5Fis_hdf5(json_or_ckpt) <= 0) return tokenizer_load_file(out, json_or_ckpt, e);
-    char why[200], *json = NULL;
+    const char *path = json_or_ckpt, *name = "/tokenizer/tokenizer.json";
+    if (!path_exists(path)) return pt_fail(e, "%s: no such file", path);
+    if (!h5_is_file(path)) return tokenizer_load_file(out, path, e);
+    hid_t f = h5_open_read(path, e);
+    if (f < 0) return -1;
+    // The checkpoint stores tokenizer.json as bytes; h5_read_bytes takes a string too.
+    char *json = NULL;
     size_t len = 0;
-    hid_t f = H5Fopen(json_or_ckpt, H5F_ACC_RDONLY, H5P_DEFAULT);
-    if (f < 0) return pt_fail(e, "%s: not a readable HDF5 file: %s", json_or_ckpt, h5_reason(why));
-    int rc = read_bytes_dataset(f, json_or_ckpt, "/tokenizer/tokenizer.json", &json, &len, e);
+    int rc = h5_exists(f, name)
+                 ? h5_read_bytes(f, name, &json, &len, path, e)
+                 : pt_fail(e, "%s: no %s in this checkpoint (pass --tokenizer tokenizer.json)", path, name);
     H5Fclose(f);
     if (rc) return -1;
-    size_t n = strlen(json_or_ckpt) + 32;
+    size_t n = strlen(path) + 32;
     char *src = xmalloc(n, "name");
-    snprintf(src, n, "%s:/tokenizer/tokenizer.json", json_or_ckpt);
+    snprintf(src, n, "%s:%s", path, name);
     rc = tokenizer_load(out, json, len, src, e);
     free(src);
     free(json);

@@ -1,189 +1,144 @@
 #include "checkpoint.h"
-#include <hdf5.h>
-#include "checkpoint_qat.h"
 #include <string.h>
-#include <unistd.h>
+#include "../util/h5.h"
+#include "checkpoint_qat.h"
 
-// Rows per HDF5 chunk are chosen so a chunk holds about 1M floats: large
-// enough for deflate to work well, small enough to stream.
-#define CHUNK_FLOATS (1u << 20)
-#define DEFLATE_LEVEL 1   // level 1 already gets most of the gain on float data
-
-static void quiet_hdf5(void) { H5Eset_auto2(H5E_DEFAULT, NULL, NULL); }
-
-// ---- config attributes: one table so save and load cannot drift apart.
+// ---- attributes: one table per group so save and load cannot drift apart.
 typedef struct {
     const char *name;
     size_t offset;
-    char type;   // 'i' int, 'f' float, 's' string
-    size_t size;
-} ConfigField;
+    char type;     // 'i' int, 'f' float, 'l' int64, 'u' uint64, 'd' double, 's' string
+    size_t size;   // a string's buffer size, else the number of values
+} AttrField;
 
-#define FI(f) {#f, offsetof(ModelConfig, f), 'i', 0}
-#define FF(f) {#f, offsetof(ModelConfig, f), 'f', 0}
+#define FI(f) {#f, offsetof(ModelConfig, f), 'i', 1}
+#define FF(f) {#f, offsetof(ModelConfig, f), 'f', 1}
 #define FS(f) {#f, offsetof(ModelConfig, f), 's', sizeof(((ModelConfig *)0)->f)}
-static const ConfigField CONFIG_FIELDS[] = {
+static const AttrField CONFIG_FIELDS[] = {
     FS(name), FS(model_type), FI(n_layer), FI(d_model), FI(n_head), FI(n_kv_head), FI(head_dim), FI(d_ff),
     FI(vocab_size), FI(max_seq), FF(rope_theta), FF(norm_eps), FF(init_std), FI(tied_embeddings), FI(qk_norm),
     FI(bos_id), FI(eos_id), FI(pad_id),
 };
-#define N_CONFIG_FIELDS (int)(sizeof CONFIG_FIELDS / sizeof CONFIG_FIELDS[0])
+static const AttrField STATE_FIELDS[] = {
+    {"step", offsetof(TrainState, step), 'l', 1},
+    {"tokens", offsetof(TrainState, tokens), 'l', 1},
+    {"bad_steps", offsetof(TrainState, bad_steps), 'l', 1},
+    {"best_val_loss", offsetof(TrainState, best_val_loss), 'd', 1},
+    {"loader_epoch", offsetof(TrainState, cursor.epoch), 'u', 1},
+    {"loader_index", offsetof(TrainState, cursor.index), 'u', 1},
+    {"loader_rng", offsetof(TrainState, cursor.rng), 'u', 4},
+};
+#define COUNT(a) (int)(sizeof a / sizeof a[0])
 
-static int write_attr(hid_t obj, const ConfigField *f, const ModelConfig *c) {
-    const char *p = (const char *)c + f->offset;
-    hid_t space = H5Screate(H5S_SCALAR), type, attr;
-    int rc = -1;
-    if (f->type == 's') {
-        type = H5Tcopy(H5T_C_S1);
-        H5Tset_size(type, strlen(p) + 1);
-    } else {
-        type = H5Tcopy(f->type == 'i' ? H5T_NATIVE_INT : H5T_NATIVE_FLOAT);
+static hid_t field_type(char type) {
+    hid_t types[] = {H5T_NATIVE_INT, H5T_NATIVE_FLOAT, H5T_NATIVE_INT64, H5T_NATIVE_UINT64, H5T_NATIVE_DOUBLE};
+    return types[strchr("iflud", type) - "iflud"];
+}
+
+// Writes the fields of base as the attributes of a new group.
+static int write_fields(hid_t parent, const char *group, const AttrField *fields, int n, const void *base) {
+    hid_t g = h5_create_group(parent, group);
+    int rc = g < 0 ? -1 : 0;
+    for (int i = 0; i < n && rc == 0; i++) {
+        const AttrField *f = &fields[i];
+        const char *p = (const char *)base + f->offset;
+        if (f->type == 's') rc = h5_write_str_attr(g, f->name, p);
+        else rc = h5_write_attr(g, f->name, field_type(f->type), p, f->size);
     }
-    attr = H5Acreate2(obj, f->name, type, space, H5P_DEFAULT, H5P_DEFAULT);
-    if (attr >= 0 && H5Awrite(attr, type, p) >= 0) rc = 0;
-    if (attr >= 0) H5Aclose(attr);
-    H5Tclose(type);
-    H5Sclose(space);
+    if (g >= 0) H5Gclose(g);
     return rc;
 }
 
-static int read_attr(hid_t obj, const ConfigField *f, ModelConfig *c, const char *path, PtError *e) {
-    char *p = (char *)c + f->offset;
-    if (H5Aexists(obj, f->name) <= 0) return pt_fail(e, "%s: /config has no attribute '%s'", path, f->name);
-    hid_t attr = H5Aopen(obj, f->name, H5P_DEFAULT);
-    if (attr < 0) return pt_fail(e, "%s: cannot open /config attribute '%s'", path, f->name);
-    herr_t st;
-    if (f->type == 's') {
-        hid_t ftype = H5Aget_type(attr);
-        size_t n = H5Tget_size(ftype);
-        H5Tclose(ftype);
-        if (H5Tget_class(ftype) == H5T_STRING && n > f->size) n = 0;   // too long: fail below
-        hid_t type = H5Tcopy(H5T_C_S1);
-        H5Tset_size(type, f->size);
-        memset(p, 0, f->size);
-        st = n ? H5Aread(attr, type, p) : -1;
-        p[f->size - 1] = 0;
-        H5Tclose(type);
-    } else {
-        st = H5Aread(attr, f->type == 'i' ? H5T_NATIVE_INT : H5T_NATIVE_FLOAT, p);
+static int read_fields(hid_t parent, const char *group, const AttrField *fields, int n, void *base, const char *path,
+                       PtError *e) {
+    hid_t g = h5_open_group(parent, group, path, e);
+    int rc = g < 0 ? -1 : 0;
+    for (int i = 0; i < n && rc == 0; i++) {
+        const AttrField *f = &fields[i];
+        char *p = (char *)base + f->offset, *s;
+        if (f->type != 's') {
+            rc = h5_read_attr(g, f->name, field_type(f->type), p, f->size, path, e);
+        } else if ((rc = h5_read_str_attr(g, f->name, &s, path, e)) == 0) {
+            if (strlen(s) < f->size) strcpy(p, s);
+            else rc = pt_fail(e, "%s: attribute '%s' of /%s is over %zu bytes", path, f->name, group, f->size - 1);
+            free(s);
+        }
     }
-    H5Aclose(attr);
-    if (st < 0) return pt_fail(e, "%s: /config attribute '%s' has the wrong type", path, f->name);
-    return 0;
-}
-
-static int write_floats(hid_t group, const char *name, const float *data, int ndim, const int64_t *shape) {
-    hsize_t dims[2] = {(hsize_t)shape[0], ndim > 1 ? (hsize_t)shape[1] : 1}, chunk[2];
-    size_t row = ndim > 1 ? dims[1] : 1;
-    chunk[0] = CHUNK_FLOATS / row ? CHUNK_FLOATS / row : 1;
-    if (chunk[0] > dims[0]) chunk[0] = dims[0];
-    chunk[1] = dims[1];
-    hid_t space = H5Screate_simple(ndim, dims, NULL);
-    hid_t dcpl = H5Pcreate(H5P_DATASET_CREATE);
-    H5Pset_chunk(dcpl, ndim, chunk);
-    H5Pset_shuffle(dcpl);
-    H5Pset_deflate(dcpl, DEFLATE_LEVEL);
-    hid_t ds = H5Dcreate2(group, name, H5T_IEEE_F32LE, space, H5P_DEFAULT, dcpl, H5P_DEFAULT);
-    int rc = (ds >= 0 && H5Dwrite(ds, H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, data) >= 0) ? 0 : -1;
-    if (ds >= 0) H5Dclose(ds);
-    H5Pclose(dcpl);
-    H5Sclose(space);
+    if (g >= 0) H5Gclose(g);
     return rc;
 }
 
-static int write_bytes(hid_t group, const char *name, const char *data, size_t len) {
-    hsize_t dims[1] = {len};
-    hid_t space = H5Screate_simple(1, dims, NULL);
-    hid_t ds = H5Dcreate2(group, name, H5T_NATIVE_UINT8, space, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
-    int rc = (ds >= 0 && (len == 0 || H5Dwrite(ds, H5T_NATIVE_UINT8, H5S_ALL, H5S_ALL, H5P_DEFAULT, data) >= 0)) ? 0 : -1;
-    if (ds >= 0) H5Dclose(ds);
-    H5Sclose(space);
-    return rc;
+// ---- tensors: /params, /optim/m and /optim/v hold one dataset per tensor of the table.
+static void tensor_dims(const TensorInfo *t, hsize_t dims[2]) {
+    dims[0] = (hsize_t)t->shape[0];
+    dims[1] = t->ndim > 1 ? (hsize_t)t->shape[1] : 1;
 }
 
 static int write_tensor_group(hid_t parent, const char *name, const TensorTable *tt, const float *base) {
-    hid_t g = H5Gcreate2(parent, name, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
+    hid_t g = h5_create_group(parent, name);
     if (g < 0) return -1;
     int rc = 0;
     for (int i = 0; i < tt->n && rc == 0; i++) {
-        const TensorInfo *t = &tt->t[i];
-        rc = write_floats(g, t->name, base + t->offset, t->ndim, t->shape);
+        hsize_t dims[2];
+        tensor_dims(&tt->t[i], dims);
+        rc = h5_write_dataset(g, tt->t[i].name, H5T_NATIVE_FLOAT, tt->t[i].ndim, dims, base + tt->t[i].offset);
     }
     H5Gclose(g);
     return rc;
 }
 
-static int write_i64(hid_t obj, const char *name, const void *v, int n, hid_t type) {
-    hsize_t dims[1] = {(hsize_t)n};
-    hid_t space = n == 1 ? H5Screate(H5S_SCALAR) : H5Screate_simple(1, dims, NULL);
-    hid_t attr = H5Acreate2(obj, name, type, space, H5P_DEFAULT, H5P_DEFAULT);
-    int rc = (attr >= 0 && H5Awrite(attr, type, v) >= 0) ? 0 : -1;
-    if (attr >= 0) H5Aclose(attr);
-    H5Sclose(space);
+// Reads every tensor of the table; a dataset the table does not know is an error too.
+static int read_tensor_group(hid_t f, const char *name, const TensorTable *tt, float *base, const char *path,
+                             PtError *e) {
+    hid_t g = h5_open_group(f, name, path, e);
+    if (g < 0) return -1;
+    int rc = 0, n = h5_child_count(g);
+    char child[256] = "";
+    for (int i = 0; i < n && rc == 0; i++)
+        if (!h5_child_name(g, i, child, sizeof child) || !tensor_table_find(tt, child))
+            rc = pt_fail(e, "%s: /%s/%s is not a parameter of this config", path, name, child);
+    for (int i = 0; i < tt->n && rc == 0; i++) {
+        hsize_t dims[2];
+        tensor_dims(&tt->t[i], dims);
+        rc = h5_read_dataset(g, tt->t[i].name, H5T_NATIVE_FLOAT, tt->t[i].ndim, dims, base + tt->t[i].offset, path, e);
+    }
+    H5Gclose(g);
     return rc;
 }
 
 static int write_state(hid_t f, const float *m, const float *v, const TensorTable *tt, const TrainState *st) {
-    hid_t g = H5Gcreate2(f, "optim", H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
-    int rc = (g >= 0 && write_tensor_group(g, "m", tt, m) == 0 && write_tensor_group(g, "v", tt, v) == 0) ? 0 : -1;
-    if (g >= 0) H5Gclose(g);
-    if (rc) return rc;
-    g = H5Gcreate2(f, "state", H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
+    hid_t g = h5_create_group(f, "optim");
     if (g < 0) return -1;
-    rc |= write_i64(g, "step", &st->step, 1, H5T_NATIVE_INT64);
-    rc |= write_i64(g, "tokens", &st->tokens, 1, H5T_NATIVE_INT64);
-    rc |= write_i64(g, "bad_steps", &st->bad_steps, 1, H5T_NATIVE_INT64);
-    rc |= write_i64(g, "best_val_loss", &st->best_val_loss, 1, H5T_NATIVE_DOUBLE);
-    rc |= write_i64(g, "loader_epoch", &st->cursor.epoch, 1, H5T_NATIVE_UINT64);
-    rc |= write_i64(g, "loader_index", &st->cursor.index, 1, H5T_NATIVE_UINT64);
-    rc |= write_i64(g, "loader_rng", st->cursor.rng, 4, H5T_NATIVE_UINT64);
+    int rc = write_tensor_group(g, "m", tt, m) || write_tensor_group(g, "v", tt, v);
     H5Gclose(g);
-    return rc;
+    return rc ? -1 : write_fields(f, "state", STATE_FIELDS, COUNT(STATE_FIELDS), st);
+}
+
+static int write_tokenizer(hid_t f, const ModelBundle *b) {
+    hid_t g = h5_create_group(f, "tokenizer");
+    if (g < 0) return -1;
+    int rc = (b->tokenizer_json && h5_write_bytes(g, "tokenizer.json", b->tokenizer_json, b->tokenizer_json_len)) ||
+             (b->tokenizer_config_json && h5_write_bytes(g, "tokenizer_config.json", b->tokenizer_config_json,
+                                                         b->tokenizer_config_json_len));
+    H5Gclose(g);
+    return rc ? -1 : 0;
 }
 
 static int save(const char *path, const ModelBundle *b, const float *m, const float *v, const TrainState *st,
                 const QatState *qat, PtError *e) {
-    quiet_hdf5();
-    char *tmp = temp_path_for(path);
-    hid_t f = H5Fcreate(tmp, H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT);
-    if (f < 0) {
-        free(tmp);
-        return pt_fail(e, "%s: cannot create checkpoint file", path);
-    }
-    int rc = 0;
-    hid_t g = H5Gcreate2(f, "config", H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
-    for (int i = 0; i < N_CONFIG_FIELDS && rc == 0; i++) rc = write_attr(g, &CONFIG_FIELDS[i], &b->cfg);
-    H5Gclose(g);
-    if (rc == 0) rc = write_tensor_group(f, "params", &b->tt, b->params);
-    if (rc == 0 && st) rc = write_state(f, m, v, &b->tt, st);
-    if (rc == 0 && qat && qat_save(f, qat, &b->tt, path, e)) {
-        H5Fclose(f);
-        unlink(tmp);
-        free(tmp);
+    H5Output out;
+    if (h5_output_create(&out, path, e)) return -1;
+    hid_t f = out.file;
+    int rc = write_fields(f, "config", CONFIG_FIELDS, COUNT(CONFIG_FIELDS), &b->cfg) ||
+             write_tensor_group(f, "params", &b->tt, b->params) || (st && write_state(f, m, v, &b->tt, st)) ||
+             ((b->tokenizer_json || b->tokenizer_config_json) && write_tokenizer(f, b));
+    if (rc) pt_fail(e, "%s: writing the checkpoint failed (disk full or not writable?)", path);
+    else if (qat) rc = qat_save(f, qat, &b->tt, path, e);   // fills e itself
+    if (rc) {
+        h5_output_abort(&out);
         return -1;
     }
-    if (rc == 0 && (b->tokenizer_json || b->tokenizer_config_json)) {
-        g = H5Gcreate2(f, "tokenizer", H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
-        if (b->tokenizer_json) rc = write_bytes(g, "tokenizer.json", b->tokenizer_json, b->tokenizer_json_len);
-        if (rc == 0 && b->tokenizer_config_json)
-            rc = write_bytes(g, "tokenizer_config.json", b->tokenizer_config_json, b->tokenizer_config_json_len);
-        H5Gclose(g);
-    }
-    if (H5Fflush(f, H5F_SCOPE_GLOBAL) < 0) rc = -1;
-    if (H5Fclose(f) < 0) rc = -1;
-    if (rc == 0) {
-        // fsync the data before the rename makes it the checkpoint
-        FILE *fp = fopen(tmp, "rb+");
-        if (!fp || fsync(fileno(fp)) != 0) rc = -1;
-        if (fp) fclose(fp);
-    }
-    if (rc == 0 && rename(tmp, path) != 0) rc = -1;
-    if (rc != 0) {
-        unlink(tmp);
-        pt_fail(e, "%s: writing the checkpoint failed (disk full or not writable?)", path);
-    }
-    free(tmp);
-    return rc;
+    return h5_output_commit(&out, e);
 }
 
 int checkpoint_save(const char *path, const ModelBundle *b, PtError *e) {
@@ -200,142 +155,59 @@ int checkpoint_save_train(const char *path, const ModelBundle *b, const float *a
 }
 
 int checkpoint_read_qat_spec(const char *path, QuantSpec *spec, int *quant_embedding, PtError *e) {
-    quiet_hdf5();
-    hid_t f = H5Fopen(path, H5F_ACC_RDONLY, H5P_DEFAULT);
-    if (f < 0) return pt_fail(e, "%s: cannot open as HDF5", path);
+    hid_t f = h5_open_read(path, e);
+    if (f < 0) return -1;
     int rc = qat_read_spec(f, spec, quant_embedding, path, e);
     H5Fclose(f);
     return rc;
 }
 
 int checkpoint_load_qat(const char *path, QatState *q, const TensorTable *tt, PtError *e) {
-    quiet_hdf5();
-    hid_t f = H5Fopen(path, H5F_ACC_RDONLY, H5P_DEFAULT);
-    if (f < 0) return pt_fail(e, "%s: cannot open as HDF5", path);
+    hid_t f = h5_open_read(path, e);
+    if (f < 0) return -1;
     int rc = qat_load(f, q, tt, path, e);
     H5Fclose(f);
     return rc;
 }
 
-// Reads a 1-D uint8 dataset into a NUL-terminated buffer; 0 if absent.
-static int read_bytes(hid_t f, const char *name, char **out, size_t *len, const char *path, PtError *e) {
-    *out = NULL;
-    *len = 0;
-    if (H5Lexists(f, "tokenizer", H5P_DEFAULT) <= 0) return 0;
-    char full[128];
-    snprintf(full, sizeof full, "tokenizer/%s", name);
-    if (H5Lexists(f, full, H5P_DEFAULT) <= 0) return 0;
-    hid_t ds = H5Dopen2(f, full, H5P_DEFAULT);
-    hid_t space = H5Dget_space(ds);
-    hsize_t n = 0;
-    int nd = H5Sget_simple_extent_ndims(space);
-    if (nd == 1) H5Sget_simple_extent_dims(space, &n, NULL);
-    H5Sclose(space);
-    if (nd != 1) {
-        H5Dclose(ds);
-        return pt_fail(e, "%s: /%s is not a 1-D byte array", path, full);
-    }
-    char *buf = xmalloc(n + 1, full);
-    herr_t st = n ? H5Dread(ds, H5T_NATIVE_UINT8, H5S_ALL, H5S_ALL, H5P_DEFAULT, buf) : 0;
-    H5Dclose(ds);
-    if (st < 0) {
-        free(buf);
-        return pt_fail(e, "%s: cannot read /%s", path, full);
-    }
-    buf[n] = 0;
-    *out = buf;
-    *len = n;
-    return 0;
-}
-
-static int read_param(hid_t g, const TensorInfo *t, float *dst, const char *path, PtError *e) {
-    if (H5Lexists(g, t->name, H5P_DEFAULT) <= 0)
-        return pt_fail(e, "%s: tensor /params/%s is missing", path, t->name);
-    hid_t ds = H5Dopen2(g, t->name, H5P_DEFAULT);
-    hid_t space = H5Dget_space(ds);
-    hsize_t dims[4] = {0};
-    int nd = H5Sget_simple_extent_ndims(space);
-    if (nd >= 1 && nd <= 4) H5Sget_simple_extent_dims(space, dims, NULL);
-    H5Sclose(space);
-    int ok = nd == t->ndim && dims[0] == (hsize_t)t->shape[0] && (nd == 1 || dims[1] == (hsize_t)t->shape[1]);
-    if (!ok) {
-        H5Dclose(ds);
-        return pt_fail(e, "%s: /params/%s has shape [%llu%s%llu] (rank %d), the config needs [%lld, %lld]", path,
-                       t->name, (unsigned long long)dims[0], nd > 1 ? ", " : " ", (unsigned long long)dims[1], nd,
-                       (long long)t->shape[0], (long long)t->shape[1]);
-    }
-    herr_t st = H5Dread(ds, H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, dst);
-    H5Dclose(ds);
-    if (st < 0) return pt_fail(e, "%s: /params/%s cannot be read (corrupt or not numeric)", path, t->name);
-    return 0;
-}
-
-typedef struct { const TensorTable *tt; const char *bad; } ExtraScan;
-
-static herr_t find_unknown(hid_t g, const char *name, const H5L_info_t *info, void *op) {
-    (void)g;
-    (void)info;
-    ExtraScan *s = op;
-    for (int i = 0; i < s->tt->n; i++)
-        if (!strcmp(s->tt->t[i].name, name)) return 0;
-    s->bad = name;
-    return 1;
+// A file of /tokenizer as a NUL-terminated buffer; NULL when absent.
+static int read_tokenizer_file(hid_t f, const char *name, char **out, size_t *len, const char *path, PtError *e) {
+    char link[64];
+    snprintf(link, sizeof link, "tokenizer/%s", name);
+    return h5_exists(f, link) ? h5_read_bytes(f, link, out, len, path, e) : 0;
 }
 
 int checkpoint_load(const char *path, ModelBundle *b, PtError *e) {
-    quiet_hdf5();
     memset(b, 0, sizeof *b);
-    if (!path_exists(path)) return pt_fail(e, "%s: no such file", path);
-    if (H5Fis_hdf5(path) <= 0) return pt_fail(e, "%s: not an HDF5 file (or truncated)", path);
-    hid_t f = H5Fopen(path, H5F_ACC_RDONLY, H5P_DEFAULT);
-    if (f < 0) return pt_fail(e, "%s: cannot open as HDF5 (corrupt or truncated?)", path);
-    int rc = -1;
-    ModelConfig cfg;
-    memset(&cfg, 0, sizeof cfg);
-    if (H5Lexists(f, "config", H5P_DEFAULT) <= 0) {
-        pt_fail(e, "%s: no /config group: not a pocket checkpoint", path);
-        goto out;
+    hid_t f = h5_open_read(path, e);
+    if (f < 0) return -1;
+    ModelConfig cfg = {0};
+    int rc = h5_exists(f, "config") ? read_fields(f, "config", CONFIG_FIELDS, COUNT(CONFIG_FIELDS), &cfg, path, e)
+                                    : pt_fail(e, "%s: no /config group: not a pocket checkpoint", path);
+    if (!rc) rc = config_validate(&cfg, path, e);
+    if (!rc) {
+        bundle_alloc(b, &cfg);
+        rc = read_tensor_group(f, "params", &b->tt, b->params, path, e);
     }
-    hid_t g = H5Gopen2(f, "config", H5P_DEFAULT);
-    rc = 0;
-    for (int i = 0; i < N_CONFIG_FIELDS && rc == 0; i++) rc = read_attr(g, &CONFIG_FIELDS[i], &cfg, path, e);
-    H5Gclose(g);
-    if (rc || (rc = config_validate(&cfg, path, e))) goto out;
-    rc = -1;
-    if (H5Lexists(f, "params", H5P_DEFAULT) <= 0) {
-        pt_fail(e, "%s: no /params group", path);
-        goto out;
-    }
-    bundle_alloc(b, &cfg);
-    g = H5Gopen2(f, "params", H5P_DEFAULT);
-    ExtraScan scan = {&b->tt, NULL};
-    H5Literate(g, H5_INDEX_NAME, H5_ITER_NATIVE, NULL, find_unknown, &scan);
-    if (scan.bad) {
-        pt_fail(e, "%s: /params/%s is not a parameter of this config", path, scan.bad);
-        H5Gclose(g);
-        goto out;
-    }
-    rc = 0;
-    for (int i = 0; i < b->tt.n && rc == 0; i++) rc = read_param(g, &b->tt.t[i], b->params + b->tt.t[i].offset, path, e);
-    H5Gclose(g);
-    if (rc == 0) rc = read_bytes(f, "tokenizer.json", &b->tokenizer_json, &b->tokenizer_json_len, path, e);
-    if (rc == 0)
-        rc = read_bytes(f, "tokenizer_config.json", &b->tokenizer_config_json, &b->tokenizer_config_json_len, path, e);
-out:
+    if (!rc) rc = read_tokenizer_file(f, "tokenizer.json", &b->tokenizer_json, &b->tokenizer_json_len, path, e);
+    if (!rc)
+        rc = read_tokenizer_file(f, "tokenizer_config.json", &b->tokenizer_config_json, &b->tokenizer_config_json_len,
+                                 path, e);
     H5Fclose(f);
     if (rc) bundle_free(b);
     return rc;
 }
 
-int checkpoint_is_hdf5(const char *path) {
-    quiet_hdf5();
-    return path_exists(path) && !path_is_dir(path) && H5Fis_hdf5(path) > 0;
-}
+int checkpoint_is_hdf5(const char *path) { return h5_is_file(path); }
 
 int checkpoint_inspect(const char *path, FILE *out, PtError *e) {
     ModelBundle b;
     if (checkpoint_load(path, &b, e)) return -1;
-    hid_t f = H5Fopen(path, H5F_ACC_RDONLY, H5P_DEFAULT);
+    hid_t f = h5_open_read(path, e);
+    if (f < 0) {
+        bundle_free(&b);
+        return -1;
+    }
     fprintf(out, "%s: pocket checkpoint\n", path);
     config_print(&b.cfg, out);
     double raw = 0, stored = 0;
@@ -343,10 +215,9 @@ int checkpoint_inspect(const char *path, FILE *out, PtError *e) {
     for (int i = 0; i < b.tt.n; i++) {
         const TensorInfo *t = &b.tt.t[i];
         char name[160], shape[48];
+        H5DatasetInfo info;
         snprintf(name, sizeof name, "params/%s", t->name);
-        hid_t ds = H5Dopen2(f, name, H5P_DEFAULT);
-        stored += (double)H5Dget_storage_size(ds);
-        H5Dclose(ds);
+        if (h5_dataset_info(f, name, &info, path, e) == 0) stored += (double)info.stored_bytes;
         raw += t->numel * 4.0;
         if (t->ndim == 2) snprintf(shape, sizeof shape, "[%lld, %lld]", (long long)t->shape[0], (long long)t->shape[1]);
         else snprintf(shape, sizeof shape, "[%lld]", (long long)t->shape[0]);
@@ -360,44 +231,17 @@ int checkpoint_inspect(const char *path, FILE *out, PtError *e) {
     return 0;
 }
 
-static int read_state_attr(hid_t g, const char *name, void *v, hid_t type, const char *path, PtError *e) {
-    if (H5Aexists(g, name) <= 0) return pt_fail(e, "%s: /state has no attribute '%s'", path, name);
-    hid_t a = H5Aopen(g, name, H5P_DEFAULT);
-    herr_t st = H5Aread(a, type, v);
-    H5Aclose(a);
-    return st < 0 ? pt_fail(e, "%s: /state attribute '%s' cannot be read", path, name) : 0;
-}
-
 int checkpoint_load_train(const char *path, const TensorTable *tt, float *adam_m, float *adam_v, TrainState *st,
                           PtError *e) {
-    quiet_hdf5();
-    hid_t f = H5Fopen(path, H5F_ACC_RDONLY, H5P_DEFAULT);
-    if (f < 0) return pt_fail(e, "%s: cannot open as HDF5", path);
-    if (H5Lexists(f, "state", H5P_DEFAULT) <= 0 || H5Lexists(f, "optim", H5P_DEFAULT) <= 0) {
+    hid_t f = h5_open_read(path, e);
+    if (f < 0) return -1;
+    if (!h5_exists(f, "state") || !h5_exists(f, "optim")) {
         H5Fclose(f);
         return 1;
     }
-    int rc = 0;
-    hid_t g = H5Gopen2(f, "state", H5P_DEFAULT);
-    rc = rc ? rc : read_state_attr(g, "step", &st->step, H5T_NATIVE_INT64, path, e);
-    rc = rc ? rc : read_state_attr(g, "tokens", &st->tokens, H5T_NATIVE_INT64, path, e);
-    rc = rc ? rc : read_state_attr(g, "bad_steps", &st->bad_steps, H5T_NATIVE_INT64, path, e);
-    rc = rc ? rc : read_state_attr(g, "best_val_loss", &st->best_val_loss, H5T_NATIVE_DOUBLE, path, e);
-    rc = rc ? rc : read_state_attr(g, "loader_epoch", &st->cursor.epoch, H5T_NATIVE_UINT64, path, e);
-    rc = rc ? rc : read_state_attr(g, "loader_index", &st->cursor.index, H5T_NATIVE_UINT64, path, e);
-    rc = rc ? rc : read_state_attr(g, "loader_rng", st->cursor.rng, H5T_NATIVE_UINT64, path, e);
-    H5Gclose(g);
-    const char *groups[2] = {"optim/m", "optim/v"};
-    float *bufs[2] = {adam_m, adam_v};
-    for (int k = 0; k < 2 && rc == 0; k++) {
-        g = H5Gopen2(f, groups[k], H5P_DEFAULT);
-        if (g < 0) {
-            rc = pt_fail(e, "%s: /%s is missing", path, groups[k]);
-            break;
-        }
-        for (int i = 0; i < tt->n && rc == 0; i++) rc = read_param(g, &tt->t[i], bufs[k] + tt->t[i].offset, path, e);
-        H5Gclose(g);
-    }
+    int rc = read_fields(f, "state", STATE_FIELDS, COUNT(STATE_FIELDS), st, path, e);
+    if (!rc) rc = read_tensor_group(f, "optim/m", tt, adam_m, path, e);
+    if (!rc) rc = read_tensor_group(f, "optim/v", tt, adam_v, path, e);
     H5Fclose(f);
     return rc ? -1 : 0;
 }

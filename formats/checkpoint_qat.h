@@ -12,8 +12,8 @@
 //                                   frozen (qat_freeze): the int4 code of every weight
 // One group per quantized tensor of the QatState, named by its HF name.
 #pragma once
-#include <hdf5.h>
 #include "../qat/qat.h"
+#include "../util/h5.h"
 
 // Writes /qat into an open file. `path` names the file in errors.
 int qat_save(hid_t file, const QatState *q, const TensorTable *tt, const char *path, PtError *e);

@@ -1,0 +1,76 @@
+// h5.h: the one HDF5 layer of the project (checkpoints and token datasets).
+// Opening or creating a file turns HDF5's own error printing off; a function
+// that can fail on bad input fills a PtError with one line naming the file
+// (`path`) and the object's path inside it. Writers just return -1: their
+// callers say what was being written.
+//
+// Stored types: a function taking one `type` uses it both in memory and in
+// the file, so native types are stored as their little-endian equivalents
+// (H5T_NATIVE_FLOAT is stored as H5T_IEEE_F32LE, as h5py expects).
+#pragma once
+#include <hdf5.h>
+#include "util.h"
+
+// Every dataset is chunked along its first dimension, shuffled and deflated:
+#define H5_CHUNK_BYTES (128u << 10)   // zlib's window is 32 KiB: bigger chunks compress barely better
+#define H5_DEFLATE_LEVEL 1            // levels 4-6 shrink shuffled floats and ids 1-3% more, in up to 2.5x the time
+#define H5_MAX_RANK 4   // the most dimensions H5DatasetInfo describes
+
+// ---- files
+int h5_is_file(const char *path);                  // an existing regular file in HDF5 format
+hid_t h5_open_read(const char *path, PtError *e);  // read-only; <0 on error (no such file, not HDF5, corrupt)
+
+// An output file is written as PATH.tmp.PID and renamed over PATH by commit,
+// so a crash or an error never leaves a half-written PATH behind.
+typedef struct { hid_t file; char *path, *tmp; } H5Output;
+int h5_output_create(H5Output *out, const char *path, PtError *e);
+// Closes the file (close its datasets and groups first), fsyncs, renames.
+int h5_output_commit(H5Output *out, PtError *e);
+void h5_output_abort(H5Output *out);   // closes and removes the temporary file, as a failed commit does
+
+// ---- groups and links; a name may be a path ("optim/m") relative to loc
+int h5_exists(hid_t loc, const char *name);         // 1 when every part of the path exists
+hid_t h5_create_group(hid_t loc, const char *name);
+hid_t h5_open_group(hid_t loc, const char *name, const char *path, PtError *e);   // "is missing", "is not a group"
+int h5_child_count(hid_t group);
+// The name of the i-th link of a group in name order, in buf (truncated to size); NULL on error.
+const char *h5_child_name(hid_t group, int i, char *buf, size_t size);
+
+// ---- attributes of a group or file (obj)
+// `count` values: a scalar when 1, else a 1-D array.
+int h5_write_attr(hid_t obj, const char *name, hid_t type, const void *value, size_t count);
+int h5_write_str_attr(hid_t obj, const char *name, const char *s);    // fixed-length ASCII
+int h5_write_utf8_attr(hid_t obj, const char *name, const char *s);   // variable-length UTF-8 (h5py: str)
+int h5_has_attr(hid_t obj, const char *name);
+// Reads exactly `count` values, converted to type: an integer type needs an
+// integer attribute, a float type takes an integer or a float.
+int h5_read_attr(hid_t obj, const char *name, hid_t type, void *value, size_t count, const char *path, PtError *e);
+// A fixed- or variable-length string, malloc'd into *s.
+int h5_read_str_attr(hid_t obj, const char *name, char **s, const char *path, PtError *e);
+
+// ---- datasets
+// A new chunked, shuffled, deflated dataset of the given shape holding data.
+int h5_write_dataset(hid_t loc, const char *name, hid_t type, int rank, const hsize_t *dims, const void *data);
+// A 1-D dataset that starts empty and grows by h5_append, n elements at a time.
+hid_t h5_create_growing(hid_t loc, const char *name, hid_t type);
+int h5_append(hid_t dataset, hid_t type, const void *data, size_t n);
+int h5_write_bytes(hid_t loc, const char *name, const void *data, size_t len);   // 1-D uint8
+
+typedef struct {
+    char dtype[16];          // "uint16", "float32", "string", ... ("other" for the rest)
+    int rank;
+    hsize_t dims[H5_MAX_RANK];
+    hsize_t stored_bytes;    // on disk, after compression
+} H5DatasetInfo;
+int h5_dataset_info(hid_t loc, const char *name, H5DatasetInfo *info, const char *path, PtError *e);
+// Reads a whole dataset after checking it has exactly `rank` and `dims` and a
+// dtype that `type` can hold: the same integer type, or any float for a float
+// type. Errors name the dataset: "/params/x has shape [4, 8], expected [8, 4]".
+int h5_read_dataset(hid_t loc, const char *name, hid_t type, int rank, const hsize_t *dims, void *out,
+                    const char *path, PtError *e);
+// The same into a malloc'd *out, allocated only once the checks pass, so a
+// wrong count from a corrupt file is an error, not a huge allocation.
+int h5_read_dataset_alloc(hid_t loc, const char *name, hid_t type, int rank, const hsize_t *dims, void **out,
+                          const char *path, PtError *e);
+// A 1-D uint8/int8 dataset or a scalar string into a malloc'd, NUL-terminated buffer.
+int h5_read_bytes(hid_t loc, const char *name, char **data, size_t *len, const char *path, PtError *e);
