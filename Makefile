@@ -49,9 +49,12 @@ $(POCKET): $(BUILD)/cli/main.o $(BUILD)/libpocket.a
 $(BUILD)/tests/%: $(BUILD)/tests/%.o $(BUILD)/libpocket.a
 	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS) -lcmocka
 
-# Tests run from the repo root; POCKET names the binary for CLI tests.
+# Tests run from the repo root; POCKET names the binary for CLI tests. Every
+# test runs even after a failure; the failed ones are listed at the end.
 test: $(POCKET) $(TEST_BIN)
-	@set -e; for t in $(TEST_BIN); do echo "== $$t"; POCKET=./$(POCKET) OMP_NUM_THREADS=2 OMP_WAIT_POLICY=PASSIVE $$t; done
+	@failed=""; for t in $(TEST_BIN); do echo "== $$t"; \
+	  POCKET=./$(POCKET) OMP_NUM_THREADS=2 OMP_WAIT_POLICY=PASSIVE $$t || failed="$$failed $$t"; done; \
+	if [ -n "$$failed" ]; then echo "FAILED:$$failed"; exit 1; fi
 
 VENV = tests/.venv
 $(VENV)/ok: tests/setup_venv.sh tests/requirements-ci.txt
