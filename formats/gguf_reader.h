@@ -15,7 +15,7 @@
 #pragma once
 #include <stdint.h>
 #include <stdio.h>
-#include "../model/tensors.h"
+#include "../util/util.h"
 
 #define GGUF_MAGIC "GGUF"
 #define GGUF_VERSION 3
@@ -134,15 +134,6 @@ uint16_t ggml_q4_1_offset(float scale, float zero, int *exact);
 // Prints the header, every metadata pair (long arrays abbreviated) and every
 // tensor (name, type, shape, offset, bytes), with totals per type, and for
 // our int4 exports a line with pocket.quantization.* (group size, blocks whose
-// offset fp16 could not hold exactly).
+// offset fp16 could not hold exactly). gguf_inspect opens the file first.
+int gguf_describe(const GgufFile *f, FILE *out, PtError *e);
 int gguf_inspect(const char *path, FILE *out, PtError *e);
-
-// ---- the model's names in GGUF (spec 3) -------------------------------------
-
-// GGUF name of a tensor-table row ("blk.3.attn_q.weight").
-void gguf_tensor_name(const TensorInfo *ti, char out[GGUF_MAX_NAME]);
-// llama.cpp's "llama" architecture uses interleaved RoPE, so its q/k rows are
-// stored permuted within each head: GGUF row h*D + 2i + j holds HF row
-// h*D + j*D/2 + i (i < D/2, j in {0,1}). to_gguf=1 applies that, 0 undoes it.
-// rows = n_heads * head_dim rows of cols floats; src and dst must not overlap.
-void gguf_llama_permute(const float *src, float *dst, int n_heads, int head_dim, int64_t cols, int to_gguf);

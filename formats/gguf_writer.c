@@ -3,6 +3,7 @@
 #include "gguf_writer.h"
 #include <math.h>
 #include <string.h>
+#include "gguf_names.h"
 #include "gguf_tokenizer.h"
 #include "../util/bytes.h"
 

@@ -22,6 +22,7 @@
 #include "../formats/gguf_tokenizer.h"
 #include "../formats/gguf_writer.h"
 #include "../formats/gguf_import.h"
+#include "../formats/gguf_names.h"
 #include "../formats/hf_import.h"
 
 #define GG "tests/fixtures/gguf/"

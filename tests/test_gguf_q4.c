@@ -22,6 +22,7 @@
 #include <unistd.h>
 #include "../formats/gguf_writer.h"
 #include "../formats/gguf_import.h"
+#include "../formats/gguf_names.h"
 #include "../qat/qat.h"
 #include "../formats/checkpoint.h"
 #include "../cli/open_model.h"
