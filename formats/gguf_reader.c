@@ -488,7 +488,7 @@ int64_t gguf_arr_int(const GgufKV *kv, uint64_t i) {
     return one.type == GGUF_TYPE_FLOAT32 || one.type == GGUF_TYPE_FLOAT64 ? (int64_t)one.num.f : one.num.i;
 }
 
-// ---- dequantization (spec 4) ---------------------------------------------------------
+// ---- dequantization --------------------------------------------------------------------
 
 static float load_f16(const uint8_t *p) {
     uint16_t h;
