@@ -76,7 +76,7 @@ static int export_mnn(const OpenModel *om, const ExportOptions *o, PtError *e) {
 
 static const struct {
     const char *name;
-    ExportFn run;   // NULL: not written yet
+    ExportFn run;
     const char *what;
 } FORMATS[] = {
     {"hf", export_hf, "Hugging Face directory: config.json, model.safetensors, tokenizer files"},
@@ -89,7 +89,7 @@ static void help(FILE *f) {
     fprintf(f, "usage: pocket export --ckpt CKPT.h5 --format FORMAT --out PATH [--dtype f32|bf16] [--quant Q]\n"
                  "                     [--graph fused|plain] [--memory low|normal] [--force]\n\n");
     for (int i = 0; i < N_FORMATS; i++)
-        fprintf(f, "  --format %-5s %s%s\n", FORMATS[i].name, FORMATS[i].what, FORMATS[i].run ? "" : " (not supported yet)");
+        fprintf(f, "  --format %-5s %s\n", FORMATS[i].name, FORMATS[i].what);
     fprintf(f,
             "\n  --ckpt CKPT.h5   the checkpoint to export\n"
             "  --out PATH       output directory (hf) or file (gguf); written to PATH.tmp.PID and renamed\n"
@@ -148,10 +148,6 @@ int cmd_export(int argc, char **argv) {
     while (f < N_FORMATS && strcmp(FORMATS[f].name, format) != 0) f++;
     if (f == N_FORMATS) {
         fprintf(stderr, "pocket export: unknown format '%s' (known: hf, mnn, gguf)\n", format);
-        return 1;
-    }
-    if (!FORMATS[f].run) {
-        fprintf(stderr, "pocket export: format '%s' is not supported yet\n", format);
         return 1;
     }
     if (o.quant && gguf_quant_type(o.quant) < 0) {

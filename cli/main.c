@@ -6,25 +6,26 @@
 typedef struct {
     const char *name;
     int (*run)(int argc, char **argv);
-    const char *usage;
+    const char *what;   // one line for `pocket` with no arguments; the options are in COMMAND --help
 } Command;
 
 static const Command COMMANDS[] = {
-    {"init", cmd_init, "init      --model PRESET|config.json [--seed N] --out CKPT.h5   new model from scratch"},
-    {"import", cmd_import, "import    HF_DIR --out CKPT.h5                                  HF checkpoint in"},
-    {"tokenize", cmd_tokenize, "tokenize  --tokenizer T [--chat] INPUT... --out DATA.h5          corpus or chats to tokens"},
-    {"train", cmd_train, "train     RECIPE.ini [--set section.key=value]...                CPT, SFT; resumes itself"},
-    {"eval", cmd_eval, "eval      --ckpt CKPT.h5 --data DATA.h5                         loss, perplexity, exact match"},
-    {"generate", cmd_generate, "generate  --ckpt CKPT.h5 [--chat] [--int4] --prompt TEXT        sampling with a KV cache"},
-    {"forward", cmd_forward, "forward   --ckpt CKPT.h5 --tokens-file F [--grad] --dump OUT      logits/loss/grads probe"},
-    {"export", cmd_export, "export    --ckpt CKPT.h5 --format hf --out DIR                  deployment files out"},
-    {"inspect", cmd_inspect, "inspect   FILE                                                  what a file holds"},
+    {"init", cmd_init, "a checkpoint with freshly initialised weights, from a preset or a config.json"},
+    {"import", cmd_import, "a Hugging Face model directory or a GGUF file into a checkpoint"},
+    {"tokenize", cmd_tokenize, "text files or chats into a token dataset for train and eval"},
+    {"train", cmd_train, "continued pre-training or SFT as a recipe says; the same command resumes"},
+    {"eval", cmd_eval, "loss and perplexity over a dataset, and exact match for SFT data"},
+    {"generate", cmd_generate, "text from a checkpoint's model (sampling, --chat, --int4)"},
+    {"forward", cmd_forward, "logits, loss and gradients for given tokens, dumped to safetensors"},
+    {"export", cmd_export, "a checkpoint out as a Hugging Face directory, an MNN int4 package or a GGUF file"},
+    {"inspect", cmd_inspect, "what a checkpoint, dataset, safetensors, GGUF file or MNN package holds"},
 };
 
 static void usage(FILE *f) {
     fprintf(f, "pocket: training toolkit for MNN-Pocket (Qwen3) models\n\nusage: pocket COMMAND [options]\n\n");
-    for (size_t i = 0; i < sizeof COMMANDS / sizeof COMMANDS[0]; i++) fprintf(f, "  %s\n", COMMANDS[i].usage);
-    fprintf(f, "\n`pocket COMMAND --help` describes each command.\n");
+    for (size_t i = 0; i < sizeof COMMANDS / sizeof COMMANDS[0]; i++)
+        fprintf(f, "  %-9s %s\n", COMMANDS[i].name, COMMANDS[i].what);
+    fprintf(f, "\n`pocket COMMAND --help` gives each command's options.\n");
 }
 
 int main(int argc, char **argv) {

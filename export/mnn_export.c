@@ -82,8 +82,7 @@ static int from_c4(Writer *w, const char *name, int y, int n, const char *out_na
     return mnn_reshape(&w->g, out_name ? out_name : sub(buf, name, "post_reshape"), t, dims, 3);
 }
 
-// y[1,S,oc] = x[1,S,ic] W^T: the convolution between two layout conversions
-// (mnn-graph.md 4.3).
+// y[1,S,oc] = x[1,S,ic] W^T: the convolution between two layout conversions.
 static int linear(Writer *w, const char *name, int x, const float *weight, int kind, int layer, const char *out_name,
                   int *y) {
     const TensorInfo *ti = NULL;
@@ -181,7 +180,7 @@ static int block(Writer *w, int l, int h, int *out) {
     return 0;
 }
 
-// The same block with MNN's fused ops (profile B of mnn-graph.md 4.6): q/k
+// The same block with MNN's fused ops (--graph fused): q/k
 // norm + RoPE in one op on the projections' NC4HW4 outputs, attention writing
 // NC4HW4 straight into o_proj, and the MLP kept in NC4HW4 from the gate/up
 // convolutions through MUL_SILU to down_proj: 4 layout conversions per layer
@@ -229,7 +228,8 @@ static int build_graph(Writer *w) {
     ParamViews views;
     param_views(&views, &w->b->tt, w->b->params);
     int32_t ids_dims[3] = {-1, 1, c->d_model}, mask_dims[4] = {1, 1, -1, -1}, pos_dims[2] = {1, -1}, idx_dims[1] = {1};
-    // The four inputs the runtime feeds, by name and in this order (mnn-graph.md 2.1).
+    // The four inputs the runtime feeds, by name and in this order (Llm::load in
+    // MNN's transformers/llm/engine/src/llm.cpp).
     int ids = mnn_input(g, "input_ids", ids_dims, 3, MNN_DT_FLOAT);
     w->mask = mnn_input(g, "attention_mask", mask_dims, 4, MNN_DT_FLOAT);
     int pos = mnn_input(g, "position_ids", pos_dims, 2, MNN_DT_INT32);
@@ -280,7 +280,8 @@ static json_t *runtime_config(const ModelConfig *c, const MnnExportOptions *o) {
     return j;
 }
 
-// The model description the runtime reads (mnn-package.md 2.2).
+// The model description the runtime reads (llm_config.json; MNN's
+// transformers/llm/engine/src/llmconfig.hpp).
 static json_t *model_config(const Writer *w) {
     const ModelBundle *b = w->b;
     const ModelConfig *c = &b->cfg;

@@ -1,5 +1,5 @@
 // mnn_export.h: a checkpoint as the MNN INT4 deployment package that MNN's
-// LLM runtime loads (spec/mnn-package.md, spec/mnn-graph.md):
+// LLM runtime loads (transformers/llm/engine in the MNN repository):
 //   llm.mnn            the decoder graph (flatbuffer, written by mnn_graph.c)
 //   llm.mnn.weight     int4 linears + RMSNorm weights (mnn_weights.c)
 //   config.json        runtime options (file names, backend, sampler)

@@ -133,7 +133,7 @@ int mnn_conv_int4(MnnGraph *g, const char *name, int in, const MnnQuantLinear *q
     fb_f32(quan, 6, 0.0f);
     fb_i32(quan, 7, 4);                // aMaxOrBits
     // aMin 1 turns off a legacy zero-point shift for asymmetric weights;
-    // readType != 0 marks them asymmetric (mnn-package.md 3.2).
+    // readType != 0 marks them asymmetric.
     fb_i32(quan, 8, q->symmetric ? 0 : 1);
     fb_i32(quan, 9, q->symmetric ? 0 : q->oc * (q->ic / q->block));
     fb_u8(quan, 10, 0);

@@ -1,5 +1,6 @@
 // mnn_graph.h: MNN graph (llm.mnn) building blocks: tensors, ops and their
-// parameter tables, in MNN's flatbuffer schema (spec/mnn-graph.md 5-6).
+// parameter tables, in MNN's flatbuffer schema (schema/default/*.fbs in the MNN
+// repository: Net, Op and OpType in MNN.fbs, Convolution2D in CaffeOp.fbs).
 // The decoder wiring itself is in mnn_export.c.
 #pragma once
 #include <stdint.h>
@@ -22,7 +23,8 @@ enum { MNN_BIN_ADD = 0, MNN_BIN_MUL = 2, MNN_BIN_MUL_SILU = 29 };
 enum { MNN_UN_NEG = 1, MNN_UN_SIN = 9, MNN_UN_COS = 10, MNN_UN_SILU = 34 };
 
 // Where a weight-bearing op's data lies in llm.mnn.weight: the op's
-// `external` array (absolute byte offsets; spec/mnn-graph.md 7).
+// `external` array: the blob's absolute byte offset, then the byte length of
+// each of its parts (mnn_weights.h).
 typedef struct {
     int64_t ext[5];
     int n_ext;
@@ -64,12 +66,12 @@ int mnn_unary(MnnGraph *g, const char *name, int a, int op);
 int mnn_concat(MnnGraph *g, const char *name, int a, int b, int axis);
 // Splits the last axis into two equal halves: ids in out[0], out[1] (named name/0, name/1).
 void mnn_split_half(MnnGraph *g, const char *name, int in, int half, int out[2]);
-// Fused attention with the KV cache inside the op (spec/mnn-graph.md 4.5).
+// Fused attention with the KV cache inside the op (MNN's Attention op).
 int mnn_attention(MnnGraph *g, const char *name, int q, int k, int v, int mask, int layer, int output_c4);
 // hidden[:, begin:, :] with begin a tensor (StridedSlice, ONNX form) along `axis`.
 int mnn_slice_from(MnnGraph *g, const char *name, int in, int begin, int axis);
-// Fused q/k RMSNorm + rotary embedding (MNN >= 3.6.1, mnn-graph.md 4.6
-// profile B): q and k are the NC4HW4 [S, heads*D, 1, 1] projection outputs,
+// Fused q/k RMSNorm + rotary embedding (MNN >= 3.6.1; the fused graph form):
+// q and k are the NC4HW4 [S, heads*D, 1, 1] projection outputs,
 // cos/sin S rows of D values; q_gamma/k_gamma (D values, inline) may be NULL
 // when the model has no q/k norm. Outputs [1, S, heads, D] in out[0], out[1].
 void mnn_rope(MnnGraph *g, const char *name, int q, int k, int cos, int sin, int n_head, int n_kv_head, int head_dim,

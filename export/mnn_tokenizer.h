@@ -1,6 +1,7 @@
 // mnn_tokenizer.h: the tokenizer as MNN's binary "pipeline" tokenizer file
-// (tokenizer.mtok, spec/mnn-package.md 5.2), built from the checkpoint's
-// tokenizer.json and tokenizer_config.json. The runtime's other formats
+// (tokenizer.mtok, which MNN's PipelineTokenizer reads: transformers/llm/
+// engine/src/tokenizer/tokenizer.cpp in the MNN repository), built from the
+// checkpoint's tokenizer.json and tokenizer_config.json. The runtime's other formats
 // either split non-ASCII text differently (tokenizer.txt BPE) or are not BPE,
 // so .mtok is the one that encodes Chinese and emoji as HF does.
 #pragma once

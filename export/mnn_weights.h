@@ -1,4 +1,5 @@
-// mnn_weights.h: the blobs of llm.mnn.weight (spec/mnn-package.md 3): int4
+// mnn_weights.h: the blobs of llm.mnn.weight (MNN reads an int4 one as the
+// op's IDSTQuan, schema/default/CaffeOp.fbs in the MNN repository): int4
 // linears (IDST header, packed codes, fp16 alpha) and RMSNorm gamma/beta, laid
 // back to back with no header or padding; each writer returns the `external`
 // array of the op that reads the blob.

@@ -3,6 +3,7 @@
 #include <math.h>
 #include <string.h>
 #include "../data/tokenizer.h"
+#include "gguf_names.h"
 #include "gguf_tokenizer.h"
 
 // An <arch>.<suffix> integer in [lo, 1<<30]; 0 when absent (then *out keeps its default).

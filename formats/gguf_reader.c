@@ -488,7 +488,7 @@ int64_t gguf_arr_int(const GgufKV *kv, uint64_t i) {
     return one.type == GGUF_TYPE_FLOAT32 || one.type == GGUF_TYPE_FLOAT64 ? (int64_t)one.num.f : one.num.i;
 }
 
-// ---- dequantization (spec 4) ---------------------------------------------------------
+// ---- dequantization --------------------------------------------------------------------
 
 static float load_f16(const uint8_t *p) {
     uint16_t h;
@@ -605,13 +605,11 @@ static int inspect_int4(const GgufFile *f, FILE *out, PtError *e) {
     return 0;
 }
 
-int gguf_inspect(const char *path, FILE *out, PtError *e) {
-    GgufFile f;
-    if (gguf_open(&f, path, e)) return -1;
-    fprintf(out, "%s: GGUF v%u, %lld metadata keys, %lld tensors, alignment %u, data at offset %llu\n", path,
-            f.version, (long long)f.n_kv, (long long)f.n_tensors, f.alignment, (unsigned long long)f.data_offset);
-    for (int64_t i = 0; i < f.n_kv; i++) {
-        const GgufKV *kv = &f.kv[i];
+int gguf_describe(const GgufFile *f, FILE *out, PtError *e) {
+    fprintf(out, "%s: GGUF v%u, %lld metadata keys, %lld tensors, alignment %u, data at offset %llu\n", f->path,
+            f->version, (long long)f->n_kv, (long long)f->n_tensors, f->alignment, (unsigned long long)f->data_offset);
+    for (int64_t i = 0; i < f->n_kv; i++) {
+        const GgufKV *kv = &f->kv[i];
         fprintf(out, "  %-45s %-8s ", kv->key, gguf_value_type_name(kv->type));
         if (kv->type == GGUF_TYPE_ARRAY) {
             fprintf(out, "[%s x %llu]", gguf_value_type_name(kv->arr_type), (unsigned long long)kv->arr_n);
@@ -630,8 +628,8 @@ int gguf_inspect(const char *path, FILE *out, PtError *e) {
         fputc('\n', out);
     }
     uint64_t bytes_of[64] = {0}, count_of[64] = {0}, total = 0;
-    for (int64_t i = 0; i < f.n_tensors; i++) {
-        const GgufTensor *t = &f.t[i];
+    for (int64_t i = 0; i < f->n_tensors; i++) {
+        const GgufTensor *t = &f->t[i];
         char shape[96];
         size_t k = (size_t)snprintf(shape, sizeof shape, "[");
         for (int d = 0; d < t->n_dims && k < sizeof shape; d++)
@@ -647,34 +645,14 @@ int gguf_inspect(const char *path, FILE *out, PtError *e) {
     fprintf(out, "tensors by type:");
     for (int i = 0; i < N_GGML_TYPES; i++)
         if (count_of[i]) fprintf(out, " %s %llu (%.2f MB)", GGML_TYPES[i].name, (unsigned long long)count_of[i], bytes_of[i] / 1e6);
-    fprintf(out, "; total %.2f MB of tensor data, file %.2f MB\n", total / 1e6, f.len / 1e6);
-    int rc = inspect_int4(&f, out, e);
+    fprintf(out, "; total %.2f MB of tensor data, file %.2f MB\n", total / 1e6, f->len / 1e6);
+    return inspect_int4(f, out, e);
+}
+
+int gguf_inspect(const char *path, FILE *out, PtError *e) {
+    GgufFile f;
+    if (gguf_open(&f, path, e)) return -1;
+    int rc = gguf_describe(&f, out, e);
     gguf_close(&f);
     return rc;
-}
-
-// ---- names --------------------------------------------------------------------------------
-
-void gguf_tensor_name(const TensorInfo *ti, char out[GGUF_MAX_NAME]) {
-    static const char *const BLOCK_NAMES[T_KIND_COUNT] = {
-        [T_LN1] = "attn_norm", [T_WQ] = "attn_q", [T_WK] = "attn_k", [T_WV] = "attn_v", [T_WO] = "attn_output",
-        [T_QNORM] = "attn_q_norm", [T_KNORM] = "attn_k_norm", [T_LN2] = "ffn_norm", [T_WGATE] = "ffn_gate",
-        [T_WUP] = "ffn_up", [T_WDOWN] = "ffn_down"};
-    switch (ti->kind) {
-    case T_EMBED: snprintf(out, GGUF_MAX_NAME, "token_embd.weight"); break;
-    case T_LNF: snprintf(out, GGUF_MAX_NAME, "output_norm.weight"); break;
-    case T_LMHEAD: snprintf(out, GGUF_MAX_NAME, "output.weight"); break;
-    default: snprintf(out, GGUF_MAX_NAME, "blk.%d.%s.weight", ti->layer, BLOCK_NAMES[ti->kind]); break;
-    }
-}
-
-void gguf_llama_permute(const float *src, float *dst, int n_heads, int head_dim, int64_t cols, int to_gguf) {
-    int half = head_dim / 2;
-    for (int h = 0; h < n_heads; h++)
-        for (int i = 0; i < half; i++)
-            for (int j = 0; j < 2; j++) {
-                size_t gguf_row = (size_t)h * head_dim + 2 * i + j, hf_row = (size_t)h * head_dim + j * half + i;
-                size_t to = to_gguf ? gguf_row : hf_row, from = to_gguf ? hf_row : gguf_row;
-                memcpy(dst + to * cols, src + from * cols, (size_t)cols * sizeof(float));
-            }
 }

@@ -1,4 +1,4 @@
-// gguf_reader.h: GGUF v2/v3 files (shared/spec/gguf.md) parsed and checked:
+// gguf_reader.h: GGUF v2/v3 files (ggml's docs/gguf.md) parsed and checked:
 // header, metadata key/value pairs, tensor infos, the data section; typed
 // metadata lookups; tensors converted to fp32 (F32, F16, BF16, Q8_0, Q4_0,
 // Q4_1). Every length and offset is checked against the bytes actually in the
@@ -15,7 +15,7 @@
 #pragma once
 #include <stdint.h>
 #include <stdio.h>
-#include "../model/tensors.h"
+#include "../util/util.h"
 
 #define GGUF_MAGIC "GGUF"
 #define GGUF_VERSION 3
@@ -23,7 +23,7 @@
 #define GGUF_MAX_NAME 64          // tensor names hold at most 63 bytes (ggml's limit)
 #define GGUF_MAX_DIMS 4
 
-// Metadata value types (spec 1.3).
+// Metadata value types (gguf_metadata_value_type in ggml's docs/gguf.md).
 typedef enum {
     GGUF_TYPE_UINT8 = 0, GGUF_TYPE_INT8 = 1, GGUF_TYPE_UINT16 = 2, GGUF_TYPE_INT16 = 3,
     GGUF_TYPE_UINT32 = 4, GGUF_TYPE_INT32 = 5, GGUF_TYPE_FLOAT32 = 6, GGUF_TYPE_BOOL = 7,
@@ -31,8 +31,9 @@ typedef enum {
     GGUF_TYPE_FLOAT64 = 12, GGUF_TYPE_COUNT
 } GgufValueType;
 
-// The ggml tensor types this toolkit reads and writes (spec 4). Other known
-// ggml types parse (so `pocket inspect` shows them) but do not convert.
+// The ggml tensor types this toolkit reads and writes (enum ggml_type in ggml's
+// include/ggml.h). Other known ggml types parse (so `pocket inspect` shows
+// them) but do not convert.
 typedef enum {
     GGML_TYPE_F32 = 0, GGML_TYPE_F16 = 1, GGML_TYPE_Q4_0 = 2, GGML_TYPE_Q4_1 = 3,
     GGML_TYPE_Q8_0 = 8, GGML_TYPE_BF16 = 30
@@ -115,7 +116,8 @@ int ggml_type_geometry(uint32_t type, int *block_elems, int *block_bytes);   // 
 // Bytes of n elements (n a multiple of the block size) of a type.
 uint64_t ggml_row_bytes(uint32_t type, uint64_t n);
 
-// Block decoders (spec 4.2-4.4): one block of 32 values.
+// Block decoders (block_q8_0, block_q4_0, block_q4_1 in ggml's src/ggml-common.h):
+// one block of 32 values.
 void ggml_dequant_q8_0(const uint8_t *block, float *out);
 void ggml_dequant_q4_0(const uint8_t *block, float *out);
 void ggml_dequant_q4_1(const uint8_t *block, float *out);
@@ -134,15 +136,6 @@ uint16_t ggml_q4_1_offset(float scale, float zero, int *exact);
 // Prints the header, every metadata pair (long arrays abbreviated) and every
 // tensor (name, type, shape, offset, bytes), with totals per type, and for
 // our int4 exports a line with pocket.quantization.* (group size, blocks whose
-// offset fp16 could not hold exactly).
+// offset fp16 could not hold exactly). gguf_inspect opens the file first.
+int gguf_describe(const GgufFile *f, FILE *out, PtError *e);
 int gguf_inspect(const char *path, FILE *out, PtError *e);
-
-// ---- the model's names in GGUF (spec 3) -------------------------------------
-
-// GGUF name of a tensor-table row ("blk.3.attn_q.weight").
-void gguf_tensor_name(const TensorInfo *ti, char out[GGUF_MAX_NAME]);
-// llama.cpp's "llama" architecture uses interleaved RoPE, so its q/k rows are
-// stored permuted within each head: GGUF row h*D + 2i + j holds HF row
-// h*D + j*D/2 + i (i < D/2, j in {0,1}). to_gguf=1 applies that, 0 undoes it.
-// rows = n_heads * head_dim rows of cols floats; src and dst must not overlap.
-void gguf_llama_permute(const float *src, float *dst, int n_heads, int head_dim, int64_t cols, int to_gguf);

@@ -1,7 +1,8 @@
-// gguf_tokenizer.h: the tokenizer as GGUF metadata (shared/spec/gguf.md 2.4)
-// and back. Export turns the stored tokenizer.json (+ tokenizer_config.json)
-// into tokenizer.ggml.* keys; import rebuilds a tokenizer.json from those keys
-// that data/tokenizer.h loads and that encodes exactly as the original did.
+// gguf_tokenizer.h: the tokenizer as GGUF metadata and back (the
+// tokenizer.ggml.* keys of ggml's docs/gguf.md). Export turns the stored
+// tokenizer.json (+ tokenizer_config.json) into those keys; import rebuilds a
+// tokenizer.json from them that data/tokenizer.h loads and that encodes
+// exactly as the original did.
 #pragma once
 #include "gguf_writer.h"
 

@@ -3,6 +3,7 @@
 #include "gguf_writer.h"
 #include <math.h>
 #include <string.h>
+#include "gguf_names.h"
 #include "gguf_tokenizer.h"
 #include "../util/bytes.h"
 
@@ -172,7 +173,7 @@ int gguf_add_tensor_bytes(GgufWriter *w, const char *name, int n_dims, const int
     return 0;
 }
 
-// ---- block encoders (spec 4.2-4.5) --------------------------------------------------
+// ---- block encoders -----------------------------------------------------------------
 
 static int store_f16(uint8_t *p, float v) {
     uint16_t h = f32_to_f16(v);

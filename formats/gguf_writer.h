@@ -1,7 +1,7 @@
-// gguf_writer.h: GGUF v3 files for llama.cpp (shared/spec/gguf.md).
+// gguf_writer.h: GGUF v3 files for llama.cpp (ggml's docs/gguf.md).
 //
 // A GgufWriter collects metadata pairs and tensors, then writes the file in
-// one pass (spec 7): header, pairs, tensor infos, padding, each tensor's
+// one pass: header, pairs, tensor infos, padding, each tensor's
 // bytes padded to the alignment, the last one included. Tensors given as fp32
 // are encoded while writing, a block of rows at a time, so no second copy of
 // the model is held in memory. Files are written to PATH.tmp.PID and renamed.
@@ -52,7 +52,8 @@ int gguf_add_tensor_bytes(GgufWriter *w, const char *name, int n_dims, const int
                           const void *bytes, uint64_t nbytes, PtError *e);
 int gguf_writer_save(GgufWriter *w, const char *path, PtError *e);
 
-// Q8_0 block encoder, llama.cpp's reference rounding (spec 4.2): 32 values
+// Q8_0 block encoder, llama.cpp's reference rounding (quantize_row_q8_0_ref in
+// ggml's src/ggml-quants.c): 32 values
 // in, one block out; -1 when the fp16 scale overflows.
 int ggml_quant_q8_0(const float *x, uint8_t *block);
 // n values (a multiple of the block size) to F32, F16, BF16 or Q8_0; returns
@@ -61,7 +62,7 @@ int ggml_quant_q8_0(const float *x, uint8_t *block);
 // quantizer (gguf_encode_int4).
 int ggml_quant_row(uint32_t type, const float *x, uint8_t *out, uint64_t n, uint64_t *bad);
 
-// Int4 weights (model/ops/quant.h) as Q4_0 or Q4_1 blocks (spec 4.3-4.4, 5):
+// Int4 weights (model/ops/quant.h) as Q4_0 or Q4_1 blocks:
 // codes from quant_codes with the per-(row, group) scale and zero; each group
 // of G weights (G a multiple of 32) becomes G/32 blocks carrying the same
 // codes and d = scale; Q4_1 blocks also carry m = ggml_q4_1_offset(scale,

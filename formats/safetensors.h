@@ -1,4 +1,5 @@
-// safetensors.h: reader and writer for the safetensors format (spec 3.2).
+// safetensors.h: reader and writer for the safetensors format (defined in the
+// README of the huggingface/safetensors repository).
 //
 // File layout: 8-byte little-endian header length N, N bytes of JSON header,
 // then the data buffer. The header maps each tensor name to

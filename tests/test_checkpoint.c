@@ -94,7 +94,7 @@ static void test_param_count_matches_spec(void **s) {
     PtError e;
     ModelConfig cfg;
     assert_int_equal(config_preset(&cfg, "pocket-0.3b", &e), 0);
-    // spec/qwen3-model.md section 4: 302,830,976 tied
+    // 28 layers x 8,718,208 + embedding 65,536 x 896 + final norm 896 = 302,830,976 (tied)
     assert_int_equal(config_param_count(&cfg), 302830976);
     TensorTable tt;
     tensor_table_build(&tt, &cfg);

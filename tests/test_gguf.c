@@ -5,7 +5,7 @@
 //   and our decoders the same floats; it also wrote the HF fixture models as GGUF the
 //   way llama.cpp's converter does: our import equals our HF import bit for
 //   bit and our export has the same tensor bytes;
-// - blocks worked out by hand from the formulas in shared/spec/gguf.md;
+// - blocks worked out by hand from the block layouts (ggml's src/ggml-common.h);
 // - C's _Float16 and the bf16 rounding rule for the F16/BF16 round trips;
 // - HF tokenizers' ids (tests/fixtures/tok/expected.json) for the tokenizer
 //   rebuilt from GGUF metadata.
@@ -22,6 +22,7 @@
 #include "../formats/gguf_tokenizer.h"
 #include "../formats/gguf_writer.h"
 #include "../formats/gguf_import.h"
+#include "../formats/gguf_names.h"
 #include "../formats/hf_import.h"
 
 #define GG "tests/fixtures/gguf/"
@@ -131,7 +132,7 @@ static void test_metadata_of_every_type(void **s) {
     gguf_close(&f);
 }
 
-// ---- blocks worked out by hand from the spec's formulas ----------------------------------
+// ---- blocks worked out by hand --------------------------------------------------------
 
 static void test_q8_0_block_by_hand(void **s) {
     (void)s;
@@ -164,7 +165,7 @@ static void test_q4_decoders_by_hand(void **s) {
     float back[32];
     ggml_dequant_q4_0(q4_0, back);
     for (int j = 0; j < 16; j++) assert_true(back[j] == (float)(j - 8) && back[16 + j] == (float)(7 - j));
-    // Spec 5.4 example 1: d = 0x211F, m = 0xAD1F, codes 0..15 then 15..0.
+    // Q4_1 by hand: d = 0x211F, m = 0xAD1F, codes 0..15 then 15..0 (test_gguf_q4.c's example 1).
     static const uint8_t spec[20] = {0x1f, 0x21, 0x1f, 0xad, 0xf0, 0xe1, 0xd2, 0xc3, 0xb4, 0xa5,
                                      0x96, 0x87, 0x78, 0x69, 0x5a, 0x4b, 0x3c, 0x2d, 0x1e, 0x0f};
     ggml_dequant_q4_1(spec, back);
@@ -174,7 +175,7 @@ static void test_q4_decoders_by_hand(void **s) {
 
 // ---- writer -> reader ------------------------------------------------------------------------
 
-static uint16_t bf16_by_rule(float v) {   // spec 4.1: round to nearest even on the top half
+static uint16_t bf16_by_rule(float v) {   // the top half of the fp32 bits, rounded to nearest even
     uint32_t b;
     memcpy(&b, &v, 4);
     return (uint16_t)((b + 0x7FFFu + ((b >> 16) & 1u)) >> 16);

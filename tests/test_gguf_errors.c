@@ -13,6 +13,7 @@
 #include <unistd.h>
 #include "../formats/gguf_writer.h"
 #include "../formats/gguf_import.h"
+#include "../formats/gguf_names.h"
 
 typedef struct {
     uint8_t *p;

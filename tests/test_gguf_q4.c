@@ -1,7 +1,8 @@
 // GGUF Q4_0/Q4_1 from the int4 quantizer (model/ops/quant.h) and back:
-// - blocks worked out by hand from shared/spec/gguf.md (4.3, 4.4, 5.4): the
-//   spec's two Q4_1 examples (an exact and an inexact offset m) and a Q4_0
-//   block, and the count of blocks whose offset fp16 cannot hold;
+// - blocks worked out by hand from the Q4 layouts (ggml's src/ggml-common.h:
+//   fp16 d, Q4_1 also fp16 m, byte j = code j | code j+16 << 4): two Q4_1
+//   examples (an exact and an inexact offset m) and a Q4_0 block, and the
+//   count of blocks whose offset fp16 cannot hold;
 // - the weights llama.cpp's formula (d*q + m, our decoder, checked against
 //   gguf-py in test_gguf.c) gives from an export equal the weights `--int4`
 //   runs, up to that offset rounding;
@@ -22,6 +23,7 @@
 #include <unistd.h>
 #include "../formats/gguf_writer.h"
 #include "../formats/gguf_import.h"
+#include "../formats/gguf_names.h"
 #include "../qat/qat.h"
 #include "../formats/checkpoint.h"
 #include "../cli/open_model.h"
@@ -90,7 +92,7 @@ static void make_model(ModelBundle *b, const char *preset, uint64_t seed) {
 static const float *scale_of(const QatState *q, const QatTensor *t) { return q->scale + t->offset; }
 static const float *zero_of(const QatState *q, const QatTensor *t) { return q->zero + t->offset; }
 
-// ---- blocks by hand (spec 4.3, 4.4, 5.4) ------------------------------------------------------
+// ---- blocks by hand -------------------------------------------------------------------------
 
 // Weights on the grid: w = (code - 8)*scale + zero, so quant_codes gives the codes back.
 static void grid_weights(const uint8_t *codes, int n, float scale, float zero, float *w) {
@@ -100,7 +102,7 @@ static void grid_weights(const uint8_t *codes, int n, float scale, float zero, f
 static void test_q4_1_blocks_by_hand(void **s) {
     (void)s;
     PtError e;
-    // Spec 5.4 example 1: s = 0x211F, integer zero point 8, i.e. our zero
+    // Example 1: s = 0x211F, integer zero point 8, i.e. our zero
     // (the value at code 8) = 0, m = -8s = 0xAD1F exactly. Codes 0..15 then
     // 15..0 (block A); block B of the same group all 8.
     static const uint8_t EX1[20] = {0x1f, 0x21, 0x1f, 0xad, 0xf0, 0xe1, 0xd2, 0xc3, 0xb4, 0xa5,
@@ -120,7 +122,7 @@ static void test_q4_1_blocks_by_hand(void **s) {
     assert_memory_equal(got + 20, B, 20);   // same d and m in both blocks of the group
     assert_int_equal(inexact, 0);
 
-    // Spec 5.4 example 2: s = 0x224C, integer zero point 7, i.e. zero = s.
+    // Example 2: s = 0x224C, integer zero point 7, i.e. zero = s.
     // -7s = -0.086090087890625 is not an fp16 value: m = 0xAD82, inexact, and
     // both blocks of the group count. Codes j % 16 -> byte j = j | j << 4.
     uint8_t ex2[20] = {0x4c, 0x22, 0x82, 0xad};

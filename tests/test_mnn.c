@@ -1,9 +1,9 @@
 // MNN package writer against references that do not come from our code:
-// - the FlatBuffers bytes of the one-op Net worked out in shared/spec/mnn-graph.md
-//   6.4 (checked there with a verifier generated from MNN's schema);
-// - the llm.mnn.weight blob of the 2 x 128 matrix worked out by hand in
-//   shared/spec/mnn-package.md 3.11 (IDST header, nibble order, fp16
-//   [zero, scale] pairs);
+// - the FlatBuffers bytes of a one-op Net worked out by hand from the
+//   FlatBuffers binary format and MNN's schema (schema/default/MNN.fbs), and
+//   checked with a verifier generated from that schema;
+// - the llm.mnn.weight blob of a 2 x 128 matrix worked out by hand (IDST
+//   header, nibble order, fp16 [zero, scale] pairs);
 // - a decoder written here from that layout, run over a whole exported
 //   package: every code and fp16 alpha equals the quantizer's for the
 //   checkpoint, and the LayerNorm blobs hold the norm weights.

@@ -2,7 +2,7 @@
 //  - RTN scale/zero/codes/dequant vs an independent torch implementation of the
 //    same rule (tests/ref/make_quant_fixtures.py -> tests/fixtures/quant/), all
 //    bit for bit, groups 32/64/128, asymmetric and symmetric;
-//  - the worked example of spec/mnn-package.md 3.11 (fp16 bits and packed bytes);
+//  - a 2x128 example worked out by hand (fp16 bits and packed bytes);
 //  - fake-quant == quantize -> pack -> unpack -> dequantize, bit for bit, and
 //    every device's (test_backends.h) fake-quant and dequant give those bits;
 //  - every stored scale/zero is fp16-exact; MSE init never loses to RTN;
@@ -102,7 +102,7 @@ static void test_rtn_matches_torch(void **state) {
     st_close(&f);
 }
 
-// The spec's worked example (spec/mnn-package.md 3.11): 2x128, asym, block 64.
+// An example worked out by hand: 2x128, asym, block 64.
 static void test_mnn_worked_example(void **state) {
     (void)state;
     float w[256];
@@ -128,7 +128,7 @@ static void test_mnn_worked_example(void **state) {
     assert_memory_equal(packed + 32, row0_head, 8);   // block 1 identical
     const uint8_t row1[8] = {0x01, 0x23, 0x45, 0x67, 0x89, 0xAB, 0xCD, 0xEF};
     for (int j = 0; j < 8; j++) assert_memory_equal(packed + 64 + 8 * j, row1, 8);
-    // Runtime dequant checks of the spec.
+    // Dequantized values worked out by hand: w = (u - 8) * scale + zero.
     float deq[256];
     quant_dequant(&q, codes, 2, 128, scale, zero, deq);
     assert_true(deq[0] == -1.0f);

@@ -1,7 +1,7 @@
-// Recipes: the defaults the brief and DESIGN.md specify, file + --set
-// overrides, every error kind (the message names file:line or the --set
-// argument, and the key), write -> load round trips to an identical struct,
-// --help lists every key, and the shipped recipes load.
+// Recipes: the intended defaults (written out here, not read from recipe.c),
+// file + --set overrides, every error kind (the message names file:line or
+// the --set argument, and the key), write -> load round trips to an identical
+// struct, --help lists every key, and the shipped recipes load.
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -35,7 +35,7 @@ static void test_defaults(void **state) {
     assert_string_equal(r.model.tokenizer, "");
     assert_string_equal(r.data.train, "data/corpus.h5");
     assert_string_equal(r.data.val, "");
-    // the values the brief gives as defaults
+    // the training defaults
     assert_int_equal(r.train.mode, TRAIN_MODE_CPT);
     assert_int_equal(r.train.micro_batch, 4);
     assert_int_equal(r.train.seq_len, 256);
@@ -318,7 +318,7 @@ static void test_write_load_roundtrip(void **state) {
 
 static void test_help_and_write_list_every_key(void **state) {
     (void)state;
-    // the keys the brief lists, plus epochs and stop_after
+    // every recipe key, listed here independently of recipe.c
     const char *keys[] = {"init", "tokenizer", "train", "val", "mode", "micro_batch", "seq_len", "grad_accum",
                           "steps", "tokens", "epochs", "stop_after", "eval_interval", "eval_batches", "save_interval",
                           "keep_last", "seed", "threads", "run_dir", "max_bad_steps", "sample_prompt",

@@ -14,7 +14,7 @@
 //
 // all in fp32 arithmetic, multiply then add (the build uses -std=c11, so gcc
 // never fuses them into an fma). `zero` is the value at code 8, as MNN stores
-// it (spec/mnn-package.md 3.5-3.6).
+// it (export/mnn_weights.c writes it unchanged).
 //
 // Codes are decided by quant_codes() only:
 //     u = clamp(round_half_even((x - zero) / scale) + 8, lo, 15)   lo = 0 (asym) or 1 (sym)
@@ -22,11 +22,13 @@
 // point. A group with scale 0 gets code 8 everywhere (it dequantizes to zero).
 //
 // Exporters:
-//   MNN (spec/mnn-package.md 3.4-3.5): codes packed by quant_pack4 as they are
-//     (high nibble first); alpha = fp16 [zero, scale] pairs per group (asym) or
-//     fp16 scale (sym), in the order of these arrays; aMin = 1 for asym.
-//   GGUF (spec/gguf.md 4.3-4.4): blocks of 32 with byte j = element j (low
-//     nibble) | element j+16 (high nibble): unpack our codes first, then repack.
+//   MNN (IDSTQuan in MNN's schema/default/CaffeOp.fbs): codes packed by
+//     quant_pack4 as they are (high nibble first); alpha = fp16 [zero, scale]
+//     pairs per group (asym) or fp16 scale (sym), in the order of these
+//     arrays; aMin = 1 for asym.
+//   GGUF (block_q4_0/q4_1 in ggml's src/ggml-common.h): blocks of 32 with
+//     byte j = element j (low nibble) | element j+16 (high nibble): unpack our
+//     codes first, then repack.
 //     Symmetric -> Q4_0 exactly: d = scale, the same codes, for each of the
 //     G/32 blocks of a group. Asymmetric -> Q4_1 with d = scale, the same codes,
 //     m = fp16(zero - 8*scale): exact only when that value is fp16-representable.

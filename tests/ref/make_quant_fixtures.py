@@ -1,8 +1,9 @@
 """Reference fixtures for tests/test_quant.c and tests/test_qat.c.
 
 Writes tests/fixtures/quant/quant.safetensors (about 90 KB) with an independent
-torch implementation of the int4 rule of model/ops/quant.h (brief "qat", DESIGN.md
-"One quantizer"), and torch's own bf16/fp16 rounding for the A16 check:
+torch implementation of the int4 rule of model/ops/quant.h (the one quantizer
+that training and every exporter use), and torch's own bf16/fp16 rounding for
+the A16 check:
 
   w                      F32 [8, 256]  test weights (see make_weights)
   g{G}_{asym|sym}_scale  F32 [8, 256/G] fp16 scale, as float32

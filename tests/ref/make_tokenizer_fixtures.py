@@ -199,8 +199,9 @@ def decode_cases(tok):
     """Decode cases: invalid byte sequences (U+FFFD rules) and special-token skipping."""
     vocab = tok.get_vocab()
     byte_char = {}
-    # GPT-2 byte table, written from the rule in the spec (printable bytes keep
-    # their code point, the rest take U+0100.. in order).
+    # GPT-2 byte table (bytes_to_unicode in GPT-2's encoder.py), written from
+    # its rule: printable bytes keep their code point, the rest take U+0100..
+    # in order.
     printable = [b for b in range(256) if 0x21 <= b <= 0x7E or 0xA1 <= b <= 0xAC or b >= 0xAE]
     n = 0
     for b in range(256):
@@ -381,7 +382,8 @@ def train_text(messages):
     """What the loss mask must cover: each assistant reply followed by
     <|im_end|>. The reply is the content with the reasoning split off at
     </think>, leading newlines stripped when the turn gets a think block
-    (spec 5.10 rules, written here independently of the C code)."""
+    (the rules of Qwen3's chat template, written here independently of the C
+    code)."""
     n = len(messages)
     last_query = n - 1
     for i in reversed(range(n)):
