@@ -1,7 +1,8 @@
-// checkpoint.h: HDF5 checkpoints (zlib-deflated), as DESIGN.md describes:
-// /config (attributes), /params/<hf name>, /tokenizer/{tokenizer.json,
-// tokenizer_config.json} (bytes), later /optim and /state. Written to a
-// temporary name and renamed, so a crash never leaves a broken checkpoint.
+// checkpoint.h: HDF5 checkpoints (zlib-deflated; the layout is in
+// docs/ARCHITECTURE.md): /config (attributes), /params/<hf name>,
+// /tokenizer/{tokenizer.json, tokenizer_config.json} (bytes), and for training
+// /optim and /state. Written to a temporary name and renamed, so a crash
+// never leaves a broken checkpoint.
 #pragma once
 #include "../data/loader.h"
 #include "../model/bundle.h"

@@ -108,7 +108,7 @@ def test_gguf_py_reads_export(model, quant):
         return f[key].parts[f[key].data[0]][0]
 
     assert bytes(f["general.architecture"].parts[-1]).decode() == "qwen3"
-    # llama.cpp's loader requires these exact types (spec 2.1).
+    # llama.cpp's loader requires these exact types (uint32 hyperparameters).
     for key in ["context_length", "embedding_length", "block_count", "feed_forward_length",
                 "attention.head_count", "attention.head_count_kv", "attention.key_length", "attention.value_length"]:
         assert f[f"qwen3.{key}"].types == [T.UINT32], key
@@ -223,7 +223,7 @@ def test_q8_0_top1_agreement(model, run_pocket, llama_cpp):
     original = (forward_logits(run_pocket, model["dir"], model["ckpt"], ids).argmax(1) == theirs).mean()
     print(f"q8_0 top-1 agreement over 256 tokens: {same_weights:.1%} vs pocket forward on the dequantized q8_0 "
           f"weights, {original:.1%} vs the original f32 weights")
-    # The brief's bar applies to the same weights; against the unquantized
+    # The 95% bar applies to the same weights; against the unquantized
     # weights a random model (no confident predictions) agrees a bit less.
     assert same_weights >= 0.95 and original >= 0.90
 
