@@ -59,3 +59,21 @@ static inline void test_devices_print(const TestDevice *d, int n) {
 static inline void test_best_device(Device *d) {
     cpu_device_init(d, 0, NULL);
 }
+
+// The devices of a test program: its cmocka group setup fills them (and
+// prints their names), its teardown frees them.
+static TestDevice devs[MAX_TEST_DEVICES];
+static int n_devs;
+
+static inline int devices_setup(void **state) {
+    (void)state;
+    n_devs = test_devices(devs, 0);
+    test_devices_print(devs, n_devs);
+    return 0;
+}
+
+static inline int devices_teardown(void **state) {
+    (void)state;
+    test_devices_free(devs, n_devs);
+    return 0;
+}

@@ -26,8 +26,6 @@
 #include "../util/util.h"
 #include "test_backends.h"
 
-static TestDevice devs[MAX_TEST_DEVICES];
-static int n_devs;
 
 #define TOL_PER_SQRT_K 1e-6
 
@@ -399,19 +397,6 @@ static void test_reference_finite_differences(void **state) {
     }
 }
 
-static int setup(void **state) {
-    (void)state;
-    n_devs = test_devices(devs, 0);
-    test_devices_print(devs, n_devs);
-    return 0;
-}
-
-static int teardown(void **state) {
-    (void)state;
-    test_devices_free(devs, n_devs);
-    return 0;
-}
-
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_reference_by_hand),
@@ -423,5 +408,5 @@ int main(void) {
         cmocka_unit_test(test_bf16),
         cmocka_unit_test(test_precision_selects_products),
     };
-    return cmocka_run_group_tests(tests, setup, teardown);
+    return cmocka_run_group_tests(tests, devices_setup, devices_teardown);
 }

@@ -16,8 +16,6 @@
 
 #define ATTN_TOL 5e-6
 
-static TestDevice devs[MAX_TEST_DEVICES];
-static int n_devs;
 
 // lse[B, nq, T] of the scaled scores, in double, straight from the definition.
 static void lse_ref(double *lse, const double *q, const double *k, const int *seg, int B, int T, int nq, int nkv,
@@ -381,19 +379,6 @@ static void test_attention_dirty_workspace(void **state) {
     case_free(&c);
 }
 
-static int setup(void **state) {
-    (void)state;
-    n_devs = test_devices(devs, 0);
-    test_devices_print(devs, n_devs);
-    return 0;
-}
-
-static int teardown(void **state) {
-    (void)state;
-    test_devices_free(devs, n_devs);
-    return 0;
-}
-
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_attention_vs_ref),
@@ -403,5 +388,5 @@ int main(void) {
         cmocka_unit_test(test_attention_thread_independent),
         cmocka_unit_test(test_attention_dirty_workspace),
     };
-    return cmocka_run_group_tests(tests, setup, teardown);
+    return cmocka_run_group_tests(tests, devices_setup, devices_teardown);
 }

@@ -14,8 +14,6 @@
 
 enum { N = 37, C = 45, V = 301 };
 
-static TestDevice devs[MAX_TEST_DEVICES];
-static int n_devs;
 
 // Device d with its classifier holding `rows` token rows at a time. The row
 // count is a CPU kernel parameter, so for a CPU device this is a new device
@@ -220,19 +218,6 @@ static void test_classifier_nothing_counted(void **state) {
     data_free(&d);
 }
 
-static int setup(void **state) {
-    (void)state;
-    n_devs = test_devices(devs, 0);
-    test_devices_print(devs, n_devs);
-    return 0;
-}
-
-static int teardown(void **state) {
-    (void)state;
-    test_devices_free(devs, n_devs);
-    return 0;
-}
-
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_classifier_vs_ref),
@@ -240,5 +225,5 @@ int main(void) {
         cmocka_unit_test(test_classifier_masked_target),
         cmocka_unit_test(test_classifier_nothing_counted),
     };
-    return cmocka_run_group_tests(tests, setup, teardown);
+    return cmocka_run_group_tests(tests, devices_setup, devices_teardown);
 }

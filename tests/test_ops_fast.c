@@ -17,8 +17,6 @@
 #include "test_backends.h"
 #include "test_ops_util.h"
 
-static TestDevice devs[MAX_TEST_DEVICES];
-static int n_devs;
 
 static void check(const TestDevice *td, const char *what, double err, double tol) {
     printf("  %-26s %-44s rel err %.2e (bound %.0e)\n", td->name, what, err, tol);
@@ -162,19 +160,6 @@ static void test_elementwise_fast(void **state) {
     free(doutf); free(da0); free(db0);
 }
 
-static int setup(void **state) {
-    (void)state;
-    n_devs = test_devices(devs, 0);
-    test_devices_print(devs, n_devs);
-    return 0;
-}
-
-static int teardown(void **state) {
-    (void)state;
-    test_devices_free(devs, n_devs);
-    return 0;
-}
-
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_embedding_fast),
@@ -182,5 +167,5 @@ int main(void) {
         cmocka_unit_test(test_rope_fast),
         cmocka_unit_test(test_elementwise_fast),
     };
-    return cmocka_run_group_tests(tests, setup, teardown);
+    return cmocka_run_group_tests(tests, devices_setup, devices_teardown);
 }

@@ -14,8 +14,6 @@
 #include "test_backends.h"
 #include "test_ops_util.h"
 
-static TestDevice devs[MAX_TEST_DEVICES];
-static int n_devs;
 
 // Same expression, in double, as gen() in the script.
 static float *gen(int n, int a, int m, double scale) {
@@ -372,26 +370,13 @@ static void test_torch_cross_entropy(void **state) {
     free(h); free(W);
 }
 
-static int setup(void **state) {
-    (void)state;
-    n_devs = test_devices(devs, 0);
-    test_devices_print(devs, n_devs);
-    return 0;
-}
-
-static int teardown(void **state) {
-    (void)state;
-    test_devices_free(devs, n_devs);
-    return 0;
-}
-
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_torch_rope),   cmocka_unit_test(test_torch_rmsnorm),
         cmocka_unit_test(test_torch_attention), cmocka_unit_test(test_torch_swiglu),
         cmocka_unit_test(test_torch_cross_entropy),
     };
-    return cmocka_run_group_tests(tests, setup, teardown);
+    return cmocka_run_group_tests(tests, devices_setup, devices_teardown);
 }
 
 /* The generator (run with the developer venv's python; prints the arrays above):

@@ -19,8 +19,6 @@
 
 #define FIX "tests/fixtures/optim/"
 
-static TestDevice devs[MAX_TEST_DEVICES];
-static int n_devs;
 
 static json_t *load_json(const char *path) {
     json_error_t je;
@@ -327,19 +325,6 @@ static void test_wsd_decay_steps(void **state) {
     assert_true(schedule_lr(&s, 1.0f, 100) == 0.5f);
 }
 
-static int setup(void **state) {
-    (void)state;
-    n_devs = test_devices(devs, 0);
-    test_devices_print(devs, n_devs);
-    return 0;
-}
-
-static int teardown(void **state) {
-    (void)state;
-    test_devices_free(devs, n_devs);
-    return 0;
-}
-
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_adamw_matches_torch),
@@ -349,5 +334,5 @@ int main(void) {
         cmocka_unit_test(test_schedules_match_transformers),
         cmocka_unit_test(test_wsd_decay_steps),
     };
-    return cmocka_run_group_tests(tests, setup, teardown);
+    return cmocka_run_group_tests(tests, devices_setup, devices_teardown);
 }

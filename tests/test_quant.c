@@ -21,8 +21,6 @@
 
 #define FIXTURE "tests/fixtures/quant/quant.safetensors"
 
-static TestDevice devs[MAX_TEST_DEVICES];
-static int n_devs;
 
 static int same_bits(float a, float b) { return memcmp(&a, &b, sizeof a) == 0; }
 static int f16_exact(float x) { return same_bits(f16_to_f32(f32_to_f16(x)), x); }
@@ -359,24 +357,11 @@ static void test_a16_matches_torch(void **state) {
     st_close(&f);
 }
 
-static int setup(void **state) {
-    (void)state;
-    n_devs = test_devices(devs, 0);
-    test_devices_print(devs, n_devs);
-    return 0;
-}
-
-static int teardown(void **state) {
-    (void)state;
-    test_devices_free(devs, n_devs);
-    return 0;
-}
-
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_rtn_matches_torch),     cmocka_unit_test(test_mnn_worked_example),
         cmocka_unit_test(test_fake_equals_pack_path), cmocka_unit_test(test_fp16_exact_and_mse),
         cmocka_unit_test(test_errors),                cmocka_unit_test(test_a16_matches_torch),
     };
-    return cmocka_run_group_tests(tests, setup, teardown);
+    return cmocka_run_group_tests(tests, devices_setup, devices_teardown);
 }

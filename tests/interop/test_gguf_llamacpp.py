@@ -108,7 +108,7 @@ def test_gguf_py_reads_export(model, quant):
         return f[key].parts[f[key].data[0]][0]
 
     assert bytes(f["general.architecture"].parts[-1]).decode() == "qwen3"
-    # llama.cpp's loader requires these exact types (uint32 hyperparameters).
+    # llama.cpp's loader requires these exact types (uint32 sizes, float32 rope base and eps).
     for key in ["context_length", "embedding_length", "block_count", "feed_forward_length",
                 "attention.head_count", "attention.head_count_kv", "attention.key_length", "attention.value_length"]:
         assert f[f"qwen3.{key}"].types == [T.UINT32], key
