@@ -37,7 +37,8 @@ void gen_add_stop(GenParams *p, int id, int vocab);
 int gen_is_stop(const GenParams *p, int id);
 
 typedef struct {
-    Model m;                // planned for the cache; the source model's weights and numerics
+    Model m;                // planned for the cache, with the source model's weights and numerics;
+                            // m.T is the rows per pass over a prompt (may be lowered after gen_init)
     float *logits;          // [V], host: the logits of the last fed position
     float *probs;           // [V] sampling scratch
     int *order;             // [V] sampling scratch

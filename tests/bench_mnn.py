@@ -133,7 +133,7 @@ def main():
     ap.add_argument("--llmexport", action="store_true")
     ap.add_argument("--summary", help="append tab-separated summary rows here (see tests/bench.sh)")
     a = ap.parse_args()
-    work = Path(a.workdir)
+    work = Path(a.workdir).resolve()   # llmexport runs with its cwd inside it
     work.mkdir(parents=True, exist_ok=True)
     ckpt = work / "pocket-0.3b.h5"
     env = {**os.environ, "OMP_NUM_THREADS": str(a.threads)}
