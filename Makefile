@@ -9,6 +9,15 @@ HDF5_LIBS := $(shell pkg-config --libs hdf5 2>/dev/null || echo -L/usr/lib/x86_6
 CFLAGS_COMMON = -std=c11 -D_GNU_SOURCE -Wall -Wextra -fopenmp -fno-math-errno $(HDF5_CFLAGS) -MMD -MP
 LDLIBS = -fopenmp $(HDF5_LIBS) -ljansson -lutf8proc -lpcre2-8 -linih -lz -lm
 
+# make MPI=1: the same pocket as one rank of an MPI job (OpenMPI's mpicc),
+# built in build-mpi; `mpirun -np N pocket train RECIPE.ini` then runs data parallel.
+ifeq ($(MPI),1)
+  CC = mpicc
+  CFLAGS_COMMON += -DPOCKET_MPI
+  BUILD ?= build-mpi$(if $(filter 1,$(SAN)),-san)
+  POCKET ?= $(BUILD)/pocket
+endif
+
 ifeq ($(SAN),1)
   BUILD ?= build-san
   CFLAGS = $(CFLAGS_COMMON) -O1 -g -fno-omit-frame-pointer -fsanitize=address,undefined -fno-sanitize-recover=undefined
@@ -23,7 +32,7 @@ else
   POCKET ?= pocket
 endif
 
-LIB_SRC := $(wildcard util/*.c model/*.c model/ops/*.c data/*.c qat/*.c formats/*.c export/*.c train/*.c cli/*.c)
+LIB_SRC := $(wildcard util/*.c model/*.c model/ops/*.c data/*.c qat/*.c dist/*.c formats/*.c export/*.c train/*.c cli/*.c)
 LIB_SRC := $(filter-out cli/main.c,$(LIB_SRC))
 LIB_OBJ := $(LIB_SRC:%.c=$(BUILD)/%.o)
 TEST_SRC := $(wildcard tests/test_*.c)
@@ -31,7 +40,7 @@ TEST_BIN := $(TEST_SRC:tests/%.c=$(BUILD)/tests/%)
 BENCH_SRC := $(wildcard tests/bench_*.c)
 BENCH_BIN := $(BENCH_SRC:tests/%.c=$(BUILD)/tests/%)
 
-.PHONY: all test check interop bench demo deps clean fuzz fuzz-lib qat-experiment
+.PHONY: all test test-mpi check interop bench demo deps clean fuzz fuzz-lib qat-experiment
 .SECONDARY:
 all: $(POCKET)
 
@@ -67,7 +76,15 @@ interop: $(POCKET) $(VENV)/ok
 check: deps
 	$(MAKE) test
 	$(MAKE) test SAN=1
+	$(MAKE) test-mpi
 	$(MAKE) interop
+
+# The data-parallel tests (tests/test_dist.c) against a pocket built with MPI,
+# run by mpirun with 2 and 3 ranks; the other tests run in `make test`.
+test-mpi:
+	$(MAKE) MPI=1 build-mpi/pocket build-mpi/tests/test_dist build-mpi/tests/test_loader
+	POCKET=build-mpi/pocket OMP_NUM_THREADS=1 build-mpi/tests/test_dist
+	build-mpi/tests/test_loader
 
 # The README's first command: deps, build, corpus from Debian packages, CPT, SFT, eval (recipes/demo/).
 demo:
@@ -82,7 +99,7 @@ bench: $(POCKET) $(BENCH_BIN) $(VENV)/ok
 	PYTHON=$(VENV)/bin/python bash tests/bench.sh ./$(POCKET) $(BUILD)/tests
 
 DEB_PKGS = gcc g++ cmake ninja-build make pkg-config libhdf5-dev hdf5-tools zlib1g-dev libcmocka-dev libjansson-dev \
-           libinih-dev libutf8proc-dev libpcre2-dev python3-venv libopenblas0
+           libinih-dev libutf8proc-dev libpcre2-dev python3-venv libopenblas0 libopenmpi-dev openmpi-bin
 deps:
 	@missing=""; for p in $(DEB_PKGS); do dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
 	if [ -n "$$missing" ]; then echo "installing:$$missing"; \
@@ -110,6 +127,6 @@ build-fuzz/fuzz_gguf_import: tests/fuzz/fuzz_gguf_import.c fuzz-lib
 	clang $(FUZZ_FLAGS) -fsanitize=fuzzer,address,undefined -o $@ $< build-fuzz/lib/libpocket.a $(LDLIBS)
 
 clean:
-	rm -rf build build-san pocket
+	rm -rf build build-san build-mpi build-fuzz pocket
 
 -include $(shell find $(BUILD) -name "*.d" 2>/dev/null)

@@ -3,6 +3,7 @@
 #include <signal.h>
 #include <string.h>
 #include "commands.h"
+#include "../dist/comm.h"
 #include "../train/trainer.h"
 
 // The one piece of process-wide state: set by the signal handler, read by the
@@ -22,6 +23,9 @@ static void help(FILE *f) {
             "train.keep_last) and best.h5 (lowest validation loss). Running the same command again\n"
             "resumes from the newest checkpoint: weights, Adam state, schedule and data order.\n"
             "Ctrl-C (SIGINT) or SIGTERM finishes the current step, saves and exits.\n\n"
+            "Data-parallel (a pocket built with make MPI=1): mpirun -np N pocket train RECIPE.ini runs N\n"
+            "ranks; each reads every N-th micro-batch, gradients are summed, and each rank keeps 1/N of\n"
+            "the optimizer state. The run directory and data must be on storage every rank sees.\n\n"
             "Recipe keys:\n");
     recipe_help(f);
 }
@@ -56,11 +60,16 @@ int cmd_train(int argc, char **argv) {
         fprintf(stderr, "pocket train: %s\n", e.msg);
         return 1;
     }
-    signal(SIGINT, on_signal);
-    signal(SIGTERM, on_signal);
-    if (train_run(&r, &g_stop, &e)) {
+    Comm comm;
+    if (comm_init(&comm, &argc, &argv, &e)) {
         fprintf(stderr, "pocket train: %s\n", e.msg);
         return 1;
     }
-    return 0;
+    signal(SIGINT, on_signal);
+    signal(SIGTERM, on_signal);
+    rc = train_run(&r, &comm, &g_stop, &e);
+    if (rc && comm.world > 1) fprintf(stderr, "pocket train: rank %d: %s\n", comm.rank, e.msg);
+    else if (rc) fprintf(stderr, "pocket train: %s\n", e.msg);
+    comm_finalize(&comm);
+    return rc ? 1 : 0;
 }

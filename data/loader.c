@@ -62,15 +62,12 @@ int loader_open(Loader *l, const Dataset *d, int B, int T, uint64_t seed, int ra
         for (uint64_t i = 0; i < d->n_docs; i++)
             if (dataset_doc_len(d, i) == 0) return pt_fail(e, "%s: /doc_offsets: example %" PRIu64 " is empty", d->path, i);
         l->n_items = d->n_docs;
-        if (l->n_items < (uint64_t)world)
-            return pt_fail(e, "%s: %" PRIu64 " examples cannot feed %d ranks", d->path, l->n_items, world);
+        if (l->n_items == 0) return pt_fail(e, "%s: no examples", d->path);
     } else {
         l->n_items = d->n_tokens > 0 ? (d->n_tokens - 1) / (uint64_t)T : 0;
-        if (l->n_items < (uint64_t)world)
-            return pt_fail(e, "%s: %" PRIu64 " tokens give %" PRIu64 " windows of %d+1 tokens, fewer than the %d ranks",
-                           d->path, d->n_tokens, l->n_items, T, world);
+        if (l->n_items == 0)
+            return pt_fail(e, "%s: %" PRIu64 " tokens give no window of %d+1 tokens", d->path, d->n_tokens, T);
     }
-    l->per_rank = l->n_items / (uint64_t)world;
     l->order = xmalloc(l->n_items * sizeof(uint64_t), "loader order");
     Rng r;
     rng_seed(&r, seed);
@@ -89,23 +86,23 @@ void loader_close(Loader *l) {
 void loader_get_cursor(const Loader *l, LoaderCursor *c) { *c = l->cur; }
 
 int loader_set_cursor(Loader *l, const LoaderCursor *c, PtError *e) {
-    if (c->index > l->per_rank)
-        return pt_fail(e, "loader cursor: index %" PRIu64 " is past the %" PRIu64 " items per epoch of this rank "
-                          "(different dataset, batch or world size?)", c->index, l->per_rank);
+    if (c->index > l->n_items)
+        return pt_fail(e, "loader cursor: index %" PRIu64 " is past the %" PRIu64 " items of an epoch "
+                          "(a different dataset or sequence length?)", c->index, l->n_items);
     l->cur = *c;
     draw_order(l);
     return 0;
 }
 
-// The next item of this rank, rolling into a new epoch when the share is used up.
+// The next item of the stream, rolling into a new epoch when this one is used up.
 static uint64_t peek_item(Loader *l) {
-    if (l->cur.index == l->per_rank) {
+    if (l->cur.index == l->n_items) {
         l->cur.epoch++;
         l->cur.index = 0;
         memcpy(l->cur.rng, l->next_rng, sizeof l->cur.rng);
         draw_order(l);
     }
-    return l->order[l->cur.index * (uint64_t)l->world + (uint64_t)l->rank];
+    return l->order[l->cur.index];
 }
 
 // The document holding token i (the last document starting at or before i).
@@ -144,6 +141,22 @@ static void fill_cpt_row(Loader *l, int *tok, int *tgt, int *pos, int *seg, uint
     }
 }
 
+// A row of another rank: the items it takes, without reading their tokens.
+static void skip_row(Loader *l) {
+    if (!l->sft) {
+        peek_item(l);
+        l->cur.index++;
+        return;
+    }
+    for (int t = 0;;) {
+        uint64_t full = dataset_doc_len(l->d, peek_item(l));
+        int len = full > (uint64_t)l->T ? l->T : (int)full;
+        if (t + len > l->T) return;
+        l->cur.index++;
+        t += len;
+    }
+}
+
 static void fill_sft_row(Loader *l, int *tok, int *tgt, int *pos, int *seg, uint8_t *mask) {
     const Dataset *d = l->d;
     int T = l->T, t = 0, s = 0;
@@ -176,11 +189,13 @@ static void fill_sft_row(Loader *l, int *tok, int *tgt, int *pos, int *seg, uint
 
 void loader_next(Loader *l, Batch *b) {
     int T = l->T;
-    for (int r = 0; r < l->B; r++) {
-        size_t o = (size_t)r * T;
-        if (l->sft) fill_sft_row(l, b->tokens + o, b->targets + o, b->pos + o, b->seg + o, b->mask + o);
-        else fill_cpt_row(l, b->tokens + o, b->targets + o, b->pos + o, b->seg + o, b->mask + o);
-    }
+    for (int w = 0; w < l->world; w++)
+        for (int r = 0; r < l->B; r++) {
+            size_t o = (size_t)r * T;
+            if (w != l->rank) skip_row(l);
+            else if (l->sft) fill_sft_row(l, b->tokens + o, b->targets + o, b->pos + o, b->seg + o, b->mask + o);
+            else fill_cpt_row(l, b->tokens + o, b->targets + o, b->pos + o, b->seg + o, b->mask + o);
+        }
     int n = 0;
     for (size_t i = 0; i < (size_t)l->B * T; i++) n += b->mask[i];
     b->n_loss = n;

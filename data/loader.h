@@ -11,11 +11,14 @@
 // to T tokens (counted in n_truncated). Padding: token 0, target -1, mask 0,
 // a segment id of its own.
 //
-// Ranks: position p of an epoch's order belongs to rank p % world; every rank
-// sees the same number of items per epoch (the last few, fewer than world,
-// are left out of that epoch; the shuffle differs each epoch). The loader
-// never ends: loader_next rolls over into the next epoch, mid-batch if need
-// be, so all ranks always take the same number of steps.
+// Ranks: there is one stream of micro-batches, the one a single rank reads;
+// with world ranks, rank r takes micro-batches r, r + world, r + 2 world, ...
+// and passes over the others (it packs their rows from the example lengths
+// alone). So world ranks with one micro-batch each see exactly what one rank
+// sees over world micro-batches, every rank's cursor is the same after each
+// call, and a cursor saved on any number of ranks resumes on any other. The
+// loader never ends: loader_next rolls over into the next epoch, mid-batch if
+// need be.
 //
 // Same dataset, B, T, seed, rank and world -> the same batches, and a cursor
 // saved after any batch restores the exact continuation.
@@ -39,7 +42,7 @@ void batch_free(Batch *b);
 // Where the loader stands: a plain struct of integers for checkpoints.
 typedef struct {
     uint64_t epoch;      // epochs completed
-    uint64_t index;      // next item of this rank's share of the epoch
+    uint64_t index;      // next item of the epoch's order
     uint64_t rng[4];     // shuffle RNG state before this epoch's order was drawn
 } LoaderCursor;
 
@@ -49,7 +52,6 @@ typedef struct {
     int sft;
     int doc_mask;            // CPT only: keep attention inside documents (off by default)
     uint64_t n_items;        // CPT windows or SFT examples in the dataset
-    uint64_t per_rank;       // items each rank sees per epoch
     uint64_t *order;         // this epoch's permutation of [0, n_items)
     LoaderCursor cur;
     uint64_t next_rng[4];    // shuffle RNG state after drawing this epoch's order
@@ -59,13 +61,13 @@ typedef struct {
 // d must stay open while the loader is used. The caller checks the
 // tokenizer first (dataset_check_tokenizer). Errors: B or T < 1, bad
 // rank/world, an SFT dataset without /loss_mask or with an empty example, a
-// dataset too small to give every rank an item.
+// dataset without a single item.
 int loader_open(Loader *l, const Dataset *d, int B, int T, uint64_t seed, int rank, int world, PtError *e);
 // CPT: segment ids and positions restart at each document start inside a
 // window, and the target of a document's last token is -1.
 void loader_set_doc_mask(Loader *l, int on);
-void loader_next(Loader *l, Batch *b);   // b from batch_alloc(b, l->B, l->T)
+void loader_next(Loader *l, Batch *b);   // this rank's next micro-batch; b from batch_alloc(b, l->B, l->T)
 void loader_get_cursor(const Loader *l, LoaderCursor *c);
-// Errors: an index beyond this rank's share of an epoch.
+// Errors: an index beyond the epoch.
 int loader_set_cursor(Loader *l, const LoaderCursor *c, PtError *e);
 void loader_close(Loader *l);

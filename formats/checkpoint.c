@@ -74,22 +74,32 @@ static void tensor_dims(const TensorInfo *t, hsize_t dims[2]) {
     dims[1] = t->ndim > 1 ? (hsize_t)t->shape[1] : 1;
 }
 
-static int write_tensor_group(hid_t parent, const char *name, const TensorTable *tt, const float *base) {
+// Tensor i's data: from base, or (base NULL) from the moment source.
+static int write_tensor_group(hid_t parent, const char *name, const TensorTable *tt, const float *base,
+                              const MomentSource *src, int which) {
     hid_t g = h5_create_group(parent, name);
     if (g < 0) return -1;
     int rc = 0;
     for (int i = 0; i < tt->n && rc == 0; i++) {
         hsize_t dims[2];
         tensor_dims(&tt->t[i], dims);
-        rc = h5_write_dataset(g, tt->t[i].name, H5T_NATIVE_FLOAT, tt->t[i].ndim, dims, base + tt->t[i].offset);
+        const float *data = base ? base + tt->t[i].offset : src->tensor(src->ctx, i, which);
+        rc = h5_write_dataset(g, tt->t[i].name, H5T_NATIVE_FLOAT, tt->t[i].ndim, dims, data);
     }
     H5Gclose(g);
     return rc;
 }
 
-// Reads every tensor of the table; a dataset the table does not know is an error too.
-static int read_tensor_group(hid_t f, const char *name, const TensorTable *tt, float *base, const char *path,
-                             PtError *e) {
+const float *moment_buffers(void *ctx, int tensor, int which) {
+    const MomentBuffers *mb = ctx;
+    return (which ? mb->v : mb->m) + mb->tt->t[tensor].offset;
+}
+
+// Reads the floats [lo, hi) of the flat buffer the tensors of the table make
+// into out[0, hi - lo) (a tensor cut by the range goes through a scratch
+// buffer); a dataset the table does not know is an error too.
+static int read_tensor_range(hid_t f, const char *name, const TensorTable *tt, size_t lo, size_t hi, float *out,
+                             const char *path, PtError *e) {
     hid_t g = h5_open_group(f, name, path, e);
     if (g < 0) return -1;
     int rc = 0, n = h5_child_count(g);
@@ -97,19 +107,28 @@ static int read_tensor_group(hid_t f, const char *name, const TensorTable *tt, f
     for (int i = 0; i < n && rc == 0; i++)
         if (!h5_child_name(g, i, child, sizeof child) || !tensor_table_find(tt, child))
             rc = pt_fail(e, "%s: /%s/%s is not a parameter of this config", path, name, child);
+    float *cut = NULL;
     for (int i = 0; i < tt->n && rc == 0; i++) {
+        const TensorInfo *t = &tt->t[i];
+        size_t a = t->offset > lo ? t->offset : lo, b = t->offset + t->numel < hi ? t->offset + t->numel : hi;
+        if (a >= b) continue;
         hsize_t dims[2];
-        tensor_dims(&tt->t[i], dims);
-        rc = h5_read_dataset(g, tt->t[i].name, H5T_NATIVE_FLOAT, tt->t[i].ndim, dims, base + tt->t[i].offset, path, e);
+        tensor_dims(t, dims);
+        int whole = a == t->offset && b == t->offset + t->numel;
+        float *dst = whole ? out + (t->offset - lo) : (cut = realloc(cut, t->numel * sizeof(float)));
+        if (!dst) die("out of memory reading %s", path);
+        rc = h5_read_dataset(g, t->name, H5T_NATIVE_FLOAT, t->ndim, dims, dst, path, e);
+        if (!rc && !whole) memcpy(out + (a - lo), cut + (a - t->offset), (b - a) * sizeof(float));
     }
+    free(cut);
     H5Gclose(g);
     return rc;
 }
 
-static int write_state(hid_t f, const float *m, const float *v, const TensorTable *tt, const TrainState *st) {
+static int write_state(hid_t f, const MomentSource *src, const TensorTable *tt, const TrainState *st) {
     hid_t g = h5_create_group(f, "optim");
     if (g < 0) return -1;
-    int rc = write_tensor_group(g, "m", tt, m) || write_tensor_group(g, "v", tt, v);
+    int rc = write_tensor_group(g, "m", tt, NULL, src, 0) || write_tensor_group(g, "v", tt, NULL, src, 1);
     H5Gclose(g);
     return rc ? -1 : write_fields(f, "state", STATE_FIELDS, COUNT(STATE_FIELDS), st);
 }
@@ -124,13 +143,13 @@ static int write_tokenizer(hid_t f, const ModelBundle *b) {
     return rc ? -1 : 0;
 }
 
-static int save(const char *path, const ModelBundle *b, const float *m, const float *v, const TrainState *st,
+static int save(const char *path, const ModelBundle *b, const MomentSource *moments, const TrainState *st,
                 const QatState *qat, PtError *e) {
     H5Output out;
     if (h5_output_create(&out, path, e)) return -1;
     hid_t f = out.file;
     int rc = write_fields(f, "config", CONFIG_FIELDS, COUNT(CONFIG_FIELDS), &b->cfg) ||
-             write_tensor_group(f, "params", &b->tt, b->params) || (st && write_state(f, m, v, &b->tt, st)) ||
+             write_tensor_group(f, "params", &b->tt, b->params, NULL, 0) || (st && write_state(f, moments, &b->tt, st)) ||
              ((b->tokenizer_json || b->tokenizer_config_json) && write_tokenizer(f, b));
     if (rc) pt_fail(e, "%s: writing the checkpoint failed (disk full or not writable?)", path);
     else if (qat) rc = qat_save(f, qat, &b->tt, path, e);   // fills e itself
@@ -141,17 +160,15 @@ static int save(const char *path, const ModelBundle *b, const float *m, const fl
     return h5_output_commit(&out, e);
 }
 
-int checkpoint_save(const char *path, const ModelBundle *b, PtError *e) {
-    return save(path, b, NULL, NULL, NULL, NULL, e);
-}
+int checkpoint_save(const char *path, const ModelBundle *b, PtError *e) { return save(path, b, NULL, NULL, NULL, e); }
 
 int checkpoint_save_qat(const char *path, const ModelBundle *b, const QatState *qat, PtError *e) {
-    return save(path, b, NULL, NULL, NULL, qat, e);
+    return save(path, b, NULL, NULL, qat, e);
 }
 
-int checkpoint_save_train(const char *path, const ModelBundle *b, const float *adam_m, const float *adam_v,
-                          const TrainState *st, const QatState *qat, PtError *e) {
-    return save(path, b, adam_m, adam_v, st, qat, e);
+int checkpoint_save_train(const char *path, const ModelBundle *b, const MomentSource *moments, const TrainState *st,
+                          const QatState *qat, PtError *e) {
+    return save(path, b, moments, st, qat, e);
 }
 
 int checkpoint_read_qat_spec(const char *path, QuantSpec *spec, int *quant_embedding, PtError *e) {
@@ -187,7 +204,7 @@ int checkpoint_load(const char *path, ModelBundle *b, PtError *e) {
     if (!rc) rc = config_validate(&cfg, path, e);
     if (!rc) {
         bundle_alloc(b, &cfg);
-        rc = read_tensor_group(f, "params", &b->tt, b->params, path, e);
+        rc = read_tensor_range(f, "params", &b->tt, 0, b->tt.total, b->params, path, e);
     }
     if (!rc) rc = read_tokenizer_file(f, "tokenizer.json", &b->tokenizer_json, &b->tokenizer_json_len, path, e);
     if (!rc)
@@ -231,8 +248,8 @@ int checkpoint_inspect(const char *path, FILE *out, PtError *e) {
     return 0;
 }
 
-int checkpoint_load_train(const char *path, const TensorTable *tt, float *adam_m, float *adam_v, TrainState *st,
-                          PtError *e) {
+int checkpoint_load_train(const char *path, const TensorTable *tt, size_t lo, size_t hi, float *adam_m,
+                          float *adam_v, TrainState *st, PtError *e) {
     hid_t f = h5_open_read(path, e);
     if (f < 0) return -1;
     if (!h5_exists(f, "state") || !h5_exists(f, "optim")) {
@@ -240,8 +257,8 @@ int checkpoint_load_train(const char *path, const TensorTable *tt, float *adam_m
         return 1;
     }
     int rc = read_fields(f, "state", STATE_FIELDS, COUNT(STATE_FIELDS), st, path, e);
-    if (!rc) rc = read_tensor_group(f, "optim/m", tt, adam_m, path, e);
-    if (!rc) rc = read_tensor_group(f, "optim/v", tt, adam_v, path, e);
+    if (!rc) rc = read_tensor_range(f, "optim/m", tt, lo, hi, adam_m, path, e);
+    if (!rc) rc = read_tensor_range(f, "optim/v", tt, lo, hi, adam_v, path, e);
     H5Fclose(f);
     return rc ? -1 : 0;
 }

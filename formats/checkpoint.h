@@ -21,18 +21,31 @@ typedef struct {
 int checkpoint_save(const char *path, const ModelBundle *b, PtError *e);
 // Weights plus /qat (a QAT model's int4 scales), no optimizer state.
 int checkpoint_save_qat(const char *path, const ModelBundle *b, const QatState *qat, PtError *e);
+// Where a training checkpoint's AdamW moments come from: tensor i's m
+// (which 0) or v (which 1), valid until the next call. The writer asks for
+// every tensor's m in table order, then every tensor's v, once each (a run
+// whose moments are sharded over ranks gathers each tensor as it is asked).
+typedef struct {
+    const float *(*tensor)(void *ctx, int i, int which);
+    void *ctx;
+} MomentSource;
+// The source for whole buffers laid out by tt.
+typedef struct { const TensorTable *tt; const float *m, *v; } MomentBuffers;
+const float *moment_buffers(void *ctx, int tensor, int which);
 // Also writes /optim/m, /optim/v (same layout as the params), /state and,
 // when qat is non-NULL, /qat (the int4 scales and zero points).
-int checkpoint_save_train(const char *path, const ModelBundle *b, const float *adam_m, const float *adam_v,
-                          const TrainState *st, const QatState *qat, PtError *e);
+int checkpoint_save_train(const char *path, const ModelBundle *b, const MomentSource *moments, const TrainState *st,
+                          const QatState *qat, PtError *e);
 // The int4 spec a checkpoint's /qat was trained with: 1 when it has none.
 int checkpoint_read_qat_spec(const char *path, QuantSpec *spec, int *quant_embedding, PtError *e);
 // Reads /qat into q (made by qat_init for the same spec and table): 1 when absent.
 int checkpoint_load_qat(const char *path, QatState *q, const TensorTable *tt, PtError *e);
-// Reads /optim and /state into buffers laid out by tt; returns 1 when the
-// file holds weights only (a fresh start from it), 0 when read, -1 on error.
-int checkpoint_load_train(const char *path, const TensorTable *tt, float *adam_m, float *adam_v, TrainState *st,
-                          PtError *e);
+// Reads /state, and the floats [lo, hi) of /optim's moments laid out by tt
+// into adam_m[0, hi - lo) and adam_v (0, total for all of them; a rank of a
+// sharded run reads its shard); returns 1 when the file holds weights only
+// (a fresh start from it), 0 when read, -1 on error.
+int checkpoint_load_train(const char *path, const TensorTable *tt, size_t lo, size_t hi, float *adam_m,
+                          float *adam_v, TrainState *st, PtError *e);
 int checkpoint_load(const char *path, ModelBundle *b, PtError *e);
 int checkpoint_is_hdf5(const char *path);
 // Prints config and tensor list (name, shape, dtype, bytes) of a checkpoint.

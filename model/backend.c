@@ -31,6 +31,18 @@ void dev_unmirror(Device *d, void *mirror, const void *host) {
     if (mirror && mirror != host) d->be->release(d, mirror);
 }
 
+double dev_grad_norm(Device *d, const float *grads, size_t n) {
+    const size_t chunks = (n + GRAD_NORM_CHUNK - 1) / GRAD_NORM_CHUNK, mark = dev_scratch_mark(d);
+    double *partials = dev_scratch(d, chunks * sizeof(double), "gradient norm partials");
+    double *host = xmalloc((chunks ? chunks : 1) * sizeof(double), "gradient norm partials"), sum = 0.0;
+    OP(d, grad_sumsq, grads, n, partials);
+    OP(d, download, host, partials, chunks * sizeof(double));
+    for (size_t k = 0; k < chunks; k++) sum += host[k];
+    free(host);
+    dev_scratch_release(d, mark);
+    return sqrt(sum);
+}
+
 void dev_free(Device *d) {
     if (d->ws) d->be->release(d, d->ws);
     free(d->impl);

@@ -85,7 +85,7 @@ typedef struct {
     // ---- optimizer
     void (*adamw_step)(Device *d, float *params, const float *grads, float *m, float *v, const TensorTable *tt,
                        const AdamWConfig *c, float lr, long step);
-    double (*grad_norm)(Device *d, const float *grads, const TensorTable *tt);
+    void (*grad_sumsq)(Device *d, const float *grads, size_t n, double *partials);
     void (*grad_scale)(Device *d, float *grads, const TensorTable *tt, float s);
     // ---- QAT: the int4 grid of ops/quant.h over one tensor
     void (*quant_fake)(Device *d, const QuantSpec *q, const float *w, int64_t rows, int64_t cols, const float *scale,
@@ -108,6 +108,10 @@ struct Device {
     size_t ws_bytes, ws_used;
 };
 
+// Floats per partial sum of grad_sumsq: the global gradient norm is the root
+// of these partials added in chunk order, however ranks split the chunks.
+#define GRAD_NORM_CHUNK ((size_t)1 << 15)
+
 // Calls op `op` of the device's backend: OP(d, matmul_forward, out, ...).
 #define OP(d, op, ...) ((d)->be->op((d), __VA_ARGS__))
 
@@ -124,6 +128,9 @@ static inline void dev_scratch_release(Device *d, size_t mark) { d->ws_used = ma
 // OP(d, download, ...) brings changes back, a no-op on the host's own buffer).
 void *dev_mirror(Device *d, void *host, size_t bytes, const char *what);
 void dev_unmirror(Device *d, void *mirror, const void *host);
+// The L2 norm of grads[0, n): grad_sumsq's partials added in chunk order (NaN
+// or Inf when a gradient is not finite).
+double dev_grad_norm(Device *d, const float *grads, size_t n);
 // Frees the workspace and the backend's state.
 void dev_free(Device *d);
 

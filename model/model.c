@@ -31,7 +31,12 @@ void model_use_weights(Model *m, float *weights) {
 }
 
 void model_zero_grads(Model *m) {
-    if (m->grads) OP(m->dev, zero, m->grads, m->tt->total * sizeof(float));
+    if (m->grad_out) OP(m->dev, zero, m->grad_out, m->tt->total * sizeof(float));
+}
+
+void model_use_grads(Model *m, float *grads) {
+    m->grad_out = grads ? grads : m->grads;
+    param_views(&m->g, m->tt, m->grad_out);
 }
 
 // ---------------------------------------------------------------- the plan
@@ -127,7 +132,7 @@ static size_t allocate_plan(Model *m, int B, int T, int training, int cache_len)
     m->host_pos = xmalloc((size_t)B * T * sizeof(int), "positions");
     if (training && !m->grads) {
         m->grads = d->be->alloc(d, m->tt->total * sizeof(float), "gradients");
-        param_views(&m->g, m->tt, m->grads);
+        model_use_grads(m, NULL);
     }
     dev_reserve(d, d->be->workspace_bytes(d, &m->cfg, B, T, m->tt->total));
     return other.used;

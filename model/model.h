@@ -62,7 +62,8 @@ typedef struct {
     float *weights;             // the weights the model runs on (device memory, the caller's)
     ParamViews w;               // named views of `weights`
     float *grads;               // training: d(loss)/d(weights), laid out by tt; owned
-    ParamViews g;
+    float *grad_out;            // where the backward writes: grads, or the buffer of model_use_grads
+    ParamViews g;               // views of grad_out
     RopeTable rope;
     // The plan (model_plan / model_plan_cache).
     int B, T, training;
@@ -94,6 +95,10 @@ void model_free(Model *m);
 // fake-quantized weights, int4 inference).
 void model_use_weights(Model *m, float *weights);
 void model_zero_grads(Model *m);
+// Points the gradient output at another buffer laid out by the table (device
+// memory; NULL: the model's own). A trainer uses it to keep micro-batches'
+// gradients apart.
+void model_use_grads(Model *m, float *grads);
 
 // Forward only. Returns the SUM of the per-token losses over counted targets
 // (0 when targets is NULL) and their number in *count. logits_out [N,V]

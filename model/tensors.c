@@ -59,6 +59,24 @@ void tensor_table_free(TensorTable *tt) {
     memset(tt, 0, sizeof *tt);
 }
 
+void tensor_table_slice(const TensorTable *tt, size_t lo, size_t hi, TensorTable *out) {
+    memset(out, 0, sizeof *out);
+    out->t = xcalloc((size_t)tt->n + 1, sizeof(TensorInfo), "tensor table slice");
+    out->total = hi - lo;
+    for (int i = 0; i < tt->n; i++) {
+        const TensorInfo *t = &tt->t[i];
+        size_t a = t->offset > lo ? t->offset : lo, b = t->offset + t->numel < hi ? t->offset + t->numel : hi;
+        if (a >= b) continue;
+        TensorInfo *s = &out->t[out->n++];
+        *s = *t;
+        s->ndim = 1;
+        s->shape[0] = (int64_t)(b - a);
+        s->shape[1] = 0;
+        s->numel = b - a;
+        s->offset = a - lo;
+    }
+}
+
 const TensorInfo *tensor_table_find(const TensorTable *tt, const char *name) {
     if (tt->tied && strcmp(name, "lm_head.weight") == 0) name = "model.embed_tokens.weight";
     for (int i = 0; i < tt->n; i++)

@@ -38,6 +38,12 @@ typedef struct {
 
 void tensor_table_build(TensorTable *tt, const ModelConfig *c);
 void tensor_table_free(TensorTable *tt);
+// The part of the table inside the floats [lo, hi) of a flat buffer, as a
+// table of its own whose offsets count from lo (total = hi - lo): each
+// tensor that overlaps the range, cut to the overlap (1-D, same name and
+// flags). The optimizer of one rank's shard runs on it. Free it with
+// tensor_table_free.
+void tensor_table_slice(const TensorTable *tt, size_t lo, size_t hi, TensorTable *out);
 // Lookup by HF name; with a tied table "lm_head.weight" resolves to the embedding.
 const TensorInfo *tensor_table_find(const TensorTable *tt, const char *name);
 const char *tensor_kind_name(TensorKind k);

@@ -165,11 +165,13 @@ void qat_backward(Device *d, QatState *q, const TensorTable *tt, const float *ma
     }
 }
 
-void qat_step(Device *d, QatState *q, const AdamWConfig *c, float lr, long step) {
-    if (!q->grad_scale || step < 1) return;
-    OP(d, quant_adam, q->scale, q->grad_scale, q->m_scale, q->v_scale, q->total, c, lr, step, 0.0f, F16_MAX);
+void qat_step(Device *d, QatState *q, size_t lo, size_t hi, const AdamWConfig *c, float lr, long step) {
+    if (!q->grad_scale || step < 1 || lo >= hi) return;
+    OP(d, quant_adam, q->scale + lo, q->grad_scale + lo, q->m_scale + lo, q->v_scale + lo, hi - lo, c, lr, step, 0.0f,
+       F16_MAX);
     if (!q->spec.symmetric)
-        OP(d, quant_adam, q->zero, q->grad_zero, q->m_zero, q->v_zero, q->total, c, lr, step, -F16_MAX, F16_MAX);
+        OP(d, quant_adam, q->zero + lo, q->grad_zero + lo, q->m_zero + lo, q->v_zero + lo, hi - lo, c, lr, step,
+           -F16_MAX, F16_MAX);
 }
 
 // ---------------------------------------------------------------- the run
@@ -184,6 +186,7 @@ int qat_run_init(QatRun *run, Device *d, const TensorTable *tt, const QatRunConf
     run->tt = tt;
     run->log = log;
     run->effective = d->be->alloc(d, tt->total * sizeof(float), "fake-quantized weights");
+    run->hi = run->q.total;
     return 0;
 }
 
@@ -193,21 +196,23 @@ void qat_run_free(QatRun *run) {
     memset(run, 0, sizeof *run);
 }
 
-static int active(const QatRun *run, long step) { return run->ready && step >= run->cfg.start_step; }
+int qat_run_active(const QatRun *run, long step) { return run->ready && step >= run->cfg.start_step; }
 
 float *qat_run_weights(QatRun *run, long step, float *master, PtError *e) {
     const QatRunConfig *c = &run->cfg;
     if (step < c->start_step) return master;
     if (!run->ready) {
         if (qat_init_from_weights(&run->q, run->tt, master, c->init, NULL, NULL, "qat", e)) return NULL;
-        fprintf(run->log, "step %ld: QAT starts, int4 group %d %s, %s init of the scales\n", step, c->spec.group,
+        if (run->log)
+            fprintf(run->log, "step %ld: QAT starts, int4 group %d %s, %s init of the scales\n", step, c->spec.group,
                 c->spec.symmetric ? "symmetric" : "asymmetric", c->init == QAT_INIT_MSE ? "MSE" : "RTN");
         run->ready = 1;
     }
     if (c->freeze_codes_step >= 0 && step >= c->freeze_codes_step && !run->q.codes) {
         // From here the quantized master weights are the int4 model itself.
         qat_freeze(run->dev, &run->q, run->tt, master);
-        fprintf(run->log, "step %ld: int4 codes frozen; training scales/zeros (lr %g) and unquantized tensors\n",
+        if (run->log)
+            fprintf(run->log, "step %ld: int4 codes frozen; training scales/zeros (lr %g) and unquantized tensors\n",
                 step, (double)c->scale_lr);
     }
     qat_forward_weights(run->dev, &run->q, run->tt, master, run->effective);
@@ -215,17 +220,19 @@ float *qat_run_weights(QatRun *run, long step, float *master, PtError *e) {
 }
 
 void qat_run_backward(QatRun *run, long step, const float *master, float *grads) {
-    if (active(run, step)) qat_backward(run->dev, &run->q, run->tt, master, grads, grads);
+    if (qat_run_active(run, step)) qat_backward(run->dev, &run->q, run->tt, master, grads, grads);
 }
 
-void qat_run_update(QatRun *run, long step, float *master) {
-    if (!active(run, step)) return;
-    if (run->cfg.learn_scales || run->q.codes) {
-        // The scale Adam restarts at the freeze (qat_freeze zeroes its moments).
-        long first = run->q.codes ? run->cfg.freeze_codes_step : run->cfg.start_step;
-        qat_step(run->dev, &run->q, &run->adam, run->cfg.scale_lr, step + 1 - first);
-    }
+int qat_run_update(QatRun *run, long step) {
+    if (!qat_run_active(run, step) || !(run->cfg.learn_scales || run->q.codes)) return 0;
+    // The scale Adam restarts at the freeze (qat_freeze zeroes its moments).
+    long first = run->q.codes ? run->cfg.freeze_codes_step : run->cfg.start_step;
+    qat_step(run->dev, &run->q, run->lo, run->hi, &run->adam, run->cfg.scale_lr, step + 1 - first);
+    return 1;
+}
+
+void qat_run_sync(QatRun *run, long step, float *master) {
     // Frozen: the quantized masters follow the scales (AdamW's momentum and
     // decay on their zero gradient are overwritten here).
-    qat_frozen_sync(run->dev, &run->q, run->tt, master);
+    if (qat_run_active(run, step)) qat_frozen_sync(run->dev, &run->q, run->tt, master);
 }

@@ -12,7 +12,7 @@
 //         micro-batches into `grads` (gradients w.r.t. the effective weights) ...
 //     qat_backward(d, &q, tt, params, grads, grads);   // in place: -> master grads
 //     ... clip, adamw_step(params, grads, ...) ...
-//     if (learn_scales) qat_step(d, &q, &adam, lr_scales, step);
+//     if (learn_scales) qat_step(d, &q, 0, q.total, &adam, lr_scales, step);
 // qat_backward is linear in the gradient and the master weights do not change
 // inside a step, so calling it once on the summed gradient equals calling it
 // per micro-batch.
@@ -109,11 +109,11 @@ void qat_alloc_scale_training(QatState *q);
 // Those, and the codes array when absent (qat_freeze, loading a frozen checkpoint).
 void qat_alloc_frozen(QatState *q);
 
-// Adam (quant_adam) on scale and zero with their own learning rate, betas
-// and eps from c; `step` is 1-based. Scales are clamped to [0, 65504], zeros
+// Adam (quant_adam) on the (row, group) entries [lo, hi) of scale and zero
+// with their own learning rate, betas and eps from c; `step` is 1-based. Scales are clamped to [0, 65504], zeros
 // to +-65504. Adam moves a value by about lr per step, so lr should be at
 // least ~1e-3 of the typical scale (about 1e-5 for weights of std 0.02, group 64).
-void qat_step(Device *d, QatState *q, const AdamWConfig *c, float lr, long step);
+void qat_step(Device *d, QatState *q, size_t lo, size_t hi, const AdamWConfig *c, float lr, long step);
 
 // ---- The QAT run of a training (recipe [qat]), called at three points.
 typedef struct {
@@ -134,7 +134,9 @@ typedef struct {
     float *effective;         // the fake-quantized weights the model runs on (device memory)
     Device *dev;
     const TensorTable *tt;
-    FILE *log;                // where it says that QAT starts or the codes freeze
+    FILE *log;                // where it says that QAT starts or the codes freeze (NULL: quiet)
+    size_t lo, hi;            // the (row, group) entries whose scales this process updates (all, unless the
+                              // optimizer state is sharded over ranks)
 } QatRun;
 
 // Selects the tensors (qat_init) and allocates the effective weights. A
@@ -146,8 +148,13 @@ void qat_run_free(QatRun *run);
 //    model runs on. The masters before start_step; then, after starting QAT
 //    or freezing the codes when their update has come, the fake-quantized ones.
 float *qat_run_weights(QatRun *run, long step, float *master, PtError *e);
+// Whether the model runs on fake-quantized weights at this step.
+int qat_run_active(const QatRun *run, long step);
 // 2. After the backward: grads becomes the gradient w.r.t. the masters.
 void qat_run_backward(QatRun *run, long step, const float *master, float *grads);
-// 3. After the masters' update: the scale Adam step (restarted at the
-//    freeze), and with frozen codes the quantized masters follow the scales.
-void qat_run_update(QatRun *run, long step, float *master);
+// 3. After the masters' update: the scale Adam step of entries [lo, hi)
+//    (restarted at the freeze); returns 1 when it ran (ranks then share the
+//    scales they updated), and then with frozen codes the quantized masters
+//    follow the scales.
+int qat_run_update(QatRun *run, long step);
+void qat_run_sync(QatRun *run, long step, float *master);

@@ -92,7 +92,7 @@ static double train(const ModelConfig *cfg, int bf16, int nudge, int steps, cons
         int count;
         double sum = model_forward_backward(m, &in, 1.0f / (BATCH * SEQ), NULL, &count);
         losses[s] = sum / count;
-        double norm = OP(d, grad_norm, m->grads, m->tt);
+        double norm = dev_grad_norm(d, m->grads, m->tt->total);
         if (!isfinite(norm)) die("bench_loss_bf16: non-finite gradient at step %d (%s)", s, bf16 ? "bf16" : "fp32");
         OP(d, grad_scale, m->grads, m->tt, grad_clip_factor(norm, ac.grad_clip));
         OP(d, adamw_step, m->weights, m->grads, mom, var, m->tt, &ac, schedule_lr(&sched, ac.lr, s), s + 1);

@@ -1,7 +1,7 @@
 // test_layers: the `#include "..."` graph between the top-level source folders
 // follows LAYER_RULES below (lowest layer first):
 //
-//     util <- model <- qat <- formats, export <- train <- cli      util <- data
+//     util <- model <- qat <- formats, export <- train <- cli      util <- data, dist
 //
 // Quoted includes resolve against the including file's folder (the build has
 // no -I for our headers). It fails naming the file and include that break a
@@ -20,7 +20,7 @@
 
 // The folders whose headers each folder's files may include besides their own
 // (may_include is NULL-terminated), and why.
-typedef struct { const char *folder, *may_include[8], *why; } LayerRule;
+typedef struct { const char *folder, *may_include[10], *why; } LayerRule;
 
 static const LayerRule LAYER_RULES[] = {
     {"util", {NULL}, "basics (errors, files, fp16) that every folder may use, so it uses none"},
@@ -28,10 +28,13 @@ static const LayerRule LAYER_RULES[] = {
     {"model", {"util", NULL}, "compute only: no file format, QAT or tokenizer in what a GPU backend replaces"},
     {"cuda", {"model", "util", NULL}, "GPU versions of model/'s compute, held to the same bar"},
     {"qat", {"model", "util", NULL}, "the int4 quantizer's state is built on the model's tensor table"},
+    {"dist", {"util", NULL}, "the ranks of a data-parallel run exchange plain buffers; they know no model"},
     {"formats", {"qat", "model", "data", "util", NULL}, "files carry the weights, their int4 state and the tokenizer"},
     {"export", {"qat", "model", "data", "util", NULL}, "the MNN package is made of the same parts; a sibling of formats"},
-    {"train", {"formats", "export", "qat", "model", "data", "util", NULL}, "training reads data, saves checkpoints"},
-    {"cli", {"train", "formats", "export", "qat", "model", "data", "util", NULL}, "commands wire it all together"},
+    {"train", {"dist", "formats", "export", "qat", "model", "data", "util", NULL},
+     "training reads data, saves checkpoints, runs on one rank or many"},
+    {"cli", {"train", "dist", "formats", "export", "qat", "model", "data", "util", NULL},
+     "commands wire it all together"},
 };
 #define N_FOLDERS ((int)(sizeof LAYER_RULES / sizeof LAYER_RULES[0]))
 #define PATH_CAP 1024

@@ -336,7 +336,7 @@ static void test_adam_step(void **state) {
             old_z[k] = q.zero[k];
         }
         const double lr = 1e-4;
-        qat_step(qat_test_device(), &q, &cfg, (float)lr, step);
+        qat_step(qat_test_device(), &q, 0, q.total, &cfg, (float)lr, step);
         double bc1 = 1 - pow(0.9, step), bc2 = 1 - pow(0.999, step);
         for (int k = 0; k < NG; k++) {
             assert_true(f16_exact(q.scale[k]) && f16_exact(q.zero[k]));
@@ -359,7 +359,7 @@ static void test_adam_step(void **state) {
     memset(q.m_scale, 0, NG * sizeof(float));
     memset(q.v_scale, 0, NG * sizeof(float));
     for (int k = 0; k < NG; k++) q.grad_scale[k] = 1.0f;
-    qat_step(qat_test_device(), &q, &cfg, 10.0f, 1);
+    qat_step(qat_test_device(), &q, 0, q.total, &cfg, 10.0f, 1);
     for (int k = 0; k < NG; k++) assert_true(q.scale[k] == 0.0f);
     // Symmetric: the zero points never move.
     qat_free(&q);
@@ -370,7 +370,7 @@ static void test_adam_step(void **state) {
         q.grad_scale[k] = 1.0f;
         q.grad_zero[k] = 1.0f;
     }
-    qat_step(qat_test_device(), &q, &cfg, 1e-3f, 1);
+    qat_step(qat_test_device(), &q, 0, q.total, &cfg, 1e-3f, 1);
     for (int k = 0; k < NG; k++) assert_true(q.zero[k] == 0.0f && q.scale[k] < 0.01f && f16_exact(q.scale[k]));
     qat_free(&q);
     free(tt.t);
@@ -412,7 +412,7 @@ static void test_learned_scales_reduce_error(void **state) {
             last = sse;
             qat_backward(qat_test_device(), &q, &tt, master, g, g);
             for (size_t k = 0; k < q.total; k++) assert_true(isfinite(q.grad_scale[k]) && isfinite(q.grad_zero[k]));
-            qat_step(qat_test_device(), &q, &cfg, 3e-4f, step);
+            qat_step(qat_test_device(), &q, 0, q.total, &cfg, 3e-4f, step);
         }
         for (size_t k = 0; k < q.total; k++) assert_true(f16_exact(q.scale[k]) && f16_exact(q.zero[k]));
         printf("  %s g32: weight SSE RTN %.4e; doubled scales %.4e -> %.4e after 100 learned-scale steps\n",

@@ -133,7 +133,7 @@ static void test_steps_keep_codes(void **state) {
         for (long step = 1; step <= 25; step++) {
             for (size_t i = 0; i < tt.total; i++) grads[i] = (float)rng_normal(&rng);
             qat_backward(qat_test_device(), &q, &tt, master, grads, grads);
-            qat_step(qat_test_device(), &q, &adam, 3e-4f, step);   // about a tenth of a scale per step: large moves
+            qat_step(qat_test_device(), &q, 0, q.total, &adam, 3e-4f, step);   // about a tenth of a scale per step: large moves
             qat_frozen_sync(qat_test_device(), &q, &tt, master);
         }
         size_t moved = 0;

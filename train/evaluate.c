@@ -11,31 +11,41 @@ void add_default_stops(GenParams *p, const ModelConfig *c, const Tokenizer *tok)
     gen_add_stop(p, tokenizer_token_id(tok, "<|endoftext|>"), c->vocab_size);
 }
 
-double eval_loss(Model *m, const Dataset *d, int doc_mask, long max_batches, long *count, PtError *e) {
+int eval_loss_sums(Model *m, const Dataset *d, int doc_mask, long max_batches, int rank, int world, double *sum,
+                   long *count, PtError *e) {
     Loader l;
-    if (loader_open(&l, d, m->B, m->T, 4242, 0, 1, e)) return NAN;
+    if (loader_open(&l, d, m->B, m->T, 4242, rank, world, e)) return -1;
     if (d->kind == DATASET_CPT) loader_set_doc_mask(&l, doc_mask);
     Batch b;
     batch_alloc(&b, m->B, m->T);
-    double sum = 0;
-    long n = 0;
-    // One pass: until the loader has handed out every item of its epoch
-    // (an SFT row packs several examples, so batches != items / B).
-    for (long i = 0; max_batches <= 0 || i < max_batches; i++) {
+    *sum = 0;
+    *count = 0;
+    // One pass: until the loader has handed out every item of its epoch (an
+    // SFT row packs several examples, so batches != items / B). Each call
+    // is one batch of every rank; this rank's is global batch i * world + rank.
+    for (long i = 0; max_batches <= 0 || i * world < max_batches; i++) {
         LoaderCursor c;
         loader_get_cursor(&l, &c);
         if (c.epoch > 0) break;
         loader_next(&l, &b);
+        if (max_batches > 0 && i * world + rank >= max_batches) continue;
         ModelInput in = {.B = b.B, .T = b.T, .tokens = b.tokens, .targets = b.targets, .mask = b.mask,
                          .pos = b.pos, .seg = b.seg};
         int cnt;
-        sum += model_forward(m, &in, NULL, &cnt);
-        n += cnt;
+        *sum += model_forward(m, &in, NULL, &cnt);
+        *count += cnt;
     }
     batch_free(&b);
     loader_close(&l);
+    return 0;
+}
+
+double eval_loss(Model *m, const Dataset *d, int doc_mask, long max_batches, long *count, PtError *e) {
+    double sum;
+    long n;
+    if (eval_loss_sums(m, d, doc_mask, max_batches, 0, 1, &sum, &n, e)) return NAN;
     if (count) *count = n;
-    return n ? sum / n : NAN;
+    return n ? sum / (double)n : NAN;
 }
 
 double eval_exact_match(const Model *m, const Tokenizer *tok, const Dataset *d, int max_examples, int *n_scored,

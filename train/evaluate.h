@@ -9,6 +9,11 @@
 // last batch may wrap into a few items of the next epoch). The model must be
 // planned; its B x T is used. NAN with e filled on error.
 double eval_loss(Model *m, const Dataset *d, int doc_mask, long max_batches, long *count, PtError *e);
+// The same pass as the `rank` of `world` ranks sees it: the sum of the
+// per-token losses of its batches and their count (global batch j goes to
+// rank j % world; the ranks' sums together are the one-rank pass's).
+int eval_loss_sums(Model *m, const Dataset *d, int doc_mask, long max_batches, int rank, int world, double *sum,
+                   long *count, PtError *e);
 
 // For each of the first max_examples SFT examples: the prompt is everything
 // before the last trained span (the final assistant reply), the reference is

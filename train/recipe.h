@@ -57,6 +57,7 @@ typedef struct {
         int doc_mask;                 // 0/1
         int recompute;                // 0/1: activation recompute (ModelOptions)
         int matmul;                   // TRAIN_MATMUL_*: fp32, bf16 (ModelOptions)
+        float comm_timeout;           // seconds a rank waits for another (dist/comm.h)
     } train;
     struct {
         float lr, beta1, beta2, eps, weight_decay, grad_clip;

@@ -1,36 +1,39 @@
+// trainer.c: the training loop of `pocket train` (trainer.h), on one rank or
+// as one of several data-parallel ranks (data_parallel.h): rank 0 (the lead)
+// writes the run's files and prints; every rank steps.
 #include "trainer.h"
-#include <dirent.h>
-#include <errno.h>
 #include <jansson.h>
 #include <math.h>
-#include <omp.h>
 #include <string.h>
-#include <sys/stat.h>
 #include <unistd.h>
 #include "../data/dataset.h"
 #include "../data/loader.h"
 #include "../data/tokenizer.h"
+#include "../formats/checkpoint.h"
 #include "../model/generate.h"
 #include "../model/model.h"
 #include "../model/ops/ops.h"
 #include "../util/cpu.h"
-#include "../formats/checkpoint.h"
+#include "data_parallel.h"
 #include "evaluate.h"
-#include "plot.h"
+#include "run_dir.h"
 
 typedef struct {
     const Recipe *r;
+    Comm *comm;
+    int lead;                 // rank 0: writes the run's files and prints
     Device dev;
     ModelBundle b;            // config, table, master weights and tokenizer, in host memory
-    float *adam_m_host, *adam_v_host;
-    float *params, *adam_m, *adam_v;   // the masters and the Adam moments on the device (dev_mirror)
+    float *params;            // the masters on the device (dev_mirror of b.params)
+    DataParallel dp;          // the gradient sum and this rank's share of the AdamW state
     Model m;
     TrainState st;
     Tokenizer *tok;
     Dataset train_ds, val_ds;
     int has_val;
     Loader loader;
-    Batch *micro;             // grad_accum micro-batches of one step
+    Batch *micro;             // this rank's grad_accum micro-batches of one step
+    float *micro_grads;       // grad_accum > 1: one micro-batch's gradient, added to the step's (device)
     long total_steps;
     Schedule sched;
     AdamWConfig adam;
@@ -41,168 +44,29 @@ typedef struct {
     int qat_on;
 } Trainer;
 
-// ---- run directory: checkpoints are ckpt-<step>.h5, each complete (written
-// to a temporary name and renamed); the newest one is where a run resumes.
-static long ckpt_step(const char *name) {
-    long step;
-    int used = 0;
-    if (sscanf(name, "ckpt-%ld.h5%n", &step, &used) == 1 && name[used] == 0) return step;
+static const QatState *qat_state(const Trainer *t) { return t->qat_on && t->qat.ready ? &t->qat.q : NULL; }
+
+// 0 on every rank when rc is 0 on every rank; else -1 everywhere (a rank
+// that failed has its own message; the others say which rank it was).
+static int agree(Trainer *t, int rc, PtError *e) {
+    double failed[2] = {rc != 0, rc != 0 ? t->comm->rank + 1 : 0};
+    comm_sum_doubles(t->comm, failed, 2, "starting the run");
+    if (failed[0] == 0) return 0;
+    if (!rc) pt_fail(e, "rank %d of %d could not start (its message says why)", (int)failed[1] - 1, t->comm->world);
     return -1;
 }
 
-static long newest_checkpoint(const char *dir, long *steps, int *n_steps, int cap) {
-    DIR *d = opendir(dir);
-    long best = -1;
-    *n_steps = 0;
-    if (!d) return -1;
-    struct dirent *ent;
-    while ((ent = readdir(d))) {
-        long s = ckpt_step(ent->d_name);
-        if (s < 0) continue;
-        if (*n_steps < cap) steps[(*n_steps)++] = s;
-        if (s > best) best = s;
-    }
-    closedir(d);
-    return best;
-}
-
-// Leftovers of a write that was killed: PATH.tmp.PID files.
-static void remove_stale_temps(const char *dir) {
-    DIR *d = opendir(dir);
-    if (!d) return;
-    struct dirent *ent;
-    while ((ent = readdir(d)))
-        if (strstr(ent->d_name, ".tmp.")) {
-            char *p = path_join(dir, ent->d_name);
-            unlink(p);
-            free(p);
-        }
-    closedir(d);
-}
-
-static int make_dirs(const char *path, PtError *e) {
-    char *p = xstrdup(path);
-    for (char *s = p + 1; *s; s++)
-        if (*s == '/') {
-            *s = 0;
-            mkdir(p, 0755);
-            *s = '/';
-        }
-    int rc = (mkdir(p, 0755) == 0 || errno == EEXIST) && path_is_dir(p) ? 0
-                                                                       : pt_fail(e, "%s: cannot create the run directory", path);
-    free(p);
-    return rc;
-}
-
-static char *ckpt_path(const Trainer *t, long step) {
-    char name[64];
-    snprintf(name, sizeof name, "ckpt-%08ld.h5", step);
-    return path_join(t->dir, name);
-}
-
-// The device's masters and moments back in the host buffers the checkpoint
-// writes (nothing to copy when the device works in host memory).
-static void download_state(Trainer *t) {
-    size_t bytes = t->b.tt.total * sizeof(float);
-    OP(&t->dev, download, t->b.params, t->params, bytes);
-    OP(&t->dev, download, t->adam_m_host, t->adam_m, bytes);
-    OP(&t->dev, download, t->adam_v_host, t->adam_v, bytes);
-}
-
-static const QatState *qat_state(const Trainer *t) { return t->qat_on && t->qat.ready ? &t->qat.q : NULL; }
-
-static int save_checkpoint(Trainer *t, PtError *e) {
-    char *path = ckpt_path(t, t->st.step);
-    loader_get_cursor(&t->loader, &t->st.cursor);
-    download_state(t);
-    int rc = checkpoint_save_train(path, &t->b, t->adam_m_host, t->adam_v_host, &t->st, qat_state(t), e);
-    free(path);
-    if (rc) return rc;
-    long steps[4096];
-    int n;
-    newest_checkpoint(t->dir, steps, &n, 4096);
-    // keep_last newest ckpt-*.h5; best.h5 is separate
-    for (int kept = 0, i; n > 0;) {
-        int newest = 0;
-        for (i = 1; i < n; i++)
-            if (steps[i] > steps[newest]) newest = i;
-        long s = steps[newest];
-        steps[newest] = steps[--n];
-        if (++kept > t->r->train.keep_last) {
-            char *old = ckpt_path(t, s);
-            unlink(old);
-            free(old);
-        }
-    }
-    return 0;
-}
-
-// ---- metrics.jsonl: one JSON object per line. On resume the lines past the
-// checkpoint's step are dropped (those steps run again) and the curves rebuilt.
-static int reload_metrics(Trainer *t, PtError *e) {
-    char *path = path_join(t->dir, "metrics.jsonl");
-    FILE *f = fopen(path, "r");
-    int rc = 0;
-    if (f) {
-        AtomicFile af;
-        if ((rc = atomic_open(&af, path, e)) == 0) {
-            char *line = NULL;
-            size_t cap = 0;
-            while (getline(&line, &cap, f) > 0) {
-                json_t *j = json_loads(line, 0, NULL);
-                if (!j) continue;
-                long step = (long)json_integer_value(json_object_get(j, "step"));
-                if (step <= t->st.step) {
-                    fputs(line, af.f);
-                    json_t *loss = json_object_get(j, "loss"), *val = json_object_get(j, "val_loss");
-                    if (json_is_number(loss)) series_add(&t->train_curve, step, json_number_value(loss));
-                    if (json_is_number(val)) series_add(&t->val_curve, step, json_number_value(val));
-                }
-                json_decref(j);
-            }
-            free(line);
-            rc = atomic_commit(&af, e);
-        }
-        fclose(f);
-    }
-    free(path);
-    return rc;
-}
-
-static void append_metrics(Trainer *t, json_t *j) {
-    char *path = path_join(t->dir, "metrics.jsonl");
-    FILE *f = fopen(path, "a");
-    char *s = json_dumps(j, JSON_COMPACT | JSON_REAL_PRECISION(7));
-    if (f && s) {
-        fprintf(f, "%s\n", s);
-        fflush(f);
-    }
-    if (f) fclose(f);
-    free(s);
-    free(path);
-    json_decref(j);
-}
-
 // ---- setup
-// Loads the newest checkpoint of the run (*resumed = its path, malloc'd) or
-// the recipe's starting point (*resumed = NULL) into t->b and the Adam moments.
+// The newest checkpoint of the run (*resumed = its path, malloc'd) or the
+// recipe's starting point (*resumed = NULL), into t->b.
 static int load_bundle(Trainer *t, char **resumed, PtError *e) {
     const Recipe *r = t->r;
-    long steps[1];
-    int n;
-    long resume = newest_checkpoint(t->dir, steps, &n, 1);
+    long resume = run_dir_newest_checkpoint(t->dir);
     ModelBundle *b = &t->b;
     t->st.best_val_loss = INFINITY;
     if (resume >= 0) {
-        char *path = ckpt_path(t, resume);
-        *resumed = path;
-        if (checkpoint_load(path, b, e)) return -1;
-        t->adam_m_host = xaligned(b->tt.total * sizeof(float), "Adam m");
-        t->adam_v_host = xaligned(b->tt.total * sizeof(float), "Adam v");
-        int rc = checkpoint_load_train(path, &b->tt, t->adam_m_host, t->adam_v_host, &t->st, e);
-        if (rc == 1) rc = pt_fail(e, "%s: has no optimizer state to resume from", path);
-        if (rc == 0) printf("resuming from %s (step %ld)\n", path, (long)t->st.step);
-        return rc;
+        *resumed = run_dir_checkpoint_path(t->dir, resume);
+        return checkpoint_load(*resumed, b, e);
     }
     if (checkpoint_is_hdf5(r->model.init)) {
         if (checkpoint_load(r->model.init, b, e)) return -1;
@@ -217,18 +81,12 @@ static int load_bundle(Trainer *t, char **resumed, PtError *e) {
         if (read_whole_file(r->model.tokenizer, &data, &b->tokenizer_json_len, e)) return -1;
         b->tokenizer_json = (char *)data;
     }
-    t->adam_m_host = xaligned(b->tt.total * sizeof(float), "Adam m");
-    t->adam_v_host = xaligned(b->tt.total * sizeof(float), "Adam v");
-    printf("starting from %s\n", r->model.init);
     return 0;
 }
 
-// The masters and moments on the device, and the model over them.
+// The masters on the device and the model over them.
 static void place_on_device(Trainer *t) {
-    size_t bytes = t->b.tt.total * sizeof(float);
-    t->params = dev_mirror(&t->dev, t->b.params, bytes, "master weights");
-    t->adam_m = dev_mirror(&t->dev, t->adam_m_host, bytes, "Adam m");
-    t->adam_v = dev_mirror(&t->dev, t->adam_v_host, bytes, "Adam v");
+    t->params = dev_mirror(&t->dev, t->b.params, t->b.tt.total * sizeof(float), "master weights");
     ModelOptions opt;
     recipe_model_options(t->r, &opt);
     model_init(&t->m, &t->dev, &t->b.cfg, &t->b.tt, t->params, &opt);
@@ -254,7 +112,8 @@ static int open_data(Trainer *t, PtError *e) {
         if (dataset_open(&t->val_ds, r->data.val, e) || dataset_check_tokenizer(&t->val_ds, hash, e)) return -1;
         t->has_val = 1;
     }
-    if (loader_open(&t->loader, &t->train_ds, r->train.micro_batch, r->train.seq_len, (uint64_t)r->train.seed, 0, 1, e))
+    if (loader_open(&t->loader, &t->train_ds, r->train.micro_batch, r->train.seq_len, (uint64_t)r->train.seed,
+                    t->comm->rank, t->comm->world, e))
         return -1;
     if (!sft) loader_set_doc_mask(&t->loader, r->train.doc_mask);
     if (t->st.step > 0 && loader_set_cursor(&t->loader, &t->st.cursor, e)) return -1;
@@ -270,7 +129,7 @@ static int qat_setup(Trainer *t, const char *resume_path, PtError *e) {
     AdamWConfig adam;
     recipe_qat(r, &qc);
     recipe_adamw(r, &adam);
-    if (qat_run_init(&t->qat, &t->dev, &t->b.tt, &qc, &adam, stdout, r->model.init, e)) return -1;
+    if (qat_run_init(&t->qat, &t->dev, &t->b.tt, &qc, &adam, t->lead ? stdout : NULL, r->model.init, e)) return -1;
     t->qat_on = 1;
     // scales come from the checkpoint being resumed (or a QAT checkpoint we start from)
     const char *from = resume_path ? resume_path : checkpoint_is_hdf5(r->model.init) ? r->model.init : NULL;
@@ -287,12 +146,44 @@ static int qat_setup(Trainer *t, const char *resume_path, PtError *e) {
     return 0;
 }
 
+// The sharded optimizer state: this rank's AdamW moments from the run's
+// checkpoint, or zero for a new run.
+static int optimizer_setup(Trainer *t, const char *resume_path, PtError *e) {
+    dp_init(&t->dp, t->comm, &t->dev, &t->b.tt, t->qat_on ? t->qat.q.total : 0);
+    if (t->qat_on) {
+        t->qat.lo = t->dp.glo[t->comm->rank];
+        t->qat.hi = t->dp.ghi[t->comm->rank];
+    }
+    if (!resume_path) return 0;
+    int rc = dp_load(&t->dp, resume_path, &t->st, e);
+    if (rc == 1) rc = pt_fail(e, "%s: has no optimizer state to resume from", resume_path);
+    return rc;
+}
+
 // Before a step or an evaluation: the weights the model runs on.
 static int use_step_weights(Trainer *t, PtError *e) {
     float *w = t->qat_on ? qat_run_weights(&t->qat, t->st.step, t->params, e) : t->params;
     if (!w) return -1;
     model_use_weights(&t->m, w);
     return 0;
+}
+
+// ---- the run's files (rank 0 writes them; every rank takes part in a checkpoint)
+
+// The device's masters back in the bundle the files are written from
+// (nothing to copy when the device works in host memory).
+static void download_params(Trainer *t) {
+    OP(&t->dev, download, t->b.params, t->params, t->b.tt.total * sizeof(float));
+}
+
+static int save_checkpoint(Trainer *t, PtError *e) {
+    char *path = run_dir_checkpoint_path(t->dir, t->st.step);
+    loader_get_cursor(&t->loader, &t->st.cursor);
+    download_params(t);
+    int rc = dp_save(&t->dp, path, &t->b, &t->st, t->qat_on && t->qat.ready ? &t->qat.q : NULL, e);
+    free(path);
+    if (rc == 0 && t->lead) run_dir_keep_newest(t->dir, t->r->train.keep_last);
+    return rc;
 }
 
 static void write_sample(Trainer *t) {
@@ -336,63 +227,89 @@ static void write_sample(Trainer *t) {
 static int evaluate(Trainer *t, PtError *e) {
     if (!t->has_val) return 0;
     if (use_step_weights(t, e)) return -1;
-    double t0 = now_seconds();
-    double val = eval_loss(&t->m, &t->val_ds, t->r->train.doc_mask, t->r->train.eval_batches, NULL, e);
-    if (isnan(val)) return -1;
+    double t0 = now_seconds(), sums[2];
+    long count;
+    int rc = eval_loss_sums(&t->m, &t->val_ds, t->r->train.doc_mask, t->r->train.eval_batches, t->comm->rank,
+                            t->comm->world, &sums[0], &count, e);
+    if (agree(t, rc, e)) return -1;
+    sums[1] = (double)count;
+    comm_sum_doubles(t->comm, sums, 2, "the validation loss");
+    double val = sums[1] > 0 ? sums[0] / sums[1] : NAN;
+    if (isnan(val)) return pt_fail(e, "%s: the validation data counts no target token", t->r->data.val);
     series_add(&t->val_curve, t->st.step, val);
+    int best = val < t->st.best_val_loss;
+    if (best) t->st.best_val_loss = val;
+    if (best && qat_state(t)) dp_gather_qat_moments(&t->dp, &t->qat.q);
+    if (!t->lead) return 0;
     json_t *j = json_pack("{s:I, s:f, s:f, s:f}", "step", (json_int_t)t->st.step, "val_loss", val, "val_ppl", exp(val),
                           "eval_s", now_seconds() - t0);
-    append_metrics(t, j);
+    run_dir_append_metrics(t->dir, j);
     printf("step %ld: validation loss %.4f (perplexity %.2f)%s\n", (long)t->st.step, val, exp(val),
-           val < t->st.best_val_loss ? ", best so far" : "");
-    if (val < t->st.best_val_loss) {
-        t->st.best_val_loss = val;
-        char *best = path_join(t->dir, "best.h5");
-        download_state(t);
-        int rc = checkpoint_save_qat(best, &t->b, qat_state(t), e);
-        free(best);
+           best ? ", best so far" : "");
+    if (best) {
+        char *path = path_join(t->dir, "best.h5");
+        download_params(t);
+        rc = checkpoint_save_qat(path, &t->b, qat_state(t), e);
+        free(path);
         if (rc) return rc;
     }
     char *svg = path_join(t->dir, "loss.svg");
-    int rc = plot_loss_svg(svg, t->r->train.run_dir, &t->train_curve, &t->val_curve, e);
+    rc = plot_loss_svg(svg, t->r->train.run_dir, &t->train_curve, &t->val_curve, e);
     free(svg);
     write_sample(t);
     return rc;
 }
 
-// ---- one optimizer step over grad_accum micro-batches
-static double train_step(Trainer *t, double *norm_out, int *finite) {
+// ---- one optimizer step over grad_accum micro-batches of every rank. The
+// loss is the mean over every counted token of the step, on all ranks alike;
+// *stop_all says whether any rank was asked to stop.
+static double train_step(Trainer *t, int stop, double *norm_out, int *finite, int *stop_all) {
     const Recipe *r = t->r;
     int accum = r->train.grad_accum;
-    long n_loss = 0;
+    double sums[3] = {0, 0, stop};   // loss sum, counted tokens, ranks asked to stop
     for (int a = 0; a < accum; a++) {
         loader_next(&t->loader, &t->micro[a]);
-        n_loss += t->micro[a].n_loss;
+        sums[1] += t->micro[a].n_loss;
     }
-    model_zero_grads(&t->m);
-    double sum = 0;
+    comm_sum_doubles(t->comm, sums + 1, 2, "counting the step's tokens");
     // Every micro-batch's gradient is scaled by 1/(targets in the whole step), so
-    // accumulation gives exactly the mean loss over all of them.
-    float scale = n_loss ? 1.0f / (float)n_loss : 0.0f;
+    // accumulation gives exactly the mean loss over all of them. Each one is
+    // computed on its own and added to the step's in micro-batch order, so the
+    // sum is the one ranks make of whole gradients: two ranks give the bits of
+    // one rank accumulating two micro-batches.
+    const double n_loss = sums[1];
+    float scale = n_loss > 0 ? 1.0f / (float)n_loss : 0.0f;
+    double local = 0;
     for (int a = 0; a < accum; a++) {
         Batch *b = &t->micro[a];
         ModelInput in = {.B = b->B, .T = b->T, .tokens = b->tokens, .targets = b->targets, .mask = b->mask,
                          .pos = b->pos, .seg = b->seg};
         int c;
-        sum += model_forward_backward(&t->m, &in, scale, NULL, &c);
+        model_use_grads(&t->m, a ? t->micro_grads : NULL);
+        model_zero_grads(&t->m);
+        local += model_forward_backward(&t->m, &in, scale, NULL, &c);
+        if (a) OP(&t->dev, residual_forward, t->m.grads, t->m.grads, t->micro_grads, t->b.tt.total);
     }
-    double loss = n_loss ? sum / n_loss : 0.0;
-    Device *d = &t->dev;
-    const TensorTable *tt = &t->b.tt;
-    if (t->qat_on) qat_run_backward(&t->qat, t->st.step, t->params, t->m.grads);
-    double norm = OP(d, grad_norm, t->m.grads, tt);
+    model_use_grads(&t->m, NULL);
+    comm_sum_doubles(t->comm, &local, 1, "the step's loss");
+    double loss = n_loss > 0 ? local / n_loss : 0.0;
+    *stop_all = sums[2] > 0;
+    const long step = t->st.step;
+    dp_reduce_grads(&t->dp, t->m.grads);
+    if (t->qat_on && qat_run_active(&t->qat, step)) {   // its scale gradients need the summed gradient
+        dp_gather_grads(&t->dp, t->m.grads);
+        qat_run_backward(&t->qat, step, t->params, t->m.grads);
+    }
+    double norm = dp_grad_norm(&t->dp, t->m.grads);
     *norm_out = norm;
     *finite = isfinite(loss) && isfinite(norm);
     if (*finite) {
-        OP(d, grad_scale, t->m.grads, tt, grad_clip_factor(norm, t->adam.grad_clip));
-        float lr = schedule_lr(&t->sched, t->adam.lr, t->st.step);
-        OP(d, adamw_step, t->params, t->m.grads, t->adam_m, t->adam_v, tt, &t->adam, lr, t->st.step + 1);
-        if (t->qat_on) qat_run_update(&t->qat, t->st.step, t->params);
+        float lr = schedule_lr(&t->sched, t->adam.lr, step);
+        dp_update(&t->dp, t->params, t->m.grads, grad_clip_factor(norm, t->adam.grad_clip), &t->adam, lr, step + 1);
+        if (t->qat_on) {
+            if (qat_run_update(&t->qat, step)) dp_share_qat_scales(&t->dp, &t->qat.q);
+            qat_run_sync(&t->qat, step, t->params);
+        }
     }
     return loss;
 }
@@ -417,81 +334,98 @@ static void trainer_free(Trainer *t) {
     if (t->tok) tokenizer_free(t->tok);
     model_free(&t->m);
     if (t->qat_on) qat_run_free(&t->qat);
+    dp_free(&t->dp);
+    if (t->micro_grads) t->dev.be->release(&t->dev, t->micro_grads);
     if (t->dev.be) {
         dev_unmirror(&t->dev, t->params, t->b.params);
-        dev_unmirror(&t->dev, t->adam_m, t->adam_m_host);
-        dev_unmirror(&t->dev, t->adam_v, t->adam_v_host);
         dev_free(&t->dev);
     }
-    free(t->adam_m_host);
-    free(t->adam_v_host);
     bundle_free(&t->b);
     series_free(&t->train_curve);
     series_free(&t->val_curve);
     free(t->dir);
 }
 
-int train_run(const Recipe *r, volatile sig_atomic_t *stop, PtError *e) {
+// The lead's files and lines before the first step.
+static int announce(Trainer *t, const char *resumed, long tokens_per_step, PtError *e) {
+    const Recipe *r = t->r;
+    if (!t->lead) return 0;
+    if (resumed) printf("resuming from %s (step %ld)\n", resumed, (long)t->st.step);
+    else printf("starting from %s\n", r->model.init);
+    if (run_dir_reload_metrics(t->dir, (long)t->st.step, &t->train_curve, &t->val_curve, e)) return -1;
+    char *path = path_join(t->dir, "recipe.ini");   // the resolved recipe, beside the run's outputs
+    AtomicFile af;
+    if (atomic_open(&af, path, e) == 0) {
+        recipe_write(r, af.f);
+        atomic_commit(&af, e);
+    }
+    free(path);
+    config_print(&t->b.cfg, stdout);
+    printf("%s: %ld steps of %d x %d x %d tokens%s, %s schedule, lr %g; machine peak %.0f GFLOP/s\n",
+           train_mode_name(r->train.mode), t->total_steps, r->train.micro_batch, r->train.seq_len,
+           r->train.grad_accum, t->comm->world > 1 ? " on every rank" : "", schedule_kind_name(r->optim.schedule),
+           r->optim.lr, t->peak_gflops);
+    if (t->comm->world > 1) {
+        // A ring reduce-scatter of the gradients and an allgather of the parameters each send (W-1)/W of them.
+        const double W = t->comm->world, sent = 2 * (W - 1) / W * (double)t->b.tt.total * 4;
+        printf("data parallel: %d ranks, %ld tokens a step; each rank holds 1/%d of the AdamW state (%.1f MiB) and "
+               "sends %.1f MiB a step\n", t->comm->world, tokens_per_step, t->comm->world,
+               2.0 * (double)(dp_hi(&t->dp) - dp_lo(&t->dp)) * 4 / (1 << 20), sent / (1 << 20));
+    }
+    return 0;
+}
+
+int train_run(const Recipe *r, Comm *comm, volatile sig_atomic_t *stop, PtError *e) {
     Trainer t;
     memset(&t, 0, sizeof t);
     t.r = r;
+    t.comm = comm;
+    t.lead = comm->rank == 0;
     t.dir = xstrdup(r->train.run_dir);
-    int rc = -1;
+    comm->timeout_s = r->train.comm_timeout;
     cpu_device_init(&t.dev, r->train.threads, NULL);
-    if (make_dirs(t.dir, e)) goto out;
-    remove_stale_temps(t.dir);
     char *resumed = NULL;
+    int rc = t.lead ? run_dir_create(t.dir, e) : 0;
+    if (agree(&t, rc, e)) goto out;
     rc = load_bundle(&t, &resumed, e);
     if (rc == 0) place_on_device(&t);
-    rc = rc || qat_setup(&t, resumed, e) || open_data(&t, e) ? -1 : 0;
-    free(resumed);
-    if (rc) goto out;
-    rc = -1;
-    int B = r->train.micro_batch, T = r->train.seq_len, accum = r->train.grad_accum;
-    long tokens_per_step = (long)B * T * accum;
+    rc = rc || qat_setup(&t, resumed, e) || optimizer_setup(&t, resumed, e) || open_data(&t, e) ? -1 : 0;
+    const int B = r->train.micro_batch, T = r->train.seq_len, accum = r->train.grad_accum;
+    const long tokens_per_step = (long)B * T * accum * comm->world;
     // steps, else tokens, else epochs over the training set's tokens
     double budget = r->train.tokens > 0 ? (double)r->train.tokens : r->train.epochs * (double)t.train_ds.n_tokens;
     t.total_steps = r->train.steps > 0 ? r->train.steps : (long)ceil(budget / tokens_per_step);
-    if (t.total_steps < 1) { pt_fail(e, "set train.steps, train.tokens or train.epochs"); goto out; }
+    if (rc == 0 && t.total_steps < 1) rc = pt_fail(e, "set train.steps, train.tokens or train.epochs");
+    if (rc == 0) rc = model_plan(&t.m, B, T, 1, t.lead ? stdout : NULL, e);
+    if (agree(&t, rc, e)) goto out;
+    rc = -1;
     recipe_adamw(r, &t.adam);
     recipe_schedule(r, t.total_steps, &t.sched);
-    if (model_plan(&t.m, B, T, 1, stdout, e)) goto out;
     t.micro = xcalloc(accum, sizeof(Batch), "micro-batches");
     for (int a = 0; a < accum; a++) batch_alloc(&t.micro[a], B, T);
-    if (reload_metrics(&t, e)) goto out;
-    {   // the resolved recipe, beside the run's outputs
-        char *path = path_join(t.dir, "recipe.ini");
-        AtomicFile af;
-        if (atomic_open(&af, path, e) == 0) {
-            recipe_write(r, af.f);
-            atomic_commit(&af, e);
-        }
-        free(path);
-    }
-    config_print(&t.b.cfg, stdout);
-    t.peak_gflops = cpu_peak_fp32_gflops(t.dev.threads);
+    if (accum > 1) t.micro_grads = t.dev.be->alloc(&t.dev, t.b.tt.total * sizeof(float), "micro-batch gradients");
+    t.peak_gflops = t.lead ? cpu_peak_fp32_gflops(t.dev.threads) : 0;
     t.flops_per_token = config_train_flops_per_token(&t.b.cfg, T);
-    printf("%s: %ld steps of %d x %d x %d tokens, %s schedule, lr %g; machine peak %.0f GFLOP/s\n",
-           train_mode_name(r->train.mode),
-           t.total_steps, B, T, accum, schedule_kind_name(r->optim.schedule), r->optim.lr, t.peak_gflops);
-    int tty = isatty(fileno(stderr));
+    if (agree(&t, announce(&t, resumed, tokens_per_step, e), e)) goto out;
+    int tty = t.lead && isatty(fileno(stderr)), stopped = 0;
     double start = now_seconds(), last_print = 0;
     if (t.st.step == 0 && evaluate(&t, e)) goto out;
     // train.stop_after ends this invocation early (time-boxed jobs); the same
     // command without it resumes.
     long stop_at = r->train.stop_after > 0 && r->train.stop_after < t.total_steps ? r->train.stop_after : t.total_steps;
-    while (t.st.step < stop_at && !*stop) {
-        double t0 = now_seconds(), norm;
+    while (t.st.step < stop_at && !stopped) {
+        double t0 = now_seconds(), comm_t0 = comm->seconds, norm;
         int finite;
         if (use_step_weights(&t, e)) goto out;
-        double loss = train_step(&t, &norm, &finite);
+        double loss = train_step(&t, *stop != 0, &norm, &finite, &stopped);
         t.st.step++;
         t.st.tokens += tokens_per_step;
         double dt = now_seconds() - t0, tok_s = tokens_per_step / dt;
         if (!finite) {
             t.st.bad_steps++;
-            fprintf(stderr, "%sstep %ld: non-finite loss or gradient (loss %g, grad norm %g), update skipped (%ld in a row)\n",
-                    tty ? "\n" : "", (long)t.st.step, loss, norm, (long)t.st.bad_steps);
+            if (t.lead)
+                fprintf(stderr, "%sstep %ld: non-finite loss or gradient (loss %g, grad norm %g), update skipped "
+                                "(%ld in a row)\n", tty ? "\n" : "", (long)t.st.step, loss, norm, (long)t.st.bad_steps);
             if (t.st.bad_steps >= r->train.max_bad_steps) {
                 pt_fail(e, "stopping: %ld non-finite steps in a row (train.max_bad_steps); lower optim.lr?",
                         (long)t.st.bad_steps);
@@ -501,34 +435,38 @@ int train_run(const Recipe *r, volatile sig_atomic_t *stop, PtError *e) {
             t.st.bad_steps = 0;
             series_add(&t.train_curve, t.st.step, loss);
         }
-        float lr = schedule_lr(&t.sched, t.adam.lr, t.st.step - 1);
-        double mfu = t.flops_per_token * tokens_per_step / dt / 1e9 / t.peak_gflops;
-        json_t *j = json_pack("{s:I, s:f, s:f, s:f, s:f, s:f, s:f, s:I}", "step", (json_int_t)t.st.step, "loss", loss,
-                              "lr", (double)lr, "grad_norm", norm, "tokens_per_s", tok_s, "mfu", mfu, "elapsed_s",
-                              now_seconds() - start, "tokens", (json_int_t)t.st.tokens);
-        append_metrics(&t, j);
-        double now = now_seconds();
-        if (tty || now - last_print >= 1.0 || t.st.step == t.total_steps) {
-            progress(&t, loss, tok_s, tokens_per_step, tty);
-            last_print = now;
+        if (t.lead) {
+            float lr = schedule_lr(&t.sched, t.adam.lr, t.st.step - 1);
+            double mfu = t.flops_per_token * tokens_per_step / dt / 1e9 / (t.peak_gflops * comm->world);
+            json_t *j = json_pack("{s:I, s:f, s:f, s:f, s:f, s:f, s:f, s:I}", "step", (json_int_t)t.st.step, "loss",
+                                  loss, "lr", (double)lr, "grad_norm", norm, "tokens_per_s", tok_s, "mfu", mfu,
+                                  "elapsed_s", now_seconds() - start, "tokens", (json_int_t)t.st.tokens);
+            if (comm->world > 1) json_object_set_new(j, "comm_s", json_real(comm->seconds - comm_t0));
+            run_dir_append_metrics(t.dir, j);
+            double now = now_seconds();
+            if (tty || now - last_print >= 1.0 || t.st.step == t.total_steps) {
+                progress(&t, loss, tok_s, tokens_per_step, tty);
+                last_print = now;
+            }
         }
         int at_end = t.st.step == t.total_steps;
         if (r->train.eval_interval > 0 && (t.st.step % r->train.eval_interval == 0 || at_end)) {
             if (tty) fputc('\n', stderr);
             if (evaluate(&t, e)) goto out;
         }
-        if ((r->train.save_interval > 0 && t.st.step % r->train.save_interval == 0) || at_end || *stop ||
+        if ((r->train.save_interval > 0 && t.st.step % r->train.save_interval == 0) || at_end || stopped ||
             t.st.step == stop_at)
             if (save_checkpoint(&t, e)) goto out;
     }
     if (tty) fputc('\n', stderr);
-    if (t.st.step < t.total_steps)
+    if (t.lead && t.st.step < t.total_steps)
         printf("%s at step %ld; checkpoint saved in %s; run the same command to resume\n",
-               *stop ? "interrupted" : "stopped (train.stop_after)", (long)t.st.step, t.dir);
-    else
+               stopped ? "interrupted" : "stopped (train.stop_after)", (long)t.st.step, t.dir);
+    else if (t.lead)
         printf("done: %ld steps, %.1f s, checkpoints in %s\n", (long)t.st.step, now_seconds() - start, t.dir);
     rc = 0;
 out:
+    free(resumed);
     trainer_free(&t);
     return rc;
 }

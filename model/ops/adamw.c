@@ -68,20 +68,13 @@ void adamw_step(Device *d, float *params, const float *grads, float *m, float *v
     }
 }
 
-// Chunk size for the deterministic reduction: big enough that the per-chunk
-// overhead vanishes, small enough to spread over many threads.
-#define NORM_CHUNK ((size_t)1 << 15)
+size_t grad_norm_workspace_bytes(size_t n_params) { return (n_params / GRAD_NORM_CHUNK + 1) * sizeof(double) + 64; }
 
-size_t grad_norm_workspace_bytes(size_t n_params) { return (n_params / NORM_CHUNK + 1) * sizeof(double) + 64; }
-
-double grad_norm(Device *d, const float *grads, const TensorTable *tt) {
-    size_t total = tt->total, n_chunks = (total + NORM_CHUNK - 1) / NORM_CHUNK;
-    if (n_chunks == 0) return 0.0;
-    const size_t mark = dev_scratch_mark(d);
-    double *partial = dev_scratch(d, n_chunks * sizeof(double), "grad norm partial sums");
+void grad_sumsq(Device *d, const float *grads, size_t n, double *partial) {
+    const size_t n_chunks = (n + GRAD_NORM_CHUNK - 1) / GRAD_NORM_CHUNK;
 #pragma omp parallel for schedule(static) num_threads(d->threads)
     for (size_t ch = 0; ch < n_chunks; ch++) {
-        size_t lo = ch * NORM_CHUNK, hi = lo + NORM_CHUNK < total ? lo + NORM_CHUNK : total;
+        size_t lo = ch * GRAD_NORM_CHUNK, hi = lo + GRAD_NORM_CHUNK < n ? lo + GRAD_NORM_CHUNK : n;
         // Eight independent sums give the CPU parallel adds; the order is fixed.
         double acc[8] = {0};
         size_t i = lo;
@@ -96,10 +89,6 @@ double grad_norm(Device *d, const float *grads, const TensorTable *tt) {
         }
         partial[ch] = ((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7]));
     }
-    double sum = 0.0;
-    for (size_t ch = 0; ch < n_chunks; ch++) sum += partial[ch];
-    dev_scratch_release(d, mark);
-    return sqrt(sum);
 }
 
 void grad_scale(Device *d, float *grads, const TensorTable *tt, float s) {

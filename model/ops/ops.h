@@ -139,10 +139,11 @@ double classifier_ref(double *dh, double *dW, const double *h, const double *W, 
 // 1-based: the first update is step 1. The four buffers must not overlap.
 void adamw_step(Device *d, float *params, const float *grads, float *m, float *v, const TensorTable *tt,
                 const AdamWConfig *c, float lr, long step);
-// Global L2 norm of all gradients, accumulated in double in fixed-size chunks
-// and summed in a fixed order, so the result does not depend on the thread
-// count. NaN or Inf when any gradient is non-finite.
-double grad_norm(Device *d, const float *grads, const TensorTable *tt);
+// The sums of squares of grads[0, n) in chunks of GRAD_NORM_CHUNK floats
+// (backend.h), each accumulated in double in a fixed order, into partial[k]
+// for chunk k; dev_grad_norm adds them in chunk order, so the norm does not
+// depend on the thread count, nor on how ranks split the chunks.
+void grad_sumsq(Device *d, const float *grads, size_t n, double *partial);
 size_t grad_norm_workspace_bytes(size_t n_params);
 // grads *= s, every element.
 void grad_scale(Device *d, float *grads, const TensorTable *tt, float s);

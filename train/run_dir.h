@@ -1,0 +1,21 @@
+// run_dir.h: a training run's directory: ckpt-<step>.h5 (each complete,
+// written to a temporary name and renamed; the newest is where the run
+// resumes), best.h5, metrics.jsonl (one JSON object per step or evaluation),
+// loss.svg, samples.txt and the resolved recipe.ini.
+#pragma once
+#include <jansson.h>
+#include "plot.h"
+
+// Creates the directory (and its parents) and removes the leftovers of
+// writes that were killed (PATH.tmp.PID).
+int run_dir_create(const char *dir, PtError *e);
+// The step of the newest ckpt-<step>.h5, -1 when there is none.
+long run_dir_newest_checkpoint(const char *dir);
+char *run_dir_checkpoint_path(const char *dir, long step);   // malloc'd
+// Deletes all but the `keep` newest ckpt-*.h5 (best.h5 is not one of them).
+void run_dir_keep_newest(const char *dir, int keep);
+// metrics.jsonl on resume: drops the lines past `step` (those steps run
+// again) and rebuilds the loss curves from the rest.
+int run_dir_reload_metrics(const char *dir, long step, Series *train, Series *val, PtError *e);
+// Appends one line and takes the reference to j.
+void run_dir_append_metrics(const char *dir, json_t *j);
