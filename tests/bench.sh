@@ -14,6 +14,8 @@
 #   4. tests/bench_mnn.py: the MNN runtime's prefill/decode speed on our
 #      pocket-0.3b package (both graph forms) and on MNN's official exporter's
 #      package of the same weights, sizes, and the two packages' logits;
+#   5. tests/bench_dist.sh (when build-mpi/pocket and mpirun exist): data
+#      parallel on this machine, its communication and memory per rank;
 #
 # The summary's "% of peak" divides each GFLOP/s figure by the HIGHEST fp32 FMA
 # peak measured in this run (other work on a shared machine can only lower a
@@ -167,6 +169,13 @@ section "bench_tokenize: pocket tokenize vs HF tokenizers, same documents, 1 and
 section "bench_mnn: MNN runtime (PyPI MNN 3.6.1) on our pocket-0.3b package and on llmexport's, $THREADS threads"
 "$PYTHON" "$HERE/bench_mnn.py" "$POCKET" "$MNN_DIR" --threads "$THREADS" --llmexport --summary "$SUMMARY" ||
     failed="$failed bench_mnn"
+
+# ---- 5. data parallel: 2 ranks x 1 thread against 1 rank x 2 threads --------
+MPI_POCKET=${BENCH_MPI_POCKET:-build-mpi/pocket}
+if [ -x "$MPI_POCKET" ] && command -v mpirun >/dev/null 2>&1; then
+    section "bench_dist: pocket-0.3b data parallel on this machine (MPI), ZeRO-1 memory and communication"
+    bash "$HERE/bench_dist.sh" "$MPI_POCKET" "$(dirname "$BENCH_DIR")/bench-dist" || failed="$failed bench_dist"
+fi
 
 # ---- summary ---------------------------------------------------------------
 section "summary ($(( $(date +%s) - start )) s, load average $(cut -d' ' -f1-3 /proc/loadavg) at the end)"
