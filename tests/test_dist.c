@@ -27,20 +27,11 @@
 #include <unistd.h>
 #include "../dist/comm.h"
 #include "../formats/checkpoint.h"
+#include "test_cli_util.h"
 
 static char g_dir[256];
-static const char *pocket(void) { return getenv("POCKET") ? getenv("POCKET") : "./pocket"; }
 #define MPIRUN "mpirun --allow-run-as-root --oversubscribe -np"
 
-static int sh(const char *fmt, ...) {
-    char cmd[4096];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(cmd, sizeof cmd, fmt, ap);
-    va_end(ap);
-    int st = system(cmd);
-    return WIFEXITED(st) ? WEXITSTATUS(st) : 128;
-}
 
 // 60 chats of different lengths, so that SFT rows pack different numbers of examples.
 static int write_chats(void) {
@@ -66,15 +57,7 @@ static int setup(void **state) {
     snprintf(g_dir, sizeof g_dir, "/tmp/pocket_dist_XXXXXX");
     if (!mkdtemp(g_dir)) return -1;
     char path[300];
-    snprintf(path, sizeof path, "%s/config.json", g_dir);
-    FILE *f = fopen(path, "w");
-    fprintf(f, "{\"model_type\": \"qwen3\", \"num_hidden_layers\": 2, \"hidden_size\": 48, \"num_attention_heads\": 4,"
-               " \"num_key_value_heads\": 2, \"head_dim\": 12, \"intermediate_size\": 100, \"vocab_size\": 1505,"
-               " \"max_position_embeddings\": 128, \"tie_word_embeddings\": true, \"eos_token_id\": 1502,"
-               " \"pad_token_id\": 1500, \"rope_theta\": 10000.0}\n");
-    fclose(f);
-    if (sh("%s init --model %s/config.json --tokenizer tests/fixtures/tok/tokenizer.json --out %s/init.h5 >/dev/null",
-           pocket(), g_dir, g_dir) ||
+    if (make_tiny_checkpoint(g_dir) ||
         sh("%s tokenize --tokenizer tests/fixtures/tok/tokenizer.json tests/fixtures/tok/corpus.txt "
            "tests/fixtures/data/corpus --out %s/cpt.h5 >/dev/null", pocket(), g_dir) ||
         write_chats() ||
@@ -84,7 +67,7 @@ static int setup(void **state) {
     const char *modes[3][2] = {{"cpt", "mode = cpt\n"}, {"sft", "mode = sft\n"}, {"qat", "mode = cpt\n"}};
     for (int i = 0; i < 3; i++) {
         snprintf(path, sizeof path, "%s/%s.ini", g_dir, modes[i][0]);
-        f = fopen(path, "w");
+        FILE *f = fopen(path, "w");
         fprintf(f, "[model]\ninit = %s/init.h5\n[data]\ntrain = %s/%s.h5\n[train]\n%smicro_batch = 2\nseq_len = 32\n"
                    "steps = 20\nsave_interval = 10\nthreads = 1\ncomm_timeout = 60\n[optim]\nlr = 0.003\nwarmup = 2\n",
                 g_dir, g_dir, i == 1 ? "sft" : "cpt", modes[i][1]);

@@ -18,6 +18,7 @@
 #include <sys/wait.h>
 #include "../formats/checkpoint.h"
 #include "test_model_util.h"
+#include "test_cli_util.h"
 
 typedef struct {
     int B, T;
@@ -137,17 +138,7 @@ static void test_tiny_llama(void **s) {
 
 // ---- through the recipe: pocket train with [train] recompute and matmul.
 
-static const char *pocket(void) { return getenv("POCKET") ? getenv("POCKET") : "./pocket"; }
 
-static int sh(const char *fmt, ...) {
-    char cmd[4096];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(cmd, sizeof cmd, fmt, ap);
-    va_end(ap);
-    int st = system(cmd);
-    return WIFEXITED(st) ? WEXITSTATUS(st) : 128;
-}
 
 static char *slurp(const char *path) {
     FILE *f = fopen(path, "rb");
@@ -190,15 +181,8 @@ static void test_recipe_keys_reach_the_model(void **s) {
     char dir[] = "/tmp/pocket_recompute_XXXXXX";
     assert_non_null(mkdtemp(dir));
     char path[400];
-    snprintf(path, sizeof path, "%s/config.json", dir);
-    FILE *f = fopen(path, "w");
-    fprintf(f, "{\"model_type\": \"qwen3\", \"num_hidden_layers\": 2, \"hidden_size\": 48, \"num_attention_heads\": 4,"
-               " \"num_key_value_heads\": 2, \"head_dim\": 12, \"intermediate_size\": 100, \"vocab_size\": 1505,"
-               " \"max_position_embeddings\": 128, \"tie_word_embeddings\": true, \"eos_token_id\": 1502,"
-               " \"pad_token_id\": 1500, \"rope_theta\": 10000.0}\n");
-    fclose(f);
-    assert_int_equal(sh("%s init --model %s/config.json --tokenizer tests/fixtures/tok/tokenizer.json --out %s/init.h5 "
-                        ">/dev/null", pocket(), dir, dir), 0);
+    FILE *f;
+    assert_int_equal(make_tiny_checkpoint(dir), 0);
     assert_int_equal(sh("%s tokenize --tokenizer tests/fixtures/tok/tokenizer.json tests/fixtures/tok/corpus.txt "
                         "--out %s/cpt.h5 >/dev/null", pocket(), dir), 0);
     snprintf(path, sizeof path, "%s/cpt.ini", dir);

@@ -18,19 +18,10 @@
 #include "../formats/checkpoint.h"
 #include "../cli/open_model.h"
 #include "test_qat_util.h"
+#include "test_cli_util.h"
 
 static char g_dir[256];
-static const char *pocket(void) { return getenv("POCKET") ? getenv("POCKET") : "./pocket"; }
 
-static int sh(const char *fmt, ...) {
-    char cmd[4096];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(cmd, sizeof cmd, fmt, ap);
-    va_end(ap);
-    int st = system(cmd);
-    return WIFEXITED(st) ? WEXITSTATUS(st) : 128;
-}
 
 // A tiny Qwen3 whose vocabulary fits the fixture tokenizer, a CPT dataset from
 // the fixture corpus and an SFT dataset from the fixture chats.
@@ -39,16 +30,7 @@ static int setup(void **state) {
     snprintf(g_dir, sizeof g_dir, "/tmp/pocket_train_XXXXXX");
     if (!mkdtemp(g_dir)) return -1;
     char path[300];
-    snprintf(path, sizeof path, "%s/config.json", g_dir);
-    FILE *f = fopen(path, "w");
-    fprintf(f, "{\"model_type\": \"qwen3\", \"num_hidden_layers\": 2, \"hidden_size\": 48, \"num_attention_heads\": 4,"
-               " \"num_key_value_heads\": 2, \"head_dim\": 12, \"intermediate_size\": 100, \"vocab_size\": 1505,"
-               " \"max_position_embeddings\": 128, \"tie_word_embeddings\": true, \"eos_token_id\": 1502,"
-               " \"pad_token_id\": 1500, \"rope_theta\": 10000.0}\n");
-    fclose(f);
-    if (sh("%s init --model %s/config.json --tokenizer tests/fixtures/tok/tokenizer.json --out %s/init.h5 >/dev/null",
-           pocket(), g_dir, g_dir))
-        return -1;
+    if (make_tiny_checkpoint(g_dir)) return -1;
     if (sh("%s tokenize --tokenizer tests/fixtures/tok/tokenizer.json tests/fixtures/tok/corpus.txt "
            "tests/fixtures/data/corpus --out %s/cpt.h5 >/dev/null", pocket(), g_dir))
         return -1;
@@ -56,7 +38,7 @@ static int setup(void **state) {
            "--out %s/sft.h5 >/dev/null", pocket(), g_dir))
         return -1;
     snprintf(path, sizeof path, "%s/cpt.ini", g_dir);
-    f = fopen(path, "w");
+    FILE *f = fopen(path, "w");
     fprintf(f, "[model]\ninit = %s/init.h5\n[data]\ntrain = %s/cpt.h5\nval = %s/cpt.h5\n"
                "[train]\nmode = cpt\nmicro_batch = 4\nseq_len = 32\nsteps = 6\neval_interval = 3\neval_batches = 2\n"
                "save_interval = 2\nthreads = 1\n[optim]\nlr = 0.003\nwarmup = 2\nschedule = cosine\n",

@@ -1,0 +1,37 @@
+// test_cli_util.h: what the tests that drive the `pocket` binary share: the
+// binary ($POCKET), a shell command with printf arguments, and a tiny Qwen3
+// checkpoint of the fixture tokenizer's vocabulary (1505 ids) to train.
+#pragma once
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <sys/wait.h>
+
+static inline const char *pocket(void) { return getenv("POCKET") ? getenv("POCKET") : "./pocket"; }
+
+// Runs the command through the shell; its exit status (128 when killed).
+__attribute__((format(printf, 1, 2))) static inline int sh(const char *fmt, ...) {
+    char cmd[4096];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(cmd, sizeof cmd, fmt, ap);
+    va_end(ap);
+    int st = system(cmd);
+    return WIFEXITED(st) ? WEXITSTATUS(st) : 128;
+}
+
+// dir/config.json and dir/init.h5: 2 layers, hidden 48, heads 4/2 of 12,
+// FFN 100, tied, with the fixture tokenizer stored. 0 when both were made.
+static inline int make_tiny_checkpoint(const char *dir) {
+    char path[600];
+    snprintf(path, sizeof path, "%s/config.json", dir);
+    FILE *f = fopen(path, "w");
+    if (!f) return -1;
+    fprintf(f, "{\"model_type\": \"qwen3\", \"num_hidden_layers\": 2, \"hidden_size\": 48, \"num_attention_heads\": 4,"
+               " \"num_key_value_heads\": 2, \"head_dim\": 12, \"intermediate_size\": 100, \"vocab_size\": 1505,"
+               " \"max_position_embeddings\": 128, \"tie_word_embeddings\": true, \"eos_token_id\": 1502,"
+               " \"pad_token_id\": 1500, \"rope_theta\": 10000.0}\n");
+    if (fclose(f)) return -1;
+    return sh("%s init --model %s/config.json --tokenizer tests/fixtures/tok/tokenizer.json --out %s/init.h5 >/dev/null",
+              pocket(), dir, dir);
+}
