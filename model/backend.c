@@ -33,6 +33,7 @@ void dev_unmirror(Device *d, void *mirror, const void *host) {
 
 void dev_free(Device *d) {
     if (d->ws) d->be->release(d, d->ws);
+    if (d->be && d->be->destroy) d->be->destroy(d);
     free(d->impl);
     *d = (Device){0};
 }
