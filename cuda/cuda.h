@@ -3,11 +3,11 @@
 // Only built with `make CUDA=1` (which defines POCKET_CUDA for the C files).
 #pragma once
 #include <stddef.h>
-#include "../model/backend.h"
 
 #ifdef __cplusplus
 extern "C" {
 #endif
+#include "../model/backend.h"
 
 // GPUs the CUDA runtime sees (0 when there is none, or no driver).
 int cuda_device_count(void);

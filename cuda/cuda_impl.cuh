@@ -7,13 +7,13 @@
 #include <cuda_runtime.h>
 #include <cublasLt.h>
 #include <stdint.h>
-#include "cuda.h"
-#include "kernel_math.h"
 
-extern "C" {
+extern "C" {   // the project's C headers: C linkage (before cuda.h includes them)
 #include "../model/backend.h"
 #include "../util/util.h"
 }
+#include "cuda.h"
+#include "kernel_math.h"
 
 // One cached cuBLASLt plan: the descriptors and the algorithm the heuristic
 // chose for one problem (matmul.cu). A problem is the same when every field

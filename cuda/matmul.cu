@@ -30,11 +30,14 @@ static void lt_check(cublasStatus_t st, const char *what) {
     if (st != CUBLAS_STATUS_SUCCESS) die("cuBLASLt: %s: %s", what, cublasLtGetStatusString(st));
 }
 
-// Largest power of two (<= 256) that divides the address: what the heuristic
-// may assume about a pointer (a row offset into a matrix is only 4-aligned).
+// The alignment the heuristic may assume of a pointer: 16 bytes (what
+// Hopper's fast kernels need) when the address has it, else the largest power
+// of two dividing it (a row offset into an odd-width matrix is only
+// 4-aligned). Capped at 16 so that the algorithm, and so the bits, of a
+// product does not change with where in the activation arena a buffer lies.
 static int ptr_align(const void *p) {
     uintptr_t a = (uintptr_t)p;
-    int al = 256;
+    int al = 16;
     while (al > 1 && (a % (uintptr_t)al)) al >>= 1;
     return al;
 }
