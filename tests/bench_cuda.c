@@ -134,6 +134,8 @@ int main(int argc, char **argv) {
         free(json);
     }
     if (cuda_device_count() == 0) {
+        const char *require = getenv("POCKET_REQUIRE_CUDA");
+        if (require && require[0] == '1') die("bench_cuda: POCKET_REQUIRE_CUDA=1 but the CUDA runtime sees no GPU");
         printf("bench_cuda: no GPU on this machine: skipped\n");
         return 0;
     }
