@@ -156,10 +156,14 @@ static void gemm(Device *d, int ta, int tb, int m, int n, int k, const void *A, 
     GemmPlan *p = plan_for(s, &key);
     if (p->has_algo) {
         const float alpha = 1.0f, beta = accumulate ? 1.0f : 0.0f;
-        lt_check(cublasLtMatmul(s->lt, p->op, &alpha, A, p->a, B, p->b, &beta, C, p->c, C, p->c, &p->algo, lt_ws,
-                                lt_bytes, stream),
-                 "cublasLtMatmul");
-    } else {
+        const cublasStatus_t st = cublasLtMatmul(s->lt, p->op, &alpha, A, p->a, B, p->b, &beta, C, p->c, C, p->c,
+                                                 &p->algo, lt_ws, lt_bytes, stream);
+        // An algorithm the heuristic offered but that refuses this problem (it
+        // checks before touching C): the plain kernel takes it, now and later.
+        if (st == CUBLAS_STATUS_NOT_SUPPORTED || st == CUBLAS_STATUS_INVALID_VALUE) p->has_algo = 0;
+        else lt_check(st, "cublasLtMatmul");
+    }
+    if (!p->has_algo) {
         if (!s->fallback_noted) {
             fprintf(stderr, "cuda: cuBLASLt has no algorithm for a %dx%dx%d %s product (and maybe others); a plain "
                             "kernel computes those\n", m, n, k, bf16 ? "bf16" : "fp32");

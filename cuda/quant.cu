@@ -60,6 +60,9 @@ __global__ void quant_ste_kernel(const float *w, float *g, size_t n, int G, cons
 
 enum { WARPS_PER_BLOCK = 8 };
 
+// Blocks of WARPS_PER_BLOCK warps, one warp per group (no cap: the kernels do not loop).
+static unsigned group_blocks(size_t groups) { return (unsigned)((groups + WARPS_PER_BLOCK - 1) / WARPS_PER_BLOCK); }
+
 // One warp per group: the STE mask on g and the group's sums of g * dw/dscale
 // and g * dw/dzero (quant.h states them; scale 0 takes the limit scale -> 0+).
 __global__ void quant_lsq_kernel(const float *w, float *g, size_t groups, int G, const float *scale,
@@ -103,7 +106,7 @@ void cu_quant_backward(Device *d, const QuantSpec *q, const float *w, float *g, 
         quant_ste_kernel<<<cu_blocks(n, 256), 256, 0, stream>>>(w, g, n, q->group, scale, zero, lo, sym);
     } else {
         const size_t groups = n / q->group;
-        quant_lsq_kernel<<<cu_blocks(groups, WARPS_PER_BLOCK), 32 * WARPS_PER_BLOCK, 0, stream>>>(
+        quant_lsq_kernel<<<group_blocks(groups), 32 * WARPS_PER_BLOCK, 0, stream>>>(
             w, g, groups, q->group, scale, zero, grad_scale, grad_zero, lo, sym);
     }
     CU_LAUNCHED();
@@ -134,7 +137,7 @@ void cu_quant_backward_frozen(Device *d, const QuantSpec *q, const uint8_t *code
                               int64_t cols, float *grad_scale, float *grad_zero) {
     const size_t groups = (size_t)(rows * cols) / q->group;
     if (!groups) return;
-    quant_frozen_kernel<<<cu_blocks(groups, WARPS_PER_BLOCK), 32 * WARPS_PER_BLOCK, 0, cu_stream(d)>>>(
+    quant_frozen_kernel<<<group_blocks(groups), 32 * WARPS_PER_BLOCK, 0, cu_stream(d)>>>(
         codes, g, groups, q->group, grad_scale, grad_zero, q->symmetric);
     CU_LAUNCHED();
 }
