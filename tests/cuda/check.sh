@@ -73,10 +73,14 @@ done
 
 # ---- steps
 export POCKET_REQUIRE_CUDA=1 OMP_NUM_THREADS=${OMP_NUM_THREADS:-$(nproc)} OMP_WAIT_POLICY=PASSIVE NVIDIA_TF32_OVERRIDE=0
+BUDGET=${BUDGET:-470}   # seconds for everything: each step's limit is cut to what is left
 # step NAME LIMIT LOG CMD...: runs CMD with our libraries, output to LOG, a line in the report.
 step() {
     local name=$1 limit=$2 log=$3
     shift 3
+    local left=$((BUDGET - $(elapsed)))
+    if [ $left -lt 15 ]; then say "SKIP  $name: the ${BUDGET}s budget is spent"; failed="$failed $name"; return; fi
+    [ $limit -gt $left ] && limit=$left
     local t=$(date +%s) part=$OUT/.step.log
     { echo; echo "######## $name: $*"; } >>"$log"
     LD_LIBRARY_PATH="$(libpath)" timeout "$limit" "$@" >"$part" 2>&1
@@ -101,7 +105,7 @@ step "pocket --help (its libraries load)" 20 "$TESTS" "$CARRY/bin/pocket" --help
 
 step bench_cuda 150 "$BENCH" "$CARRY/bin/bench_cuda" --config-out "$OUT/pocket-0.3b.config.json"
 grep "^bench_cuda\|^== bench_cuda" "$BENCH" | sed 's/^/      /' | tee -a "$REPORT"
-left=$((470 - $(elapsed)))
+left=$((BUDGET - $(elapsed)))
 if [ $left -gt 60 ] && [ -s "$OUT/pocket-0.3b.config.json" ]; then
     # python3 runs without our LD_LIBRARY_PATH (its own CUDA libraries).
     t=$(date +%s)
@@ -117,7 +121,7 @@ if [ $left -gt 60 ] && [ -s "$OUT/pocket-0.3b.config.json" ]; then
     fi
     grep "^torch" "$BENCH" | sed 's/^/      /' | tee -a "$REPORT"
 else
-    say "SKIP  bench_cuda_torch: ${left}s left of the 8-minute budget"
+    say "SKIP  bench_cuda_torch: ${left}s left of the ${BUDGET}s budget"
 fi
 
 if [ -n "$failed" ]; then say "== $(elapsed)s in all; FAILED:$failed"; else say "== $(elapsed)s in all; all steps passed"; fi
