@@ -42,7 +42,21 @@ say "host: $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 |
 PREFIX=/tmp/pocket-prefix LIBDIR=/tmp/pocket-libs
 rm -rf "$PREFIX" "$LIBDIR"
 mkdir -p "$PREFIX" "$LIBDIR"
-for deb in "$CARRY"/debs/*.deb; do dpkg -x "$deb" "$PREFIX" || say "note: dpkg -x $deb failed"; done
+# dpkg -x, or where dpkg is missing the same in Python (a .deb is an ar archive holding data.tar.*).
+unpack() {
+    if command -v dpkg >/dev/null 2>&1; then dpkg -x "$1" "$2"; return; fi
+    python3 - "$1" "$2" <<'PY'
+import io, sys, tarfile
+data = open(sys.argv[1], "rb").read()
+pos = 8   # "!<arch>\n", then 60-byte member headers
+while pos + 60 <= len(data):
+    name, size = data[pos:pos + 16].decode().strip().rstrip("/"), int(data[pos + 48:pos + 58])
+    if name.startswith("data.tar"):
+        tarfile.open(fileobj=io.BytesIO(data[pos + 60:pos + 60 + size])).extractall(sys.argv[2])
+    pos += 60 + size + (size & 1)
+PY
+}
+for deb in "$CARRY"/debs/*.deb; do unpack "$deb" "$PREFIX" || say "note: unpacking $deb failed"; done
 CUDA_DIRS=""
 libpath() { echo "$LIBDIR${CUDA_DIRS:+:$CUDA_DIRS}${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"; }
 missing() { LD_LIBRARY_PATH="$(libpath)" ldd "$1" 2>/dev/null | awk '/not found/{print $1}'; }
