@@ -17,6 +17,11 @@ ifeq ($(MPI),1)
   BUILD ?= build-mpi$(if $(filter 1,$(SAN)),-san)
   POCKET ?= $(BUILD)/pocket
 endif
+# CUDA=1 (the CUDA block at the end): its own build folder and binary.
+ifeq ($(CUDA),1)
+  BUILD ?= build-cuda
+  POCKET ?= $(BUILD)/pocket
+endif
 
 ifeq ($(SAN),1)
   BUILD ?= build-san
@@ -128,6 +133,36 @@ build-fuzz/fuzz_gguf_import: tests/fuzz/fuzz_gguf_import.c fuzz-lib
 	clang $(FUZZ_FLAGS) -fsanitize=fuzzer,address,undefined -o $@ $< build-fuzz/lib/libpocket.a $(LDLIBS)
 
 clean:
-	rm -rf build build-san build-mpi build-fuzz pocket
+	rm -rf build build-san build-mpi build-cuda build-fuzz pocket
+
+# ---- CUDA backend (cuda/, `make CUDA=1`): the .cu files join the library,
+# C files see -DPOCKET_CUDA (tests/test_backends.h adds a "cuda" device), the
+# binaries link the CUDA runtime and cuBLASLt. Hopper only: sm_90 machine code
+# plus compute_90 PTX. `make cuda-check` runs tests/cuda/check.sh on a GPU
+# machine (cuda/README.md). Without CUDA=1 nothing here applies.
+ifeq ($(CUDA),1)
+  NVCC ?= nvcc
+  CUDA_HOME ?= $(patsubst %/bin/nvcc,%,$(shell command -v $(NVCC)))
+  NVCCFLAGS = -std=c++17 -O3 -g -gencode arch=compute_90,code=[sm_90,compute_90] -Xcompiler -Wall,-Wextra -MMD -MP
+  CUDA_SRC := $(wildcard cuda/*.cu)
+  CUDA_OBJ := $(CUDA_SRC:%.cu=$(BUILD)/%.o)
+  LIB_OBJ += $(CUDA_OBJ)
+  # The binaries are built here and carried to the GPU machine, whose CPU may
+  # differ: x86-64-v3 (AVX2, FMA) instead of -march=native (the AVX-512 CPU
+  # kernels are still chosen at run time).
+  CFLAGS := $(filter-out -march=native,$(CFLAGS)) -march=x86-64-v3 -DPOCKET_CUDA
+  LDLIBS += -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lcublasLt -lcudart -lstdc++
+$(BUILD)/libpocket.a: $(CUDA_OBJ)
+$(BUILD)/%.o: %.cu
+	@mkdir -p $(dir $@)
+	$(NVCC) $(NVCCFLAGS) -c $< -o $@
+endif
+.PHONY: cuda-prepare cuda-check
+# Here (no GPU needed): build with CUDA=1 and gather what a GPU machine needs.
+cuda-prepare:
+	bash tests/cuda/prepare.sh
+# On the GPU machine: the op tests, the model test and the benchmarks, a report into $$OUT.
+cuda-check:
+	bash tests/cuda/check.sh
 
 -include $(shell find $(BUILD) -name "*.d" 2>/dev/null)

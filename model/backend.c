@@ -45,6 +45,7 @@ double dev_grad_norm(Device *d, const float *grads, size_t n) {
 
 void dev_free(Device *d) {
     if (d->ws) d->be->release(d, d->ws);
+    if (d->be && d->be->destroy) d->be->destroy(d);
     free(d->impl);
     *d = (Device){0};
 }

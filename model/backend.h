@@ -98,6 +98,10 @@ typedef struct {
                                   int64_t cols, float *grad_scale, float *grad_zero);
     void (*quant_adam)(Device *d, float *p, const float *g, float *m, float *v, size_t n, const AdamWConfig *c,
                        float lr, long step, float lo, float hi);
+    // ---- teardown: releases what the backend holds besides d->impl's memory
+    // (a stream, library handles); dev_free calls it, then frees d->impl.
+    // NULL when there is nothing to release (the CPU).
+    void (*destroy)(Device *d);
 } Backend;
 
 struct Device {

@@ -1,21 +1,76 @@
 // test_backends.h: every backend present, as devices the op tests run on:
 // the CPU once per kernel set this CPU runs (AVX-512, AVX2+FMA, portable; for
-// bf16 AVX512_BF16 and portable). A new backend adds its devices here, and
-// every op test then checks it against the same double references. The op
-// tests hand the ops host arrays, which are device memory on every device
-// here (Backend.host_memory); a backend with memory of its own needs them
-// mirrored to it first (dev_mirror, backend.h).
+// bf16 AVX512_BF16 and portable), and, in a build with CUDA (make CUDA=1) on a
+// machine with a GPU, the GPU. A new backend adds its devices here, and every
+// op test then checks it against the same double references.
+//
+// Ops take device memory: the tests mirror their host arrays onto the device
+// (Mirrors below: dev_mirror, which hands the host buffer itself over on the
+// CPU, so it costs nothing there), run the op, and read results back with
+// fetch (OP download, a no-op on the CPU's own buffer).
 #pragma once
 #include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
 #include "../model/ops/matmul_kernels.h"
 #include "../model/ops/ops.h"
+#ifdef POCKET_CUDA
+#include "../cuda/cuda.h"
+#endif
 
 enum { MAX_TEST_DEVICES = 8 };
 
 typedef struct {
     char name[64];
     Device dev;
+    int gpu;   // a GPU device: its own memory, its own rounding (tolerances: dev_tol)
 } TestDevice;
+
+// The bound a device is held to: the CPU's own where the test states one;
+// on a GPU the looser of that and gpu_tol (the GPU sums in other orders, in
+// fp32: 1e-5 normwise for the ops, 1e-4 for attention and the classifier).
+static inline double dev_tol(const TestDevice *t, double cpu_tol, double gpu_tol) {
+    return t->gpu && gpu_tol > cpu_tol ? gpu_tol : cpu_tol;
+}
+
+// Host arrays mirrored onto one device for one op call; mirrors_free gives
+// them all back.
+enum { MAX_MIRRORS = 24 };
+typedef struct {
+    Device *d;
+    int n;
+    void *dev[MAX_MIRRORS];
+    const void *host[MAX_MIRRORS];
+} Mirrors;
+
+static inline Mirrors mirrors_on(Device *d) {
+    Mirrors m;
+    memset(&m, 0, sizeof m);
+    m.d = d;
+    return m;
+}
+
+// Device memory holding host's bytes (the host buffer itself on the CPU).
+static inline void *mirror(Mirrors *m, const void *host, size_t bytes) {
+    if (m->n == MAX_MIRRORS) {
+        fprintf(stderr, "test: more than %d mirrored buffers\n", MAX_MIRRORS);
+        abort();
+    }
+    void *p = dev_mirror(m->d, (void *)host, bytes, "test buffer");
+    m->dev[m->n] = p;
+    m->host[m->n++] = host;
+    return p;
+}
+
+static inline void mirrors_free(Mirrors *m) {
+    for (int i = 0; i < m->n; i++) dev_unmirror(m->d, m->dev[i], m->host[i]);
+    m->n = 0;
+}
+
+// Reads a device buffer back into host memory.
+static inline void fetch(Device *d, void *host, const void *dev_ptr, size_t bytes) {
+    OP(d, download, host, dev_ptr, bytes);
+}
 
 // Workspace every op test shape fits in (the tests' shapes are small).
 #define TEST_WORKSPACE_BYTES ((size_t)64 << 20)
@@ -41,6 +96,31 @@ static inline int test_devices(TestDevice *out, int threads) {
         snprintf(name, sizeof name, "%s/%s", f32[i]->name, b->name);
         test_cpu_device(&out[n++], name, &k, threads);
     }
+    // POCKET_REQUIRE_CUDA=1 (tests/cuda/check.sh sets it): no GPU is a failure, not a skip.
+    const char *require = getenv("POCKET_REQUIRE_CUDA");
+    const int required = require && require[0] == '1';
+#ifdef POCKET_CUDA
+    if (cuda_device_count() > 0) {
+        PtError e;
+        TestDevice *t = &out[n];
+        if (cuda_device_init(&t->dev, 0, &e) == 0) {
+            snprintf(t->name, sizeof t->name, "cuda 0");
+            t->gpu = 1;
+            dev_reserve(&t->dev, TEST_WORKSPACE_BYTES);
+            n++;
+        } else if (required) {
+            die("%s", e.msg);
+        } else {
+            printf("CUDA device skipped: %s\n", e.msg);
+        }
+    } else if (required) {
+        die("POCKET_REQUIRE_CUDA=1 but the CUDA runtime sees no GPU");
+    } else {
+        printf("CUDA devices skipped: no GPU on this machine\n");
+    }
+#else
+    if (required) die("POCKET_REQUIRE_CUDA=1 but this test was built without CUDA (make CUDA=1)");
+#endif
     return n;
 }
 

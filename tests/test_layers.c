@@ -126,7 +126,14 @@ static void scan_file(LayerCheck *c, const char *root, const char *rel, int from
 
 static int not_hidden(const struct dirent *d) { return d->d_name[0] != '.'; }
 
-// Every .c and .h under rel (none when rel is absent), in name order so that
+// C and CUDA sources and headers: .c .h .cu .cuh.
+static int is_source(const char *name) {
+    const char *dot = strrchr(name, '.');
+    if (!dot || dot == name) return 0;
+    return !strcmp(dot, ".c") || !strcmp(dot, ".h") || !strcmp(dot, ".cu") || !strcmp(dot, ".cuh");
+}
+
+// Every .c, .h, .cu and .cuh under rel (none when rel is absent), in name order so that
 // the report is stable.
 static void scan_dir(LayerCheck *c, const char *root, const char *rel, int from) {
     char path[PATH_CAP], child[PATH_CAP];
@@ -135,12 +142,11 @@ static void scan_dir(LayerCheck *c, const char *root, const char *rel, int from)
     int n = scandir(path, &entries, not_hidden, alphasort);
     for (int i = 0; i < n; i++) {
         const char *name = entries[i]->d_name;
-        size_t len = strlen(name);
         join(child, rel, name);
         join(path, root, child);
         struct stat st;
         if (stat(path, &st) == 0 && S_ISDIR(st.st_mode)) scan_dir(c, root, child, from);
-        else if (len > 2 && name[len - 2] == '.' && (name[len - 1] == 'c' || name[len - 1] == 'h'))
+        else if (is_source(name))
             scan_file(c, root, child, from);
         free(entries[i]);
     }

@@ -7,9 +7,11 @@
 // unit roundoff 2^-24 ~ 6e-8):
 //   embedding, residual  5e-7  (copies and single adds onto the start value)
 //   swiglu               1e-6  (expf within a few ulp, a handful of roundings)
-//   rmsnorm              2e-6  (float sums of length C <= 131; dw over 53 rows)
+//   rmsnorm              2e-6  (float sums of length C <= 131; dw over <= 300 rows)
 //   rope                 1e-5  (positions < 64: float angles are off by up to
 //                               pos * 2^-24 rad, as in transformers)
+// A GPU device is held to 1e-5 where these are tighter (dev_tol): its sums run
+// in other orders and its expf is within 2 ulp, not correctly rounded.
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -19,6 +21,7 @@
 
 
 static void check(const TestDevice *td, const char *what, double err, double tol) {
+    tol = dev_tol(td, tol, 1e-5);
     printf("  %-26s %-44s rel err %.2e (bound %.0e)\n", td->name, what, err, tol);
     if (!(err <= tol)) fail_msg("%s: %s: rel err %.3g > %.3g", td->name, what, err, tol);
 }
@@ -39,13 +42,20 @@ static void test_embedding_fast(void **state) {
     for (int i = 0; i < n_devs; i++) {
         Device *d = &devs[i].dev;
         float *outf = zeros_f(N * C), *dEf = copy_f(dE0, V * C);
-        OP(d, embedding_forward, outf, tokens, Ef, N, C);
+        Mirrors mr = mirrors_on(d);
+        int *tok_d = mirror(&mr, tokens, sizeof tokens);
+        float *E_d = mirror(&mr, Ef, V * C * sizeof(float)), *dout_d = mirror(&mr, doutf, N * C * sizeof(float));
+        float *out_d = mirror(&mr, outf, N * C * sizeof(float)), *dE_d = mirror(&mr, dEf, V * C * sizeof(float));
+        OP(d, embedding_forward, out_d, tok_d, E_d, N, C);
+        fetch(d, outf, out_d, N * C * sizeof(float));
         for (int j = 0; j < N * C; j++)
             if ((double)outf[j] != out[j])
                 fail_msg("%s: embedding out[%d] %g, want %g", devs[i].name, j, outf[j], out[j]);
-        OP(d, embedding_backward, dEf, doutf, tokens, N, C, 2);
+        OP(d, embedding_backward, dE_d, dout_d, tok_d, N, C, 2);
+        fetch(d, dEf, dE_d, V * C * sizeof(float));
         check(&devs[i], "embedding dE (repeated tokens, skip_id 2)", rel_err_delta_f(dEf, dE0, dE, V * C), 5e-7);
         for (int j = 0; j < C; j++) assert_true(dEf[2 * C + j] == dE0[2 * C + j]);   // skipped row untouched
+        mirrors_free(&mr);
         free(outf); free(dEf);
     }
     free(E); free(dout); free(dE); free(Ef); free(doutf); free(dE0); free(out);
@@ -55,8 +65,9 @@ static void test_rmsnorm_fast(void **state) {
     (void)state;
     Rng r;
     rng_seed(&r, 22);
-    int shapes[][2] = {{37, 131}, {53, 6}, {5, 64}};
-    for (int s = 0; s < 3; s++) {
+    // {300, 20}: more rows than one block of the GPU's dw partial sums (256).
+    int shapes[][2] = {{37, 131}, {53, 6}, {5, 64}, {300, 20}};
+    for (int s = 0; s < 4; s++) {
         int N = shapes[s][0], C = shapes[s][1];
         size_t n = (size_t)N * C;
         double *x = rand_d(&r, n, 2.0), *w = rand_d(&r, C, 1.0), *dout = rand_d(&r, n, 1.0);
@@ -69,8 +80,17 @@ static void test_rmsnorm_fast(void **state) {
         for (int i = 0; i < n_devs; i++) {
             Device *d = &devs[i].dev;
             float *outf = zeros_f(n), *rstdf = zeros_f(N), *dxf = copy_f(dx0, n), *dwf = copy_f(dw0, C);
-            OP(d, rmsnorm_forward, outf, rstdf, xf, wf, N, C, 1e-6f);
-            OP(d, rmsnorm_backward, dxf, dwf, doutf, xf, wf, rstdf, N, C);
+            Mirrors mr = mirrors_on(d);
+            const size_t nb = n * sizeof(float), cb = (size_t)C * sizeof(float);
+            float *x_d = mirror(&mr, xf, nb), *w_d = mirror(&mr, wf, cb), *dout_d = mirror(&mr, doutf, nb);
+            float *out_d = mirror(&mr, outf, nb), *rstd_d = mirror(&mr, rstdf, (size_t)N * sizeof(float));
+            float *dx_d = mirror(&mr, dxf, nb), *dw_d = mirror(&mr, dwf, cb);
+            OP(d, rmsnorm_forward, out_d, rstd_d, x_d, w_d, N, C, 1e-6f);
+            OP(d, rmsnorm_backward, dx_d, dw_d, dout_d, x_d, w_d, rstd_d, N, C);
+            fetch(d, outf, out_d, nb);
+            fetch(d, rstdf, rstd_d, (size_t)N * sizeof(float));
+            fetch(d, dxf, dx_d, nb);
+            fetch(d, dwf, dw_d, cb);
             char what[64];
             snprintf(what, sizeof what, "rmsnorm N=%d C=%d out", N, C);
             check(&devs[i], what, rel_err_f(outf, out, n), 2e-6);
@@ -82,9 +102,13 @@ static void test_rmsnorm_fast(void **state) {
             check(&devs[i], what, rel_err_delta_f(dwf, dw0, dw, C), 2e-6);
             // A NULL gradient is skipped and leaves the other one unchanged.
             float *dx2 = zeros_f(n), *dx3 = zeros_f(n), *dw2 = zeros_f(C);
-            OP(d, rmsnorm_backward, dx2, NULL, doutf, xf, wf, rstdf, N, C);
-            OP(d, rmsnorm_backward, dx3, dw2, doutf, xf, wf, rstdf, N, C);
+            float *dx2_d = mirror(&mr, dx2, nb), *dx3_d = mirror(&mr, dx3, nb), *dw2_d = mirror(&mr, dw2, cb);
+            OP(d, rmsnorm_backward, dx2_d, NULL, dout_d, x_d, w_d, rstd_d, N, C);
+            OP(d, rmsnorm_backward, dx3_d, dw2_d, dout_d, x_d, w_d, rstd_d, N, C);
+            fetch(d, dx2, dx2_d, nb);
+            fetch(d, dx3, dx3_d, nb);
             assert_memory_equal(dx2, dx3, n * sizeof(float));
+            mirrors_free(&mr);
             free(outf); free(rstdf); free(dxf); free(dwf); free(dx2); free(dx3); free(dw2);
         }
         free(x); free(w); free(dout); free(dx); free(dw); free(xf); free(wf); free(doutf);
@@ -111,8 +135,14 @@ static void test_rope_fast(void **state) {
             RopeTable rt;
             rope_table_init(&rt, d, 64, hd, thetas[s]);
             float *xf = copy_f(x0, n), *gf = copy_f(g0, n);   // in place
-            OP(d, rope_forward, xf, &rt, pos, N, nh, hd);
-            OP(d, rope_backward, gf, &rt, pos, N, nh, hd);
+            Mirrors mr = mirrors_on(d);
+            float *x_d = mirror(&mr, xf, n * sizeof(float)), *g_d = mirror(&mr, gf, n * sizeof(float));
+            int *pos_d = mirror(&mr, pos, sizeof pos);
+            OP(d, rope_forward, x_d, &rt, pos_d, N, nh, hd);
+            OP(d, rope_backward, g_d, &rt, pos_d, N, nh, hd);
+            fetch(d, xf, x_d, n * sizeof(float));
+            fetch(d, gf, g_d, n * sizeof(float));
+            mirrors_free(&mr);
             char what[64];
             snprintf(what, sizeof what, "rope hd=%d forward", hd);
             check(&devs[i], what, rel_err_f(xf, x, n), 1e-5);
@@ -141,19 +171,31 @@ static void test_elementwise_fast(void **state) {
     residual_forward_ref(res, a, b, n);
     for (int i = 0; i < n_devs; i++) {
         Device *d = &devs[i].dev;
+        const size_t nb = n * sizeof(float);
         float *outf = zeros_f(n), *daf = copy_f(da0, n), *dbf = copy_f(db0, n);
-        OP(d, swiglu_forward, outf, af, bf, n);
+        float *dg_only = zeros_f(n), *dg_both = zeros_f(n), *du = zeros_f(n);
+        Mirrors mr = mirrors_on(d);
+        float *a_d = mirror(&mr, af, nb), *b_d = mirror(&mr, bf, nb), *dout_d = mirror(&mr, doutf, nb);
+        float *out_d = mirror(&mr, outf, nb), *da_d = mirror(&mr, daf, nb), *db_d = mirror(&mr, dbf, nb);
+        float *dg_only_d = mirror(&mr, dg_only, nb), *dg_both_d = mirror(&mr, dg_both, nb), *du_d = mirror(&mr, du, nb);
+        OP(d, swiglu_forward, out_d, a_d, b_d, n);
+        fetch(d, outf, out_d, nb);
         check(&devs[i], "swiglu out", rel_err_f(outf, out, n), 1e-6);
-        OP(d, swiglu_backward, daf, dbf, doutf, af, bf, n);
+        OP(d, swiglu_backward, da_d, db_d, dout_d, a_d, b_d, n);
+        fetch(d, daf, da_d, nb);
+        fetch(d, dbf, db_d, nb);
         check(&devs[i], "swiglu dgate", rel_err_delta_f(daf, da0, da, n), 1e-6);
         check(&devs[i], "swiglu dup", rel_err_delta_f(dbf, db0, db, n), 1e-6);
-        float *dg_only = zeros_f(n), *dg_both = zeros_f(n), *du = zeros_f(n);
-        OP(d, swiglu_backward, dg_only, NULL, doutf, af, bf, n);
-        OP(d, swiglu_backward, dg_both, du, doutf, af, bf, n);
+        OP(d, swiglu_backward, dg_only_d, NULL, dout_d, a_d, b_d, n);
+        OP(d, swiglu_backward, dg_both_d, du_d, dout_d, a_d, b_d, n);
+        fetch(d, dg_only, dg_only_d, nb);
+        fetch(d, dg_both, dg_both_d, nb);
         assert_memory_equal(dg_only, dg_both, n * sizeof(float));
         // The residual's backward passes the gradient through: no op to test.
-        OP(d, residual_forward, outf, af, bf, n);
+        OP(d, residual_forward, out_d, a_d, b_d, n);
+        fetch(d, outf, out_d, nb);
         check(&devs[i], "residual out", rel_err_f(outf, res, n), 5e-7);
+        mirrors_free(&mr);
         free(outf); free(daf); free(dbf); free(dg_only); free(dg_both); free(du);
     }
     free(a); free(b); free(dout); free(out); free(res); free(da); free(db); free(af); free(bf);

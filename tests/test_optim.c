@@ -4,7 +4,9 @@
 // torch.nn.utils.clip_grad_norm_, transformers' get_*_schedule* schedulers).
 // Also: weight decay reaches only TF_DECAY tensors of a real tensor table,
 // padding stays zero, non-finite gradients give a non-finite norm, and the
-// norm does not depend on the thread count.
+// norm does not depend on the thread count. The buffers live on each device
+// (mirrored, read back after each op); the bounds are the same on every device
+// (a GPU's AdamW runs the CPU's per-element arithmetic, cuda/kernel_math.h).
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -99,9 +101,14 @@ static void adamw_case(TestDevice *td, json_t *jc, const TensorTable *tt) {
         .weight_decay = (float)json_real_value(json_object_get(jc, "weight_decay")),
         .grad_clip = 0.0f,
     };
-    float *p = xaligned(tt->total * sizeof(float), "p"), *g = xaligned(tt->total * sizeof(float), "g");
-    float *m = xaligned(tt->total * sizeof(float), "m"), *v = xaligned(tt->total * sizeof(float), "v");
+    const size_t bytes = tt->total * sizeof(float);
+    float *p = xaligned(bytes, "p"), *g = xaligned(bytes, "g");
+    float *m = xaligned(bytes, "m"), *v = xaligned(bytes, "v");
     fill_flat(p, tt, json_object_get(jc, "params0"));
+    Device *dev = &td->dev;
+    Mirrors mr = mirrors_on(dev);
+    float *p_d = mirror(&mr, p, bytes), *g_d = mirror(&mr, g, bytes), *m_d = mirror(&mr, m, bytes);
+    float *v_d = mirror(&mr, v, bytes);
     json_t *steps = json_object_get(jc, "steps");
     double worst_p = 0, worst_m = 0, worst_v = 0;
     char what[3][96];
@@ -111,7 +118,11 @@ static void adamw_case(TestDevice *td, json_t *jc, const TensorTable *tt) {
     for (size_t s = 0; s < json_array_size(steps); s++) {
         json_t *js = json_array_get(steps, s);
         fill_flat(g, tt, json_object_get(js, "grads"));
-        OP(&td->dev, adamw_step, p, g, m, v, tt, &cfg, (float)json_real_value(json_object_get(js, "lr")), (long)s + 1);
+        OP(dev, upload, g_d, g, bytes);
+        OP(dev, adamw_step, p_d, g_d, m_d, v_d, tt, &cfg, (float)json_real_value(json_object_get(js, "lr")), (long)s + 1);
+        fetch(dev, p, p_d, bytes);
+        fetch(dev, m, m_d, bytes);
+        fetch(dev, v, v_d, bytes);
         worst_p = fmax(worst_p, max_rel_err(p, tt, json_object_get(js, "params"), 1e-6, what[0]));
         worst_m = fmax(worst_m, max_rel_err(m, tt, json_object_get(js, "m"), 1e-12, what[1]));
         worst_v = fmax(worst_v, max_rel_err(v, tt, json_object_get(js, "v"), 1e-20, what[2]));
@@ -124,6 +135,7 @@ static void adamw_case(TestDevice *td, json_t *jc, const TensorTable *tt) {
     assert_padding_zero(p, tt);
     assert_padding_zero(m, tt);
     assert_padding_zero(v, tt);
+    mirrors_free(&mr);
     free(p), free(g), free(m), free(v);
 }
 
@@ -158,10 +170,17 @@ static void test_decay_only_on_decay_tensors(void **state) {
     AdamWConfig cfg = {.lr = 1e-2f, .beta1 = 0.9f, .beta2 = 0.95f, .eps = 1e-8f, .weight_decay = 0.1f};
     const float lr = 1e-2f;
     for (int d = 0; d < n_devs; d++) {
-        float *p = xaligned(tt.total * sizeof(float), "p"), *g = xaligned(tt.total * sizeof(float), "g");
-        float *m = xaligned(tt.total * sizeof(float), "m"), *v = xaligned(tt.total * sizeof(float), "v");
-        memcpy(p, p0, tt.total * sizeof(float));
-        OP(&devs[d].dev, adamw_step, p, g, m, v, &tt, &cfg, lr, 1);
+        const size_t bytes = tt.total * sizeof(float);
+        float *p = xaligned(bytes, "p"), *g = xaligned(bytes, "g");
+        float *m = xaligned(bytes, "m"), *v = xaligned(bytes, "v");
+        memcpy(p, p0, bytes);
+        Device *dev = &devs[d].dev;
+        Mirrors mr = mirrors_on(dev);
+        float *p_d = mirror(&mr, p, bytes), *g_d = mirror(&mr, g, bytes), *m_d = mirror(&mr, m, bytes);
+        float *v_d = mirror(&mr, v, bytes);
+        OP(dev, adamw_step, p_d, g_d, m_d, v_d, &tt, &cfg, lr, 1);
+        fetch(dev, p, p_d, bytes);
+        mirrors_free(&mr);
         int n_decay = 0, n_plain = 0;
         for (int k = 0; k < tt.n; k++) {
             const TensorInfo *t = &tt.t[k];
@@ -196,12 +215,16 @@ static void test_clip_matches_torch(void **state) {
             json_t *jc = json_array_get(cases, c);
             float *g = xaligned(tt.total * sizeof(float), "g");
             fill_flat(g, &tt, json_object_get(jc, "grads"));
-            double norm = dev_grad_norm(dev, g, tt.total), ref = json_real_value(json_object_get(jc, "norm"));
+            Mirrors mr = mirrors_on(dev);
+            float *g_d = mirror(&mr, g, tt.total * sizeof(float));
+            double norm = dev_grad_norm(dev, g_d, tt.total), ref = json_real_value(json_object_get(jc, "norm"));
             if (!(fabs(norm - ref) <= 1e-6 * ref)) fail_msg("%s: norm %.9g, torch %.9g", devs[d].name, norm, ref);
             float max_norm = (float)json_real_value(json_object_get(jc, "max_norm"));
             float factor = grad_clip_factor(norm, max_norm);
             clipped_cases += factor < 1.0f;
-            OP(dev, grad_scale, g, &tt, factor);
+            OP(dev, grad_scale, g_d, &tt, factor);
+            fetch(dev, g, g_d, tt.total * sizeof(float));
+            mirrors_free(&mr);
             char what[96];
             snprintf(what, sizeof what, "%s clipped grad", devs[d].name);
             assert_true(max_rel_err(g, &tt, json_object_get(jc, "clipped"), 1e-12, what) < 1e-6);
@@ -237,30 +260,39 @@ static void test_norm_finite_and_threads(void **state) {
         }
     const TensorInfo *t = &tt.t[tt.n / 2];
     const float keep = g[t->offset + 3], keep0 = g[t->offset];
+    const size_t bytes = tt.total * sizeof(float);
     for (int d = 0; d < n_devs; d++) {
         Device *dev = &devs[d].dev;
+        Mirrors mr = mirrors_on(dev);
+        float *g_d = mirror(&mr, g, bytes);
         // The device's thread count, and OpenMP's for an op that takes that.
         const int saved = dev->threads, saved_omp = omp_get_max_threads();
         dev->threads = 1;
         omp_set_num_threads(1);
-        double n1 = dev_grad_norm(dev, g, tt.total);
+        double n1 = dev_grad_norm(dev, g_d, tt.total);
         dev->threads = 2;
         omp_set_num_threads(2);
-        double n2 = dev_grad_norm(dev, g, tt.total);
+        double n2 = dev_grad_norm(dev, g_d, tt.total);
         dev->threads = saved;
         omp_set_num_threads(saved_omp);
         if (n1 != n2) fail_msg("%s: norm %.17g on 1 thread, %.17g on 2", devs[d].name, n1, n2);
         assert_true(fabsl((long double)n1 - sqrtl(exact)) <= 1e-12L * n1);
 
+        // Each change is made on the host and sent to the device again.
         g[t->offset + 3] = NAN;
-        assert_true(isnan(dev_grad_norm(dev, g, tt.total)));
+        OP(dev, upload, g_d, g, bytes);
+        assert_true(isnan(dev_grad_norm(dev, g_d, tt.total)));
         g[t->offset + 3] = -INFINITY;
-        assert_false(isfinite(dev_grad_norm(dev, g, tt.total)));
+        OP(dev, upload, g_d, g, bytes);
+        assert_false(isfinite(dev_grad_norm(dev, g_d, tt.total)));
         g[t->offset + 3] = keep;
         // largest finite floats square fine in double
         g[t->offset] = 3.4e38f;
-        assert_true(isfinite(dev_grad_norm(dev, g, tt.total)));
+        OP(dev, upload, g_d, g, bytes);
+        assert_true(isfinite(dev_grad_norm(dev, g_d, tt.total)));
         g[t->offset] = keep0;
+        OP(dev, upload, g_d, g, bytes);
+        mirrors_free(&mr);
     }
     free(g);
     tensor_table_free(&tt);

@@ -8,7 +8,10 @@
 //  - every stored scale/zero is fp16-exact; MSE init never loses to RTN;
 //  - errors: cols % G != 0, bad group, non-finite weights;
 //  - A16 rounding == torch .to(bfloat16) / .to(float16) (fixture), on the host
-//    and on every device.
+//    and on every device;
+//  - the QAT ops of every device against the host functions: the STE mask,
+//    frozen-code zeroing and the fp16 Adam bit for bit, the per-group sums of
+//    the learned-scale and frozen backward to float rounding.
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -136,6 +139,12 @@ static void test_mnn_worked_example(void **state) {
     assert_true(fabs(deq[128 + 15] - 0.799805) < 1e-6);
 }
 
+static float *copy_floats(const float *x, size_t n) {
+    float *y = xmalloc(n * sizeof(float), "copy");
+    memcpy(y, x, n * sizeof(float));
+    return y;
+}
+
 static float *random_weights(Rng *r, size_t n, double sd) {
     float *w = xmalloc(n * sizeof(float), "weights");
     for (size_t i = 0; i < n; i++) w[i] = (float)(sd * rng_normal(r));
@@ -178,15 +187,24 @@ static void test_fake_equals_pack_path(void **state) {
                 assert_memory_equal(fake, deq, n * sizeof(float));
                 // The devices' ops (QAT's forward, int4 inference) give the same bits.
                 for (int d = 0; d < n_devs; d++) {
+                    Device *dev = &devs[d].dev;
                     float *out = xmalloc(n * sizeof(float), "device out");
-                    OP(&devs[d].dev, quant_fake, &q, w, R, C, scale, zero, out);
+                    Mirrors mr = mirrors_on(dev);
+                    float *out_d = mirror(&mr, out, n * sizeof(float));
+                    const float *w_d = mirror(&mr, w, n * sizeof(float));
+                    const float *s_d = mirror(&mr, scale, ng * sizeof(float)), *z_d = mirror(&mr, zero, ng * sizeof(float));
+                    const uint8_t *c_d = mirror(&mr, codes, n);
+                    OP(dev, quant_fake, &q, w_d, R, C, s_d, z_d, out_d);
+                    fetch(dev, out, out_d, n * sizeof(float));
                     if (memcmp(out, fake, n * sizeof(float)))
                         fail_msg("%s: quant_fake g%d sym %d moved %d differs from the host's", devs[d].name, q.group,
                                  sym, moved);
-                    OP(&devs[d].dev, quant_dequant, &q, codes, R, C, scale, zero, out);
+                    OP(dev, quant_dequant, &q, c_d, R, C, s_d, z_d, out_d);
+                    fetch(dev, out, out_d, n * sizeof(float));
                     if (memcmp(out, deq, n * sizeof(float)))
                         fail_msg("%s: quant_dequant g%d sym %d moved %d differs from the host's", devs[d].name,
                                  q.group, sym, moved);
+                    mirrors_free(&mr);
                     free(out);
                 }
                 // In place (out == w) gives the same values.
@@ -322,8 +340,15 @@ static void test_a16_matches_torch(void **state) {
         for (int d = -1; d < n_devs; d++) {   // -1: the host function
             const char *who = d < 0 ? "host" : devs[d].name;
             memcpy(x, in, n * sizeof(float));
-            if (d < 0) a16_round(x, n, modes[m]);
-            else OP(&devs[d].dev, a16_round, x, n, modes[m]);
+            if (d < 0) {
+                a16_round(x, n, modes[m]);
+            } else {
+                Mirrors mr = mirrors_on(&devs[d].dev);
+                float *x_d = mirror(&mr, x, n * sizeof(float));
+                OP(&devs[d].dev, a16_round, x_d, n, modes[m]);
+                fetch(&devs[d].dev, x, x_d, n * sizeof(float));
+                mirrors_free(&mr);
+            }
             for (size_t i = 0; i < n; i++) {
                 if (isnan(want[i])) {
                     if (!isnan(x[i])) fail_msg("%s %s: input %a -> %a, torch NaN", who, names[m], (double)in[i],
@@ -343,7 +368,11 @@ static void test_a16_matches_torch(void **state) {
     a16_round(x, n, A16_OFF);
     assert_memory_equal(x, in, n * sizeof(float));
     for (int d = 0; d < n_devs; d++) {
-        OP(&devs[d].dev, a16_round, x, n, A16_OFF);
+        Mirrors mr = mirrors_on(&devs[d].dev);
+        float *x_d = mirror(&mr, x, n * sizeof(float));
+        OP(&devs[d].dev, a16_round, x_d, n, A16_OFF);
+        fetch(&devs[d].dev, x, x_d, n * sizeof(float));
+        mirrors_free(&mr);
         assert_memory_equal(x, in, n * sizeof(float));
     }
     assert_int_equal(a16_mode_from_name("bf16"), A16_BF16);
@@ -357,11 +386,98 @@ static void test_a16_matches_torch(void **state) {
     st_close(&f);
 }
 
+// Largest |a - b| over n floats, relative to the largest |b| (floored at 1e-30).
+static double rel_diff(const float *a, const float *b, size_t n) {
+    double diff = 0.0, mag = 1e-30;
+    for (size_t i = 0; i < n; i++) {
+        diff = fmax(diff, fabs((double)a[i] - b[i]));
+        mag = fmax(mag, fabs((double)b[i]));
+    }
+    return diff / mag;
+}
+
+// The QAT ops of every device against the host functions on one tensor with
+// moved scales (so weights clip), a group with scale 0, both grids.
+static void test_qat_ops_on_devices(void **state) {
+    (void)state;
+    Rng rng;
+    rng_seed(&rng, 13);
+    const int64_t R = 96, C = 256;
+    const size_t n = (size_t)(R * C), nb = n * sizeof(float);
+    float *w = random_weights(&rng, n, 0.05), *g0 = random_weights(&rng, n, 1.0);
+    for (int sym = 0; sym < 2; sym++) {
+        QuantSpec q = {64, sym};
+        const size_t ng = quant_n_groups(&q, R, C), gb = ng * sizeof(float);
+        float *scale = xmalloc(gb, "s"), *zero = xmalloc(gb, "z");
+        PtError e;
+        assert_int_equal(quant_init_rtn(&q, w, R, C, scale, zero, "w", &e), 0);
+        for (size_t k = 0; k < ng; k++) scale[k] = f16_to_f32(f32_to_f16(scale[k] * (float)(0.6 + 0.6 * rng_uniform(&rng))));
+        scale[3] = 0.0f;   // the scale -> 0+ limit
+        uint8_t *codes = xmalloc(n, "codes");
+        quant_codes(&q, w, R, C, scale, zero, codes);
+        // Host results.
+        float *g_ste = copy_floats(g0, n), *g_lsq = copy_floats(g0, n), *g_frz = copy_floats(g0, n);
+        float *gs = xcalloc(ng, sizeof(float), "gs"), *gz = xcalloc(ng, sizeof(float), "gz");
+        float *gs_f = xcalloc(ng, sizeof(float), "gs frozen"), *gz_f = xcalloc(ng, sizeof(float), "gz frozen");
+        quant_backward(&q, w, g_ste, R, C, scale, zero, NULL, NULL);
+        quant_backward(&q, w, g_lsq, R, C, scale, zero, gs, gz);
+        quant_backward_frozen(&q, codes, g_frz, R, C, gs_f, gz_f);
+        float *p = copy_floats(scale, ng), *m = xcalloc(ng, sizeof(float), "m"), *v = xcalloc(ng, sizeof(float), "v");
+        const AdamWConfig ac = {.lr = 1e-3f, .beta1 = 0.9f, .beta2 = 0.99f, .eps = 1e-8f};
+        for (long step = 1; step <= 3; step++) quant_adam(p, gs, m, v, ng, ac.beta1, ac.beta2, ac.eps, 1e-3f, step, 1e-6f, 1.0f);
+        for (int d = 0; d < n_devs; d++) {
+            Device *dev = &devs[d].dev;
+            float *a = copy_floats(g0, n), *b = copy_floats(g0, n), *c = copy_floats(g0, n);
+            float *ds = xcalloc(ng, sizeof(float), "ds"), *dz = xcalloc(ng, sizeof(float), "dz");
+            float *ds_f = xcalloc(ng, sizeof(float), "ds frozen"), *dz_f = xcalloc(ng, sizeof(float), "dz frozen");
+            float *pd = copy_floats(scale, ng), *md = xcalloc(ng, sizeof(float), "m"), *vd = xcalloc(ng, sizeof(float), "v");
+            Mirrors mr = mirrors_on(dev);
+            const float *w_d = mirror(&mr, w, nb), *s_d = mirror(&mr, scale, gb), *z_d = mirror(&mr, zero, gb);
+            const uint8_t *c_d = mirror(&mr, codes, n);
+            float *a_d = mirror(&mr, a, nb), *b_d = mirror(&mr, b, nb), *cc_d = mirror(&mr, c, nb);
+            float *ds_d = mirror(&mr, ds, gb), *dz_d = mirror(&mr, dz, gb), *dsf_d = mirror(&mr, ds_f, gb);
+            float *dzf_d = mirror(&mr, dz_f, gb), *p_d = mirror(&mr, pd, gb), *m_d = mirror(&mr, md, gb);
+            float *v_d = mirror(&mr, vd, gb);
+            // The Adam takes the host's scale gradient, so only the update itself is compared.
+            const float *gs_d = mirror(&mr, gs, gb);
+            OP(dev, quant_backward, &q, w_d, a_d, R, C, s_d, z_d, NULL, NULL);
+            OP(dev, quant_backward, &q, w_d, b_d, R, C, s_d, z_d, ds_d, dz_d);
+            OP(dev, quant_backward_frozen, &q, c_d, cc_d, R, C, dsf_d, dzf_d);
+            for (long step = 1; step <= 3; step++) OP(dev, quant_adam, p_d, gs_d, m_d, v_d, ng, &ac, 1e-3f, step, 1e-6f, 1.0f);
+            fetch(dev, a, a_d, nb);
+            fetch(dev, b, b_d, nb);
+            fetch(dev, c, cc_d, nb);
+            fetch(dev, ds, ds_d, gb);
+            fetch(dev, dz, dz_d, gb);
+            fetch(dev, ds_f, dsf_d, gb);
+            fetch(dev, dz_f, dzf_d, gb);
+            fetch(dev, pd, p_d, gb);
+            mirrors_free(&mr);
+            if (memcmp(a, g_ste, nb) || memcmp(b, g_lsq, nb) || memcmp(c, g_frz, nb))
+                fail_msg("%s: sym %d: the STE / frozen gradient differs from the host's", devs[d].name, sym);
+            if (memcmp(pd, p, gb)) fail_msg("%s: sym %d: quant_adam differs from the host's", devs[d].name, sym);
+            // Sums of 64 float products: a few ulp of the largest term.
+            const double e[4] = {rel_diff(ds, gs, ng), rel_diff(dz, gz, ng), rel_diff(ds_f, gs_f, ng),
+                                 rel_diff(dz_f, gz_f, ng)};
+            printf("  %-26s sym %d: STE mask, frozen zeroing, Adam bit-equal; group sums rel %.1e %.1e %.1e %.1e\n",
+                   devs[d].name, sym, e[0], e[1], e[2], e[3]);
+            for (int i = 0; i < 4; i++)
+                if (!(e[i] <= 1e-5)) fail_msg("%s: sym %d: group sum %d off the host's by %.3g", devs[d].name, sym, i, e[i]);
+            free(a); free(b); free(c); free(ds); free(dz); free(ds_f); free(dz_f); free(pd); free(md); free(vd);
+        }
+        free(scale); free(zero); free(codes); free(g_ste); free(g_lsq); free(g_frz); free(gs); free(gz);
+        free(gs_f); free(gz_f); free(p); free(m); free(v);
+    }
+    free(w);
+    free(g0);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_rtn_matches_torch),     cmocka_unit_test(test_mnn_worked_example),
         cmocka_unit_test(test_fake_equals_pack_path), cmocka_unit_test(test_fp16_exact_and_mse),
         cmocka_unit_test(test_errors),                cmocka_unit_test(test_a16_matches_torch),
+        cmocka_unit_test(test_qat_ops_on_devices),
     };
     return cmocka_run_group_tests(tests, devices_setup, devices_teardown);
 }

@@ -10,7 +10,13 @@
 // line naming the file, the place and the problem. Out-of-memory is fatal.
 typedef struct { char msg[1024]; } PtError;
 int pt_fail(PtError *e, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-_Noreturn void die(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+// C++ (the CUDA backend's .cu files include these headers) spells it [[noreturn]].
+#ifdef __cplusplus
+#define PT_NORETURN [[noreturn]]
+#else
+#define PT_NORETURN _Noreturn
+#endif
+PT_NORETURN void die(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 
 void *xmalloc(size_t bytes, const char *what);
 void *xcalloc(size_t count, size_t size, const char *what);
