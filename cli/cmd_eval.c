@@ -24,7 +24,7 @@ static void help(FILE *f) {
             "  --int4-group G     RTN of a float checkpoint with groups of G inputs (implies --int4;\n"
             "                     a QAT checkpoint must match its own grid)\n"
             "  --int4-symmetric   RTN of a float checkpoint, symmetric (no zero point; implies --int4)\n"
-            NUMERICS_HELP);
+            RUN_FLAGS_HELP);
 }
 
 static int parse_int(const char *flag, const char *v, long lo, long *out) {
@@ -43,10 +43,10 @@ int cmd_eval(int argc, char **argv) {
     long batch = 4, seq = 512, max_batches = 0, n_exact = 200, threads = 0;
     long int4_group = 0;   // 0 = the default grid
     int int4 = 0, int4_symmetric = 0, doc_mask = 0, flag;
-    ModelOptions numerics = {0};
+    OpenOptions oo = {.log = stdout};
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) { help(stdout); return 0; }
-        else if ((flag = numerics_flag(argc, argv, &i, &numerics, "eval"))) { if (flag < 0) return 2; }
+        else if ((flag = run_flag(argc, argv, &i, &oo, "eval"))) { if (flag < 0) return 2; }
         else if (!strcmp(argv[i], "--int4")) int4 = 1;
         else if (!strcmp(argv[i], "--int4-symmetric")) int4 = int4_symmetric = 1;
         else if (!strcmp(argv[i], "--doc-mask")) doc_mask = 1;
@@ -74,8 +74,10 @@ int cmd_eval(int argc, char **argv) {
     // An explicit grid only when one was asked for: otherwise the checkpoint's own (or the default).
     QuantSpec grid = {int4_group ? (int)int4_group : QUANT_GROUP_DEFAULT, int4_symmetric};
     const int grid_chosen = int4_group || int4_symmetric;
-    OpenOptions oo = {.int4 = int4, .grid = grid_chosen ? &grid : NULL, .grid_chosen = grid_chosen,
-                      .numerics = numerics, .threads = (int)threads, .log = stdout};
+    oo.int4 = int4;
+    oo.grid = grid_chosen ? &grid : NULL;
+    oo.grid_chosen = grid_chosen;
+    oo.threads = (int)threads;
     OpenModel om;
     if (open_model(&om, ckpt, &oo, &e)) { fprintf(stderr, "pocket eval: %s\n", e.msg); return 1; }
     int rc = 1;

@@ -18,7 +18,7 @@ static void help(FILE *f) {
             "with --grad the gradient of that loss for every parameter under its HF name.\n"
             "--int4 runs the int4 weights: the checkpoint's QAT scales, or RTN (group 64,\n"
             "asymmetric) from its float weights; gradients are then those of the dequantized weights.\n\n"
-            NUMERICS_HELP);
+            RUN_FLAGS_HELP);
 }
 
 // Reads whitespace-separated ids; errors name the file and the token's index.
@@ -63,10 +63,10 @@ static int read_tokens(const char *path, int vocab, int **out, int *n_out, PtErr
 int cmd_forward(int argc, char **argv) {
     const char *ckpt = NULL, *tokens_path = NULL, *dump = NULL, *v;
     int grad = 0, int4 = 0, flag;
-    ModelOptions numerics = {0};
+    OpenOptions oo = {.log = stderr};
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) { help(stdout); return 0; }
-        else if ((flag = numerics_flag(argc, argv, &i, &numerics, "forward"))) { if (flag < 0) return 2; }
+        else if ((flag = run_flag(argc, argv, &i, &oo, "forward"))) { if (flag < 0) return 2; }
         else if (!strcmp(argv[i], "--grad")) grad = 1;
         else if (!strcmp(argv[i], "--int4")) int4 = 1;
         else if ((v = arg_value(argc, argv, &i, "--ckpt"))) ckpt = v;
@@ -80,12 +80,13 @@ int cmd_forward(int argc, char **argv) {
     }
     PtError e;
     OpenModel om;
-    OpenOptions oo = {.int4 = int4, .numerics = numerics, .log = stderr};
+    oo.int4 = int4;
     if (open_model(&om, ckpt, &oo, &e)) { fprintf(stderr, "pocket forward: %s\n", e.msg); return 1; }
     Model *m = &om.m;
     int *tokens = NULL, N = 0, rc = 1;
-    float *logits = NULL;
+    float *logits = NULL, *logits_dev = NULL, *grads = NULL;
     int *targets = NULL;
+    Device *dev = &om.dev;
     if (read_tokens(tokens_path, om.b.cfg.vocab_size, &tokens, &N, &e) || model_plan(m, 1, N, grad, NULL, &e)) {
         fprintf(stderr, "pocket forward: %s\n", e.msg);
         goto out;
@@ -94,16 +95,23 @@ int cmd_forward(int argc, char **argv) {
     for (int i = 0; i < N; i++) targets[i] = i + 1 < N ? tokens[i + 1] : -1;
     ModelInput in = {.B = 1, .T = N, .tokens = tokens, .targets = targets};
     int V = om.b.cfg.vocab_size, count;
-    logits = xmalloc((size_t)N * V * sizeof(float), "logits");
+    const size_t logit_bytes = (size_t)N * V * sizeof(float);
+    logits = xmalloc(logit_bytes, "logits");
+    logits_dev = dev_mirror(dev, logits, logit_bytes, "logits");
     double sum;
     if (grad) {
         model_zero_grads(m);
-        sum = model_forward_backward(m, &in, 1.0f / (N - 1), logits, &count);
+        sum = model_forward_backward(m, &in, 1.0f / (N - 1), logits_dev, &count);
     } else {
-        sum = model_forward(m, &in, logits, &count);
+        sum = model_forward(m, &in, logits_dev, &count);
     }
+    OP(dev, download, logits, logits_dev, logit_bytes);
     float loss = (float)(sum / count);
     const TensorTable *tt = &om.b.tt;
+    if (grad) {   // the gradients on the host, to write
+        grads = xmalloc(tt->total * sizeof(float), "gradients");
+        OP(dev, download, grads, m->grads, tt->total * sizeof(float));
+    }
     int nt = 2 + (grad ? tt->n : 0);
     StWriteTensor *w = xcalloc(nt, sizeof *w, "tensor list");
     w[0] = (StWriteTensor){.name = "logits", .dtype = "F32", .ndim = 2, .shape = {N, V}, .data = logits};
@@ -111,7 +119,7 @@ int cmd_forward(int argc, char **argv) {
     for (int i = 0; grad && i < tt->n; i++) {
         const TensorInfo *t = &tt->t[i];
         w[2 + i] = (StWriteTensor){.name = t->name, .dtype = "F32", .ndim = t->ndim,
-                                   .shape = {t->shape[0], t->shape[1]}, .data = m->grads + t->offset};
+                                   .shape = {t->shape[0], t->shape[1]}, .data = grads + t->offset};
     }
     if (st_write(dump, w, nt, &e)) fprintf(stderr, "pocket forward: %s\n", e.msg);
     else {
@@ -120,7 +128,9 @@ int cmd_forward(int argc, char **argv) {
     }
     free(w);
 out:
+    dev_unmirror(dev, logits_dev, logits);
     free(logits);
+    free(grads);
     free(targets);
     free(tokens);
     open_model_close(&om);

@@ -35,7 +35,7 @@ static void help(FILE *f) {
             "  --top-p P            then among the smallest set with probability >= P (default 1)\n"
             "  --seed S             sampling seed (default 0); same seed, same output\n"
             "  --ids                print the new token ids (space-separated) instead of text\n"
-            NUMERICS_HELP);
+            RUN_FLAGS_HELP);
 }
 
 static int parse_long(const char *flag, const char *s, long lo, long hi, long *out) {
@@ -141,12 +141,12 @@ int cmd_generate(int argc, char **argv) {
     int chat = 0, print_ids = 0, int4 = 0;
     GenParams params;
     gen_params_default(&params);
-    ModelOptions numerics = {0};
+    OpenOptions oo = {.log = stderr};
     for (int i = 1; i < argc; i++) {
         long n;
         int flag;
         if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) { help(stdout); return 0; }
-        else if ((flag = numerics_flag(argc, argv, &i, &numerics, "generate"))) { if (flag < 0) return 2; }
+        else if ((flag = run_flag(argc, argv, &i, &oo, "generate"))) { if (flag < 0) return 2; }
         else if (!strcmp(argv[i], "--chat")) chat = 1;
         else if (!strcmp(argv[i], "--ids")) print_ids = 1;
         else if (!strcmp(argv[i], "--int4")) int4 = 1;
@@ -188,7 +188,7 @@ int cmd_generate(int argc, char **argv) {
 
     PtError e;
     OpenModel om;
-    OpenOptions oo = {.int4 = int4, .numerics = numerics, .log = stderr};
+    oo.int4 = int4;
     if (open_model(&om, ckpt, &oo, &e)) { fprintf(stderr, "pocket generate: %s\n", e.msg); return 1; }
     const ModelBundle *b = &om.b;
     const ModelConfig *c = &b->cfg;

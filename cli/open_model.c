@@ -3,9 +3,15 @@
 #include <string.h>
 #include "../formats/checkpoint.h"
 #include "../model/ops/ops.h"
+#include "../train/devices.h"
 
-int numerics_flag(int argc, char **argv, int *i, ModelOptions *o, const char *cmd) {
+int run_flag(int argc, char **argv, int *i, OpenOptions *oo, const char *cmd) {
+    ModelOptions *o = &oo->numerics;
     const char *v;
+    if ((v = arg_value(argc, argv, i, "--device"))) {
+        oo->device = v;
+        return 1;
+    }
     if ((v = arg_value(argc, argv, i, "--matmul"))) {
         if (strcmp(v, "fp32") && strcmp(v, "bf16")) {
             fprintf(stderr, "pocket %s: --matmul '%s' is not fp32 or bf16\n", cmd, v);
@@ -60,17 +66,21 @@ static int load_int4(OpenModel *om, const char *ckpt, const OpenOptions *o, PtEr
                        "(a chosen grid applies to float checkpoints only)",
                        ckpt, spec.group, spec.symmetric ? "symmetric" : "asymmetric", g->group,
                        g->symmetric ? "symmetric" : "asymmetric");
-    Device *d = &om->dev;
+    // Made on the host, as the exporters make them, then given to the device.
     const TensorTable *tt = &om->b.tt;
-    om->int4_weights = d->be->alloc(d, tt->total * sizeof(float), "int4 weights");
-    qat_forward_weights(d, &om->q, tt, om->params, om->int4_weights);
+    Device host;
+    cpu_device_init(&host, o->threads, NULL);
+    om->int4_host = xaligned(tt->total * sizeof(float), "int4 weights");
+    qat_forward_weights(&host, &om->q, tt, om->b.params, om->int4_host);
+    dev_free(&host);
     // An untied embedding the int4 state leaves in float ships as bf16 rows
     // (MNN's embeddings_bf16.bin, GGUF BF16): look it up at that precision too.
     const int untied_float_embedding = !om->q.quant_embedding && !om->b.cfg.tied_embeddings;
     if (untied_float_embedding) {
         const TensorInfo *emb = tensor_table_find(tt, "model.embed_tokens.weight");
-        OP(d, a16_round, om->int4_weights + emb->offset, emb->numel, A16_BF16);
+        a16_round(om->int4_host + emb->offset, emb->numel, A16_BF16);
     }
+    om->int4_weights = dev_mirror(&om->dev, om->int4_host, tt->total * sizeof(float), "int4 weights");
     if (o->log)
         fprintf(o->log, "int4 weights: %s, group %d, %s%s\n",
                 om->from_qat ? "the checkpoint's QAT scales" : "RTN from float", spec.group,
@@ -82,7 +92,10 @@ static int load_int4(OpenModel *om, const char *ckpt, const OpenOptions *o, PtEr
 int open_model(OpenModel *om, const char *ckpt, const OpenOptions *o, PtError *e) {
     memset(om, 0, sizeof *om);
     if (checkpoint_load(ckpt, &om->b, e)) return -1;
-    cpu_device_init(&om->dev, o->threads, NULL);
+    if (device_open(&om->dev, o->device ? o->device : "cpu", o->threads, e)) {
+        open_model_close(om);
+        return -1;
+    }
     om->params = dev_mirror(&om->dev, om->b.params, om->b.tt.total * sizeof(float), "weights");
     if (o->int4 && load_int4(om, ckpt, o, e)) {
         open_model_close(om);
@@ -95,10 +108,11 @@ int open_model(OpenModel *om, const char *ckpt, const OpenOptions *o, PtError *e
 void open_model_close(OpenModel *om) {
     model_free(&om->m);
     if (om->dev.be) {
-        if (om->int4_weights) om->dev.be->release(&om->dev, om->int4_weights);
+        dev_unmirror(&om->dev, om->int4_weights, om->int4_host);
         dev_unmirror(&om->dev, om->params, om->b.params);
         dev_free(&om->dev);
     }
+    free(om->int4_host);
     if (om->int4) qat_free(&om->q);
     bundle_free(&om->b);
     memset(om, 0, sizeof *om);

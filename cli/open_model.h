@@ -13,6 +13,7 @@ typedef struct {
     const QuantSpec *grid;     // RTN grid of a float checkpoint; NULL: group 64 asymmetric
     int grid_chosen;           // the user chose `grid`: a QAT checkpoint with another grid is an error
     ModelOptions numerics;
+    const char *device;        // cpu (NULL), cuda, cuda:N (train/devices.h)
     int threads;               // 0: all cores
     FILE *log;                 // which int4 scales are used (NULL: quiet)
 } OpenOptions;
@@ -23,23 +24,25 @@ typedef struct {
     int int4, from_qat;        // q is set; it came from the checkpoint's /qat
     Device dev;
     float *params;             // b.params on the device
-    float *int4_weights;       // the dequantized int4 weights on the device (int4)
+    float *int4_host;          // the dequantized int4 weights, made on the host (int4)
+    float *int4_weights;       // and on the device
     Model m;                   // over int4_weights, else params
 } OpenModel;
 
 int open_model(OpenModel *om, const char *ckpt, const OpenOptions *o, PtError *e);
 void open_model_close(OpenModel *om);
 
-// --matmul fp32|bf16 and --a16 off|bf16|fp16: the numerics forward, eval and
-// generate run with (NUMERICS_HELP describes them). Returns 1 when argv[*i]
+// --matmul fp32|bf16, --a16 off|bf16|fp16 and --device D: how forward, eval
+// and generate run (RUN_FLAGS_HELP describes them). Returns 1 when argv[*i]
 // is one of them (its value consumed), 0 when not, -1 after printing an
 // error for a bad value.
-int numerics_flag(int argc, char **argv, int *i, ModelOptions *o, const char *cmd);
-#define NUMERICS_HELP                                                                                              \
+int run_flag(int argc, char **argv, int *i, OpenOptions *o, const char *cmd);
+#define RUN_FLAGS_HELP                                                                                             \
     "  --matmul P         matmul products: fp32 (default) or bf16 (bf16 operands, fp32 accumulation,\n"          \
     "                     as train.matmul = bf16)\n"                                                              \
     "  --a16 M            round matmul inputs and outputs to 16 bits as the phone's runtime does:\n"             \
-    "                     off (default), bf16 or fp16 (as [qat] a16)\n"
+    "                     off (default), bf16 or fp16 (as [qat] a16)\n"                                          \
+    "  --device D         cpu (default), or cuda / cuda:N in a pocket built with make CUDA=1\n"
 
 // The default deployment spec for a config: group 64, asymmetric, and the
 // embedding quantized when it is also the (tied) lm_head.

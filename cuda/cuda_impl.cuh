@@ -34,7 +34,7 @@ enum { GEMM_CACHE = 96 };
 
 // Bad input the kernels meet (the CPU ops die on it): the first one found is
 // kept in a device word and reported, with die(), at the next point the host
-// waits for the device anyway (a download, the classifier, grad_sumsq).
+// waits for the device anyway (a download, the classifier).
 enum { CU_ERR_NONE = 0, CU_ERR_ROPE_POSITION = 1, CU_ERR_TARGET = 2 };
 
 typedef struct {

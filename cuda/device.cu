@@ -4,7 +4,7 @@
 // Every op and every copy runs on the device's one stream, in the order the
 // host issues them, so no op needs a synchronization of its own: the host
 // waits only where it reads a result (download, the classifier's loss,
-// grad_sumsq). Memory comes from cudaMalloc, once per buffer: the decoder plans
+// the norm partials). Memory comes from cudaMalloc, once per buffer: the decoder plans
 // all of it before the first step (model_plan), so no step allocates.
 #include <string.h>
 #include "cuda_impl.cuh"

@@ -130,7 +130,8 @@ void qat_forward_weights(Device *d, const QatState *q, const TensorTable *tt, co
     }
 }
 
-void qat_freeze(Device *d, QatState *q, const TensorTable *tt, float *master) {
+// The host part of the freeze: the codes from the masters, the moments reset.
+static void freeze_codes(QatState *q, const TensorTable *tt, const float *master) {
     qat_alloc_frozen(q);
     for (int i = 0; i < q->n; i++) {
         const QatTensor *qt = &q->t[i];
@@ -138,6 +139,10 @@ void qat_freeze(Device *d, QatState *q, const TensorTable *tt, float *master) {
                     q->zero + qt->offset, q->codes + qt->offset * (size_t)q->spec.group);
     }
     zero_scale_moments(q);
+}
+
+void qat_freeze(Device *d, QatState *q, const TensorTable *tt, float *master) {
+    freeze_codes(q, tt, master);
     qat_frozen_sync(d, q, tt, master);
 }
 
@@ -176,6 +181,46 @@ void qat_step(Device *d, QatState *q, size_t lo, size_t hi, const AdamWConfig *c
 
 // ---------------------------------------------------------------- the run
 
+// ---------------------------------------------------------------- the run
+
+// The arrays of a QatState the device holds a copy of, and their sizes.
+enum { STATE_ARRAYS = 9 };
+static void state_arrays(QatState *q, void **arrays[STATE_ARRAYS], size_t bytes[STATE_ARRAYS]) {
+    void **p[STATE_ARRAYS] = {(void **)&q->scale,  (void **)&q->zero,    (void **)&q->grad_scale,
+                              (void **)&q->grad_zero, (void **)&q->m_scale, (void **)&q->v_scale,
+                              (void **)&q->m_zero, (void **)&q->v_zero,  (void **)&q->codes};
+    for (int i = 0; i < STATE_ARRAYS; i++) {
+        arrays[i] = p[i];
+        bytes[i] = i < 8 ? q->total * sizeof(float) : q->total * (size_t)q->spec.group;
+    }
+}
+
+void qat_run_upload(QatRun *run) {
+    void **host[STATE_ARRAYS], **dev[STATE_ARRAYS];
+    size_t bytes[STATE_ARRAYS];
+    state_arrays(&run->q, host, bytes);
+    state_arrays(&run->dq, dev, bytes);
+    for (int i = 0; i < STATE_ARRAYS; i++) {
+        if (!*host[i] && *dev[i]) {   // gone on the host (a frozen checkpoint's codes dropped)
+            if (!run->dev->be->host_memory) run->dev->be->release(run->dev, *dev[i]);
+            *dev[i] = NULL;
+        } else if (*host[i] && !*dev[i]) {
+            *dev[i] = dev_mirror(run->dev, *host[i], bytes[i], "QAT state");
+        } else if (*host[i]) {
+            OP(run->dev, upload, *dev[i], *host[i], bytes[i]);
+        }
+    }
+}
+
+void qat_run_download(QatRun *run) {
+    void **host[STATE_ARRAYS], **dev[STATE_ARRAYS];
+    size_t bytes[STATE_ARRAYS];
+    state_arrays(&run->q, host, bytes);
+    state_arrays(&run->dq, dev, bytes);
+    for (int i = 0; i < STATE_ARRAYS; i++)
+        if (*host[i] && *dev[i]) OP(run->dev, download, *host[i], *dev[i], bytes[i]);
+}
+
 int qat_run_init(QatRun *run, Device *d, const TensorTable *tt, const QatRunConfig *c, const AdamWConfig *adam,
                  FILE *log, const char *src, PtError *e) {
     memset(run, 0, sizeof *run);
@@ -187,13 +232,33 @@ int qat_run_init(QatRun *run, Device *d, const TensorTable *tt, const QatRunConf
     run->log = log;
     run->effective = d->be->alloc(d, tt->total * sizeof(float), "fake-quantized weights");
     run->hi = run->q.total;
+    run->dq = run->q;   // the tensor list is shared; the arrays get device copies
+    void **dev[STATE_ARRAYS];
+    size_t bytes[STATE_ARRAYS];
+    state_arrays(&run->dq, dev, bytes);
+    for (int i = 0; i < STATE_ARRAYS; i++) *dev[i] = NULL;
+    qat_run_upload(run);
     return 0;
 }
 
 void qat_run_free(QatRun *run) {
     if (run->effective) run->dev->be->release(run->dev, run->effective);
+    void **host[STATE_ARRAYS], **dev[STATE_ARRAYS];
+    size_t bytes[STATE_ARRAYS];
+    state_arrays(&run->q, host, bytes);
+    state_arrays(&run->dq, dev, bytes);
+    for (int i = 0; i < STATE_ARRAYS; i++) dev_unmirror(run->dev, *dev[i], *host[i]);
     qat_free(&run->q);
     memset(run, 0, sizeof *run);
+}
+
+// The masters on the host, for the host steps (RTN init, freezing): the
+// device's own buffer where it works in host memory, else a copy to free.
+static float *host_masters(QatRun *run, float *master) {
+    if (run->dev->be->host_memory) return master;
+    float *copy = xmalloc(run->tt->total * sizeof(float), "masters on the host");
+    OP(run->dev, download, copy, master, run->tt->total * sizeof(float));
+    return copy;
 }
 
 int qat_run_active(const QatRun *run, long step) { return run->ready && step >= run->cfg.start_step; }
@@ -202,7 +267,11 @@ float *qat_run_weights(QatRun *run, long step, float *master, PtError *e) {
     const QatRunConfig *c = &run->cfg;
     if (step < c->start_step) return master;
     if (!run->ready) {
-        if (qat_init_from_weights(&run->q, run->tt, master, c->init, NULL, NULL, "qat", e)) return NULL;
+        float *host = host_masters(run, master);
+        int rc = qat_init_from_weights(&run->q, run->tt, host, c->init, NULL, NULL, "qat", e);
+        if (host != master) free(host);
+        if (rc) return NULL;
+        qat_run_upload(run);
         if (run->log)
             fprintf(run->log, "step %ld: QAT starts, int4 group %d %s, %s init of the scales\n", step, c->spec.group,
                 c->spec.symmetric ? "symmetric" : "asymmetric", c->init == QAT_INIT_MSE ? "MSE" : "RTN");
@@ -210,29 +279,33 @@ float *qat_run_weights(QatRun *run, long step, float *master, PtError *e) {
     }
     if (c->freeze_codes_step >= 0 && step >= c->freeze_codes_step && !run->q.codes) {
         // From here the quantized master weights are the int4 model itself.
-        qat_freeze(run->dev, &run->q, run->tt, master);
+        float *host = host_masters(run, master);
+        freeze_codes(&run->q, run->tt, host);
+        if (host != master) free(host);
+        qat_run_upload(run);
+        qat_frozen_sync(run->dev, &run->dq, run->tt, master);
         if (run->log)
             fprintf(run->log, "step %ld: int4 codes frozen; training scales/zeros (lr %g) and unquantized tensors\n",
                 step, (double)c->scale_lr);
     }
-    qat_forward_weights(run->dev, &run->q, run->tt, master, run->effective);
+    qat_forward_weights(run->dev, &run->dq, run->tt, master, run->effective);
     return run->effective;
 }
 
 void qat_run_backward(QatRun *run, long step, const float *master, float *grads) {
-    if (qat_run_active(run, step)) qat_backward(run->dev, &run->q, run->tt, master, grads, grads);
+    if (qat_run_active(run, step)) qat_backward(run->dev, &run->dq, run->tt, master, grads, grads);
 }
 
 int qat_run_update(QatRun *run, long step) {
     if (!qat_run_active(run, step) || !(run->cfg.learn_scales || run->q.codes)) return 0;
     // The scale Adam restarts at the freeze (qat_freeze zeroes its moments).
     long first = run->q.codes ? run->cfg.freeze_codes_step : run->cfg.start_step;
-    qat_step(run->dev, &run->q, run->lo, run->hi, &run->adam, run->cfg.scale_lr, step + 1 - first);
+    qat_step(run->dev, &run->dq, run->lo, run->hi, &run->adam, run->cfg.scale_lr, step + 1 - first);
     return 1;
 }
 
 void qat_run_sync(QatRun *run, long step, float *master) {
     // Frozen: the quantized masters follow the scales (AdamW's momentum and
     // decay on their zero gradient are overwritten here).
-    if (qat_run_active(run, step)) qat_frozen_sync(run->dev, &run->q, run->tt, master);
+    if (qat_run_active(run, step)) qat_frozen_sync(run->dev, &run->dq, run->tt, master);
 }

@@ -129,7 +129,9 @@ typedef struct {
 typedef struct {
     QatRunConfig cfg;
     AdamWConfig adam;         // betas and eps of the scale Adam
-    QatState q;
+    QatState q;               // host memory: what checkpoints read and write, and the host steps (RTN, freezing)
+    QatState dq;              // the same state with its arrays on the device, which the step's ops use (the
+                              // very arrays of q on a device that works in host memory)
     int ready;                // q holds scales (QAT started, or loaded from a checkpoint)
     float *effective;         // the fake-quantized weights the model runs on (device memory)
     Device *dev;
@@ -144,6 +146,10 @@ typedef struct {
 int qat_run_init(QatRun *run, Device *d, const TensorTable *tt, const QatRunConfig *c, const AdamWConfig *adam,
                  FILE *log, const char *src, PtError *e);
 void qat_run_free(QatRun *run);
+// q to the device after the host changed it (a checkpoint read into it), and
+// back before the host reads it (a checkpoint written from it).
+void qat_run_upload(QatRun *run);
+void qat_run_download(QatRun *run);
 // 1. Before the step (or an evaluation) after `step` updates: the weights the
 //    model runs on. The masters before start_step; then, after starting QAT
 //    or freezing the codes when their update has come, the fake-quantized ones.

@@ -31,9 +31,9 @@ static const LayerRule LAYER_RULES[] = {
     {"dist", {"util", NULL}, "the ranks of a data-parallel run exchange plain buffers; they know no model"},
     {"formats", {"qat", "model", "data", "util", NULL}, "files carry the weights, their int4 state and the tokenizer"},
     {"export", {"qat", "model", "data", "util", NULL}, "the MNN package is made of the same parts; a sibling of formats"},
-    {"train", {"dist", "formats", "export", "qat", "model", "data", "util", NULL},
+    {"train", {"dist", "cuda", "formats", "export", "qat", "model", "data", "util", NULL},
      "training reads data, saves checkpoints, runs on one rank or many"},
-    {"cli", {"train", "dist", "formats", "export", "qat", "model", "data", "util", NULL},
+    {"cli", {"train", "dist", "cuda", "formats", "export", "qat", "model", "data", "util", NULL},
      "commands wire it all together"},
 };
 #define N_FOLDERS ((int)(sizeof LAYER_RULES / sizeof LAYER_RULES[0]))

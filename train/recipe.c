@@ -71,6 +71,8 @@ static const KeySpec KEYS[] = {
     // choice order = TRAIN_MATMUL_* in recipe.h
     {"train", "matmul", KT_CHOICE, F(train.matmul), "fp32", NULL, "fp32|bf16", 0,
      "matmul operands: fp32, or bf16 rounded (fp32 accumulation and master weights; AVX512_BF16 when present)"},
+    {"train", "device", KT_STR, F(train.device), "cpu", NULL, NULL, 0,
+     "where the step runs: cpu, or cuda / cuda:N (a GPU, in a pocket built with make CUDA=1)"},
     {"train", "comm_timeout", KT_FLOAT, F(train.comm_timeout), "600", "[1, 1e6]", NULL, 0,
      "data parallel: seconds a rank waits for another before ending the run, naming it"},
     {"optim", "lr", KT_FLOAT, F(optim.lr), "3e-4", "(0, 1)", NULL, 0, "peak learning rate"},

@@ -58,6 +58,7 @@ typedef struct {
         int recompute;                // 0/1: activation recompute (ModelOptions)
         int matmul;                   // TRAIN_MATMUL_*: fp32, bf16 (ModelOptions)
         float comm_timeout;           // seconds a rank waits for another (dist/comm.h)
+        char device[RECIPE_STR];      // cpu, cuda, cuda:N (train/devices.h)
     } train;
     struct {
         float lr, beta1, beta2, eps, weight_decay, grad_clip;

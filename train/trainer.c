@@ -15,6 +15,7 @@
 #include "../model/ops/ops.h"
 #include "../util/cpu.h"
 #include "data_parallel.h"
+#include "devices.h"
 #include "evaluate.h"
 #include "run_dir.h"
 
@@ -142,6 +143,7 @@ static int qat_setup(Trainer *t, const char *resume_path, PtError *e) {
             free(t->qat.q.codes);
             t->qat.q.codes = NULL;
         }
+        qat_run_upload(&t->qat);
     }
     return 0;
 }
@@ -180,6 +182,7 @@ static int save_checkpoint(Trainer *t, PtError *e) {
     char *path = run_dir_checkpoint_path(t->dir, t->st.step);
     loader_get_cursor(&t->loader, &t->st.cursor);
     download_params(t);
+    if (t->qat_on) qat_run_download(&t->qat);
     int rc = dp_save(&t->dp, path, &t->b, &t->st, t->qat_on && t->qat.ready ? &t->qat.q : NULL, e);
     free(path);
     if (rc == 0 && t->lead) run_dir_keep_newest(t->dir, t->r->train.keep_last);
@@ -239,7 +242,10 @@ static int evaluate(Trainer *t, PtError *e) {
     series_add(&t->val_curve, t->st.step, val);
     int best = val < t->st.best_val_loss;
     if (best) t->st.best_val_loss = val;
-    if (best && qat_state(t)) dp_gather_qat_moments(&t->dp, &t->qat.q);
+    if (best && qat_state(t)) {
+        qat_run_download(&t->qat);
+        dp_gather_qat_moments(&t->dp, &t->qat.q);
+    }
     if (!t->lead) return 0;
     json_t *j = json_pack("{s:I, s:f, s:f, s:f}", "step", (json_int_t)t->st.step, "val_loss", val, "val_ppl", exp(val),
                           "eval_s", now_seconds() - t0);
@@ -307,7 +313,7 @@ static double train_step(Trainer *t, int stop, double *norm_out, int *finite, in
         float lr = schedule_lr(&t->sched, t->adam.lr, step);
         dp_update(&t->dp, t->params, t->m.grads, grad_clip_factor(norm, t->adam.grad_clip), &t->adam, lr, step + 1);
         if (t->qat_on) {
-            if (qat_run_update(&t->qat, step)) dp_share_qat_scales(&t->dp, &t->qat.q);
+            if (qat_run_update(&t->qat, step)) dp_share_qat_scales(&t->dp, &t->qat.dq);
             qat_run_sync(&t->qat, step, t->params);
         }
     }
@@ -383,9 +389,13 @@ int train_run(const Recipe *r, Comm *comm, volatile sig_atomic_t *stop, PtError 
     t.lead = comm->rank == 0;
     t.dir = xstrdup(r->train.run_dir);
     comm->timeout_s = r->train.comm_timeout;
-    cpu_device_init(&t.dev, r->train.threads, NULL);
     char *resumed = NULL;
-    int rc = t.lead ? run_dir_create(t.dir, e) : 0;
+    int rc = device_open(&t.dev, r->train.device, r->train.threads, e);
+    // The ranks exchange host buffers; GPUs would exchange theirs through NCCL, which is not wired yet.
+    if (rc == 0 && comm->world > 1 && !t.dev.be->host_memory)
+        rc = pt_fail(e, "data-parallel training on device '%s' needs NCCL, which is not wired yet (use cpu)",
+                     r->train.device);
+    if (rc == 0 && t.lead) rc = run_dir_create(t.dir, e);
     if (agree(&t, rc, e)) goto out;
     rc = load_bundle(&t, &resumed, e);
     if (rc == 0) place_on_device(&t);
@@ -404,7 +414,8 @@ int train_run(const Recipe *r, Comm *comm, volatile sig_atomic_t *stop, PtError 
     t.micro = xcalloc(accum, sizeof(Batch), "micro-batches");
     for (int a = 0; a < accum; a++) batch_alloc(&t.micro[a], B, T);
     if (accum > 1) t.micro_grads = t.dev.be->alloc(&t.dev, t.b.tt.total * sizeof(float), "micro-batch gradients");
-    t.peak_gflops = t.lead ? cpu_peak_fp32_gflops(t.dev.threads) : 0;
+    // MFU against the CPU's measured peak; a GPU's is not measured here (0: no MFU).
+    t.peak_gflops = t.lead && t.dev.be->host_memory ? cpu_peak_fp32_gflops(t.dev.threads) : 0;
     t.flops_per_token = config_train_flops_per_token(&t.b.cfg, T);
     if (agree(&t, announce(&t, resumed, tokens_per_step, e), e)) goto out;
     int tty = t.lead && isatty(fileno(stderr)), stopped = 0;
@@ -437,7 +448,8 @@ int train_run(const Recipe *r, Comm *comm, volatile sig_atomic_t *stop, PtError 
         }
         if (t.lead) {
             float lr = schedule_lr(&t.sched, t.adam.lr, t.st.step - 1);
-            double mfu = t.flops_per_token * tokens_per_step / dt / 1e9 / (t.peak_gflops * comm->world);
+            double mfu = t.peak_gflops > 0 ? t.flops_per_token * tokens_per_step / dt / 1e9 / (t.peak_gflops * comm->world)
+                                            : 0.0;
             json_t *j = json_pack("{s:I, s:f, s:f, s:f, s:f, s:f, s:f, s:I}", "step", (json_int_t)t.st.step, "loss",
                                   loss, "lr", (double)lr, "grad_norm", norm, "tokens_per_s", tok_s, "mfu", mfu,
                                   "elapsed_s", now_seconds() - start, "tokens", (json_int_t)t.st.tokens);

@@ -116,6 +116,28 @@ done
 step test_cuda_model 180 "$TESTS" "$CARRY/bin/test_cuda_model"
 grep -E "GPU:|devices \(|B=[0-9]+ T=|same bits" "$TESTS" | grep -E "cuda|GPU|B=" | sort -u | head -20 | sed 's/^/      /' >>"$REPORT"
 step "pocket --help (its libraries load)" 20 "$TESTS" "$CARRY/bin/pocket" --help
+# pocket train with [train] device = cuda against the CPU runs prepare.sh made:
+# the same losses step by step (fp32 both; the order of sums differs).
+for mode in cpt qat; do
+    TR=$CARRY/train
+    rm -rf "$OUT/train-$mode"
+    step "pocket train $mode on cuda" 90 "$TESTS" "$CARRY/bin/pocket" train "$TR/$mode.ini" \
+        --set train.device=cuda --set train.run_dir="$OUT/train-$mode"
+    python3 - "$TR/$mode-cpu/metrics.jsonl" "$OUT/train-$mode/metrics.jsonl" "$mode" >>"$REPORT" 2>&1 <<'PY' ||
+import json, sys
+def losses(p):
+    return {j["step"]: j["loss"] for j in map(json.loads, open(p)) if "loss" in j}
+cpu, gpu = losses(sys.argv[1]), losses(sys.argv[2])
+worst = max(abs(gpu[s] - cpu[s]) / abs(cpu[s]) if s in gpu else float("inf") for s in cpu)
+first = min(cpu)
+ok = len(gpu) == len(cpu) and abs(gpu[first] - cpu[first]) <= 1e-4 * abs(cpu[first]) and worst <= 2e-2
+print(f"{'PASS' if ok else 'FAIL'}  train {sys.argv[3]}: {len(gpu)}/{len(cpu)} steps, loss {cpu[first]:.5f} -> "
+      f"{cpu[max(cpu)]:.5f} on the CPU, {gpu.get(first, 0):.5f} -> {gpu.get(max(cpu), 0):.5f} on the GPU; "
+      f"worst relative difference {worst:.1e}")
+sys.exit(0 if ok else 1)
+PY
+        failed="$failed train-compare-$mode"
+done
 
 step bench_cuda 150 "$BENCH" "$CARRY/bin/bench_cuda" --config-out "$OUT/pocket-0.3b.config.json"
 grep "^bench_cuda\|^== bench_cuda" "$BENCH" | sed 's/^/      /' | tee -a "$REPORT"
