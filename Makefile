@@ -9,32 +9,25 @@ HDF5_LIBS := $(shell pkg-config --libs hdf5 2>/dev/null || echo -L/usr/lib/x86_6
 CFLAGS_COMMON = -std=c11 -D_GNU_SOURCE -Wall -Wextra -fopenmp -fno-math-errno $(HDF5_CFLAGS) -MMD -MP
 LDLIBS = -fopenmp $(HDF5_LIBS) -ljansson -lutf8proc -lpcre2-8 -linih -lz -lm
 
-# make MPI=1: the same pocket as one rank of an MPI job (OpenMPI's mpicc),
-# built in build-mpi; `mpirun -np N pocket train RECIPE.ini` then runs data parallel.
+# make MPI=1: the same pocket as one rank of an MPI job (OpenMPI's mpicc);
+# `mpirun -np N pocket train RECIPE.ini` then runs data parallel.
 ifeq ($(MPI),1)
   CC = mpicc
   CFLAGS_COMMON += -DPOCKET_MPI
-  BUILD ?= build-mpi$(if $(filter 1,$(SAN)),-san)
-  POCKET ?= $(BUILD)/pocket
 endif
-# CUDA=1 (the CUDA block at the end): its own build folder and binary.
-ifeq ($(CUDA),1)
-  BUILD ?= build-cuda
-  POCKET ?= $(BUILD)/pocket
-endif
+# Every variant builds in its own folder: build, build-mpi, build-cuda,
+# build-mpi-cuda, build-san, build-mpi-san. Only the plain build makes ./pocket.
+BUILD ?= build$(if $(filter 1,$(MPI)),-mpi)$(if $(filter 1,$(CUDA)),-cuda)$(if $(filter 1,$(SAN)),-san)
+POCKET ?= $(if $(filter build,$(BUILD)),pocket,$(BUILD)/pocket)
 
 ifeq ($(SAN),1)
-  BUILD ?= build-san
   CFLAGS = $(CFLAGS_COMMON) -O1 -g -fno-omit-frame-pointer -fsanitize=address,undefined -fno-sanitize-recover=undefined
   LDFLAGS = -fsanitize=address,undefined
   # libgomp's thread pool and libhdf5's global caches are still held at exit.
   export ASAN_OPTIONS = detect_leaks=0
-  POCKET ?= $(BUILD)/pocket
 else
-  BUILD ?= build
   CFLAGS = $(CFLAGS_COMMON) -O3 -march=native -g
   LDFLAGS =
-  POCKET ?= pocket
 endif
 
 LIB_SRC := $(wildcard util/*.c model/*.c model/ops/*.c data/*.c qat/*.c dist/*.c formats/*.c export/*.c train/*.c cli/*.c)
@@ -133,11 +126,11 @@ build-fuzz/fuzz_gguf_import: tests/fuzz/fuzz_gguf_import.c fuzz-lib
 	clang $(FUZZ_FLAGS) -fsanitize=fuzzer,address,undefined -o $@ $< build-fuzz/lib/libpocket.a $(LDLIBS)
 
 clean:
-	rm -rf build build-san build-mpi build-cuda build-fuzz pocket
+	rm -rf build build-san build-mpi build-mpi-san build-cuda build-mpi-cuda build-fuzz pocket
 
 # ---- CUDA backend (cuda/, `make CUDA=1`): the .cu files join the library,
 # C files see -DPOCKET_CUDA (tests/test_backends.h adds a "cuda" device), the
-# binaries link the CUDA runtime and cuBLASLt. Hopper only: sm_90 machine code
+# binaries link the CUDA runtime, cuBLASLt and NCCL. Hopper only: sm_90 machine code
 # plus compute_90 PTX. `make cuda-check` runs tests/cuda/check.sh on a GPU
 # machine (cuda/README.md). Without CUDA=1 nothing here applies.
 ifeq ($(CUDA),1)
@@ -151,7 +144,7 @@ ifeq ($(CUDA),1)
   # differ: x86-64-v3 (AVX2, FMA) instead of -march=native (the AVX-512 CPU
   # kernels are still chosen at run time).
   CFLAGS := $(filter-out -march=native,$(CFLAGS)) -march=x86-64-v3 -DPOCKET_CUDA
-  LDLIBS += -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lcublasLt -lcudart -lstdc++
+  LDLIBS += -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lnccl -lcublasLt -lcudart -lstdc++
 $(BUILD)/libpocket.a: $(CUDA_OBJ)
 $(BUILD)/%.o: %.cu
 	@mkdir -p $(dir $@)

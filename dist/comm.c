@@ -66,6 +66,10 @@ int comm_init(Comm *c, int *argc, char ***argv, PtError *e) {
         return pt_fail(e, "MPI_Init failed");
     MPI_Comm_rank(MPI_COMM_WORLD, &c->rank);
     MPI_Comm_size(MPI_COMM_WORLD, &c->world);
+    MPI_Comm node;
+    MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, c->rank, MPI_INFO_NULL, &node);
+    MPI_Comm_rank(node, &c->local_rank);
+    MPI_Comm_free(&node);
     if (c->world > 1) {
         c->piece_floats = PIECE_FLOATS;
         c->piece = xmalloc(c->piece_floats * sizeof(float), "ring receive buffer");

@@ -20,6 +20,7 @@
 
 typedef struct {
     int rank, world;
+    int local_rank;      // this rank's number among the ranks on its machine (which GPU it takes)
     double timeout_s;    // the longest a rank waits for another before ending the run
     float *piece;        // receive buffer of the ring collectives
     size_t piece_floats;

@@ -369,6 +369,10 @@ static void test_bad_recipes_fail_before_training(void **s) {
     expect_recipe_error("--set data.train=/nonexistent/data.h5", "/nonexistent/data.h5");
     expect_recipe_error("--set train.seq_len=4096", "seq_len");
     expect_recipe_error("--set train.mode=sft", "mode");
+    expect_recipe_error("--set train.device=tpu", "'tpu'");
+    expect_recipe_error("--set train.device=cuda:x", "cuda:x");
+    expect_recipe_error("--set train.nccl=always", "train.nccl");
+    expect_recipe_error("--set train.grad_reduce=bf16", "train.grad_reduce");
     // a dataset made with another tokenizer
     assert_int_equal(sh("%s tokenize --tokenizer tests/fixtures/tok/tokenizer_gpt2ish.json tests/fixtures/tok/corpus.txt "
                         "--out %s/other.h5 >/dev/null", pocket(), g_dir), 0);

@@ -4,6 +4,9 @@
 #include <math.h>
 #include <string.h>
 #include "../model/ops/ops.h"
+#ifdef POCKET_CUDA
+#include "../cuda/nccl.h"
+#endif
 
 void dp_init(DataParallel *p, Comm *c, Device *d, const TensorTable *tt, size_t qat_entries) {
     memset(p, 0, sizeof *p);
@@ -28,6 +31,9 @@ void dp_init(DataParallel *p, Comm *c, Device *d, const TensorTable *tt, size_t 
 
 void dp_free(DataParallel *p) {
     if (!p->comm) return;
+#ifdef POCKET_CUDA
+    cuda_nccl_close(p->nccl);
+#endif
     dev_unmirror(p->dev, p->m, p->m_host);
     dev_unmirror(p->dev, p->v, p->v_host);
     free(p->m_host);
@@ -36,6 +42,49 @@ void dp_free(DataParallel *p) {
     free(p->lo);
     tensor_table_free(&p->shard);
     memset(p, 0, sizeof *p);
+}
+
+int dp_use_nccl(DataParallel *p, int grad_bf16, PtError *e) {
+#ifdef POCKET_CUDA
+    unsigned char id[CUDA_NCCL_ID_BYTES] = {0};
+    int32_t rc = p->comm->rank == 0 ? cuda_nccl_unique_id(id, e) : 0;
+    comm_broadcast(p->comm, &rc, sizeof rc, 0, "making the NCCL communicator");
+    if (rc) return p->comm->rank == 0 ? -1 : pt_fail(e, "rank 0 could not make the NCCL communicator id");
+    comm_broadcast(p->comm, id, sizeof id, 0, "sharing the NCCL communicator id");
+    p->grad_bf16 = grad_bf16;
+    return cuda_nccl_open(&p->nccl, p->dev, id, p->comm->rank, p->comm->world, grad_bf16 ? p->tt->total : 0,
+                          p->comm->timeout_s, e);
+#else
+    (void)p, (void)grad_bf16;
+    return pt_fail(e, "NCCL: this pocket was built without CUDA (make CUDA=1)");
+#endif
+}
+
+// The collectives on the device's buffers: NCCL between GPUs, else the host
+// ring of dist/comm.c. NCCL's time counts as the host ring's does.
+static void reduce_scatter(DataParallel *p, float *buf, const char *what) {
+#ifdef POCKET_CUDA
+    if (p->nccl) {
+        double t0 = now_seconds();
+        cuda_nccl_reduce_scatter(p->nccl, buf, p->lo, p->hi, p->grad_bf16, what);
+        p->comm->seconds += now_seconds() - t0;
+        return;
+    }
+#endif
+    comm_reduce_scatter(p->comm, buf, p->lo, p->hi, what);
+}
+
+static void allgather(DataParallel *p, void *buf, size_t size, const size_t *lo, const size_t *hi,
+                      const char *what) {
+#ifdef POCKET_CUDA
+    if (p->nccl) {
+        double t0 = now_seconds();
+        cuda_nccl_allgather(p->nccl, buf, size, lo, hi, what);
+        p->comm->seconds += now_seconds() - t0;
+        return;
+    }
+#endif
+    comm_allgather(p->comm, buf, size, lo, hi, what);
 }
 
 int dp_load(DataParallel *p, const char *path, TrainState *st, PtError *e) {
@@ -104,12 +153,10 @@ void dp_gather_qat_moments(DataParallel *p, QatState *q) {
 
 // ---- the step
 
-void dp_reduce_grads(DataParallel *p, float *grads) {
-    comm_reduce_scatter(p->comm, grads, p->lo, p->hi, "summing gradients");
-}
+void dp_reduce_grads(DataParallel *p, float *grads) { reduce_scatter(p, grads, "summing gradients"); }
 
 void dp_gather_grads(DataParallel *p, float *grads) {
-    comm_allgather(p->comm, grads, sizeof(float), p->lo, p->hi, "sharing the summed gradients");
+    allgather(p, grads, sizeof(float), p->lo, p->hi, "sharing the summed gradients");
 }
 
 double dp_grad_norm(DataParallel *p, const float *grads) {
@@ -140,11 +187,11 @@ void dp_update(DataParallel *p, float *params, float *grads, float clip, const A
     const size_t lo = dp_lo(p);
     OP(p->dev, grad_scale, grads + lo, &p->shard, clip);
     OP(p->dev, adamw_step, params + lo, grads + lo, p->m, p->v, &p->shard, c, lr, step);
-    comm_allgather(p->comm, params, sizeof(float), p->lo, p->hi, "sharing the updated parameters");
+    allgather(p, params, sizeof(float), p->lo, p->hi, "sharing the updated parameters");
 }
 
 void dp_share_qat_scales(DataParallel *p, QatState *q) {
-    if (p->comm->world == 1) return;
-    comm_allgather(p->comm, q->scale, sizeof(float), p->glo, p->ghi, "sharing QAT scales");
-    comm_allgather(p->comm, q->zero, sizeof(float), p->glo, p->ghi, "sharing QAT zeros");
+    if (p->comm->world == 1 && !p->nccl) return;
+    allgather(p, q->scale, sizeof(float), p->glo, p->ghi, "sharing QAT scales");
+    allgather(p, q->zero, sizeof(float), p->glo, p->ghi, "sharing QAT zeros");
 }

@@ -33,11 +33,17 @@ typedef struct {
     float *m, *v;             // the same on the device (dev_mirror)
     size_t *glo, *ghi;        // with QAT: every rank's share of the (row, group) entries
     float *gather;            // rank 0: one tensor's moment while a checkpoint is written
+    struct CudaNccl *nccl;    // GPUs: the collectives on device buffers (dp_use_nccl); NULL: comm's host ring
+    int grad_bf16;            // with NCCL: the gradient sum in bf16
 } DataParallel;
 
 // qat_entries: the QAT state's (row, group) entries, 0 without QAT.
 void dp_init(DataParallel *p, Comm *c, Device *d, const TensorTable *tt, size_t qat_entries);
 void dp_free(DataParallel *p);
+// GPUs: the collectives on the device's buffers go through NCCL (a
+// communicator whose id rank 0 makes and broadcasts over comm), the gradient
+// sum in bf16 when grad_bf16. Every rank calls it; fails without CUDA.
+int dp_use_nccl(DataParallel *p, int grad_bf16, PtError *e);
 static inline size_t dp_lo(const DataParallel *p) { return p->lo[p->comm->rank]; }
 static inline size_t dp_hi(const DataParallel *p) { return p->hi[p->comm->rank]; }
 

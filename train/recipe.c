@@ -73,6 +73,12 @@ static const KeySpec KEYS[] = {
      "matmul operands: fp32, or bf16 rounded (fp32 accumulation and master weights; AVX512_BF16 when present)"},
     {"train", "device", KT_STR, F(train.device), "cpu", NULL, NULL, 0,
      "where the step runs: cpu, or cuda / cuda:N (a GPU, in a pocket built with make CUDA=1)"},
+    // choice order = GRAD_REDUCE_* in recipe.h
+    {"train", "grad_reduce", KT_CHOICE, F(train.grad_reduce), "fp32", NULL, "fp32|bf16", 0,
+     "data parallel on GPUs: the gradient sum over NCCL in fp32, or in bf16 (half the bytes)"},
+    // choice order = NCCL_* in recipe.h
+    {"train", "nccl", KT_CHOICE, F(train.nccl), "auto", NULL, "auto|always", 0,
+     "GPUs: the collectives go through NCCL with more than one rank (auto), or also with one (always: a check)"},
     {"train", "comm_timeout", KT_FLOAT, F(train.comm_timeout), "600", "[1, 1e6]", NULL, 0,
      "data parallel: seconds a rank waits for another before ending the run, naming it"},
     {"optim", "lr", KT_FLOAT, F(optim.lr), "3e-4", "(0, 1)", NULL, 0, "peak learning rate"},

@@ -27,6 +27,8 @@
 
 enum { TRAIN_MODE_CPT, TRAIN_MODE_SFT, TRAIN_MODE_COUNT };
 enum { TRAIN_MATMUL_FP32, TRAIN_MATMUL_BF16 };
+enum { GRAD_REDUCE_FP32, GRAD_REDUCE_BF16 };
+enum { NCCL_AUTO, NCCL_ALWAYS };
 
 typedef struct {
     struct {
@@ -59,6 +61,8 @@ typedef struct {
         int matmul;                   // TRAIN_MATMUL_*: fp32, bf16 (ModelOptions)
         float comm_timeout;           // seconds a rank waits for another (dist/comm.h)
         char device[RECIPE_STR];      // cpu, cuda, cuda:N (train/devices.h)
+        int grad_reduce;              // GRAD_REDUCE_*: the gradient sum's type over NCCL
+        int nccl;                     // NCCL_*: when the collectives go through NCCL
     } train;
     struct {
         float lr, beta1, beta2, eps, weight_decay, grad_clip;

@@ -58,6 +58,23 @@ static int agree(Trainer *t, int rc, PtError *e) {
 }
 
 // ---- setup
+
+// GPUs exchange device buffers through NCCL; the CPU's host buffers go over comm.
+static int uses_nccl(const Trainer *t) {
+    return !t->dev.be->host_memory && (t->comm->world > 1 || t->r->train.nccl == NCCL_ALWAYS);
+}
+
+// The recipe's device; `cuda` on several ranks is one GPU per rank of a machine.
+static int open_device(Trainer *t, PtError *e) {
+    const Recipe *r = t->r;
+    char name[RECIPE_STR + 16];
+    snprintf(name, sizeof name, "%s", r->train.device);
+    if (!strcmp(name, "cuda") && t->comm->world > 1) snprintf(name, sizeof name, "cuda:%d", t->comm->local_rank);
+    if (device_open(&t->dev, name, r->train.threads, e)) return -1;
+    if (t->dev.be->host_memory && (r->train.grad_reduce != GRAD_REDUCE_FP32 || r->train.nccl != NCCL_AUTO))
+        return pt_fail(e, "train.grad_reduce and train.nccl are for GPUs (device = cuda); this run is on '%s'", name);
+    return 0;
+}
 // The newest checkpoint of the run (*resumed = its path, malloc'd) or the
 // recipe's starting point (*resumed = NULL), into t->b.
 static int load_bundle(Trainer *t, char **resumed, PtError *e) {
@@ -390,11 +407,7 @@ int train_run(const Recipe *r, Comm *comm, volatile sig_atomic_t *stop, PtError 
     t.dir = xstrdup(r->train.run_dir);
     comm->timeout_s = r->train.comm_timeout;
     char *resumed = NULL;
-    int rc = device_open(&t.dev, r->train.device, r->train.threads, e);
-    // The ranks exchange host buffers; GPUs would exchange theirs through NCCL, which is not wired yet.
-    if (rc == 0 && comm->world > 1 && !t.dev.be->host_memory)
-        rc = pt_fail(e, "data-parallel training on device '%s' needs NCCL, which is not wired yet (use cpu)",
-                     r->train.device);
+    int rc = open_device(&t, e);
     if (rc == 0 && t.lead) rc = run_dir_create(t.dir, e);
     if (agree(&t, rc, e)) goto out;
     rc = load_bundle(&t, &resumed, e);
@@ -408,6 +421,11 @@ int train_run(const Recipe *r, Comm *comm, volatile sig_atomic_t *stop, PtError 
     if (rc == 0 && t.total_steps < 1) rc = pt_fail(e, "set train.steps, train.tokens or train.epochs");
     if (rc == 0) rc = model_plan(&t.m, B, T, 1, t.lead ? stdout : NULL, e);
     if (agree(&t, rc, e)) goto out;
+    if (uses_nccl(&t)) {
+        const int bf16 = r->train.grad_reduce == GRAD_REDUCE_BF16;
+        if (agree(&t, dp_use_nccl(&t.dp, bf16, e), e)) goto out;
+        if (t.lead) printf("collectives: NCCL, %d GPU(s), the gradient sum in %s\n", comm->world, bf16 ? "bf16" : "fp32");
+    }
     rc = -1;
     recipe_adamw(r, &t.adam);
     recipe_schedule(r, t.total_steps, &t.sched);

@@ -15,7 +15,7 @@
 # model in PyTorch + transformers: sdpa, then torch.compile). Each step has a
 # time limit; the exit status is 1 when any step failed.
 #
-# Libraries: the binaries link libcublasLt/libcudart 13 (found where the
+# Libraries: the binaries link libcublasLt/libcudart 13 and libnccl 2 (found where the
 # machine keeps them: /usr/local/cuda*, or the nvidia-* Python wheels) and a
 # few Debian libraries (jansson, cmocka; pocket: hdf5 and its chain). The
 # carried .debs are unpacked with dpkg -x into a private prefix, and only the
@@ -60,7 +60,7 @@ for deb in "$CARRY"/debs/*.deb; do unpack "$deb" "$PREFIX" || say "note: unpacki
 CUDA_DIRS=""
 libpath() { echo "$LIBDIR${CUDA_DIRS:+:$CUDA_DIRS}${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"; }
 missing() { LD_LIBRARY_PATH="$(libpath)" ldd "$1" 2>/dev/null | awk '/not found/{print $1}'; }
-for lib in libcublasLt.so.13 libcudart.so.13; do
+for lib in libcublasLt.so.13 libcudart.so.13 libnccl.so.2; do
     missing "$CARRY/bin/test_ops_fast" | grep -qx "$lib" || continue
     found=$(find /usr/local /usr/lib /usr/lib64 /opt /lib 2>/dev/null -name "$lib" | head -1)
     [ -z "$found" ] && found=$(python3 -c 'import nvidia; print(list(nvidia.__path__)[0])' 2>/dev/null |
@@ -117,27 +117,39 @@ step test_cuda_model 180 "$TESTS" "$CARRY/bin/test_cuda_model"
 grep -E "GPU:|devices \(|B=[0-9]+ T=|same bits" "$TESTS" | grep -E "cuda|GPU|B=" | sort -u | head -20 | sed 's/^/      /' >>"$REPORT"
 step "pocket --help (its libraries load)" 20 "$TESTS" "$CARRY/bin/pocket" --help
 # pocket train with [train] device = cuda against the CPU runs prepare.sh made:
-# the same losses step by step (fp32 both; the order of sums differs).
-for mode in cpt qat; do
-    TR=$CARRY/train
-    rm -rf "$OUT/train-$mode"
-    step "pocket train $mode on cuda" 90 "$TESTS" "$CARRY/bin/pocket" train "$TR/$mode.ini" \
-        --set train.device=cuda --set train.run_dir="$OUT/train-$mode"
-    python3 - "$TR/$mode-cpu/metrics.jsonl" "$OUT/train-$mode/metrics.jsonl" "$mode" >>"$REPORT" 2>&1 <<'PY' ||
+# the same losses step by step (fp32 both; the order of sums differs). Then
+# the collectives through NCCL with one rank (train.nccl = always): the same
+# bits as without NCCL in fp32, and within the CPU bound with a bf16 sum.
+# compare_losses NAME REF GOT FIRST_TOL ALL_TOL: relative bounds on the first and every step's loss.
+compare_losses() {
+    python3 - "$@" >>"$REPORT" 2>&1 <<'PY' || failed="$failed compare:$1"
 import json, sys
+name, ref, got, first_tol, all_tol = sys.argv[1], sys.argv[2], sys.argv[3], float(sys.argv[4]), float(sys.argv[5])
 def losses(p):
     return {j["step"]: j["loss"] for j in map(json.loads, open(p)) if "loss" in j}
-cpu, gpu = losses(sys.argv[1]), losses(sys.argv[2])
-worst = max(abs(gpu[s] - cpu[s]) / abs(cpu[s]) if s in gpu else float("inf") for s in cpu)
-first = min(cpu)
-ok = len(gpu) == len(cpu) and abs(gpu[first] - cpu[first]) <= 1e-4 * abs(cpu[first]) and worst <= 2e-2
-print(f"{'PASS' if ok else 'FAIL'}  train {sys.argv[3]}: {len(gpu)}/{len(cpu)} steps, loss {cpu[first]:.5f} -> "
-      f"{cpu[max(cpu)]:.5f} on the CPU, {gpu.get(first, 0):.5f} -> {gpu.get(max(cpu), 0):.5f} on the GPU; "
-      f"worst relative difference {worst:.1e}")
+a, b = losses(ref), losses(got)
+worst = max(abs(b[s] - a[s]) / abs(a[s]) if s in b else float("inf") for s in a)
+first, last = min(a), max(a)
+ok = len(b) == len(a) and abs(b[first] - a[first]) <= first_tol * abs(a[first]) and worst <= all_tol
+print(f"{'PASS' if ok else 'FAIL'}  {name}: {len(b)}/{len(a)} steps, loss {a[first]:.6f} -> {a[last]:.6f} (reference), "
+      f"{b.get(first, 0):.6f} -> {b.get(last, 0):.6f}; worst relative difference {worst:.1e} (bound {all_tol:g})")
 sys.exit(0 if ok else 1)
 PY
-        failed="$failed train-compare-$mode"
+}
+TR=$CARRY/train
+for mode in cpt qat; do
+    rm -rf "$OUT/train-$mode" "$OUT/train-$mode-nccl"
+    step "pocket train $mode on cuda" 90 "$TESTS" "$CARRY/bin/pocket" train "$TR/$mode.ini" \
+        --set train.device=cuda --set train.run_dir="$OUT/train-$mode"
+    compare_losses "train $mode, cuda vs cpu" "$TR/$mode-cpu/metrics.jsonl" "$OUT/train-$mode/metrics.jsonl" 1e-4 2e-2
+    step "pocket train $mode on cuda, NCCL (1 rank)" 90 "$TESTS" "$CARRY/bin/pocket" train "$TR/$mode.ini" \
+        --set train.device=cuda --set train.nccl=always --set train.run_dir="$OUT/train-$mode-nccl"
+    compare_losses "train $mode, NCCL vs none" "$OUT/train-$mode/metrics.jsonl" "$OUT/train-$mode-nccl/metrics.jsonl" 0 0
 done
+rm -rf "$OUT/train-cpt-bf16"
+step "pocket train cpt on cuda, NCCL bf16 sum" 90 "$TESTS" "$CARRY/bin/pocket" train "$TR/cpt.ini" \
+    --set train.device=cuda --set train.nccl=always --set train.grad_reduce=bf16 --set train.run_dir="$OUT/train-cpt-bf16"
+compare_losses "train cpt, NCCL bf16 sum vs cpu" "$TR/cpt-cpu/metrics.jsonl" "$OUT/train-cpt-bf16/metrics.jsonl" 1e-4 2e-2
 
 step bench_cuda 150 "$BENCH" "$CARRY/bin/bench_cuda" --config-out "$OUT/pocket-0.3b.config.json"
 grep "^bench_cuda\|^== bench_cuda" "$BENCH" | sed 's/^/      /' | tee -a "$REPORT"
