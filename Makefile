@@ -144,7 +144,13 @@ ifeq ($(CUDA),1)
   # differ: x86-64-v3 (AVX2, FMA) instead of -march=native (the AVX-512 CPU
   # kernels are still chosen at run time).
   CFLAGS := $(filter-out -march=native,$(CFLAGS)) -march=x86-64-v3 -DPOCKET_CUDA
-  LDLIBS += -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lnccl -lcublasLt -lcudart -lstdc++
+  LDLIBS += -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lcublasLt -lcudart -lstdc++
+  # NCCL (GPU data parallel) where the toolkit has it; without it the GPUs run one rank each (cuda/nccl.cu).
+  NCCL ?= $(if $(wildcard $(CUDA_HOME)/lib64/libnccl.so /usr/lib/x86_64-linux-gnu/libnccl.so),1,0)
+  ifeq ($(NCCL),1)
+    NVCCFLAGS += -DPOCKET_NCCL
+    LDLIBS += -lnccl
+  endif
 $(BUILD)/libpocket.a: $(CUDA_OBJ)
 $(BUILD)/%.o: %.cu
 	@mkdir -p $(dir $@)

@@ -4,11 +4,36 @@
 // enqueueing, the host polls the stream: a collective that outlasts the
 // timeout (a rank died or hangs) aborts the communicator and ends the run
 // with a message, instead of waiting forever.
+#include "cuda_impl.cuh"
+#include "nccl.h"
+
+#ifndef POCKET_NCCL
+// A toolkit without NCCL (the Makefile looks for libnccl): GPU runs of one rank.
+int cuda_nccl_version(void) { return 0; }
+int cuda_nccl_unique_id(unsigned char id[CUDA_NCCL_ID_BYTES], PtError *e) {
+    (void)id;
+    return pt_fail(e, "NCCL: this pocket was built without it (the CUDA toolkit had no libnccl)");
+}
+int cuda_nccl_open(CudaNccl **out, Device *d, const unsigned char id[CUDA_NCCL_ID_BYTES], int rank, int world,
+                   size_t bf16_floats, double timeout_s, PtError *e) {
+    (void)d, (void)id, (void)rank, (void)world, (void)bf16_floats, (void)timeout_s;
+    *out = NULL;
+    return pt_fail(e, "NCCL: this pocket was built without it (the CUDA toolkit had no libnccl)");
+}
+void cuda_nccl_close(CudaNccl *n) { (void)n; }
+void cuda_nccl_reduce_scatter(CudaNccl *n, float *buf, const size_t *lo, const size_t *hi, int bf16,
+                              const char *what) {
+    (void)n, (void)buf, (void)lo, (void)hi, (void)bf16;
+    die("NCCL %s: built without NCCL", what);
+}
+void cuda_nccl_allgather(CudaNccl *n, void *buf, size_t size, const size_t *lo, const size_t *hi, const char *what) {
+    (void)n, (void)buf, (void)size, (void)lo, (void)hi;
+    die("NCCL %s: built without NCCL", what);
+}
+#else
 #include <nccl.h>
 #include <time.h>
 #include <unistd.h>
-#include "cuda_impl.cuh"
-#include "nccl.h"
 
 struct CudaNccl {
     ncclComm_t comm;
@@ -142,3 +167,4 @@ void cuda_nccl_allgather(CudaNccl *n, void *buf, size_t size, const size_t *lo, 
     check_enqueued(n, ncclGroupEnd(), what);
     wait_done(n, what);
 }
+#endif
