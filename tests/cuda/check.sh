@@ -146,6 +146,15 @@ for mode in cpt qat; do
         --set train.device=cuda --set train.nccl=always --set train.run_dir="$OUT/train-$mode-nccl"
     compare_losses "train $mode, NCCL vs none" "$OUT/train-$mode/metrics.jsonl" "$OUT/train-$mode-nccl/metrics.jsonl" 0 0
 done
+# Checkpoints are the same files on both: the GPU's step 30 resumed on the CPU
+# to 40, and the CPU's resumed on the GPU; steps 31-40 agree.
+rm -rf "$OUT/resume-on-gpu"
+cp -r "$TR/cpt-cpu" "$OUT/resume-on-gpu"
+step "resume a CPU checkpoint on cuda" 60 "$TESTS" "$CARRY/bin/pocket" train "$TR/cpt.ini" --set train.steps=40 \
+    --set train.device=cuda --set train.run_dir="$OUT/resume-on-gpu"
+step "resume a cuda checkpoint on the CPU" 60 "$TESTS" "$CARRY/bin/pocket" train "$TR/cpt.ini" --set train.steps=40 \
+    --set train.run_dir="$OUT/train-cpt"
+compare_losses "resumed: cuda->cpu vs cpu->cuda" "$OUT/resume-on-gpu/metrics.jsonl" "$OUT/train-cpt/metrics.jsonl" 1e-4 2e-2
 rm -rf "$OUT/train-cpt-bf16"
 step "pocket train cpt on cuda, NCCL bf16 sum" 90 "$TESTS" "$CARRY/bin/pocket" train "$TR/cpt.ini" \
     --set train.device=cuda --set train.nccl=always --set train.grad_reduce=bf16 --set train.run_dir="$OUT/train-cpt-bf16"

@@ -77,7 +77,8 @@ for mode in cpt qat; do
     rm -rf "$TR/$mode-cpu"
     $P train "$TR/$mode.ini" --set train.run_dir="$TR/$mode-cpu" >"$TR/$mode-cpu.log" 2>&1 ||
         { echo "prepare.sh: the CPU reference run $mode failed:" >&2; tail -5 "$TR/$mode-cpu.log" >&2; exit 1; }
-    rm -f "$TR/$mode-cpu"/*.h5   # the losses are the reference; the checkpoints stay here
+    # The losses are the reference; CPT's last checkpoint also goes (check.sh resumes it on the GPU).
+    [ $mode = cpt ] || rm -f "$TR/$mode-cpu"/*.h5
 done
 
 echo "prepare.sh: $CARRY holds $(ls "$CARRY/bin" | wc -l) binaries and $(ls "$CARRY/debs" | wc -l) packages" \
