@@ -6,7 +6,10 @@
 // runs too, so their MFU reads low by design), the step time (best of the timed
 // steps after one warm-up), and the GPU memory in use at the step's peak
 // (total minus the least free memory cudaMemGetInfo reported; it includes the
-// CUDA context). Then one AdamW step over all parameters, timed alone.
+// CUDA context). Then the W4A16 QAT step at T=1024 (bf16 matmuls, int4 group
+// 64 fake-quant before the forward and the straight-through backward after
+// it, as the trainer runs them) against the plain step of the same batch, and
+// one AdamW step over all parameters, timed alone.
 // FLOPs are model/config.c's count (6 x matmul parameters + 12 L nh hd T per
 // token, the PaLM convention: attention counted without the causal half).
 //
@@ -18,6 +21,7 @@
 #include <string.h>
 #include "../model/bundle.h"
 #include "../model/model.h"
+#include "../qat/qat.h"
 #ifdef POCKET_CUDA
 #include "../cuda/cuda.h"
 #endif
@@ -26,7 +30,7 @@
 
 #ifdef POCKET_CUDA
 typedef struct {
-    int T, bf16;
+    int T, bf16, qat;
 } Config;
 
 static size_t gpu_free(Device *d) {
@@ -48,7 +52,8 @@ static size_t bytes_per_sequence(Device *d, const ModelBundle *b, float *w, int 
     return used;
 }
 
-static void run(Device *d, const ModelBundle *b, float *w, Config c, int steps, int max_tokens) {
+// Tokens/s of the best timed step.
+static double run(Device *d, const ModelBundle *b, float *w, Config c, int steps, int max_tokens) {
     PtError e;
     const ModelConfig *cfg = &b->cfg;
     const ModelOptions opt = {0, c.bf16 ? MATMUL_BF16 : MATMUL_FP32, A16_OFF};
@@ -67,6 +72,12 @@ static void run(Device *d, const ModelBundle *b, float *w, Config c, int steps, 
     Model m;
     model_init(&m, d, cfg, &b->tt, w, &opt);
     if (model_plan(&m, B, c.T, 1, NULL, &e)) die("%s", e.msg);
+    QatRun qat;
+    if (c.qat) {
+        const QatRunConfig qc = {.spec = {64, 0}, .quant_embedding = 1, .init = QAT_INIT_RTN, .freeze_codes_step = -1};
+        const AdamWConfig adam = {1e-4f, 0.9f, 0.95f, 1e-8f, 0.0f, 0.0f};
+        if (qat_run_init(&qat, d, &b->tt, &qc, &adam, NULL, "bench", &e)) die("%s", e.msg);
+    }
     size_t min_free = gpu_free(d);
     double best = 1e30, loss = 0;
     int count = 0;
@@ -74,7 +85,13 @@ static void run(Device *d, const ModelBundle *b, float *w, Config c, int steps, 
         model_zero_grads(&m);
         cuda_synchronize(d);
         const double t0 = now_seconds();
+        if (c.qat) {   // step 0 also makes the RTN scales (on the host), untimed
+            float *fake = qat_run_weights(&qat, 0, w, &e);
+            if (!fake) die("%s", e.msg);
+            model_use_weights(&m, fake);
+        }
         loss = model_forward_backward(&m, &in, 1.0f / (float)N, NULL, &count);
+        if (c.qat) qat_run_backward(&qat, 0, w, m.grads);
         cuda_synchronize(d);
         const double dt = now_seconds() - t0;
         const size_t f = gpu_free(d);
@@ -82,15 +99,17 @@ static void run(Device *d, const ModelBundle *b, float *w, Config c, int steps, 
         if (s > 0 && dt < best) best = dt;
     }
     const double flops = config_train_flops_per_token(cfg, c.T) * N, tflops = flops / best / 1e12;
-    printf("bench_cuda %s T=%d B=%d %s matmuls: %.0f tokens/s, %.1f TFLOP/s, MFU %.1f%% of %.0f, step %.3f s "
+    printf("bench_cuda %s%s T=%d B=%d %s matmuls: %.0f tokens/s, %.1f TFLOP/s, MFU %.1f%% of %.0f, step %.3f s "
            "(best of %d), peak GPU memory %.2f GiB (of %.1f), loss %.4f\n",
-           cfg->name, c.T, B, c.bf16 ? "bf16" : "fp32", N / best, tflops, 100.0 * tflops / PEAK_BF16_TFLOPS,
+           cfg->name, c.qat ? " QAT (int4 g64 fake-quant + STE)" : "", c.T, B, c.bf16 ? "bf16" : "fp32", N / best, tflops, 100.0 * tflops / PEAK_BF16_TFLOPS,
            PEAK_BF16_TFLOPS, best, steps, (double)(total_b - min_free) / 1073741824.0, total_b / 1073741824.0,
            loss / count);
     fflush(stdout);
+    if (c.qat) qat_run_free(&qat);
     model_free(&m);
     free(tokens);
     free(targets);
+    return N / best;
 }
 
 // One AdamW step over every parameter (moments on the GPU), timed alone.
@@ -148,8 +167,11 @@ int main(int argc, char **argv) {
     bundle_alloc(&b, &cfg);
     bundle_init_random(&b, 1);
     float *w = dev_mirror(&d, b.params, b.tt.total * sizeof(float), "bench weights");
-    const Config runs[3] = {{1024, 1}, {4096, 1}, {1024, 0}};
-    for (int i = 0; i < 3; i++) run(&d, &b, w, runs[i], steps, max_tokens);
+    const Config runs[4] = {{1024, 1, 0}, {4096, 1, 0}, {1024, 0, 0}, {1024, 1, 1}};
+    double tok_s[4];
+    for (int i = 0; i < 4; i++) tok_s[i] = run(&d, &b, w, runs[i], steps, max_tokens);
+    printf("bench_cuda %s QAT step: %.1f%% of the plain step's tokens/s (T=1024, bf16)\n", cfg.name,
+           100.0 * tok_s[3] / tok_s[0]);
     run_adamw(&d, &b, w);
     dev_unmirror(&d, w, b.params);
     bundle_free(&b);

@@ -160,7 +160,7 @@ step "pocket train cpt on cuda, NCCL bf16 sum" 90 "$TESTS" "$CARRY/bin/pocket" t
     --set train.device=cuda --set train.nccl=always --set train.grad_reduce=bf16 --set train.run_dir="$OUT/train-cpt-bf16"
 compare_losses "train cpt, NCCL bf16 sum vs cpu" "$TR/cpt-cpu/metrics.jsonl" "$OUT/train-cpt-bf16/metrics.jsonl" 1e-4 2e-2
 
-step bench_cuda 150 "$BENCH" "$CARRY/bin/bench_cuda" --config-out "$OUT/pocket-0.3b.config.json"
+step bench_cuda 180 "$BENCH" "$CARRY/bin/bench_cuda" --config-out "$OUT/pocket-0.3b.config.json"
 grep "^bench_cuda\|^== bench_cuda" "$BENCH" | sed 's/^/      /' | tee -a "$REPORT"
 left=$((BUDGET - $(elapsed)))
 if [ $left -gt 60 ] && [ -s "$OUT/pocket-0.3b.config.json" ]; then
