@@ -492,3 +492,23 @@ int tokenizer_token_id(const Tokenizer *t, const char *content) {
 }
 
 const char *tokenizer_hash(const Tokenizer *t) { return t->hash; }
+
+const char *tokenizer_token_bytes(const Tokenizer *t, int id, size_t *len) {
+    if (id < 0 || id >= t->n_ids) {
+        *len = 0;
+        return "";
+    }
+    *len = t->decode_off[id + 1] - t->decode_off[id];
+    return (const char *)t->decode_bytes + t->decode_off[id];
+}
+
+size_t tokenizer_special_prefix(const Tokenizer *t, const char *s, size_t len) {
+    size_t best = 0;
+    const AddedMatcher *ms[2] = {&t->raw_added, &t->norm_added};
+    for (int k = 0; k < 2; k++)
+        for (int i = 0; i < ms[k]->n; i++) {
+            size_t n = ms[k]->len[i];
+            if (n > best && n <= len && t->special[ms[k]->id[i]] && !memcmp(s, ms[k]->content[i], n)) best = n;
+        }
+    return best;
+}

@@ -1,7 +1,9 @@
 // evaluate.h: held-out loss over a token dataset and the exact-match rate of
 // greedy completions on SFT data; used by `pocket eval` and the trainer.
 #pragma once
+#include "../data/chat.h"
 #include "../data/dataset.h"
+#include "../model/bundle.h"
 #include "../model/generate.h"
 
 // Mean loss over the dataset's batches (a fixed-seed loader, so every call
@@ -26,3 +28,11 @@ double eval_exact_match(const Model *m, const Tokenizer *tok, const Dataset *d, 
 // the config's eos_id, then <|im_end|> and <|endoftext|> when the tokenizer
 // (may be NULL) has them.
 void add_default_stops(GenParams *p, const ModelConfig *c, const Tokenizer *tok);
+
+// `pocket generate --chat`: the checkpoint's chat template (bundle's
+// tokenizer_config.json; the bundled one when it has none) renders an
+// optional system message and the user's prompt with the assistant header
+// appended and thinking off; *text is malloc'd. The template's end-of-turn
+// token (the special token it puts after a reply) is added to p's stops.
+int chat_generation_prompt(const ModelBundle *b, const char *ckpt, const Tokenizer *tok, const char *system,
+                           const char *user, char **text, GenParams *p, PtError *e);
