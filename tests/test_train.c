@@ -363,6 +363,35 @@ static void expect_recipe_error(const char *sets, const char *needle) {
     assert_true(newest_ckpt(bad, ck, sizeof ck) < 0);
 }
 
+// A refused run leaves no directory: not the run directory, nor the parents
+// it would have created (they used to stay, empty).
+static void test_refused_run_leaves_no_directory(void **s) {
+    (void)s;
+    char top[400];
+    snprintf(top, sizeof top, "%s/new-parent", g_dir);
+    assert_int_not_equal(sh("%s train %s/cpt.ini --set train.run_dir=%s/deeper/run --set data.train=/nonexistent.h5 "
+                            ">/dev/null 2>&1", pocket(), g_dir, top), 0);
+    assert_false(path_exists(top));
+    // An existing directory stays.
+    assert_int_equal(sh("mkdir -p %s/kept", g_dir), 0);
+    assert_int_not_equal(sh("%s train %s/cpt.ini --set train.run_dir=%s/kept --set data.train=/nonexistent.h5 "
+                            ">/dev/null 2>&1", pocket(), g_dir, g_dir), 0);
+    char kept[400];
+    snprintf(kept, sizeof kept, "%s/kept", g_dir);
+    assert_true(path_is_dir(kept));
+}
+
+// eval_interval = 0 means never: no evaluation at step 0 either, so no best.h5.
+static void test_eval_interval_zero_never_evaluates(void **s) {
+    (void)s;
+    assert_int_equal(sh("%s train %s/cpt.ini --set train.run_dir=%s/noeval --set train.steps=2 "
+                        "--set train.eval_interval=0 >/dev/null", pocket(), g_dir, g_dir), 0);
+    char best[400];
+    snprintf(best, sizeof best, "%s/noeval/best.h5", g_dir);
+    assert_false(path_exists(best));
+    assert_int_equal(sh("grep -q val_loss %s/noeval/metrics.jsonl", g_dir), 1);
+}
+
 static void test_bad_recipes_fail_before_training(void **s) {
     (void)s;
     expect_recipe_error("--set train.no_such_key=1", "no_such_key");
@@ -386,6 +415,8 @@ int main(void) {
         cmocka_unit_test(test_grad_accumulation_matches_bigger_batch),
         cmocka_unit_test(test_sigkill_during_checkpoint_write),
         cmocka_unit_test(test_bad_recipes_fail_before_training),
+        cmocka_unit_test(test_refused_run_leaves_no_directory),
+        cmocka_unit_test(test_eval_interval_zero_never_evaluates),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }
