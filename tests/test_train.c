@@ -17,6 +17,7 @@
 #include "test_model_util.h"
 #include "../formats/checkpoint.h"
 #include "../cli/open_model.h"
+#include "../data/dataset.h"
 #include "test_qat_util.h"
 #include "test_cli_util.h"
 
@@ -381,6 +382,38 @@ static void test_refused_run_leaves_no_directory(void **s) {
     assert_true(path_is_dir(kept));
 }
 
+// pocket eval on a one-example SFT set counts that example's trained tokens
+// once, with a batch of 4 rows of 128 (it used to fill them with copies).
+static void test_eval_counts_each_example_once(void **s) {
+    (void)s;
+    assert_int_equal(sh("head -2 tests/fixtures/data/chat.jsonl | tail -1 > %s/one.jsonl && %s tokenize --chat "
+                        "--tokenizer tests/fixtures/tok/tokenizer.json %s/one.jsonl --out %s/one.h5 >/dev/null",
+                        g_dir, pocket(), g_dir, g_dir), 0);
+    char path[400];
+    snprintf(path, sizeof path, "%s/one.h5", g_dir);
+    Dataset d;
+    PtError e;
+    if (dataset_open(&d, path, &e)) fail_msg("%s", e.msg);
+    assert_int_equal(d.n_docs, 1);
+    long trained = 0;   // targets 1..n-1 whose token the mask trains
+    for (uint64_t i = 1; i < d.n_tokens; i++) trained += d.loss_mask[i];
+    dataset_close(&d);
+    char out[400];
+    snprintf(out, sizeof out, "%s/eval.txt", g_dir);
+    assert_int_equal(sh("%s eval --ckpt %s/init.h5 --data %s/one.h5 --batch 4 --seq-len 128 --exact-match 0 > %s",
+                        pocket(), g_dir, g_dir, out), 0);
+    FILE *f = fopen(out, "r");
+    char line[1000];
+    long counted = -1;
+    while (fgets(line, sizeof line, f)) {
+        char *over = strstr(line, " over ");
+        if (over) counted = strtol(over + 6, NULL, 10);
+    }
+    fclose(f);
+    assert_true(trained > 0);
+    assert_int_equal(counted, trained);
+}
+
 // eval_interval = 0 means never: no evaluation at step 0 either, so no best.h5.
 static void test_eval_interval_zero_never_evaluates(void **s) {
     (void)s;
@@ -417,6 +450,7 @@ int main(void) {
         cmocka_unit_test(test_bad_recipes_fail_before_training),
         cmocka_unit_test(test_refused_run_leaves_no_directory),
         cmocka_unit_test(test_eval_interval_zero_never_evaluates),
+        cmocka_unit_test(test_eval_counts_each_example_once),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

@@ -18,6 +18,7 @@ int eval_loss_sums(Model *m, const Dataset *d, int doc_mask, long max_batches, i
     Loader l;
     if (loader_open(&l, d, m->B, m->T, 4242, rank, world, e)) return -1;
     if (d->kind == DATASET_CPT) loader_set_doc_mask(&l, doc_mask);
+    loader_set_one_pass(&l);
     Batch b;
     batch_alloc(&b, m->B, m->T);
     *sum = 0;
@@ -26,9 +27,7 @@ int eval_loss_sums(Model *m, const Dataset *d, int doc_mask, long max_batches, i
     // SFT row packs several examples, so batches != items / B). Each call
     // is one batch of every rank; this rank's is global batch i * world + rank.
     for (long i = 0; max_batches <= 0 || i * world < max_batches; i++) {
-        LoaderCursor c;
-        loader_get_cursor(&l, &c);
-        if (c.epoch > 0) break;
+        if (loader_done(&l)) break;
         loader_next(&l, &b);
         if (max_batches > 0 && i * world + rank >= max_batches) continue;
         ModelInput in = {.B = b.B, .T = b.T, .tokens = b.tokens, .targets = b.targets, .mask = b.mask,

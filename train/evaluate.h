@@ -7,8 +7,8 @@
 #include "../model/generate.h"
 
 // Mean loss over the dataset's batches (a fixed-seed loader, so every call
-// sees the same batches); max_batches <= 0 = one pass over the items (the
-// last batch may wrap into a few items of the next epoch). The model must be
+// sees the same batches); max_batches <= 0 = one pass over the items, each
+// counted once (the last batch is padded, not filled with repeats). The model must be
 // planned; its B x T is used. NAN with e filled on error.
 double eval_loss(Model *m, const Dataset *d, int doc_mask, long max_batches, long *count, PtError *e);
 // The same pass as the `rank` of `world` ranks sees it: the sum of the
