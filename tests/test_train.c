@@ -382,6 +382,13 @@ static void test_refused_run_leaves_no_directory(void **s) {
     assert_true(path_is_dir(kept));
 }
 
+// pocket inspect shows a checkpoint's int4 state (after the QAT runs above).
+static void test_inspect_shows_int4_state(void **s) {
+    (void)s;
+    assert_int_equal(sh("%s inspect $(ls %s/qfull/ckpt-*.h5 | tail -1) | grep -q '^int4 state: group [0-9]*, '", pocket(), g_dir), 0);
+    assert_int_equal(sh("%s inspect %s/init.h5 | grep -q '^int4 state: none'", pocket(), g_dir), 0);
+}
+
 // pocket eval on a one-example SFT set counts that example's trained tokens
 // once, with a batch of 4 rows of 128 (it used to fill them with copies).
 static void test_eval_counts_each_example_once(void **s) {
@@ -451,6 +458,7 @@ int main(void) {
         cmocka_unit_test(test_refused_run_leaves_no_directory),
         cmocka_unit_test(test_eval_interval_zero_never_evaluates),
         cmocka_unit_test(test_eval_counts_each_example_once),
+        cmocka_unit_test(test_inspect_shows_int4_state),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }
