@@ -17,6 +17,7 @@ static const Command COMMANDS[] = {
     {"eval", cmd_eval, "loss and perplexity over a dataset, and exact match for SFT data"},
     {"generate", cmd_generate, "text from a checkpoint's model (sampling, --chat, --int4)"},
     {"forward", cmd_forward, "logits, loss and gradients for given tokens, dumped to safetensors"},
+    {"quantize", cmd_quantize, "a checkpoint whose int4 state covers every matrix (e.g. a GGUF's Q8_0 embedding)"},
     {"export", cmd_export, "a checkpoint out as a Hugging Face directory, an MNN int4 package or a GGUF file"},
     {"inspect", cmd_inspect, "what a checkpoint, dataset, safetensors, GGUF file or MNN package holds"},
 };
