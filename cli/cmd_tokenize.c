@@ -39,13 +39,14 @@ static void help(FILE *f) {
             "  --skip-bad   skip and count bad records (malformed JSON, bad roles, invalid UTF-8) instead of\n"
             "               stopping at the first one\n"
             "  --threads N  worker threads (default: OMP_NUM_THREADS or all cores)\n"
-            "  --print-ids FILE  print the token ids of FILE's whole text on one line; writes no dataset\n");
+            "  --print-ids FILE  print the token ids of FILE's whole text on one line; writes no dataset\n"
+            "  --per-line   (--print-ids) one line of ids per line of FILE (each tokenized alone)\n");
 }
 
 typedef struct {
     const char *tokenizer, *out, *print_ids, *chat_template;
     ChatTemplate *tmpl;
-    int chat, truncate, skip_bad, threads;
+    int chat, truncate, skip_bad, threads, per_line;
     size_t max_len;
     char **inputs;
     int n_inputs;
@@ -77,6 +78,7 @@ static int parse_args(int argc, char **argv, Args *a) {
         else if (!strcmp(argv[i], "--chat")) a->chat = 1;
         else if (!strcmp(argv[i], "--truncate")) a->truncate = 1;
         else if (!strcmp(argv[i], "--skip-bad")) a->skip_bad = 1;
+        else if (!strcmp(argv[i], "--per-line")) a->per_line = 1;
         else if ((v = arg_value(argc, argv, &i, "--max-len"))) {
             if (parse_count("--max-len", v, &a->max_len)) return -1;
         } else if ((v = arg_value(argc, argv, &i, "--threads"))) {
@@ -102,7 +104,7 @@ static int parse_args(int argc, char **argv, Args *a) {
     return 0;
 }
 
-static int print_ids(const Tokenizer *tok, const char *path) {
+static int print_ids(const Tokenizer *tok, const char *path, int per_line) {
     uint8_t *data;
     size_t len, n = 0, cap = 0;
     int *ids = NULL;
@@ -111,11 +113,17 @@ static int print_ids(const Tokenizer *tok, const char *path) {
         fprintf(stderr, "pocket tokenize: %s\n", e.msg);
         return 1;
     }
-    int rc = tokenizer_encode(tok, (const char *)data, len, &ids, &n, &cap, &te);
-    if (rc) fprintf(stderr, "pocket tokenize: %s: %s\n", path, te.msg);
-    else {
-        for (size_t i = 0; i < n; i++) printf(i ? " %d" : "%d", ids[i]);
-        putchar('\n');
+    int rc = 0;
+    // One text, or (--per-line) each "\n"-ended line on its own, a line of ids each.
+    for (size_t at = 0, line = 1; at < len && !rc; line++) {
+        const char *nl = per_line ? memchr(data + at, '\n', len - at) : NULL;
+        size_t end = nl ? (size_t)((const uint8_t *)nl - data) : len;
+        n = 0;
+        rc = tokenizer_encode(tok, (const char *)data + at, end - at, &ids, &n, &cap, &te);
+        if (rc) fprintf(stderr, "pocket tokenize: %s%s%zu: %s\n", path, per_line ? ":" : "", per_line ? line : 0, te.msg);
+        for (size_t i = 0; i < n && !rc; i++) printf(i ? " %d" : "%d", ids[i]);
+        if (!rc) putchar('\n');
+        at = nl ? end + 1 : len;
     }
     free(ids);
     free(data);
@@ -331,7 +339,7 @@ int cmd_tokenize(int argc, char **argv) {
         free(a.inputs);
         return 1;
     }
-    int rc = a.print_ids ? print_ids(tok, a.print_ids) : tokenize_inputs(&a, tok);
+    int rc = a.print_ids ? print_ids(tok, a.print_ids, a.per_line) : tokenize_inputs(&a, tok);
     chat_template_free(a.tmpl);
     tokenizer_free(tok);
     free(a.inputs);

@@ -17,6 +17,8 @@
 #include "test_model_util.h"
 #include "../formats/checkpoint.h"
 #include "../cli/open_model.h"
+#include <jansson.h>
+#include "../data/chat.h"
 #include "../data/dataset.h"
 #include "test_qat_util.h"
 #include "test_cli_util.h"
@@ -389,6 +391,33 @@ static void test_inspect_shows_int4_state(void **s) {
     assert_int_equal(sh("%s inspect %s/init.h5 | grep -q '^int4 state: none'", pocket(), g_dir), 0);
 }
 
+// An MNN package states its sampling (greedy on request, as pocket generate)
+// and carries the chat template pocket used: for a checkpoint without one,
+// the bundled template (it used to ship none, or the model's own while
+// training used Qwen3's).
+static void test_mnn_export_sampler_and_template(void **s) {
+    (void)s;
+    // a QAT checkpoint of the runs above (group 4: the tiny model's rows are 48 wide)
+    assert_int_equal(sh("%s export --ckpt $(ls %s/qfull/ckpt-*.h5 | tail -1) --format mnn --out %s/mnn --sampler greedy "
+                        ">/dev/null", pocket(), g_dir, g_dir), 0);
+    char path[400];
+    snprintf(path, sizeof path, "%s/mnn/config.json", g_dir);
+    json_error_t je;
+    json_t *cfg = json_load_file(path, 0, &je);
+    assert_non_null(cfg);
+    assert_string_equal(json_string_value(json_object_get(cfg, "sampler_type")), "greedy");
+    json_decref(cfg);
+    snprintf(path, sizeof path, "%s/mnn/llm_config.json", g_dir);
+    cfg = json_load_file(path, 0, &je);
+    assert_non_null(cfg);
+    const char *tmpl = json_string_value(json_object_get(json_object_get(cfg, "jinja"), "chat_template"));
+    assert_non_null(tmpl);
+    assert_string_equal(tmpl, chat_bundled_template());
+    json_decref(cfg);
+    assert_int_not_equal(sh("%s export --ckpt %s/init.h5 --format mnn --out %s/mnn2 --sampler hot 2>/dev/null", pocket(),
+                            g_dir, g_dir), 0);
+}
+
 // pocket eval on a one-example SFT set counts that example's trained tokens
 // once, with a batch of 4 rows of 128 (it used to fill them with copies).
 static void test_eval_counts_each_example_once(void **s) {
@@ -459,6 +488,7 @@ int main(void) {
         cmocka_unit_test(test_eval_interval_zero_never_evaluates),
         cmocka_unit_test(test_eval_counts_each_example_once),
         cmocka_unit_test(test_inspect_shows_int4_state),
+        cmocka_unit_test(test_mnn_export_sampler_and_template),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }
