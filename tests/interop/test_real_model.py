@@ -114,8 +114,11 @@ def test_sft_train_export_runtimes(model, run_pocket, tmp_path):
         stats = out.stderr.strip().splitlines()[-1]
         assert "prompt" in stats
     mnn = tmp_path / "mnn"
-    run_pocket("export", "--ckpt", q, "--format", "mnn", "--out", mnn, "--memory", "normal", timeout=300)
-    job = {"package": str(mnn), "max_new": 12, "chat": [[{"role": "user", "content": p}] for p in PROMPTS]}
+    run_pocket("export", "--ckpt", q, "--format", "mnn", "--out", mnn, "--memory", "normal", "--sampler", "greedy",
+               timeout=300)
+    runtime = {"precision": "high", "thread_num": 2}
+    job = {"package": str(mnn), "config": runtime, "max_new": 12,
+           "chat": [[{"role": "user", "content": p}] for p in PROMPTS]}
     jpath, opath = tmp_path / "job.json", tmp_path / "out.json"
     jpath.write_text(json.dumps(job))
     subprocess.run([sys.executable, str(HERE / "mnn_run.py"), str(jpath), str(opath)], check=True, timeout=300)
@@ -127,7 +130,7 @@ def test_sft_train_export_runtimes(model, run_pocket, tmp_path):
     for p, text in zip(PROMPTS, chat_text):
         ids = ref.tokenize(text.encode(), add_bos=False, special=True)
         gen_ids.append(ids)
-    job = {"package": str(mnn), "max_new": 12, "generate": gen_ids}
+    job = {"package": str(mnn), "config": runtime, "max_new": 12, "generate": gen_ids}
     jpath.write_text(json.dumps(job))
     subprocess.run([sys.executable, str(HERE / "mnn_run.py"), str(jpath), str(opath)], check=True, timeout=300)
     mnn_out = json.loads(opath.read_text())["generate"]
