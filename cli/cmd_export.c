@@ -44,7 +44,9 @@ static int export_gguf(const OpenModel *om, const ExportOptions *o, PtError *e) 
     if (rc == 0) {
         printf("%s: %d tensors: %d norms F32, %d %s", o->out, st.n_tensors, st.n_norm, st.n_quant, quant);
         if (st.n_fallback) printf(", %d F16 (ne[0] not a multiple of 32)", st.n_fallback);
-        if (st.n_int4_float) printf(", %d F32/BF16 (int4 mode leaves them unquantized)", st.n_int4_float);
+        if (st.n_int4_float)
+            printf(", %d F32/BF16/Q8_0 (int4 mode leaves them unquantized; %d exactly Q8_0 values kept Q8_0)",
+                   st.n_int4_float, st.n_int4_q8_0);
         printf("; %.2f MB\n", st.bytes / 1e6);
         if (q)
             printf("int4 codes from %s (group %d, %s): %llu %s blocks; %llu (%.2f%%) with an offset fp16 could not "
