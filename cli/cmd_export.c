@@ -1,9 +1,12 @@
 // pocket export: a checkpoint out as deployment files. Each format is one
 // function in the FORMATS table.
+#include <jansson.h>
+#include <stdlib.h>
 #include <string.h>
 #include "../formats/gguf_writer.h"
 #include "../formats/hf_export.h"
 #include "../export/mnn_export.h"
+#include "../data/chat.h"
 #include "commands.h"
 #include "open_model.h"
 
@@ -14,6 +17,7 @@ typedef struct {
     const char *quant;   // gguf tensor type; NULL: f16
     const char *graph;   // mnn graph form: "fused" (default) or "plain"
     const char *memory;  // mnn config.json "memory": "low" (default) or "normal"
+    const char *sampler; // mnn config.json sampling: "mixed" (default) or "greedy"
     int force;
 } ExportOptions;
 
@@ -40,7 +44,9 @@ static int export_gguf(const OpenModel *om, const ExportOptions *o, PtError *e) 
     if (rc == 0) {
         printf("%s: %d tensors: %d norms F32, %d %s", o->out, st.n_tensors, st.n_norm, st.n_quant, quant);
         if (st.n_fallback) printf(", %d F16 (ne[0] not a multiple of 32)", st.n_fallback);
-        if (st.n_int4_float) printf(", %d F32/BF16 (int4 mode leaves them unquantized)", st.n_int4_float);
+        if (st.n_int4_float)
+            printf(", %d F32/BF16/Q8_0 (int4 mode leaves them unquantized; %d exactly Q8_0 values kept Q8_0)",
+                   st.n_int4_float, st.n_int4_q8_0);
         printf("; %.2f MB\n", st.bytes / 1e6);
         if (q)
             printf("int4 codes from %s (group %d, %s): %llu %s blocks; %llu (%.2f%%) with an offset fp16 could not "
@@ -60,11 +66,20 @@ static int export_mnn(const OpenModel *om, const ExportOptions *o, PtError *e) {
         return pt_fail(e, "unknown --graph '%s' (fused, plain)", graph);
     if (strcmp(memory, "low") != 0 && strcmp(memory, "normal") != 0)
         return pt_fail(e, "unknown --memory '%s' (low, normal)", memory);
+    const QatState *q = om ? &om->q : NULL;
+    const char *sampler = o->sampler ? o->sampler : "mixed";
+    if (strcmp(sampler, "mixed") != 0 && strcmp(sampler, "greedy") != 0)
+        return pt_fail(e, "unknown --sampler '%s' (mixed, greedy)", sampler);
     if (!om) return 0;
-    const QatState *q = &om->q;
-    MnnExportOptions mo = {.fused = strcmp(graph, "fused") == 0, .memory = memory, .force = o->force};
+    MnnExportOptions mo = {.fused = strcmp(graph, "fused") == 0, .memory = memory, .force = o->force,
+                           .greedy = !strcmp(sampler, "greedy")};
     MnnExportStats st;
     int rc = mnn_export(&om->b, q, o->out, &mo, &st, e);
+    if (rc == 0)
+        printf("%s/config.json: %s\n", o->out,
+               mo.greedy ? "greedy decoding (sampler_type greedy), as pocket generate's default"
+                         : "MNN's mixed sampler (temperature 0.8, top_k 40, top_p 0.9, min_p 0.05): replies vary "
+                           "from run to run; --sampler greedy matches pocket generate's default");
     if (rc == 0)
         printf("%s: %s graph, %d ops; %d int4 linears from %s (group %d, %s); llm.mnn.weight %.2f MB, llm.mnn %.1f kB, "
                "tokenizer.mtok %.1f kB%s\n",
@@ -87,7 +102,7 @@ static const struct {
 
 static void help(FILE *f) {
     fprintf(f, "usage: pocket export --ckpt CKPT.h5 --format FORMAT --out PATH [--dtype f32|bf16] [--quant Q]\n"
-                 "                     [--graph fused|plain] [--memory low|normal] [--force]\n\n");
+                 "                     [--graph fused|plain] [--memory low|normal] [--sampler mixed|greedy] [--force]\n\n");
     for (int i = 0; i < N_FORMATS; i++)
         fprintf(f, "  --format %-5s %s\n", FORMATS[i].name, FORMATS[i].what);
     fprintf(f,
@@ -109,7 +124,29 @@ static void help(FILE *f) {
             "                   dequantized to float at load: the numerics of `pocket forward --int4`)\n"
             "                   mnn: int4 codes and fp16 scales of the checkpoint's QAT state, else RTN\n"
             "                   group 64 asymmetric, written unchanged; output is a directory\n"
+            "  --sampler S      mnn config.json sampling: mixed (default, as MNN's exporter: temperature 0.8,\n"
+            "                   top_k 40, top_p 0.9, min_p 0.05) or greedy (the most likely token, as\n"
+            "                   `pocket generate` does by default)\n"
             "  --force          replace an existing non-empty output directory\n");
+}
+
+// Every export carries the chat template training and `pocket generate` use:
+// a checkpoint without one gets the bundled template written into its
+// tokenizer_config.json (the copy being exported), so the runtimes render
+// chats as pocket did.
+static void add_bundled_template(ModelBundle *b) {
+    if (!b->tokenizer_json) return;
+    json_t *cfg = b->tokenizer_config_json ? json_loadb(b->tokenizer_config_json, b->tokenizer_config_json_len, 0, NULL)
+                                           : json_object();
+    if (!cfg || json_is_string(json_object_get(cfg, "chat_template")) || json_is_array(json_object_get(cfg, "chat_template"))) {
+        json_decref(cfg);
+        return;
+    }
+    json_object_set_new(cfg, "chat_template", json_string(chat_bundled_template()));
+    free(b->tokenizer_config_json);
+    b->tokenizer_config_json = json_dumps(cfg, JSON_INDENT(2));
+    b->tokenizer_config_json_len = strlen(b->tokenizer_config_json);
+    json_decref(cfg);
 }
 
 int cmd_export(int argc, char **argv) {
@@ -133,6 +170,8 @@ int cmd_export(int argc, char **argv) {
             o.graph = v;
         } else if ((v = arg_value(argc, argv, &i, "--memory"))) {
             o.memory = v;
+        } else if ((v = arg_value(argc, argv, &i, "--sampler"))) {
+            o.sampler = v;
         } else if (!strcmp(argv[i], "--force")) {
             o.force = 1;
         } else {
@@ -164,6 +203,7 @@ int cmd_export(int argc, char **argv) {
         fprintf(stderr, "pocket export: %s\n", err.msg);
         return 1;
     }
+    add_bundled_template(&om.b);
     int rc = FORMATS[f].run(&om, &o, &err);
     if (rc) fprintf(stderr, "pocket export: %s\n", err.msg);
     else {

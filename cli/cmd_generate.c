@@ -3,7 +3,6 @@
 #include <errno.h>
 #include <math.h>
 #include <string.h>
-#include "../data/chat.h"
 #include "../model/generate.h"
 #include "../train/evaluate.h"
 #include "commands.h"
@@ -11,8 +10,8 @@
 
 static void help(FILE *f) {
     fprintf(f,
-            "usage: pocket generate --ckpt CKPT.h5 (--prompt TEXT | --prompt-ids \"ID ID ...\") [--chat] [--int4]\n"
-            "                       [--max-new N] [--temperature T] [--top-k K] [--top-p P] [--seed S] [--ids]\n"
+            "usage: pocket generate --ckpt CKPT.h5 (--prompt TEXT | --prompt-ids \"ID ID ...\") [--chat [--system TEXT]]\n"
+            "                       [--int4] [--max-new N] [--temperature T] [--top-k K] [--top-p P] [--seed S] [--ids]\n"
             "                       [--matmul fp32|bf16] [--a16 off|bf16|fp16]\n\n"
             "Continues the prompt with the checkpoint's model (KV cache: the prompt is read in one\n"
             "pass, then one token per step) and prints the new text to stdout as it is generated.\n"
@@ -25,9 +24,12 @@ static void help(FILE *f) {
             "  --prompt-ids IDS     the prompt as token ids (space- or comma-separated)\n"
             "  --int4               run the int4 weights: the checkpoint's QAT scales, or RTN\n"
             "                       (group 64, asymmetric) from the float weights when it has none\n"
-            "  --chat               wrap --prompt as one user turn of the Qwen3 chat template with\n"
-            "                       the assistant header appended and thinking off (enable_thinking\n"
-            "                       = false: an empty <think></think> block), as a chat model expects\n"
+            "  --chat               wrap --prompt as one user turn of the checkpoint's chat template\n"
+            "                       (its tokenizer_config.json chat_template; the bundled Qwen3-style\n"
+            "                       template when it has none) with the assistant header appended and\n"
+            "                       thinking off (enable_thinking = false), as a chat model expects;\n"
+            "                       the template's end-of-turn token also stops generation\n"
+            "  --system TEXT        (--chat) a system message before the user turn\n"
             "  --max-new N          new tokens at most (default 128); prompt + N must fit the\n"
             "                       model's max_position_embeddings\n"
             "  --temperature T      0 = greedy, the most likely token each step (default 0)\n"
@@ -137,7 +139,7 @@ static void on_token(void *ctx, int id) {
 }
 
 int cmd_generate(int argc, char **argv) {
-    const char *ckpt = NULL, *prompt_text = NULL, *prompt_ids = NULL, *v;
+    const char *ckpt = NULL, *prompt_text = NULL, *prompt_ids = NULL, *system = NULL, *v;
     int chat = 0, print_ids = 0, int4 = 0;
     GenParams params;
     gen_params_default(&params);
@@ -153,6 +155,7 @@ int cmd_generate(int argc, char **argv) {
         else if ((v = arg_value(argc, argv, &i, "--ckpt"))) ckpt = v;
         else if ((v = arg_value(argc, argv, &i, "--prompt"))) prompt_text = v;
         else if ((v = arg_value(argc, argv, &i, "--prompt-ids"))) prompt_ids = v;
+        else if ((v = arg_value(argc, argv, &i, "--system"))) system = v;
         else if ((v = arg_value(argc, argv, &i, "--max-new"))) {
             if (parse_long("--max-new", v, 1, 1 << 24, &n)) return 2;
             params.max_new = (int)n;
@@ -179,6 +182,10 @@ int cmd_generate(int argc, char **argv) {
     }
     if (!ckpt || (!prompt_text == !prompt_ids)) {
         fprintf(stderr, "pocket generate: --ckpt and one of --prompt or --prompt-ids are required (see --help)\n");
+        return 2;
+    }
+    if (system && !chat) {
+        fprintf(stderr, "pocket generate: --system needs --chat\n");
         return 2;
     }
     if (chat && !prompt_text) {
@@ -212,17 +219,8 @@ int cmd_generate(int argc, char **argv) {
     } else {
         const char *text = prompt_text;
         if (chat) {
-            if (tokenizer_token_id(tok, "<|im_start|>") < 0 || tokenizer_token_id(tok, "<|im_end|>") < 0) {
-                fprintf(stderr, "pocket generate: %s: the tokenizer has no <|im_start|>/<|im_end|> tokens, so "
-                                "--chat does not apply\n", ckpt);
-                goto done;
-            }
-            ChatRender r = {0};
-            ChatMessage msg = {"user", prompt_text};
-            int bad = chat_render(&r, &msg, 1, 1, 0, &e);
-            if (!bad) text = rendered = chat_render_text(&r);
-            chat_render_free(&r);
-            if (bad) goto fail;
+            if (chat_generation_prompt(b, ckpt, tok, system, prompt_text, &rendered, &params, &e)) goto fail;
+            text = rendered;
         }
         size_t n = 0, cap = 0;
         if (tokenizer_encode(tok, text, strlen(text), &prompt, &n, &cap, &e)) goto fail;

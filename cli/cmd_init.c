@@ -2,6 +2,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include "../formats/checkpoint.h"
+#include "../data/tokenizer.h"
 #include "commands.h"
 
 static void help(FILE *f) {
@@ -44,6 +45,20 @@ int cmd_init(int argc, char **argv) {
             return 1;
         }
         b.tokenizer_json = (char *)data;
+        Tokenizer *t;   // refused at the door: a checkpoint stores it verbatim
+        if (tokenizer_load(&t, b.tokenizer_json, b.tokenizer_json_len, tok, &e)) {
+            fprintf(stderr, "pocket init: %s\n", e.msg);
+            bundle_free(&b);
+            return 1;
+        }
+        int n_ids = tokenizer_vocab_size(t);
+        tokenizer_free(t);
+        if (n_ids > cfg.vocab_size) {
+            fprintf(stderr, "pocket init: %s: the tokenizer has ids up to %d, beyond the model's vocab_size %d\n", tok,
+                    n_ids - 1, cfg.vocab_size);
+            bundle_free(&b);
+            return 1;
+        }
     }
     bundle_init_random(&b, seed);
     int rc = checkpoint_save(out, &b, &e);

@@ -17,7 +17,8 @@ enum { BLOCK_RECORDS = 1024, BLOCK_BYTES = 8 << 20, MAX_SKIP_WARNINGS = 5 };
 
 static void help(FILE *f) {
     fprintf(f,
-            "usage: pocket tokenize --tokenizer tokenizer.json|CKPT.h5 [--chat] [--max-len N] [--truncate]\n"
+            "usage: pocket tokenize --tokenizer tokenizer.json|CKPT.h5 [--chat [--chat-template FILE]] [--max-len N]\n"
+            "                       [--truncate]"
             "                       [--skip-bad] [--threads N] INPUT... --out DATA.h5\n"
             "       pocket tokenize --tokenizer tokenizer.json|CKPT.h5 --print-ids FILE\n\n"
             "Tokenizes text into an HDF5 token dataset for `pocket train` and `pocket eval`.\n\n"
@@ -27,19 +28,25 @@ static void help(FILE *f) {
             "  --tokenizer  tokenizer.json, or a checkpoint holding one (/tokenizer/tokenizer.json)\n"
             "  --out        dataset to write (HDF5; written to a temporary name and renamed at the end)\n"
             "  --chat       inputs are chat JSONL for SFT: {\"messages\": [{\"role\", \"content\"}, ...]} with roles\n"
-            "               system (first only), user, assistant; or {\"prompt\", \"completion\"}. The loss mask\n"
-            "               covers the assistant replies and their closing <|im_end|>.\n"
+            "               system (first only), user, assistant; or {\"prompt\", \"completion\"}. Each is\n"
+            "               rendered with the model's chat template: the checkpoint's tokenizer_config.json\n"
+            "               chat_template (or the tokenizer_config.json beside a tokenizer.json), else the\n"
+            "               bundled Qwen3-style one. The loss mask covers the assistant replies (and the\n"
+            "               reasoning the template keeps) and the end-of-turn token after each.\n"
+            "  --chat-template FILE  (--chat) render with this Jinja template instead\n"
             "  --max-len N  (--chat) examples longer than N tokens are dropped (default: no limit)\n"
             "  --truncate   (--chat) cut examples longer than --max-len instead of dropping them\n"
             "  --skip-bad   skip and count bad records (malformed JSON, bad roles, invalid UTF-8) instead of\n"
             "               stopping at the first one\n"
             "  --threads N  worker threads (default: OMP_NUM_THREADS or all cores)\n"
-            "  --print-ids FILE  print the token ids of FILE's whole text on one line; writes no dataset\n");
+            "  --print-ids FILE  print the token ids of FILE's whole text on one line; writes no dataset\n"
+            "  --per-line   (--print-ids) one line of ids per line of FILE (each tokenized alone)\n");
 }
 
 typedef struct {
-    const char *tokenizer, *out, *print_ids;
-    int chat, truncate, skip_bad, threads;
+    const char *tokenizer, *out, *print_ids, *chat_template;
+    ChatTemplate *tmpl;
+    int chat, truncate, skip_bad, threads, per_line;
     size_t max_len;
     char **inputs;
     int n_inputs;
@@ -67,9 +74,11 @@ static int parse_args(int argc, char **argv, Args *a) {
         else if ((v = arg_value(argc, argv, &i, "--tokenizer"))) a->tokenizer = v;
         else if ((v = arg_value(argc, argv, &i, "--out"))) a->out = v;
         else if ((v = arg_value(argc, argv, &i, "--print-ids"))) a->print_ids = v;
+        else if ((v = arg_value(argc, argv, &i, "--chat-template"))) a->chat_template = v;
         else if (!strcmp(argv[i], "--chat")) a->chat = 1;
         else if (!strcmp(argv[i], "--truncate")) a->truncate = 1;
         else if (!strcmp(argv[i], "--skip-bad")) a->skip_bad = 1;
+        else if (!strcmp(argv[i], "--per-line")) a->per_line = 1;
         else if ((v = arg_value(argc, argv, &i, "--max-len"))) {
             if (parse_count("--max-len", v, &a->max_len)) return -1;
         } else if ((v = arg_value(argc, argv, &i, "--threads"))) {
@@ -87,6 +96,7 @@ static int parse_args(int argc, char **argv, Args *a) {
     else if (!a->print_ids && !a->n_inputs) problem = "no INPUT given";
     else if (!a->chat && (a->max_len || a->truncate)) problem = "--max-len and --truncate apply to --chat only";
     else if (a->truncate && !a->max_len) problem = "--truncate needs --max-len";
+    else if (a->chat_template && !a->chat) problem = "--chat-template applies to --chat only";
     if (problem) {
         fprintf(stderr, "pocket tokenize: %s (see --help)\n", problem);
         return -1;
@@ -94,7 +104,7 @@ static int parse_args(int argc, char **argv, Args *a) {
     return 0;
 }
 
-static int print_ids(const Tokenizer *tok, const char *path) {
+static int print_ids(const Tokenizer *tok, const char *path, int per_line) {
     uint8_t *data;
     size_t len, n = 0, cap = 0;
     int *ids = NULL;
@@ -103,11 +113,17 @@ static int print_ids(const Tokenizer *tok, const char *path) {
         fprintf(stderr, "pocket tokenize: %s\n", e.msg);
         return 1;
     }
-    int rc = tokenizer_encode(tok, (const char *)data, len, &ids, &n, &cap, &te);
-    if (rc) fprintf(stderr, "pocket tokenize: %s: %s\n", path, te.msg);
-    else {
-        for (size_t i = 0; i < n; i++) printf(i ? " %d" : "%d", ids[i]);
-        putchar('\n');
+    int rc = 0;
+    // One text, or (--per-line) each "\n"-ended line on its own, a line of ids each.
+    for (size_t at = 0, line = 1; at < len && !rc; line++) {
+        const char *nl = per_line ? memchr(data + at, '\n', len - at) : NULL;
+        size_t end = nl ? (size_t)((const uint8_t *)nl - data) : len;
+        n = 0;
+        rc = tokenizer_encode(tok, (const char *)data + at, end - at, &ids, &n, &cap, &te);
+        if (rc) fprintf(stderr, "pocket tokenize: %s%s%zu: %s\n", path, per_line ? ":" : "", per_line ? line : 0, te.msg);
+        for (size_t i = 0; i < n && !rc; i++) printf(i ? " %d" : "%d", ids[i]);
+        if (!rc) putchar('\n');
+        at = nl ? end + 1 : len;
     }
     free(ids);
     free(data);
@@ -157,9 +173,9 @@ static void run_sft_job(const Tokenizer *tok, const Args *a, Job *j) {
         j->status = JOB_FATAL;
         return;
     }
-    // A merged segment boundary is a bad record too: --skip-bad skips and
-    // reports it (on a template bug every line fails, so nothing is written).
-    if (sft_encode_line(tok, j->rec.data, j->rec.len, where, &j->ex, &j->err)) {
+    // A token across a reply's edge is a bad record too: --skip-bad skips and
+    // reports it (when every line fails, nothing is written).
+    if (sft_encode_line(tok, a->tmpl, j->rec.data, j->rec.len, where, &j->ex, &j->err)) {
         j->status = JOB_BAD;
         return;
     }
@@ -204,6 +220,7 @@ static int tokenize_inputs(const Args *a, const Tokenizer *tok) {
     double t0 = now_seconds(), last_progress = t0;
     int shown = 0;   // a progress line is on the terminal
     Counts n = {0};
+    PtError first_skip = {0};
     Job *jobs = xcalloc(BLOCK_RECORDS, sizeof *jobs, "jobs");
     while (more && !rc) {
         int n_jobs = 0;
@@ -226,6 +243,7 @@ static int tokenize_inputs(const Args *a, const Tokenizer *tok) {
                     e = j->err;
                     rc = 1;
                 } else if (j->status == JOB_BAD) {
+                    if (n.skipped == 0) first_skip = j->err;
                     if (n.skipped++ < MAX_SKIP_WARNINGS)
                         fprintf(stderr, "%spocket tokenize: skipped %s\n", shown ? "\n" : "", j->err.msg);
                 } else if (j->status == JOB_EMPTY) n.empty++;
@@ -253,8 +271,12 @@ static int tokenize_inputs(const Args *a, const Tokenizer *tok) {
     for (int i = 0; i < BLOCK_RECORDS; i++) sft_example_free(&jobs[i].ex);
     free(jobs);
     if (!rc && dataset_writer_docs(w) == 0) {
-        pt_fail(&e, "no document with any token in the inputs (%" PRIu64 " skipped, %" PRIu64 " dropped, %" PRIu64
-                    " empty)", n.skipped, n.dropped, n.empty);
+        if (n.skipped && !n.dropped && !n.empty)
+            pt_fail(&e, "every record (%" PRIu64 ") was bad and skipped, so no dataset is written; the first: %s",
+                    n.skipped, first_skip.msg);
+        else
+            pt_fail(&e, "no document with any token in the inputs (%" PRIu64 " skipped, %" PRIu64 " dropped, %" PRIu64
+                        " empty)", n.skipped, n.dropped, n.empty);
         rc = 1;
     }
     if (n.skipped > MAX_SKIP_WARNINGS)
@@ -282,6 +304,21 @@ static int tokenize_inputs(const Args *a, const Tokenizer *tok) {
     return 0;
 }
 
+static int load_template(Args *a, PtError *e) {
+    if (!a->chat_template) return dataset_load_chat_template(a->tokenizer, &a->tmpl, e);
+    uint8_t *text;
+    size_t len;
+    if (read_whole_file(a->chat_template, &text, &len, e)) return -1;
+    ChatTemplate *from_tok;   // its bos/eos strings are the template's variables
+    int rc = dataset_load_chat_template(a->tokenizer, &from_tok, e);
+    if (rc == 0) {
+        rc = chat_template_with_text(&a->tmpl, from_tok, (const char *)text, len, a->chat_template, e);
+        chat_template_free(from_tok);
+    }
+    free(text);
+    return rc;
+}
+
 int cmd_tokenize(int argc, char **argv) {
     Args a;
     int parsed = parse_args(argc, argv, &a);
@@ -296,7 +333,14 @@ int cmd_tokenize(int argc, char **argv) {
         free(a.inputs);
         return 1;
     }
-    int rc = a.print_ids ? print_ids(tok, a.print_ids) : tokenize_inputs(&a, tok);
+    if (a.chat && load_template(&a, &e)) {
+        fprintf(stderr, "pocket tokenize: %s\n", e.msg);
+        tokenizer_free(tok);
+        free(a.inputs);
+        return 1;
+    }
+    int rc = a.print_ids ? print_ids(tok, a.print_ids, a.per_line) : tokenize_inputs(&a, tok);
+    chat_template_free(a.tmpl);
     tokenizer_free(tok);
     free(a.inputs);
     return rc;

@@ -2,6 +2,7 @@
 // command again resumes from the run directory's newest checkpoint.
 #include <signal.h>
 #include <string.h>
+#include "../train/run_dir.h"
 #include "commands.h"
 #include "../dist/comm.h"
 #include "../train/trainer.h"
@@ -67,7 +68,12 @@ int cmd_train(int argc, char **argv) {
     }
     signal(SIGINT, on_signal);
     signal(SIGTERM, on_signal);
+    // A run that refuses its inputs leaves no directory behind: the part of
+    // the run directory's path this call creates goes again on failure.
+    char *created = comm.rank == 0 ? run_dir_first_missing(r.train.run_dir) : NULL;
     rc = train_run(&r, &comm, &g_stop, &e);
+    if (rc && created && run_dir_newest_checkpoint(r.train.run_dir) < 0) run_dir_remove_tree(created);
+    free(created);
     if (rc && comm.world > 1) fprintf(stderr, "pocket train: rank %d: %s\n", comm.rank, e.msg);
     else if (rc) fprintf(stderr, "pocket train: %s\n", e.msg);
     comm_finalize(&comm);

@@ -6,6 +6,7 @@
 int cmd_init(int argc, char **argv);       // cli/cmd_init.c
 int cmd_import(int argc, char **argv);     // cli/cmd_import.c
 int cmd_export(int argc, char **argv);     // cli/cmd_export.c
+int cmd_quantize(int argc, char **argv);   // cli/cmd_quantize.c
 int cmd_forward(int argc, char **argv);    // cli/cmd_forward.c
 int cmd_inspect(int argc, char **argv);    // cli/cmd_inspect.c
 int cmd_tokenize(int argc, char **argv);   // cli/cmd_tokenize.c

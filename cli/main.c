@@ -1,5 +1,7 @@
 // main.c: `pocket SUBCOMMAND ...` dispatch.
 #include <stdio.h>
+#include <stdlib.h>
+#include <unistd.h>
 #include <string.h>
 #include "commands.h"
 
@@ -17,6 +19,7 @@ static const Command COMMANDS[] = {
     {"eval", cmd_eval, "loss and perplexity over a dataset, and exact match for SFT data"},
     {"generate", cmd_generate, "text from a checkpoint's model (sampling, --chat, --int4)"},
     {"forward", cmd_forward, "logits, loss and gradients for given tokens, dumped to safetensors"},
+    {"quantize", cmd_quantize, "a checkpoint whose int4 state covers every matrix (e.g. a GGUF's Q8_0 embedding)"},
     {"export", cmd_export, "a checkpoint out as a Hugging Face directory, an MNN int4 package or a GGUF file"},
     {"inspect", cmd_inspect, "what a checkpoint, dataset, safetensors, GGUF file or MNN package holds"},
 };
@@ -28,7 +31,20 @@ static void usage(FILE *f) {
     fprintf(f, "\n`pocket COMMAND --help` gives each command's options.\n");
 }
 
+// OpenMP threads that spin at a barrier steal the core a preempted sibling
+// needs: on a machine shared with other work libgomp's default (spin, then
+// sleep) ran generation and training several times slower than a passive
+// wait (README, Performance). libgomp reads OMP_WAIT_POLICY once, when it is
+// loaded, before main: so pocket sets it and runs itself again. A policy set
+// by the user is kept.
+static void passive_wait_policy(char **argv) {
+    if (getenv("OMP_WAIT_POLICY")) return;
+    setenv("OMP_WAIT_POLICY", "PASSIVE", 1);
+    execv("/proc/self/exe", argv);   // on failure pocket runs on with the default policy
+}
+
 int main(int argc, char **argv) {
+    passive_wait_policy(argv);
     if (argc < 2 || !strcmp(argv[1], "--help") || !strcmp(argv[1], "-h") || !strcmp(argv[1], "help")) {
         usage(argc < 2 ? stderr : stdout);
         return argc < 2 ? 2 : 0;

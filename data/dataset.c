@@ -271,6 +271,43 @@ int dataset_load_tokenizer(const char *json_or_ckpt, Tokenizer **out, PtError *e
     return rc;
 }
 
+// The chat template that goes with a --tokenizer argument: a checkpoint's
+// /tokenizer/tokenizer_config.json, or the tokenizer_config.json beside a
+// tokenizer.json file; the bundled template when there is none.
+int dataset_load_chat_template(const char *json_or_ckpt, ChatTemplate **out, PtError *e) {
+    const char *path = json_or_ckpt, *name = "/tokenizer/tokenizer_config.json";
+    char *cfg = NULL, *src;
+    size_t len = 0;
+    if (h5_is_file(path)) {
+        hid_t f = h5_open_read(path, e);
+        if (f < 0) return -1;
+        int rc = h5_exists(f, name) ? h5_read_bytes(f, name, &cfg, &len, path, e) : 0;
+        H5Fclose(f);
+        if (rc) return -1;
+        size_t n = strlen(path) + 40;
+        src = xmalloc(n, "name");
+        snprintf(src, n, "%s:%s", path, name);
+    } else {
+        const char *slash = strrchr(path, '/');
+        size_t dir = slash ? (size_t)(slash - path + 1) : 0;
+        src = xmalloc(dir + 32, "name");
+        memcpy(src, path, dir);
+        strcpy(src + dir, "tokenizer_config.json");
+        uint8_t *data;
+        if (path_exists(src)) {
+            if (read_whole_file(src, &data, &len, e)) {
+                free(src);
+                return -1;
+            }
+            cfg = (char *)data;
+        }
+    }
+    int rc = chat_template_load(out, cfg, len, src, e);
+    free(cfg);
+    free(src);
+    return rc;
+}
+
 // ---------------------------------------------------------------- inspect
 
 enum { SAMPLE_TOKENS = 256 };

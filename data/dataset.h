@@ -14,6 +14,7 @@
 #include <stdint.h>
 #include <stdio.h>
 #include "../util/util.h"
+#include "chat.h"
 #include "tokenizer.h"
 
 typedef enum { DATASET_CPT = 0, DATASET_SFT = 1 } DatasetKind;
@@ -58,6 +59,10 @@ int dataset_is_token_file(const char *path);
 // Loads a tokenizer from a tokenizer.json or from a checkpoint's
 // /tokenizer/tokenizer.json bytes (so a checkpoint alone is enough).
 int dataset_load_tokenizer(const char *json_or_ckpt, Tokenizer **out, PtError *e);
+// The chat template of that tokenizer (data/chat.h): a checkpoint's stored
+// tokenizer_config.json, or the tokenizer_config.json beside a tokenizer.json;
+// the bundled template when there is none.
+int dataset_load_chat_template(const char *json_or_ckpt, ChatTemplate **out, PtError *e);
 
 // Streaming writer: documents are appended as they come (buffers of one
 // chunk) into PATH.tmp.PID, renamed over PATH by commit. Nothing is left

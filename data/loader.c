@@ -96,6 +96,7 @@ int loader_set_cursor(Loader *l, const LoaderCursor *c, PtError *e) {
 
 // The next item of the stream, rolling into a new epoch when this one is used up.
 static uint64_t peek_item(Loader *l) {
+    if (l->cur.index == l->n_items && l->one_pass) return UINT64_MAX;   // the pass is over
     if (l->cur.index == l->n_items) {
         l->cur.epoch++;
         l->cur.index = 0;
@@ -119,7 +120,12 @@ static uint64_t doc_of(const Dataset *d, uint64_t i) {
 static void fill_cpt_row(Loader *l, int *tok, int *tgt, int *pos, int *seg, uint8_t *mask) {
     const Dataset *d = l->d;
     int T = l->T;
-    uint64_t start = peek_item(l) * (uint64_t)T;
+    uint64_t item = peek_item(l);
+    if (item == UINT64_MAX) {   // one pass, and it is over: padding
+        for (int t = 0; t < T; t++) tok[t] = 0, tgt[t] = -1, pos[t] = t, seg[t] = 0, mask[t] = 0;
+        return;
+    }
+    uint64_t start = item * (uint64_t)T;
     l->cur.index++;
     // With the document mask, the next boundary is where the next document starts.
     uint64_t doc = l->doc_mask ? doc_of(d, start) : 0;
@@ -144,12 +150,13 @@ static void fill_cpt_row(Loader *l, int *tok, int *tgt, int *pos, int *seg, uint
 // A row of another rank: the items it takes, without reading their tokens.
 static void skip_row(Loader *l) {
     if (!l->sft) {
-        peek_item(l);
-        l->cur.index++;
+        if (peek_item(l) != UINT64_MAX) l->cur.index++;
         return;
     }
     for (int t = 0;;) {
-        uint64_t full = dataset_doc_len(l->d, peek_item(l));
+        uint64_t item = peek_item(l);
+        if (item == UINT64_MAX) return;
+        uint64_t full = dataset_doc_len(l->d, item);
         int len = full > (uint64_t)l->T ? l->T : (int)full;
         if (t + len > l->T) return;
         l->cur.index++;
@@ -161,7 +168,9 @@ static void fill_sft_row(Loader *l, int *tok, int *tgt, int *pos, int *seg, uint
     const Dataset *d = l->d;
     int T = l->T, t = 0, s = 0;
     while (t < T) {
-        uint64_t ex = peek_item(l), off = d->doc_offsets[ex], full = dataset_doc_len(d, ex);
+        uint64_t ex = peek_item(l);
+        if (ex == UINT64_MAX) break;
+        uint64_t off = d->doc_offsets[ex], full = dataset_doc_len(d, ex);
         int len = full > (uint64_t)T ? T : (int)full;
         if (t + len > T) break;   // it starts the next row
         l->cur.index++;
@@ -186,6 +195,10 @@ static void fill_sft_row(Loader *l, int *tok, int *tgt, int *pos, int *seg, uint
         mask[i] = 0;
     }
 }
+
+void loader_set_one_pass(Loader *l) { l->one_pass = 1; }
+
+int loader_done(const Loader *l) { return l->one_pass && l->cur.index == l->n_items; }
 
 void loader_next(Loader *l, Batch *b) {
     int T = l->T;

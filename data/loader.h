@@ -56,6 +56,7 @@ typedef struct {
     LoaderCursor cur;
     uint64_t next_rng[4];    // shuffle RNG state after drawing this epoch's order
     uint64_t n_truncated;    // SFT examples cut to T so far
+    int one_pass;            // the first epoch only: past its end rows are padding
 } Loader;
 
 // d must stay open while the loader is used. The caller checks the
@@ -66,6 +67,12 @@ int loader_open(Loader *l, const Dataset *d, int B, int T, uint64_t seed, int ra
 // CPT: segment ids and positions restart at each document start inside a
 // window, and the target of a document's last token is -1.
 void loader_set_doc_mask(Loader *l, int on);
+// Evaluation: the stream ends with the first epoch; rows past its last item
+// are padding (mask 0), so no item counts twice in a loss (a one-example set
+// would otherwise fill a batch with copies of itself).
+void loader_set_one_pass(Loader *l);
+// Whether a one-pass loader has handed out every item.
+int loader_done(const Loader *l);
 void loader_next(Loader *l, Batch *b);   // this rank's next micro-batch; b from batch_alloc(b, l->B, l->T)
 void loader_get_cursor(const Loader *l, LoaderCursor *c);
 // Errors: an index beyond the epoch.

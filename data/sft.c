@@ -59,6 +59,8 @@ static int parse_messages(json_t *root, const char *where, ChatMessage **msgs, i
             bad = pt_fail(e, "%s: message %d: unknown role \"%s\" (want system, user or assistant)", where, i, m->role);
         else if (!strcmp(m->role, "assistant") && is_blank(m->content))
             bad = pt_fail(e, "%s: message %d: empty assistant turn", where, i);
+        else if (!strcmp(m->role, "system") && i > 0)
+            bad = pt_fail(e, "%s: message %d: a system message must come first", where, i);
         if (bad) {
             free(*msgs);
             return -1;
@@ -82,44 +84,61 @@ static void grow_mask(SftExample *ex) {
     ex->mask_cap = cap;
 }
 
-// Tokenizes each rendered segment; mask = the segment's train flag.
-static int encode_segments(const Tokenizer *tok, const ChatRender *r, const char *where, SftExample *ex, PtError *e) {
-    for (int s = 0; s < r->n; s++) {
-        size_t before = ex->n;
-        PtError te;
-        if (tokenizer_encode(tok, r->seg[s].text, strlen(r->seg[s].text), &ex->ids, &ex->n, &ex->cap, &te))
-            return pt_fail(e, "%s: %s", where, te.msg);
-        grow_mask(ex);
-        memset(ex->mask + before, r->seg[s].train ? 1 : 0, ex->n - before);
+static size_t special_len(void *tok, const char *s, size_t len) { return tokenizer_special_prefix(tok, s, len); }
+
+// A token's text for an error message: printable, at most 40 bytes.
+static void token_text(const char *s, size_t len, char *out, size_t cap) {
+    size_t o = 0;
+    for (size_t i = 0; i < len && o + 5 < cap; i++) {
+        unsigned char c = (unsigned char)s[i];
+        if (c == '\n') out[o++] = '\\', out[o++] = 'n';
+        else if (c < 0x20) o += (size_t)snprintf(out + o, cap - o, "\\x%02x", c);
+        else out[o++] = (char)c;
     }
+    out[o] = 0;
+}
+
+// The whole rendered text is tokenized once; each token's bytes are found on
+// the text in order, and a token is trained when all its bytes are. A token
+// with trained and untrained bytes (the tokenizer merged across the edge of a
+// reply) gets no right mask: that is the error.
+static int mask_tokens(const Tokenizer *tok, const ChatText *c, const uint8_t *train, const char *where,
+                       SftExample *ex, PtError *e) {
+    PtError te;
+    if (tokenizer_encode(tok, c->text, c->len, &ex->ids, &ex->n, &ex->cap, &te))
+        return pt_fail(e, "%s: %s", where, te.msg);
+    grow_mask(ex);
+    size_t pos = 0;
+    for (size_t k = 0; k < ex->n; k++) {
+        size_t len;
+        const char *b = tokenizer_token_bytes(tok, ex->ids[k], &len);
+        if (pos + len > c->len || memcmp(c->text + pos, b, len))
+            return pt_fail(e, "%s: token %zu does not spell the text at byte %zu (the tokenizer normalizes or "
+                              "drops characters here), so no loss mask can be placed on it",
+                           where, k, pos);
+        size_t trained = 0;
+        for (size_t i = pos; i < pos + len; i++) trained += train[i];
+        if (trained && trained < len) {
+            size_t at = pos;
+            while (at < pos + len && !c->tag[at]) at++;
+            if (at == pos + len) at = pos;
+            int msg = c->tag[at] ? c->tag[at] - 1 : -1;
+            char shown[48];
+            token_text(b, len < 40 ? len : 40, shown, sizeof shown);
+            return pt_fail(e, "%s: token %zu (\"%s\") joins the chat template's text and %s%d's reply, so no "
+                              "loss mask can keep them apart (e.g. a reply starting with whitespace the template "
+                              "already ends with)",
+                           where, k, shown, msg >= 0 ? "message " : "the edge of message ", msg >= 0 ? msg : 0);
+        }
+        ex->mask[k] = trained ? 1 : 0;
+        pos += len;
+    }
+    if (pos != c->len) return pt_fail(e, "%s: the tokens spell %zu of the %zu bytes of the chat", where, pos, c->len);
     return 0;
 }
 
-// The mask is only right when tokenizing segment by segment gives the same
-// ids as the whole text; boundaries sit at special tokens or newlines, so a
-// difference means a template or tokenizer bug.
-static int check_boundaries(const Tokenizer *tok, const ChatRender *r, const char *where, const SftExample *ex,
-                            PtError *e) {
-    char *text = chat_render_text(r);
-    int *whole = NULL;
-    size_t n = 0, cap = 0;
-    PtError te;
-    int rc = tokenizer_encode(tok, text, strlen(text), &whole, &n, &cap, &te);
-    if (rc) pt_fail(e, "%s: %s", where, te.msg);
-    else if (n != ex->n || memcmp(whole, ex->ids, n * sizeof(int))) {
-        size_t k = 0;
-        while (k < n && k < ex->n && whole[k] == ex->ids[k]) k++;
-        rc = pt_fail(e, "%s: the chat segments tokenized one by one differ from the whole text at token %zu (%zu vs "
-                        "%zu tokens), so no loss mask fits; does a reply start with a newline?",
-                     where, k, ex->n, n);
-    }
-    free(whole);
-    free(text);
-    return rc;
-}
-
-int sft_encode_line(const Tokenizer *tok, const char *line, size_t len, const char *where, SftExample *ex,
-                    PtError *e) {
+int sft_encode_line(const Tokenizer *tok, const ChatTemplate *tmpl, const char *line, size_t len, const char *where,
+                    SftExample *ex, PtError *e) {
     ex->n = 0;
     size_t bad;
     if (!utf8_valid(line, len, &bad)) {
@@ -138,16 +157,27 @@ int sft_encode_line(const Tokenizer *tok, const char *line, size_t len, const ch
         json_decref(root);
         return SFT_BAD_RECORD;
     }
-    ChatRender r = {0};
+    ChatText c = {0};
     PtError ce;
     int rc = 0;
-    if (chat_render(&r, msgs, n_msgs, 0, 1, &ce)) {
+    uint8_t *train = NULL;
+    if (chat_render(tmpl, msgs, n_msgs, 0, 1, &c, &ce)) {
         pt_fail(e, "%s: %s", where, ce.msg);
         rc = SFT_BAD_RECORD;
+    } else {
+        train = xmalloc(c.len + 1, "train bytes");
+        chat_train_bytes(&c, special_len, (void *)tok, train);
+        size_t trained = 0;
+        for (size_t i = 0; i < c.len; i++) trained += train[i];
+        if (!trained) {
+            pt_fail(e, "%s: the chat template renders no assistant content, so nothing would be trained", where);
+            rc = SFT_BAD_RECORD;
+        } else if (mask_tokens(tok, &c, train, where, ex, e)) {
+            rc = SFT_BOUNDARY_MERGE;
+        }
     }
-    if (!rc && encode_segments(tok, &r, where, ex, e)) rc = SFT_BAD_RECORD;
-    if (!rc && check_boundaries(tok, &r, where, ex, e)) rc = SFT_BOUNDARY_MERGE;
-    chat_render_free(&r);
+    free(train);
+    chat_text_free(&c);
     free(msgs);
     json_decref(root);
     return rc;

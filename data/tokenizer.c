@@ -3,17 +3,13 @@
 //
 // Supported: model BPE (vocab, merges in "a b" or ["a","b"] form, unk_token,
 // fuse_unk, ignore_merges), added_tokens (no strip/single-word flags),
-// normalizer NFC / none, pre_tokenizer ByteLevel or Sequence[Split(regex,
-// Isolated), ByteLevel(use_regex false)], decoder ByteLevel. Anything else is
+// normalizers NFC/NFD/NFKC/NFKD (or a Sequence of them, or none), the
+// pre-tokenizers of tokenizer_pre.c, decoder ByteLevel. Anything else is
 // refused with a message rather than silently tokenized differently.
 #include <jansson.h>
 #include <string.h>
 #include "sha256.h"
 #include "tokenizer_internal.h"
-
-// The split a ByteLevel pre-tokenizer with use_regex true applies itself (GPT-2's).
-static const char GPT2_SPLIT_REGEX[] =
-    "'s|'t|'re|'ve|'m|'ll|'d| ?\\p{L}+| ?\\p{N}+| ?[^\\s\\p{L}\\p{N}]+|\\s+(?!\\S)|\\s+";
 
 enum { MAX_TOKEN_ID = 1 << 24 };
 
@@ -183,7 +179,7 @@ static int parse_added(Tokenizer *t, json_t *list, const char *src, PtError *e) 
         if (special) special_id[n_special++] = id;
         if (normalized) {
             size_t nlen;
-            char *nfc = t->nfc ? tok_nfc(c, clen, &nlen) : NULL;
+            char *nfc = tok_normalize(t, c, clen, &nlen);
             norm[n_norm] = nfc ? nfc : xstrdup(c);
             norm_id[n_norm++] = id;
         } else {
@@ -209,99 +205,21 @@ static int parse_added(Tokenizer *t, json_t *list, const char *src, PtError *e) 
 static int parse_normalizer(Tokenizer *t, json_t *n, const char *src, PtError *e) {
     if (!n || json_is_null(n)) return 0;
     const char *type = type_of(n);
-    if (strcmp(type, "NFC") == 0) {
-        t->nfc = 1;
-        return 0;
-    }
+    static const char *const FORMS[] = {"NFC", "NFD", "NFKC", "NFKD"};
+    for (int k = 0; k < 4; k++)
+        if (strcmp(type, FORMS[k]) == 0) {
+            if (t->n_norm == MAX_NORM_STEPS) return pt_fail(e, "%s: more than %d normalizers", src, MAX_NORM_STEPS);
+            t->norm[t->n_norm++] = (NormKind)k;
+            return 0;
+        }
     if (strcmp(type, "Sequence") == 0) {
         json_t *list = json_object_get(n, "normalizers");
         for (size_t i = 0; i < json_array_size(list); i++)
             if (parse_normalizer(t, json_array_get(list, i), src, e)) return -1;
         return 0;
     }
-    return pt_fail(e, "%s: normalizer \"%s\" is not supported (NFC or none)", src, type);
-}
-
-// HF compiles the pattern with Oniguruma, whose \s is the Unicode White_Space
-// property. PCRE2's \s in UCP mode also takes U+180E (as horizontal space),
-// so \s and \S are spelled out as the property, inside classes too.
-static char *oniguruma_spaces(const char *pattern, size_t len, size_t *out_len) {
-    char *out = xmalloc(16 * len + 1, "regex");
-    size_t o = 0;
-    for (size_t i = 0; i < len; i++) {
-        if (pattern[i] == '\\' && i + 1 < len && (pattern[i + 1] == 's' || pattern[i + 1] == 'S')) {
-            const char *prop = pattern[i + 1] == 's' ? "\\p{White_Space}" : "\\P{White_Space}";
-            memcpy(out + o, prop, strlen(prop));
-            o += strlen(prop);
-            i++;
-        } else if (pattern[i] == '\\' && i + 1 < len) {   // any other escape, \\ included, stays as it is
-            out[o++] = pattern[i++];
-            out[o++] = pattern[i];
-        } else {
-            out[o++] = pattern[i];
-        }
-    }
-    out[o] = 0;
-    *out_len = o;
-    return out;
-}
-
-static int compile_split(Tokenizer *t, const char *pattern, size_t len, int literal, const char *src, PtError *e) {
-    int err;
-    PCRE2_SIZE at;
-    uint32_t options = PCRE2_UTF | (literal ? PCRE2_LITERAL : PCRE2_UCP);
-    size_t plen = len;
-    char *p = literal ? NULL : oniguruma_spaces(pattern, len, &plen);
-    t->split_re = pcre2_compile((PCRE2_SPTR)(p ? p : pattern), plen, options, &err, &at, NULL);
-    free(p);
-    if (!t->split_re) {
-        PCRE2_UCHAR msg[160];
-        pcre2_get_error_message(err, msg, sizeof msg);
-        return pt_fail(e, "%s: pre_tokenizer regex does not compile near offset %zu: %s", src, (size_t)at, (char *)msg);
-    }
-    pcre2_jit_compile(t->split_re, PCRE2_JIT_COMPLETE);   // without JIT the interpreter is used
-    return 0;
-}
-
-static int parse_byte_level(Tokenizer *t, json_t *p, int after_split, const char *src, PtError *e) {
-    int use_regex = 0;
-    if (get_flag(p, "add_prefix_space", 1, &t->add_prefix_space, src, "pre_tokenizer.ByteLevel", e) ||
-        get_flag(p, "use_regex", 1, &use_regex, src, "pre_tokenizer.ByteLevel", e))
-        return -1;
-    t->prefix_each_pretoken = after_split;
-    if (use_regex && after_split)
-        return pt_fail(e, "%s: pre_tokenizer: ByteLevel with use_regex after a Split is not supported", src);
-    if (use_regex) return compile_split(t, GPT2_SPLIT_REGEX, strlen(GPT2_SPLIT_REGEX), 0, src, e);
-    return 0;
-}
-
-static int parse_split(Tokenizer *t, json_t *p, const char *src, PtError *e) {
-    json_t *pattern = json_object_get(p, "pattern");
-    json_t *regex = json_object_get(pattern, "Regex"), *string = json_object_get(pattern, "String");
-    const char *behavior = json_string_value(json_object_get(p, "behavior"));
-    int invert = 0;
-    if (get_flag(p, "invert", 0, &invert, src, "pre_tokenizer.Split", e)) return -1;
-    if (!behavior || strcmp(behavior, "Isolated") != 0 || invert)
-        return pt_fail(e, "%s: pre_tokenizer.Split: only behavior \"Isolated\" without invert is supported", src);
-    if (json_is_string(regex)) return compile_split(t, json_string_value(regex), json_string_length(regex), 0, src, e);
-    if (json_is_string(string))
-        return compile_split(t, json_string_value(string), json_string_length(string), 1, src, e);
-    return pt_fail(e, "%s: pre_tokenizer.Split.pattern has neither \"Regex\" nor \"String\"", src);
-}
-
-static int parse_pre_tokenizer(Tokenizer *t, json_t *p, const char *src, PtError *e) {
-    const char *type = p && !json_is_null(p) ? type_of(p) : "none";
-    if (strcmp(type, "ByteLevel") == 0) return parse_byte_level(t, p, 0, src, e);
-    if (strcmp(type, "Sequence") == 0) {
-        json_t *list = json_object_get(p, "pretokenizers");
-        size_t n = json_array_size(list);
-        json_t *first = json_array_get(list, 0), *second = json_array_get(list, 1);
-        if (n == 1 && strcmp(type_of(first), "ByteLevel") == 0) return parse_byte_level(t, first, 0, src, e);
-        if (n == 2 && strcmp(type_of(first), "Split") == 0 && strcmp(type_of(second), "ByteLevel") == 0)
-            return parse_split(t, first, src, e) || parse_byte_level(t, second, 1, src, e) ? -1 : 0;
-    }
-    return pt_fail(e, "%s: pre_tokenizer \"%s\" is not supported (ByteLevel, or Sequence[Split, ByteLevel])", src,
-                   type);
+    return pt_fail(e, "%s: normalizer \"%s\" is not supported (NFC, NFD, NFKC, NFKD, a Sequence of them, or none)",
+                   src, type);
 }
 
 // The ByteLevel decoder maps each character of a token back to its byte; a
@@ -372,7 +290,7 @@ int tokenizer_load(Tokenizer **out, const char *json, size_t len, const char *sr
     else if (parse_normalizer(t, json_object_get(root, "normalizer"), src, e) ||
              parse_model(t, json_object_get(root, "model"), src, e) ||
              parse_added(t, json_object_get(root, "added_tokens"), src, e) ||
-             parse_pre_tokenizer(t, json_object_get(root, "pre_tokenizer"), src, e))
+             tok_parse_pre_tokenizer(t, json_object_get(root, "pre_tokenizer"), src, e))
         rc = -1;
     else if (!decoder || strcmp(type_of(decoder), "ByteLevel") != 0)
         rc = pt_fail(e, "%s: decoder \"%s\" is not supported (only ByteLevel)", src,
@@ -411,7 +329,7 @@ void tokenizer_free(Tokenizer *t) {
     mergemap_free(&t->merges);
     added_matcher_free(&t->raw_added);
     added_matcher_free(&t->norm_added);
-    pcre2_code_free(t->split_re);
+    tok_pre_free(t);
     free(t);
 }
 
@@ -426,7 +344,7 @@ static int encode_piece(const Tokenizer *t, const char *piece, size_t len, Encod
                         size_t *cap, PtError *e) {
     if (len == 0) return 0;
     size_t norm_len = 0;
-    char *norm = t->nfc ? tok_nfc(piece, len, &norm_len) : NULL;
+    char *norm = tok_normalize(t, piece, len, &norm_len);
     if (norm) piece = norm, len = norm_len;
     int rc = 0;
     for (size_t pos = 0; rc == 0;) {
@@ -445,8 +363,8 @@ int tokenizer_encode(const Tokenizer *t, const char *text, size_t len, int **ids
                      PtError *e) {
     size_t valid = tok_utf8_valid_prefix((const uint8_t *)text, len);
     if (valid < len) return pt_fail(e, "invalid UTF-8 at byte offset %zu (byte 0x%02X)", valid, (uint8_t)text[valid]);
-    EncodeScratch s = {0};
-    if (t->split_re) s.match = pcre2_match_data_create_from_pattern(t->split_re, NULL);
+    EncodeScratch s;
+    tok_scratch_init(t, &s);
     int rc = 0;
     for (size_t pos = 0; rc == 0;) {
         int which;
@@ -456,11 +374,7 @@ int tokenizer_encode(const Tokenizer *t, const char *text, size_t len, int **ids
         push_id(ids, n, cap, t->raw_added.id[which]);
         pos = at + t->raw_added.len[which];
     }
-    free(s.sym);
-    free(s.heap);
-    free(s.text);
-    free(s.prefixed);
-    pcre2_match_data_free(s.match);
+    tok_scratch_free(&s);
     return rc;
 }
 
@@ -492,3 +406,23 @@ int tokenizer_token_id(const Tokenizer *t, const char *content) {
 }
 
 const char *tokenizer_hash(const Tokenizer *t) { return t->hash; }
+
+const char *tokenizer_token_bytes(const Tokenizer *t, int id, size_t *len) {
+    if (id < 0 || id >= t->n_ids) {
+        *len = 0;
+        return "";
+    }
+    *len = t->decode_off[id + 1] - t->decode_off[id];
+    return (const char *)t->decode_bytes + t->decode_off[id];
+}
+
+size_t tokenizer_special_prefix(const Tokenizer *t, const char *s, size_t len) {
+    size_t best = 0;
+    const AddedMatcher *ms[2] = {&t->raw_added, &t->norm_added};
+    for (int k = 0; k < 2; k++)
+        for (int i = 0; i < ms[k]->n; i++) {
+            size_t n = ms[k]->len[i];
+            if (n > best && n <= len && t->special[ms[k]->id[i]] && !memcmp(s, ms[k]->content[i], n)) best = n;
+        }
+    return best;
+}

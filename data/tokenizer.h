@@ -26,3 +26,7 @@ int tokenizer_vocab_size(const Tokenizer *tok);          // highest id + 1, adde
 int tokenizer_token_id(const Tokenizer *tok, const char *content);   // exact token (added or vocab), -1 if none
 // SHA-256 (hex) of the tokenizer.json bytes: datasets record it, the loader compares it.
 const char *tokenizer_hash(const Tokenizer *tok);
+// The bytes id decodes to (empty for an unknown id); not NUL-terminated.
+const char *tokenizer_token_bytes(const Tokenizer *tok, int id, size_t *len);
+// Length of the longest special added token s[0..len) starts with, 0 if none.
+size_t tokenizer_special_prefix(const Tokenizer *tok, const char *s, size_t len);

@@ -5,6 +5,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #define PCRE2_CODE_UNIT_WIDTH 8
+#include <jansson.h>
 #include <pcre2.h>
 #include "tokenizer.h"
 
@@ -62,10 +63,27 @@ typedef struct {
     size_t heap_cap;
     char *text;             // a pre-token in its mapped spelling (ignore_merges)
     size_t text_cap;
-    char *prefixed;         // " " + text, for ByteLevel add_prefix_space
-    size_t prefixed_cap;
-    pcre2_match_data *match;
+    pcre2_match_data *match[16];   // per pre-tokenizer step with a regex
 } EncodeScratch;
+
+// ---- the pre-tokenizer steps (tokenizer_pre.c) ----------------------------
+
+// A step splits every piece the step before gave (tokenizer.json's
+// pre_tokenizer, a Sequence applied in order); the last pieces go to BPE.
+typedef enum { PRE_SPLIT, PRE_DIGITS, PRE_PUNCT, PRE_BYTELEVEL } PreKind;
+// HF's SplitDelimiterBehavior: what becomes of a match.
+typedef enum { SPLIT_REMOVED, SPLIT_ISOLATED, SPLIT_MERGED_PREV, SPLIT_MERGED_NEXT, SPLIT_CONTIGUOUS } SplitBehavior;
+typedef struct {
+    PreKind kind;
+    pcre2_code *re;             // PRE_SPLIT; PRE_BYTELEVEL with use_regex (GPT-2's split)
+    SplitBehavior behavior;
+    int invert;                 // PRE_SPLIT: the matches are the kept pieces
+    int add_prefix_space;       // PRE_BYTELEVEL
+} PreStep;
+enum { MAX_PRE_STEPS = 16 };
+// Normalizer steps, applied in order (utf8proc; tokenizer_text.c).
+typedef enum { NORM_NFC, NORM_NFD, NORM_NFKC, NORM_NFKD } NormKind;
+enum { MAX_NORM_STEPS = 8 };
 
 // ---- the tokenizer ------------------------------------------------------
 
@@ -97,10 +115,10 @@ struct Tokenizer {
 
     AddedMatcher raw_added;     // normalized: false, matched on the raw text
     AddedMatcher norm_added;    // normalized: true, matched after normalization
-    int nfc;
-    pcre2_code *split_re;       // NULL: the piece is one pre-token
-    int add_prefix_space;       // ByteLevel add_prefix_space
-    int prefix_each_pretoken;   // 1: applied to every pre-token (ByteLevel after Split)
+    NormKind norm[MAX_NORM_STEPS];
+    int n_norm;
+    PreStep pre[MAX_PRE_STEPS];
+    int n_pre;
     char hash[65];
 };
 
@@ -126,10 +144,18 @@ void added_matcher_free(AddedMatcher *m);
 // (len if none) and sets *which to the token index.
 size_t added_matcher_find(const AddedMatcher *m, const char *text, size_t from, size_t len, int *which);
 
-// NFC of text; returns NULL when text is already NFC (the common case, decided
-// without allocating), else a malloc'd normalized copy with its length.
-char *tok_nfc(const char *text, size_t len, size_t *out_len);
+// The tokenizer's normalizers applied to text; returns NULL when they leave it
+// as it is (NFC of NFC text is decided without allocating), else a malloc'd
+// normalized copy with its length.
+char *tok_normalize(const Tokenizer *t, const char *text, size_t len, size_t *out_len);
 
+// ---- tokenizer_pre.c ------------------------------------------------------
+
+// tokenizer.json's "pre_tokenizer" (null, one step or a Sequence) into t->pre.
+int tok_parse_pre_tokenizer(Tokenizer *t, json_t *p, const char *src, PtError *e);
+void tok_pre_free(Tokenizer *t);
+void tok_scratch_init(const Tokenizer *t, EncodeScratch *s);
+void tok_scratch_free(EncodeScratch *s);
 // Cuts a normalized plain-text piece into pre-tokens and BPE-encodes each.
 int tok_encode_plain(const Tokenizer *t, const char *text, size_t len, EncodeScratch *s, int **ids, size_t *n,
                      size_t *cap, PtError *e);

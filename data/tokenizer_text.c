@@ -1,6 +1,6 @@
-// tokenizer_text.c: text-level steps of encoding (tokenizer.json's normalizer
-// and pre-tokenizer): UTF-8 checks, added-token search, NFC, and the regex
-// split into pre-tokens.
+// tokenizer_text.c: text-level steps of encoding: UTF-8 checks, added-token
+// search, and tokenizer.json's normalizers (NFC with a fast path for text
+// that is already NFC; NFD, NFKC, NFKD).
 #include <string.h>
 #include <utf8proc.h>
 #include "tokenizer_internal.h"
@@ -149,7 +149,7 @@ static int nfc_inert(uint32_t cp) {
     return 1;
 }
 
-char *tok_nfc(const char *text, size_t len, size_t *out_len) {
+static char *tok_nfc(const char *text, size_t len, size_t *out_len) {
     const uint8_t *s = (const uint8_t *)text;
     size_t i = 0;
     for (; i < len; i++) {
@@ -173,68 +173,34 @@ char *tok_nfc(const char *text, size_t len, size_t *out_len) {
     return (char *)out;
 }
 
-// ---- pre-tokens ---------------------------------------------------------------
-
-static void encode_pretoken(const Tokenizer *t, const char *p, size_t len, EncodeScratch *s, int **ids, size_t *n,
-                            size_t *cap) {
-    if (len == 0) return;
-    if (t->add_prefix_space && t->prefix_each_pretoken && p[0] != ' ') {
-        tok_grow((void **)&s->prefixed, &s->prefixed_cap, len + 1, 1, "prefixed text");
-        s->prefixed[0] = ' ';
-        memcpy(s->prefixed + 1, p, len);
-        p = s->prefixed;
-        len++;
-    }
-    tok_bpe_word(t, (const uint8_t *)p, len, s, ids, n, cap);
-}
-
-int tok_encode_plain(const Tokenizer *t, const char *text, size_t len, EncodeScratch *s, int **ids, size_t *n,
-                     size_t *cap, PtError *e) {
-    if (len == 0) return 0;
-    char *owned = NULL;
-    if (t->add_prefix_space && !t->prefix_each_pretoken && text[0] != ' ') {
-        // A separate copy: the prefixed buffer is reused per pre-token.
-        owned = xmalloc(len + 1, "prefixed text");
-        owned[0] = ' ';
-        memcpy(owned + 1, text, len);
-        text = owned;
-        len++;
-    }
-    if (!t->split_re) {
-        encode_pretoken(t, text, len, s, ids, n, cap);
-        free(owned);
-        return 0;
-    }
-    // Isolated split: every match is a pre-token and so is every gap between matches.
-    const PCRE2_SPTR subject = (PCRE2_SPTR)text;
-    size_t gap_start = 0, search = 0;
-    while (search < len) {
-        int rc = pcre2_match(t->split_re, subject, len, search, PCRE2_NO_UTF_CHECK, s->match, NULL);
-        if (rc == PCRE2_ERROR_JIT_STACKLIMIT)   // a huge backtrack: the interpreter has room
-            rc = pcre2_match(t->split_re, subject, len, search, PCRE2_NO_UTF_CHECK | PCRE2_NO_JIT, s->match, NULL);
-        if (rc == PCRE2_ERROR_NOMATCH) break;
-        if (rc < 0) {
-            PCRE2_UCHAR msg[160];
-            pcre2_get_error_message(rc, msg, sizeof msg);
-            free(owned);
-            return pt_fail(e, "pre-tokenizer regex failed at byte %zu of a text piece: %s", search, (char *)msg);
-        }
-        const PCRE2_SIZE *ov = pcre2_get_ovector_pointer(s->match);
-        size_t start = ov[0], end = ov[1];
-        if (start > gap_start) encode_pretoken(t, text + gap_start, start - gap_start, s, ids, n, cap);
-        if (end > start) {
-            encode_pretoken(t, text + start, end - start, s, ids, n, cap);
-            gap_start = search = end;
+char *tok_normalize(const Tokenizer *t, const char *text, size_t len, size_t *out_len) {
+    char *cur = NULL;
+    for (int k = 0; k < t->n_norm; k++) {
+        const char *in = cur ? cur : text;
+        size_t in_len = cur ? *out_len : len;
+        char *next = NULL;
+        if (t->norm[k] == NORM_NFC) {
+            next = tok_nfc(in, in_len, out_len);
         } else {
-            // An empty match splits nothing; step over one character.
-            if (start >= len) break;
-            gap_start = start;
-            int step;
-            utf8_decode((const uint8_t *)text + start, &step);
-            search = start + (size_t)step;
+            static const int FLAGS[] = {0, UTF8PROC_DECOMPOSE, UTF8PROC_COMPOSE | UTF8PROC_COMPAT,
+                                        UTF8PROC_DECOMPOSE | UTF8PROC_COMPAT};
+            utf8proc_uint8_t *o = NULL;
+            utf8proc_ssize_t r = utf8proc_map((const utf8proc_uint8_t *)in, (utf8proc_ssize_t)in_len, &o,
+                                              (utf8proc_option_t)(UTF8PROC_STABLE | FLAGS[t->norm[k]]));
+            if (r < 0) die("utf8proc normalization failed on valid UTF-8: %s", utf8proc_errmsg(r));
+            if ((size_t)r == in_len && !memcmp(o, in, in_len)) {
+                free(o);
+            } else {
+                next = (char *)o;
+                *out_len = (size_t)r;
+            }
+        }
+        if (next) {
+            free(cur);
+            cur = next;
+        } else if (cur) {
+            *out_len = in_len;
         }
     }
-    if (gap_start < len) encode_pretoken(t, text + gap_start, len - gap_start, s, ids, n, cap);
-    free(owned);
-    return 0;
+    return cur;
 }

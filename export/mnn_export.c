@@ -260,7 +260,8 @@ static int write_json(const OutDir *d, const char *name, json_t *o, PtError *e) 
     return rc;
 }
 
-// Runtime options; the sampler keys are llmexport's defaults.
+// Runtime options; the sampler keys are llmexport's defaults (the mixed
+// sampler: temperature 0.8, top_k 40, top_p 0.9, min_p 0.05), or greedy.
 static json_t *runtime_config(const ModelConfig *c, const MnnExportOptions *o) {
     json_t *j = json_object();
     json_object_set_new(j, "llm_model", json_string("llm.mnn"));
@@ -271,7 +272,7 @@ static json_t *runtime_config(const ModelConfig *c, const MnnExportOptions *o) {
     json_object_set_new(j, "thread_num", json_integer(4));
     json_object_set_new(j, "precision", json_string("low"));
     json_object_set_new(j, "memory", json_string(o->memory ? o->memory : "low"));
-    json_object_set_new(j, "sampler_type", json_string("mixed"));
+    json_object_set_new(j, "sampler_type", json_string(o->greedy ? "greedy" : "mixed"));
     json_object_set_new(j, "temperature", json_real(0.8));
     json_object_set_new(j, "top_k", json_integer(40));
     json_object_set_new(j, "top_p", json_real(0.9));

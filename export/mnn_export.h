@@ -16,6 +16,7 @@ typedef struct {
     int fused;              // 1: RoPE op, attention output in NC4HW4, MUL_SILU (MNN >= 3.6.1); 0: plain ops
     const char *memory;     // config.json "memory": "low" (int4 kernels) or "normal" (fp32 weights at load)
     int force;              // replace a non-empty output directory
+    int greedy;             // config.json sampler_type "greedy" (else MNN's default "mixed" sampler)
 } MnnExportOptions;
 
 typedef struct {

@@ -115,33 +115,43 @@ static int put_normalizer(Buf *b, json_t *root, PtError *e) {
     return 0;
 }
 
-static int put_pre_tokenizer(Buf *b, json_t *root, PtError *e) {
-    json_t *p = json_object_get(root, "pre_tokenizer");
-    json_t *list = json_object_get(p, "pretokenizers");
-    if (strcmp(type_of(p), "Sequence") == 0 && json_array_size(list) == 2) {
-        json_t *split = json_array_get(list, 0), *bl = json_array_get(list, 1);
-        const char *re = json_string_value(json_object_get(json_object_get(split, "pattern"), "Regex"));
-        const char *behavior = json_string_value(json_object_get(split, "behavior"));
-        if (strcmp(type_of(split), "Split") == 0 && re && behavior && strcmp(behavior, "Isolated") == 0 &&
-            !json_is_true(json_object_get(split, "invert")) && strcmp(type_of(bl), "ByteLevel") == 0 &&
-            !json_is_true(json_object_get(bl, "add_prefix_space")) && !json_is_true(json_object_get(bl, "use_regex"))) {
-            put_u8(b, 6);   // Sequence of 2
-            put_u32(b, 2);
-            put_u8(b, 4);   // Split(regex, invert 0, Isolated)
-            if (put_str(b, re, strlen(re), e)) return -1;
-            put_u8(b, 0);
-            put_u8(b, 0);
-            put_u8(b, 1);   // ByteLevel without its own regex
-            put_u8(b, 0);
-            return 0;
-        }
-    } else if (strcmp(type_of(p), "ByteLevel") == 0 && !json_is_true(json_object_get(p, "add_prefix_space"))) {
+// One step of the runtime's pre-tokenizer pipeline: ByteLevel (1, use_regex),
+// Digits (2, individual), Split (4: regex, invert, behavior 0 = Isolated).
+static int put_pre_step(Buf *b, json_t *p, PtError *e) {
+    const char *type = type_of(p);
+    if (!strcmp(type, "ByteLevel") && !json_is_true(json_object_get(p, "add_prefix_space"))) {
         put_u8(b, 1);
         put_u8(b, !json_is_false(json_object_get(p, "use_regex")));
         return 0;
     }
-    return pt_fail(e, "%s: pre_tokenizer \"%s\" is not supported for MNN export (Split + ByteLevel, or ByteLevel)",
-                   SRC, type_of(p));
+    if (!strcmp(type, "Digits")) {
+        put_u8(b, 2);
+        put_u8(b, json_is_true(json_object_get(p, "individual_digits")));
+        return 0;
+    }
+    const char *re = json_string_value(json_object_get(json_object_get(p, "pattern"), "Regex"));
+    const char *behavior = json_string_value(json_object_get(p, "behavior"));
+    if (!strcmp(type, "Split") && re && behavior && !strcmp(behavior, "Isolated") &&
+        !json_is_true(json_object_get(p, "invert"))) {
+        put_u8(b, 4);
+        if (put_str(b, re, strlen(re), e)) return -1;
+        put_u8(b, 0);
+        put_u8(b, 0);
+        return 0;
+    }
+    return pt_fail(e, "%s: pre_tokenizer step \"%s\" is not supported for MNN export (Split(Regex, Isolated), Digits, "
+                      "ByteLevel without add_prefix_space)", SRC, type);
+}
+
+static int put_pre_tokenizer(Buf *b, json_t *root, PtError *e) {
+    json_t *p = json_object_get(root, "pre_tokenizer");
+    if (strcmp(type_of(p), "Sequence") != 0) return put_pre_step(b, p, e);
+    json_t *list = json_object_get(p, "pretokenizers");
+    put_u8(b, 6);
+    put_u32(b, (uint32_t)json_array_size(list));
+    for (size_t i = 0; i < json_array_size(list); i++)
+        if (put_pre_step(b, json_array_get(list, i), e)) return -1;
+    return 0;
 }
 
 typedef struct {

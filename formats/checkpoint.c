@@ -217,6 +217,39 @@ int checkpoint_load(const char *path, ModelBundle *b, PtError *e) {
 
 int checkpoint_is_hdf5(const char *path) { return h5_is_file(path); }
 
+// The stored int4 state: its grid, what it quantizes, what it leaves in float.
+static int inspect_qat(hid_t f, const ModelBundle *b, const char *path, FILE *out, PtError *e) {
+    QuantSpec spec;
+    int quant_embedding, rc = qat_read_spec(f, &spec, &quant_embedding, path, e);
+    if (rc < 0) return -1;
+    if (rc == 1) {
+        fprintf(out, "int4 state: none (--int4 and the exporters use round-to-nearest, group %d, asymmetric%s)\n",
+                QUANT_GROUP_DEFAULT, b->cfg.tied_embeddings ? ", the tied embedding included" : "");
+        return 0;
+    }
+    int n = 0, frozen = 0, learned = 0;
+    char floats[600] = "";
+    for (int i = 0; i < b->tt.n; i++) {
+        const TensorInfo *t = &b->tt.t[i];
+        if (t->ndim != 2) continue;
+        char g[200], sub[240];
+        snprintf(g, sizeof g, "qat/%s", t->name);
+        if (!h5_exists(f, g)) {
+            if (strlen(floats) + strlen(t->name) + 3 < sizeof floats) strcat(strcat(floats, floats[0] ? ", " : ""), t->name);
+            continue;
+        }
+        n++;
+        snprintf(sub, sizeof sub, "%s/codes", g);
+        frozen += h5_exists(f, sub) > 0;
+        snprintf(sub, sizeof sub, "%s/scale_m", g);
+        learned += h5_exists(f, sub) > 0;
+    }
+    fprintf(out, "int4 state: group %d, %s, %d matrices%s%s%s; left in float: %s\n", spec.group,
+            spec.symmetric ? "symmetric" : "asymmetric", n, quant_embedding ? ", embedding quantized" : "",
+            frozen ? ", codes frozen" : "", learned ? ", learned scales" : "", floats[0] ? floats : "none");
+    return 0;
+}
+
 int checkpoint_inspect(const char *path, FILE *out, PtError *e) {
     ModelBundle b;
     if (checkpoint_load(path, &b, e)) return -1;
@@ -243,9 +276,10 @@ int checkpoint_inspect(const char *path, FILE *out, PtError *e) {
     fprintf(out, "%d tensors, %zu parameters, %.1f MB as f32, %.1f MB stored (deflate)\n", b.tt.n,
             config_param_count(&b.cfg), raw / 1e6, stored / 1e6);
     fprintf(out, "tokenizer.json: %s\n", b.tokenizer_json ? "stored" : "absent");
+    int rc = inspect_qat(f, &b, path, out, e);
     H5Fclose(f);
     bundle_free(&b);
-    return 0;
+    return rc;
 }
 
 int checkpoint_load_train(const char *path, const TensorTable *tt, size_t lo, size_t hi, float *adam_m,

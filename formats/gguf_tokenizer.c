@@ -5,11 +5,90 @@
 #include <string.h>
 #include "../data/tokenizer.h"
 
-// The split regex of Qwen2/Qwen3's tokenizer.json; llama.cpp's "qwen2"
-// pre-tokenizer splits the same way.
+// The pre-tokenizers of llama.cpp's byte-level BPE models as tokenizer.json
+// spells them (what the models' own tokenizer.json files hold); the first
+// name of each family is the one export writes.
 static const char QWEN2_SPLIT[] =
     "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|"
     "\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+";
+static const char LLAMA3_SPLIT[] =
+    "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}{1,3}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|"
+    "\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+";
+static const char DEEPSEEK3_SPLIT[] =
+    "[!\"#$%&'()*+,\\-./:;<=>?@\\[\\\\\\]^_`{|}~][A-Za-z]+|[^\r\n\\p{L}\\p{P}\\p{S}]?[\\p{L}\\p{M}]+| ?[\\p{P}\\p{S}]+"
+    "[\r\n]*|\\s*[\r\n]+|\\s+(?!\\S)|\\s+";
+
+typedef struct {
+    const char *names[20];
+    int nfc;
+    const char *splits[4];   // Split(Regex, Isolated) steps before ByteLevel
+    int digits;              // a Digits(individual_digits) step first
+    int use_regex;           // ByteLevel(use_regex): GPT-2's split
+} PreFamily;
+
+static const PreFamily FAMILIES[] = {
+    {{"gpt-2", "default", "phi-2", "mpt", "olmo", "jais", "roberta-bpe", "jina-es", "jina-de", "jina-v1-en",
+      "jina-v2-es", "jina-v2-de", "jina-v2-code", "gigachat", "exaone4", "trillion", "mellum", "a.x-4.0"},
+     0, {NULL}, 0, 1},
+    {{"smollm", "starcoder", "refact", "command-r", "codeshell", "exaone", "minerva-7b"}, 0, {NULL}, 1, 1},
+    {{"qwen2", "deepseek-r1-qwen", "stablelm2", "megrez", "hunyuan", "grok-2"}, 1, {QWEN2_SPLIT}, 0, 0},
+    {{"llama-bpe", "llama3", "llama-v3", "falcon3", "falcon-h1", "pixtral", "midm-2.0", "lfm2", "dbrx", "smaug-bpe",
+      "glm4", "chatglm-bpe"},
+     0, {LLAMA3_SPLIT}, 0, 0},
+    {{"deepseek-v3", "hunyuan-dense"},
+     0, {"\\p{N}{1,3}", "[\xe4\xb8\x80-\xe9\xbe\xa5\xe3\x81\x80-\xe3\x82\x9f\xe3\x82\xa0-\xe3\x83\xbf]+", DEEPSEEK3_SPLIT},
+     0, 0},
+};
+enum { N_FAMILIES = sizeof FAMILIES / sizeof FAMILIES[0] };
+
+static json_t *byte_level(int add_prefix_space, int trim_offsets, int use_regex) {
+    return json_pack("{s:s, s:b, s:b, s:b}", "type", "ByteLevel", "add_prefix_space", add_prefix_space,
+                     "trim_offsets", trim_offsets, "use_regex", use_regex);
+}
+
+static json_t *family_pre_tokenizer(const PreFamily *f) {
+    json_t *steps = json_array();
+    if (f->digits) json_array_append_new(steps, json_pack("{s:s, s:b}", "type", "Digits", "individual_digits", 1));
+    for (int i = 0; i < 4 && f->splits[i]; i++)
+        json_array_append_new(steps, json_pack("{s:s, s:{s:s}, s:s, s:b}", "type", "Split", "pattern", "Regex",
+                                               f->splits[i], "behavior", "Isolated", "invert", 0));
+    json_array_append_new(steps, byte_level(0, !f->use_regex ? 0 : 1, f->use_regex));
+    return json_pack("{s:s, s:o}", "type", "Sequence", "pretokenizers", steps);
+}
+
+// What a pre_tokenizer does, as comparable text: the steps (nested
+// sequences flattened) with the fields that change the split.
+static void signature_steps(json_t *p, json_t *out) {
+    const char *type = json_string_value(json_object_get(p, "type"));
+    if (!type) return;
+    if (!strcmp(type, "Sequence")) {
+        json_t *list = json_object_get(p, "pretokenizers");
+        for (size_t i = 0; i < json_array_size(list); i++) signature_steps(json_array_get(list, i), out);
+        return;
+    }
+    json_t *step = json_pack("{s:s}", "type", type);
+    if (!strcmp(type, "ByteLevel")) {
+        json_object_set_new(step, "prefix", json_boolean(json_is_true(json_object_get(p, "add_prefix_space"))));
+        json_object_set_new(step, "regex", json_boolean(!json_is_false(json_object_get(p, "use_regex"))));
+    } else if (!strcmp(type, "Split")) {
+        json_object_set(step, "pattern", json_object_get(p, "pattern"));
+        json_object_set(step, "behavior", json_object_get(p, "behavior"));
+        json_object_set_new(step, "invert", json_boolean(json_is_true(json_object_get(p, "invert"))));
+    } else if (!strcmp(type, "Digits")) {
+        json_object_set_new(step, "individual", json_boolean(json_is_true(json_object_get(p, "individual_digits"))));
+    } else {
+        json_object_set_new(step, "other", json_deep_copy(p));
+    }
+    json_array_append_new(out, step);
+}
+
+static char *signature(json_t *p) {
+    json_t *steps = json_array();
+    signature_steps(p, steps);
+    char *s = json_dumps(steps, JSON_COMPACT | JSON_SORT_KEYS);
+    json_decref(steps);
+    return s;
+}
 
 static const char SRC[] = "tokenizer.json (stored in the checkpoint)";
 
@@ -20,30 +99,31 @@ static const char *type_of(json_t *obj) {
 
 // The pre-tokenizer and normalizer pair as llama.cpp's pre-tokenizer name.
 static int pre_name(json_t *root, const char **pre, PtError *e) {
-    json_t *p = json_object_get(root, "pre_tokenizer"), *norm = json_object_get(root, "normalizer");
+    json_t *norm = json_object_get(root, "normalizer");
+    if (norm && !json_is_null(norm) && strcmp(type_of(norm), "Sequence") == 0 &&
+        json_array_size(json_object_get(norm, "normalizers")) == 1)
+        norm = json_array_get(json_object_get(norm, "normalizers"), 0);
     int nfc = norm && !json_is_null(norm) && strcmp(type_of(norm), "NFC") == 0;
     if (norm && !json_is_null(norm) && !nfc)
         return pt_fail(e, "%s: normalizer \"%s\" has no llama.cpp equivalent (NFC or none)", SRC, type_of(norm));
-    json_t *list = json_object_get(p, "pretokenizers");
-    if (strcmp(type_of(p), "Sequence") == 0 && json_array_size(list) == 1) p = json_array_get(list, 0);
-    if (strcmp(type_of(p), "Sequence") == 0 && json_array_size(list) == 2) {
-        json_t *split = json_array_get(list, 0), *bl = json_array_get(list, 1);
-        const char *re = json_string_value(json_object_get(json_object_get(split, "pattern"), "Regex"));
-        if (strcmp(type_of(split), "Split") == 0 && strcmp(type_of(bl), "ByteLevel") == 0 && re &&
-            strcmp(re, QWEN2_SPLIT) == 0 && !json_is_true(json_object_get(bl, "add_prefix_space")) &&
-            !json_is_true(json_object_get(bl, "use_regex"))) {
-            if (!nfc) return pt_fail(e, "%s: the Qwen2 split without the NFC normalizer has no llama.cpp equivalent", SRC);
-            *pre = "qwen2";
-            return 0;
-        }
-    } else if (strcmp(type_of(p), "ByteLevel") == 0 && !json_is_false(json_object_get(p, "use_regex")) &&
-               !json_is_true(json_object_get(p, "add_prefix_space"))) {
-        if (nfc) return pt_fail(e, "%s: GPT-2 splitting after NFC has no llama.cpp equivalent", SRC);
-        *pre = "gpt-2";
-        return 0;
+    char *have = signature(json_object_get(root, "pre_tokenizer"));
+    int found = -1;
+    for (int k = 0; k < N_FAMILIES && found < 0; k++) {
+        json_t *p = family_pre_tokenizer(&FAMILIES[k]);
+        char *want = signature(p);
+        if (have && want && !strcmp(have, want)) found = k;
+        free(want);
+        json_decref(p);
     }
-    return pt_fail(e, "%s: this pre_tokenizer has no llama.cpp equivalent (supported: the Qwen2 split regex + "
-                      "ByteLevel, or ByteLevel alone)", SRC);
+    free(have);
+    if (found < 0)
+        return pt_fail(e, "%s: this pre_tokenizer has no llama.cpp equivalent (supported: GPT-2's ByteLevel split, "
+                          "Digits + ByteLevel (smollm), the Qwen2, Llama 3 and DeepSeek-V3 splits + ByteLevel)", SRC);
+    if (FAMILIES[found].nfc != nfc)
+        return pt_fail(e, "%s: the %s split %s the NFC normalizer has no llama.cpp equivalent", SRC,
+                       FAMILIES[found].names[0], nfc ? "with" : "without");
+    *pre = FAMILIES[found].names[0];
+    return 0;
 }
 
 // "<|im_end|>" or {"content": "<|im_end|>"} in tokenizer_config.json.
@@ -208,11 +288,6 @@ int gguf_tokenizer_put(GgufWriter *w, const ModelBundle *b, PtError *e) {
 
 // ---- import: tokenizer.json from the keys --------------------------------------------
 
-static json_t *byte_level(int add_prefix_space, int trim_offsets, int use_regex) {
-    return json_pack("{s:s, s:b, s:b, s:b}", "type", "ByteLevel", "add_prefix_space", add_prefix_space,
-                     "trim_offsets", trim_offsets, "use_regex", use_regex);
-}
-
 // A token's text as a JSON string; GGUF strings need not be UTF-8, JSON's must.
 static json_t *token_string(const GgufFile *f, const char *s, size_t len, uint64_t id, PtError *e) {
     json_t *j = json_stringn(s, len);
@@ -303,12 +378,12 @@ static json_t *build_model(const GgufFile *f, const GgufKV *tokens, const GgufKV
         json_t *text = token_string(f, s, len, id, e);
         if (!text) goto fail;
         if (type == GGUF_TOKEN_CONTROL || type == GGUF_TOKEN_USER_DEFINED) {
-            json_array_append_new(added, json_pack("{s:I, s:o, s:b, s:b, s:b, s:b, s:b}", "id", (json_int_t)id,
+            // Kept in the vocabulary too, as HF's files of these models hold
+            // them: the ids stay 0..n-1 without gaps (the MNN tokenizer needs that).
+            json_array_append_new(added, json_pack("{s:I, s:O, s:b, s:b, s:b, s:b, s:b}", "id", (json_int_t)id,
                                                    "content", text, "single_word", 0, "lstrip", 0, "rstrip", 0,
                                                    "normalized", 0, "special", type == GGUF_TOKEN_CONTROL));
-            continue;
-        }
-        if (type != GGUF_TOKEN_NORMAL && type != GGUF_TOKEN_BYTE && type != GGUF_TOKEN_UNKNOWN) {
+        } else if (type != GGUF_TOKEN_NORMAL && type != GGUF_TOKEN_BYTE && type != GGUF_TOKEN_UNKNOWN) {
             json_decref(text);
             pt_fail(e, "%s: tokenizer.ggml.token_type[%llu] = %lld is not a known token type", f->path,
                     (unsigned long long)id, (long long)type);
@@ -364,11 +439,15 @@ int gguf_tokenizer_rebuild(const GgufFile *f, int vocab_size, char **json, size_
                        (int)(n > 40 ? 40 : n), model_name);
     size_t pre_len = 7;
     if (gguf_get_str(f, "tokenizer.ggml.pre", &pre, &pre_len, e) < 0) return -1;
-    int qwen2 = pre_len == 5 && memcmp(pre, "qwen2", 5) == 0;
-    int gpt2 = (pre_len == 5 && memcmp(pre, "gpt-2", 5) == 0) || (pre_len == 7 && memcmp(pre, "default", 7) == 0);
-    if (!qwen2 && !gpt2)
-        return pt_fail(e, "%s: tokenizer.ggml.pre \"%.*s\" is not supported (qwen2, gpt-2)", f->path,
-                       (int)(pre_len > 40 ? 40 : pre_len), pre);
+    const PreFamily *family = NULL;
+    for (int k = 0; k < N_FAMILIES && !family; k++)
+        for (int i = 0; FAMILIES[k].names[i] && !family; i++)
+            if (strlen(FAMILIES[k].names[i]) == pre_len && !memcmp(FAMILIES[k].names[i], pre, pre_len))
+                family = &FAMILIES[k];
+    if (!family)
+        return pt_fail(e, "%s: tokenizer.ggml.pre \"%.*s\" is not supported (the byte-level BPE splits of gpt-2, "
+                          "smollm/starcoder, qwen2, llama-bpe and deepseek-v3, and the names llama.cpp gives them)",
+                       f->path, (int)(pre_len > 40 ? 40 : pre_len), pre);
     const GgufKV *tokens, *types, *merges;
     if (get_array(f, "tokenizer.ggml.tokens", 1, &tokens, e) || get_array(f, "tokenizer.ggml.token_type", 0, &types, e) ||
         get_array(f, "tokenizer.ggml.merges", 1, &merges, e))
@@ -388,16 +467,8 @@ int gguf_tokenizer_rebuild(const GgufFile *f, int vocab_size, char **json, size_
         return -1;
     }
     json_t *root = json_pack("{s:s, s:n, s:n, s:o}", "version", "1.0", "truncation", "padding", "added_tokens", added);
-    if (qwen2) {
-        json_object_set_new(root, "normalizer", json_pack("{s:s}", "type", "NFC"));
-        json_t *split = json_pack("{s:s, s:{s:s}, s:s, s:b}", "type", "Split", "pattern", "Regex", QWEN2_SPLIT,
-                                  "behavior", "Isolated", "invert", 0);
-        json_object_set_new(root, "pre_tokenizer", json_pack("{s:s, s:[o, o]}", "type", "Sequence", "pretokenizers",
-                                                             split, byte_level(0, 0, 0)));
-    } else {
-        json_object_set_new(root, "normalizer", json_null());
-        json_object_set_new(root, "pre_tokenizer", byte_level(0, 1, 1));
-    }
+    json_object_set_new(root, "normalizer", family->nfc ? json_pack("{s:s}", "type", "NFC") : json_null());
+    json_object_set_new(root, "pre_tokenizer", family_pre_tokenizer(family));
     json_object_set_new(root, "post_processor", byte_level(0, 0, 0));
     json_object_set_new(root, "decoder", byte_level(1, 1, 1));
     json_object_set_new(root, "model", model);

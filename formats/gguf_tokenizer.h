@@ -10,8 +10,9 @@
 enum { GGUF_TOKEN_NORMAL = 1, GGUF_TOKEN_UNKNOWN = 2, GGUF_TOKEN_CONTROL = 3, GGUF_TOKEN_USER_DEFINED = 4,
        GGUF_TOKEN_UNUSED = 5, GGUF_TOKEN_BYTE = 6 };
 
-// Adds the tokenizer keys for b. Byte-level BPE only: model "gpt2", pre
-// "qwen2" (the Qwen2 split regex) or "gpt-2" (ByteLevel's own regex); tokens
+// Adds the tokenizer keys for b. Byte-level BPE only: model "gpt2", pre the
+// llama.cpp name of its pre-tokenizer ("gpt-2", "smollm", "qwen2",
+// "llama-bpe", "deepseek-v3"; import also takes their aliases); tokens
 // padded to cfg.vocab_size with "[PAD<id>]" (UNUSED); vocab entries NORMAL,
 // added tokens CONTROL when special, else USER_DEFINED; merges as "a b";
 // eos/pad/bos ids from tokenizer_config.json, else from the config;
@@ -21,7 +22,8 @@ enum { GGUF_TOKEN_NORMAL = 1, GGUF_TOKEN_UNKNOWN = 2, GGUF_TOKEN_CONTROL = 3, GG
 int gguf_tokenizer_put(GgufWriter *w, const ModelBundle *b, PtError *e);
 
 // Rebuilds tokenizer.json and tokenizer_config.json (malloc'd, NUL-terminated)
-// from f's tokenizer keys. *json is NULL when the file has no tokenizer
+// from f's tokenizer keys; special and user-defined tokens are added tokens
+// and stay in the vocabulary, as the models' own files have them. *json is NULL when the file has no tokenizer
 // (model "none" or absent). vocab_size bounds the token list.
 int gguf_tokenizer_rebuild(const GgufFile *f, int vocab_size, char **json, size_t *json_len, char **config,
                            size_t *config_len, PtError *e);

@@ -411,8 +411,25 @@ static int check_int4(const ModelBundle *b, const QatState *q, uint32_t type, co
     return 0;
 }
 
+// Whether every block of 32 values is exactly a Q8_0 block (d * q with d the
+// block's fp16 scale): then Q8_0 stores the matrix without loss, as it was
+// stored in a GGUF it came from (a Q4_1 file's Q8_0 token embedding).
+static int is_q8_0_exact(const float *x, uint64_t n) {
+    if (n % GGML_QK) return 0;
+    uint8_t block[GGML_Q8_0_BYTES];
+    for (uint64_t b = 0; b < n; b += GGML_QK) {
+        if (ggml_quant_q8_0(x + b, block)) return 0;
+        uint16_t h;
+        memcpy(&h, block, 2);
+        float d = f16_to_f32(h);
+        for (int j = 0; j < GGML_QK; j++)
+            if ((float)(int8_t)block[2 + j] * d != x[b + (uint64_t)j]) return 0;
+    }
+    return 1;
+}
+
 // One matrix of a q4 export: its int4 blocks (int4 quantizes it) or floats
-// (BF16 when bf16 is set, else F32). scale/zero rows follow the weights' rows
+// (BF16 when bf16 is set, else F32; Q8_0 when its values are exactly Q8_0's). scale/zero rows follow the weights' rows
 // (permuted with them for llama). The fp16 zero point of each group is
 // appended to zero_hint (Q4_1).
 static int add_int4_tensor(GgufWriter *w, const char *path, const char *name, const int64_t ne[2], uint32_t type,
@@ -421,7 +438,9 @@ static int add_int4_tensor(GgufWriter *w, const char *path, const char *name, co
                            GgufExportStats *st, PtError *e) {
     if (!qt) {   // as int4 mode runs it (cli/open_model.c): an untied embedding at bf16, the rest fp32
         st->n_int4_float++;
-        return gguf_add_tensor(w, name, 2, ne, bf16 ? GGML_TYPE_BF16 : GGML_TYPE_F32, src, e);
+        int q8 = !bf16 && is_q8_0_exact(src, (uint64_t)ne[0] * (uint64_t)ne[1]);
+        st->n_int4_q8_0 += q8;
+        return gguf_add_tensor(w, name, 2, ne, q8 ? GGML_TYPE_Q8_0 : bf16 ? GGML_TYPE_BF16 : GGML_TYPE_F32, src, e);
     }
     uint64_t nbytes = ggml_row_bytes(type, (uint64_t)ne[0]) * (uint64_t)ne[1];
     uint8_t *bytes = xmalloc((size_t)nbytes, "Q4 blocks");

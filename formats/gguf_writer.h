@@ -82,6 +82,7 @@ typedef struct {
     int n_quant;            // matrices in the requested type
     int n_fallback;         // matrices stored as F16 because ne[0] is not a multiple of 32
     int n_int4_float;       // q4_0/q4_1: matrices int4 mode does not quantize (F32; an untied embedding BF16)
+    int n_int4_q8_0;        // of those, stored Q8_0 because their values are exactly Q8_0's
     int int4_group;         // q4_0/q4_1: the quantizer's group size
     uint64_t int4_blocks;   // Q4_0/Q4_1 blocks written
     uint64_t inexact_offset_blocks;   // Q4_1 blocks whose offset m is not exact in fp16

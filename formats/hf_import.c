@@ -1,5 +1,7 @@
 // hf_import.c: HF model directory -> ModelBundle; see hf_import.h.
 #include "hf_import.h"
+#include "../data/chat.h"
+#include "../data/tokenizer.h"
 #include <jansson.h>
 #include <string.h>
 #include "safetensors.h"
@@ -235,6 +237,29 @@ int hf_is_model_dir(const char *dir) {
     return yes;
 }
 
+// The tokenizer files are stored verbatim: a truncated or unusable one is
+// refused here, before anything is written, not when it is first used.
+static int check_tokenizer_files(const char *dir, const ModelBundle *b, PtError *e) {
+    char src[1100];
+    if (b->tokenizer_json) {
+        snprintf(src, sizeof src, "%s/tokenizer.json", dir);
+        Tokenizer *t;
+        if (tokenizer_load(&t, b->tokenizer_json, b->tokenizer_json_len, src, e)) return -1;
+        int n = tokenizer_vocab_size(t);
+        tokenizer_free(t);
+        if (n > b->cfg.vocab_size)
+            return pt_fail(e, "%s: the tokenizer has ids up to %d, beyond the model's vocab_size %d", src, n - 1,
+                           b->cfg.vocab_size);
+    }
+    if (b->tokenizer_config_json) {
+        snprintf(src, sizeof src, "%s/tokenizer_config.json", dir);
+        ChatTemplate *t;
+        if (chat_template_load(&t, b->tokenizer_config_json, b->tokenizer_config_json_len, src, e)) return -1;
+        chat_template_free(t);
+    }
+    return 0;
+}
+
 int hf_import(const char *dir, ModelBundle *b, PtError *e) {
     memset(b, 0, sizeof *b);
     if (!path_is_dir(dir)) return pt_fail(e, "%s: not a directory (expected an HF model directory)", dir);
@@ -269,7 +294,8 @@ int hf_import(const char *dir, ModelBundle *b, PtError *e) {
     }
     if (check_complete(&im, weights, e)) goto out;
     if (read_optional(dir, "tokenizer.json", &b->tokenizer_json, &b->tokenizer_json_len, e) ||
-        read_optional(dir, "tokenizer_config.json", &b->tokenizer_config_json, &b->tokenizer_config_json_len, e))
+        read_optional(dir, "tokenizer_config.json", &b->tokenizer_config_json, &b->tokenizer_config_json_len, e) ||
+        check_tokenizer_files(dir, b, e))
         goto out;
     rc = 0;
 out:

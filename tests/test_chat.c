@@ -1,137 +1,185 @@
-// Chat template parity: the C render equals transformers' apply_chat_template
-// with the real Qwen3 template (fixtures from tests/ref/make_tokenizer_fixtures.py)
-// for every conversation; its ids equal HF's; the train=1 segments are exactly
-// the assistant replies each followed by <|im_end|>; bad conversations are refused.
+// The chat template in use: the bundled template (for checkpoints without
+// one) renders what transformers' apply_chat_template renders with the real
+// Qwen3 template (fixtures from tests/ref/make_tokenizer_fixtures.py) and the
+// same ids; a checkpoint's own template is the one used; SFT masks on the
+// whole rendered text under the Qwen2 split and under GPT-2's split (where
+// the old per-segment check refused every Qwen3-style line, issue 3), with
+// the trained text equal to the reference spans of tests/fixtures/chat.
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <cmocka.h>
 #include <jansson.h>
+#include <stdlib.h>
 #include <string.h>
 #include "../data/chat.h"
+#include "../data/sft.h"
 #include "../data/tokenizer.h"
 
 #define FIX "tests/fixtures/tok/"
 
-static int *encode(const Tokenizer *t, const char *text, int **ids, size_t *n, size_t *cap) {
-    PtError e;
-    if (tokenizer_encode(t, text, strlen(text), ids, n, cap, &e)) fail_msg("encode: %s", e.msg);
-    return *ids;
+static json_t *load(const char *path) {
+    json_error_t je;
+    json_t *j = json_load_file(path, 0, &je);
+    if (!j) fail_msg("%s: %s", path, je.text);
+    return j;
 }
 
-static void test_render_matches_transformers(void **s) {
+static int messages_of(json_t *conv, ChatMessage *m) {
+    json_t *jm = json_object_get(conv, "messages");
+    int n = (int)json_array_size(jm);
+    assert_true(n <= 16);
+    for (int i = 0; i < n; i++) {
+        m[i].role = json_string_value(json_object_get(json_array_get(jm, (size_t)i), "role"));
+        m[i].content = json_string_value(json_object_get(json_array_get(jm, (size_t)i), "content"));
+    }
+    return n;
+}
+
+static void test_bundled_matches_qwen3(void **s) {
     (void)s;
-    json_error_t je;
-    json_t *cases = json_load_file(FIX "chat.json", 0, &je);
-    if (!cases) fail_msg("chat.json: %s", je.text);
+    json_t *cases = load(FIX "chat.json");
     Tokenizer *tok;
+    ChatTemplate *t;
     PtError e;
     if (tokenizer_load_file(&tok, FIX "tokenizer.json", &e)) fail_msg("%s", e.msg);
-    assert_true(json_array_size(cases) >= 15);
+    assert_int_equal(chat_template_load(&t, NULL, 0, "none", &e), 0);
+    assert_true(chat_template_is_bundled(t));
+    assert_int_equal(json_array_size(cases), 19);
     for (size_t c = 0; c < json_array_size(cases); c++) {
-        json_t *cs = json_array_get(cases, c), *jm = json_object_get(cs, "messages");
+        json_t *cs = json_array_get(cases, c);
         const char *name = json_string_value(json_object_get(cs, "name"));
-        int n = (int)json_array_size(jm);
         ChatMessage m[16];
-        assert_true(n <= 16);
-        for (int i = 0; i < n; i++) {
-            m[i].role = json_string_value(json_object_get(json_array_get(jm, (size_t)i), "role"));
-            m[i].content = json_string_value(json_object_get(json_array_get(jm, (size_t)i), "content"));
-        }
-        ChatRender r;
-        if (chat_render(&r, m, n, json_is_true(json_object_get(cs, "add_generation_prompt")),
-                        json_is_true(json_object_get(cs, "enable_thinking")), &e))
+        int n = messages_of(cs, m);
+        ChatText out;
+        if (chat_render(t, m, n, json_is_true(json_object_get(cs, "add_generation_prompt")),
+                        json_is_true(json_object_get(cs, "enable_thinking")), &out, &e))
             fail_msg("%s: %s", name, e.msg);
-        char *text = chat_render_text(&r);
-        if (strcmp(text, json_string_value(json_object_get(cs, "text"))) != 0)
-            fail_msg("%s: rendered\n%s\ntransformers\n%s", name, text, json_string_value(json_object_get(cs, "text")));
-
-        // The loss mask covers the replies and their <|im_end|>, nothing else.
-        size_t trained_len = 0;
-        for (int i = 0; i < r.n; i++)
-            if (r.seg[i].train) trained_len += strlen(r.seg[i].text);
-        char *trained = xmalloc(trained_len + 1, "trained text");
-        trained[0] = 0;
-        for (int i = 0; i < r.n; i++)
-            if (r.seg[i].train) strcat(trained, r.seg[i].text);
-        if (strcmp(trained, json_string_value(json_object_get(cs, "train_text"))) != 0)
-            fail_msg("%s: trained text \"%s\"", name, trained);
-
-        // Ids of the whole render equal HF's; per-segment ids agree with them
-        // except where a reply starts with "\n" right after "assistant\n".
-        int *whole = NULL, *parts = NULL;
-        size_t nw = 0, cw = 0, np = 0, cp = 0;
-        encode(tok, text, &whole, &nw, &cw);
-        json_t *want = json_object_get(cs, "ids");
-        assert_int_equal(nw, json_array_size(want));
-        for (size_t k = 0; k < nw; k++) assert_int_equal(whole[k], json_integer_value(json_array_get(want, k)));
-        for (int i = 0; i < r.n; i++) encode(tok, r.seg[i].text, &parts, &np, &cp);
-        int same = np == nw && memcmp(parts, whole, nw * sizeof *whole) == 0;
-        if (strcmp(name, "leading_newlines") == 0) assert_false(same);
-        else if (!same) fail_msg("%s: per-segment ids differ from the whole text's", name);
-        free(whole);
-        free(parts);
-        free(trained);
-        free(text);
-        chat_render_free(&r);
+        const char *want = json_string_value(json_object_get(cs, "text"));
+        if (strcmp(out.text, want)) fail_msg("%s: rendered\n%s\ntransformers\n%s", name, out.text, want);
+        int *ids = NULL;
+        size_t n_ids = 0, cap = 0;
+        assert_int_equal(tokenizer_encode(tok, out.text, out.len, &ids, &n_ids, &cap, &e), 0);
+        json_t *want_ids = json_object_get(cs, "ids");
+        assert_int_equal(n_ids, json_array_size(want_ids));
+        for (size_t k = 0; k < n_ids; k++) assert_int_equal(ids[k], json_integer_value(json_array_get(want_ids, k)));
+        free(ids);
+        chat_text_free(&out);
     }
+    chat_template_free(t);
     tokenizer_free(tok);
     json_decref(cases);
 }
 
-static void expect_error(const ChatMessage *m, int n, const char *needle) {
-    ChatRender r;
+// The fixture tokenizer with its pre-tokenizer replaced by GPT-2's split
+// (ByteLevel with use_regex), as a SmolLM-style tokenizer splits.
+static Tokenizer *gpt2_split_tokenizer(void) {
+    json_t *tj = load(FIX "tokenizer.json");
+    json_object_set_new(tj, "pre_tokenizer", json_pack("{s:s, s:b, s:b, s:b}", "type", "ByteLevel", "add_prefix_space",
+                                                       0, "trim_offsets", 1, "use_regex", 1));
+    json_object_set_new(tj, "normalizer", json_null());
+    char *text = json_dumps(tj, 0);
+    Tokenizer *tok;
     PtError e;
-    assert_int_equal(chat_render(&r, m, n, 0, 1, &e), -1);
-    assert_int_equal(r.n, 0);
-    if (!strstr(e.msg, needle)) fail_msg("\"%s\" does not say \"%s\"", e.msg, needle);
+    if (tokenizer_load(&tok, text, strlen(text), "gpt2 split", &e)) fail_msg("%s", e.msg);
+    free(text);
+    json_decref(tj);
+    return tok;
 }
 
-static void test_refused_conversations(void **s) {
-    (void)s;
-    ChatMessage unknown[] = {{"user", "hi"}, {"robot", "beep"}};
-    expect_error(unknown, 2, "message 1: unknown role \"robot\"");
-    ChatMessage empty[] = {{"user", "hi"}, {"assistant", ""}};
-    expect_error(empty, 2, "message 1 (assistant): empty reply");
-    ChatMessage only_thoughts[] = {{"user", "hi"}, {"assistant", "<think>hmm</think>\n\n"}};
-    expect_error(only_thoughts, 2, "empty reply");
-    ChatMessage late_system[] = {{"user", "hi"}, {"system", "be nice"}, {"assistant", "ok"}};
-    expect_error(late_system, 3, "message 1: a system message must come first");
-    ChatMessage tool[] = {{"user", "hi"}, {"tool", "{}"}};
-    expect_error(tool, 2, "\"tool\" is not supported");
-    ChatMessage null_content[] = {{"user", NULL}};
-    expect_error(null_content, 1, "no content");
-    expect_error(NULL, 0, "no messages");
+// Every conversation through sft_encode_line: the trained tokens spell the
+// reference spans; only "leading_newlines" (a reply starting with "\n" right
+// after the template's "\n") cannot be masked.
+static void check_sft(Tokenizer *tok, const char *label) {
+    json_t *convs = load(FIX "chat.json"), *expected = load("tests/fixtures/chat/expected.json");
+    json_t *ref = json_object_get(json_object_get(json_object_get(expected, "families"), "qwen3"), "cases");
+    ChatTemplate *t;
+    PtError e;
+    assert_int_equal(chat_template_load(&t, NULL, 0, "none", &e), 0);
+    int ok = 0;
+    for (size_t c = 0; c < json_array_size(convs); c++) {
+        json_t *conv = json_array_get(convs, c);
+        const char *name = json_string_value(json_object_get(conv, "name"));
+        if (json_is_true(json_object_get(conv, "add_generation_prompt"))) continue;   // no reply to train
+        json_t *line_obj = json_pack("{s:O}", "messages", json_object_get(conv, "messages"));
+        char *line = json_dumps(line_obj, 0);
+        SftExample ex = {0};
+        int rc = sft_encode_line(tok, t, line, strlen(line), name, &ex, &e);
+        if (!strcmp(name, "leading_newlines")) {
+            assert_int_equal(rc, SFT_BOUNDARY_MERGE);
+            if (!strstr(e.msg, "joins the chat template's text and message 1's reply"))
+                fail_msg("%s: %s", label, e.msg);
+        } else {
+            if (rc) fail_msg("%s/%s: %s", label, name, e.msg);
+            int *trained = xmalloc(ex.n * sizeof *trained, "trained");
+            size_t k = 0;
+            for (size_t i = 0; i < ex.n; i++)
+                if (ex.mask[i]) trained[k++] = ex.ids[i];
+            char *text = tokenizer_decode(tok, trained, k, 0);
+            const char *want = json_string_value(json_object_get(json_array_get(ref, c), "train_text"));
+            if (strcmp(text, want)) fail_msg("%s/%s: trained [%s], reference [%s]", label, name, text, want);
+            free(text);
+            free(trained);
+            ok++;
+        }
+        sft_example_free(&ex);
+        free(line);
+        json_decref(line_obj);
+    }
+    assert_true(ok >= 14);
+    chat_template_free(t);
+    json_decref(convs);
+    json_decref(expected);
 }
 
-static void test_segments_and_generation_prompt(void **s) {
+static void test_sft_masks_qwen2_split(void **s) {
     (void)s;
-    ChatMessage m[] = {{"user", "Q"}, {"assistant", "<think>r</think>A"}};
-    ChatRender r;
+    Tokenizer *tok;
     PtError e;
-    assert_int_equal(chat_render(&r, m, 2, 0, 1, &e), 0);
-    // user turn + header + think block (0) | reply + <|im_end|> (1) | "\n" (0)
-    assert_int_equal(r.n, 3);
-    assert_string_equal(r.seg[0].text, "<|im_start|>user\nQ<|im_end|>\n<|im_start|>assistant\n<think>\nr\n</think>\n\n");
-    assert_int_equal(r.seg[0].train, 0);
-    assert_string_equal(r.seg[1].text, "A<|im_end|>");
-    assert_int_equal(r.seg[1].train, 1);
-    assert_string_equal(r.seg[2].text, "\n");
-    assert_int_equal(r.seg[2].train, 0);
-    chat_render_free(&r);
-    ChatMessage q[] = {{"user", "Q"}};
-    assert_int_equal(chat_render(&r, q, 1, 1, 0, &e), 0);
-    assert_int_equal(r.n, 1);
-    assert_int_equal(r.seg[0].train, 0);
-    assert_string_equal(r.seg[0].text, "<|im_start|>user\nQ<|im_end|>\n<|im_start|>assistant\n<think>\n\n</think>\n\n");
-    chat_render_free(&r);
+    if (tokenizer_load_file(&tok, FIX "tokenizer.json", &e)) fail_msg("%s", e.msg);
+    check_sft(tok, "qwen2 split");
+    tokenizer_free(tok);
+}
+
+static void test_sft_masks_gpt2_split(void **s) {
+    (void)s;
+    Tokenizer *tok = gpt2_split_tokenizer();
+    check_sft(tok, "gpt2 split");
+    tokenizer_free(tok);
+}
+
+// A checkpoint's own template wins; one without chat_template gets the bundled one.
+static void test_template_choice(void **s) {
+    (void)s;
+    const char *cfg = "{\"eos_token\": \"<|im_end|>\", \"chat_template\": \"{% for m in messages %}[{{ m.role }}]"
+                      "{{ m.content }}{{ eos_token }}{% endfor %}\"}";
+    ChatTemplate *t;
+    PtError e;
+    assert_int_equal(chat_template_load(&t, cfg, strlen(cfg), "cfg", &e), 0);
+    assert_false(chat_template_is_bundled(t));
+    ChatMessage m[2] = {{"user", "hi"}, {"assistant", "yo"}};
+    ChatText out;
+    assert_int_equal(chat_render(t, m, 2, 0, 1, &out, &e), 0);
+    assert_string_equal(out.text, "[user]hi<|im_end|>[assistant]yo<|im_end|>");
+    assert_int_equal(out.tag[29], 2);   // "y" of the assistant's content
+    chat_text_free(&out);
+    chat_template_free(t);
+    const char *none = "{\"eos_token\": \"<|im_end|>\"}";
+    assert_int_equal(chat_template_load(&t, none, strlen(none), "cfg", &e), 0);
+    assert_true(chat_template_is_bundled(t));
+    assert_string_equal(chat_template_text(t), chat_bundled_template());
+    chat_template_free(t);
+    const char *broken = "{\"chat_template\": \"{% if %}\"}";
+    assert_int_equal(chat_template_load(&t, broken, strlen(broken), "tokenizer_config.json", &e), -1);
+    if (!strstr(e.msg, "tokenizer_config.json chat_template:1:")) fail_msg("%s", e.msg);
 }
 
 int main(void) {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_render_matches_transformers),
-        cmocka_unit_test(test_refused_conversations),
-        cmocka_unit_test(test_segments_and_generation_prompt),
+        cmocka_unit_test(test_bundled_matches_qwen3),
+        cmocka_unit_test(test_sft_masks_qwen2_split),
+        cmocka_unit_test(test_sft_masks_gpt2_split),
+        cmocka_unit_test(test_template_choice),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -522,6 +522,61 @@ static void test_tokenizer_roundtrip(void **s) {
     check_rebuilt_tokenizer(TOK "tokenizer_legacy.json");   // merges as "a b"
 }
 
+// Other released models' pre-tokenizers (tests/fixtures/tok/pretok.json) get
+// llama.cpp's names on export (SmolLM2's Digits + ByteLevel is "smollm") and
+// come back from them on import encoding as HF tokenizers does; the special
+// tokens stay in the vocabulary, so its ids have no gaps.
+static void test_tokenizer_pre_families(void **s) {
+    (void)s;
+    static const char *const CASES[][2] = {{"smollm", "smollm"}, {"llama3", "llama-bpe"}, {"deepseek_v3", "deepseek-v3"}};
+    json_error_t je;
+    json_t *variants = json_load_file(TOK "pretok.json", 0, &je), *base = json_load_file(TOK "tokenizer.json", 0, &je);
+    assert_true(variants && base);
+    size_t clen;
+    char *corpus = slurp(TOK "corpus.txt", &clen);
+    for (size_t k = 0; k < 3; k++) {
+        json_t *var = NULL;
+        for (size_t v = 0; v < json_array_size(variants); v++)
+            if (!strcmp(json_string_value(json_object_get(json_array_get(variants, v), "name")), CASES[k][0]))
+                var = json_array_get(variants, v);
+        assert_non_null(var);
+        json_object_set(base, "pre_tokenizer", json_object_get(var, "pre_tokenizer"));
+        json_object_set(base, "normalizer", json_object_get(var, "normalizer"));
+        char *tok_path = tmp_path("variant.json"), *path = tmp_path("variant.gguf");
+        assert_int_equal(json_dump_file(base, tok_path, 0), 0);
+        ModelBundle a, b;
+        PtError e;
+        model_with_tokenizer(&a, tok_path, 1);
+        if (gguf_export(&a, path, "f32", NULL, NULL, &e) || gguf_import(path, &b, &e)) fail_msg("%s: %s", CASES[k][0], e.msg);
+        GgufFile f;
+        open_ok(&f, path);
+        const char *str;
+        size_t len;
+        assert_int_equal(gguf_get_str(&f, "tokenizer.ggml.pre", &str, &len, &e), 1);
+        if (len != strlen(CASES[k][1]) || memcmp(str, CASES[k][1], len)) fail_msg("%s: pre \"%.*s\"", CASES[k][0], (int)len, str);
+        gguf_close(&f);
+        Tokenizer *t;
+        if (tokenizer_load(&t, b.tokenizer_json, b.tokenizer_json_len, "rebuilt", &e)) fail_msg("%s", e.msg);
+        encode_all(t, corpus, clen, json_object_get(var, "whole"), CASES[k][0]);
+        json_t *lines = json_object_get(var, "lines");
+        char *p = corpus;
+        for (size_t i = 0; i < json_array_size(lines); i++) {
+            char *nl = strchr(p, '\n');
+            encode_all(t, p, (size_t)(nl - p), json_array_get(lines, i), CASES[k][0]);
+            p = nl + 1;
+        }
+        tokenizer_free(t);
+        json_t *rebuilt = json_loadb(b.tokenizer_json, b.tokenizer_json_len, 0, &je);
+        assert_int_equal(json_object_size(json_object_get(json_object_get(rebuilt, "model"), "vocab")), 1505);
+        json_decref(rebuilt);
+        bundle_free(&a), bundle_free(&b);
+        unlink(path), unlink(tok_path);
+        free(path), free(tok_path);
+    }
+    free(corpus);
+    json_decref(variants), json_decref(base);
+}
+
 // A pre-tokenizer llama.cpp cannot reproduce is refused, not silently mapped.
 static void test_tokenizer_refused(void **s) {
     (void)s;
@@ -553,6 +608,7 @@ int main(void) {
         cmocka_unit_test(test_model_quant_exports),
         cmocka_unit_test(test_converter_files),
         cmocka_unit_test(test_tokenizer_roundtrip),
+        cmocka_unit_test(test_tokenizer_pre_families),
         cmocka_unit_test(test_tokenizer_refused),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -416,6 +416,36 @@ static void test_other_sources(void **state) {
     free(dir);
 }
 
+// A truncated tokenizer.json (or a tokenizer_config.json whose chat template
+// does not parse) is refused at the door by import and by init, which store
+// these files verbatim; nothing is written (issue: they used to exit 0).
+static void test_bad_tokenizer_files(void **state) {
+    Ctx *c = *state;
+    char *dir = make_model_dir(c, "badtok", &TINY);
+    uint8_t *tok;
+    size_t len;
+    PtError e;
+    if (read_whole_file("tests/fixtures/tok/tokenizer.json", &tok, &len, &e)) fail_msg("%s", e.msg);
+    char *half = path_join(dir, "tokenizer.json");
+    FILE *f = fopen(half, "wb");
+    fwrite(tok, 1, len / 2, f);
+    fclose(f);
+    expect_import_fails(c, dir, "tokenizer.json", "invalid JSON");
+    char *out = path_join(c->root, "INIT.h5");
+    Run r;
+    run_pocket(c, &r, "init", "--model", "tiny", "--tokenizer", half, "--out", out, NULL, NULL);
+    if (r.status <= 0 || !strstr(r.err, "tokenizer.json") || !strstr(r.err, "invalid JSON"))
+        fail_msg("init with a truncated tokenizer.json: exit %d, %s", r.status, r.err);
+    assert_true(no_entry_with_prefix(c->root, "INIT.h5"));
+    unlink(half);
+    write_text(dir, "tokenizer_config.json", "{\"chat_template\": \"{% for m in messages %}\"}");
+    expect_import_fails(c, dir, "tokenizer_config.json chat_template:1:", "never closed");
+    free(out);
+    free(half);
+    free(tok);
+    free(dir);
+}
+
 static void test_sharded_errors(void **state) {
     Ctx *c = *state;
     ModelSpec s = {.preset = "tiny-untied", .dtype = "F32", .shards = 3};
@@ -529,7 +559,9 @@ static void import_export_roundtrip(Ctx *c, const char *tag, const ModelSpec *s,
 
 static void test_good_imports(void **state) {
     Ctx *c = *state;
-    ModelSpec tied = {.preset = "tiny", .dtype = "F32", .tokenizer_json = "{\"version\": \"1.0\", \"model\": {}}\n"};
+    ModelSpec tied = {.preset = "tiny", .dtype = "F32", .tokenizer_json =
+                         "{\"version\": \"1.0\", \"model\": {\"type\": \"BPE\", \"vocab\": {\"a\": 0}, \"merges\": []}, "
+                         "\"pre_tokenizer\": {\"type\": \"ByteLevel\"}, \"decoder\": {\"type\": \"ByteLevel\"}}\n"};
     import_export_roundtrip(c, "good-f32", &tied, "f32", "F32");
     ModelSpec bf16 = {.preset = "tiny", .dtype = "BF16"};
     import_export_roundtrip(c, "good-bf16", &bf16, "bf16", "BF16");   // bf16 -> f32 -> bf16 is lossless
@@ -600,6 +632,7 @@ int main(void) {
         cmocka_unit_test(test_tied_head_differs),
         cmocka_unit_test(test_other_sources),
         cmocka_unit_test(test_sharded_errors),
+        cmocka_unit_test(test_bad_tokenizer_files),
         cmocka_unit_test(test_good_imports),
         cmocka_unit_test(test_export_errors),
     };

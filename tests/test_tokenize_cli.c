@@ -426,7 +426,7 @@ static void test_bad_inputs(void **state) {
     expect_failure(v, FIX "/bad/unknown_role.jsonl", "--chat", "unknown_role.jsonl:2: message 1: unknown role \"bot\"");
     expect_failure(v, FIX "/bad/empty_assistant.jsonl", "--chat", "empty_assistant.jsonl:1: message 1: empty assistant");
     expect_failure(v, FIX "/bad/system_late.jsonl", "--chat", "system_late.jsonl:1: ");
-    expect_failure(v, FIX "/bad/reply_newline.jsonl", "--chat", "reply_newline.jsonl:1: the chat segments tokenized");
+    expect_failure(v, FIX "/bad/reply_newline.jsonl", "--chat", "reply_newline.jsonl:1: token 14 (\"\\n\\n\") joins the chat template's text and message 1's reply");
     expect_failure(v, FIX "/bad/malformed_text.jsonl", "", "malformed_text.jsonl:3: malformed JSON");
     expect_failure(v, FIX "/corpus/01_intro.txt", "--chat", "--chat reads chat .jsonl");
     expect_failure(v, FIX "/corpus/notes.md", "", "unknown input type");

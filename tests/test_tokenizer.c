@@ -107,6 +107,44 @@ static void check_corpus(const char *tokenizer_path, const char *expected_path) 
     tokenizer_free(t);
 }
 
+// The fixture tokenizer under other normalizers and pre-tokenizers (Digits,
+// Punctuation, every Split behaviour, invert, released models' sequences):
+// HF's ids on every corpus line and the whole corpus (tests/ref/make_pretok_fixtures.py).
+static void test_pre_tokenizers_match_hf(void **s) {
+    (void)s;
+    json_t *variants = load_json(FIX "pretok.json"), *base = load_json(FIX "tokenizer.json");
+    Corpus c = load_corpus();
+    assert_true(json_array_size(variants) >= 14);
+    for (size_t v = 0; v < json_array_size(variants); v++) {
+        json_t *var = json_array_get(variants, v);
+        const char *name = json_string_value(json_object_get(var, "name"));
+        json_object_set(base, "normalizer", json_object_get(var, "normalizer"));
+        json_object_set(base, "pre_tokenizer", json_object_get(var, "pre_tokenizer"));
+        char *text = json_dumps(base, 0);
+        Tokenizer *t;
+        PtError e;
+        if (tokenizer_load(&t, text, strlen(text), name, &e)) fail_msg("%s: %s", name, e.msg);
+        json_t *lines = json_object_get(var, "lines");
+        for (size_t i = 0; i < c.n; i++) {
+            size_t n;
+            int *ids = encode(t, c.line[i], c.line_len[i], &n);
+            char what[128];
+            snprintf(what, sizeof what, "%s line %zu", name, i + 1);
+            expect_ids(ids, n, json_array_get(lines, i), what, c.line[i]);
+            free(ids);
+        }
+        size_t n;
+        int *ids = encode(t, c.data, c.len, &n);
+        expect_ids(ids, n, json_object_get(var, "whole"), name, "(whole corpus)");
+        free(ids);
+        tokenizer_free(t);
+        free(text);
+    }
+    free_corpus(&c);
+    json_decref(base);
+    json_decref(variants);
+}
+
 static void test_encode_merges_pairs(void **s) { (void)s; check_corpus(FIX "tokenizer.json", FIX "expected.json"); }
 static void test_encode_merges_legacy(void **s) {
     (void)s;
@@ -312,8 +350,15 @@ static void test_unsupported_files(void **s) {
                       "\"aa\" is not in the vocab");
     expect_load_error("{\"normalizer\": {\"type\": \"Lowercase\"}, \"model\": {\"vocab\": {}}, " BYTE_LEVEL_REST "}",
                       "Lowercase");
+    expect_load_error("{\"model\": {\"type\": \"BPE\", \"vocab\": {}}, \"pre_tokenizer\": {\"type\": \"Metaspace\"}, "
+                      "\"decoder\": {\"type\": \"ByteLevel\"}}",
+                      "pre_tokenizer \"Metaspace\" is not supported");
     expect_load_error("{\"model\": {\"type\": \"BPE\", \"vocab\": {}}, \"decoder\": {\"type\": \"ByteLevel\"}}",
-                      "pre_tokenizer");
+                      "no pre_tokenizer");
+    expect_load_error("{\"model\": {\"type\": \"BPE\", \"vocab\": {}}, \"pre_tokenizer\": {\"type\": \"Sequence\", "
+                      "\"pretokenizers\": [{\"type\": \"ByteLevel\"}, {\"type\": \"Digits\"}]}, "
+                      "\"decoder\": {\"type\": \"ByteLevel\"}}",
+                      "ByteLevel must be the last step");
     expect_load_error("{\"model\": {\"type\": \"BPE\", \"vocab\": {}, \"dropout\": 0.1}, " BYTE_LEVEL_REST "}",
                       "dropout");
     expect_load_error("{\"model\": {\"type\": \"BPE\", \"vocab\": {}}, \"added_tokens\": [{\"id\": 0, \"content\": "
@@ -372,6 +417,7 @@ int main(void) {
         cmocka_unit_test(test_token_ids_and_hash),
         cmocka_unit_test(test_invalid_utf8),
         cmocka_unit_test(test_unsupported_files),
+        cmocka_unit_test(test_pre_tokenizers_match_hf),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -17,6 +17,9 @@
 #include "test_model_util.h"
 #include "../formats/checkpoint.h"
 #include "../cli/open_model.h"
+#include <jansson.h>
+#include "../data/chat.h"
+#include "../data/dataset.h"
 #include "test_qat_util.h"
 #include "test_cli_util.h"
 
@@ -363,6 +366,101 @@ static void expect_recipe_error(const char *sets, const char *needle) {
     assert_true(newest_ckpt(bad, ck, sizeof ck) < 0);
 }
 
+// A refused run leaves no directory: not the run directory, nor the parents
+// it would have created (they used to stay, empty).
+static void test_refused_run_leaves_no_directory(void **s) {
+    (void)s;
+    char top[400];
+    snprintf(top, sizeof top, "%s/new-parent", g_dir);
+    assert_int_not_equal(sh("%s train %s/cpt.ini --set train.run_dir=%s/deeper/run --set data.train=/nonexistent.h5 "
+                            ">/dev/null 2>&1", pocket(), g_dir, top), 0);
+    assert_false(path_exists(top));
+    // An existing directory stays.
+    assert_int_equal(sh("mkdir -p %s/kept", g_dir), 0);
+    assert_int_not_equal(sh("%s train %s/cpt.ini --set train.run_dir=%s/kept --set data.train=/nonexistent.h5 "
+                            ">/dev/null 2>&1", pocket(), g_dir, g_dir), 0);
+    char kept[400];
+    snprintf(kept, sizeof kept, "%s/kept", g_dir);
+    assert_true(path_is_dir(kept));
+}
+
+// pocket inspect shows a checkpoint's int4 state (after the QAT runs above).
+static void test_inspect_shows_int4_state(void **s) {
+    (void)s;
+    assert_int_equal(sh("%s inspect $(ls %s/qfull/ckpt-*.h5 | tail -1) | grep -q '^int4 state: group [0-9]*, '", pocket(), g_dir), 0);
+    assert_int_equal(sh("%s inspect %s/init.h5 | grep -q '^int4 state: none'", pocket(), g_dir), 0);
+}
+
+// An MNN package states its sampling (greedy on request, as pocket generate)
+// and carries the chat template pocket used: for a checkpoint without one,
+// the bundled template (it used to ship none, or the model's own while
+// training used Qwen3's).
+static void test_mnn_export_sampler_and_template(void **s) {
+    (void)s;
+    // a QAT checkpoint of the runs above (group 4: the tiny model's rows are 48 wide)
+    assert_int_equal(sh("%s export --ckpt $(ls %s/qfull/ckpt-*.h5 | tail -1) --format mnn --out %s/mnn --sampler greedy "
+                        ">/dev/null", pocket(), g_dir, g_dir), 0);
+    char path[400];
+    snprintf(path, sizeof path, "%s/mnn/config.json", g_dir);
+    json_error_t je;
+    json_t *cfg = json_load_file(path, 0, &je);
+    assert_non_null(cfg);
+    assert_string_equal(json_string_value(json_object_get(cfg, "sampler_type")), "greedy");
+    json_decref(cfg);
+    snprintf(path, sizeof path, "%s/mnn/llm_config.json", g_dir);
+    cfg = json_load_file(path, 0, &je);
+    assert_non_null(cfg);
+    const char *tmpl = json_string_value(json_object_get(json_object_get(cfg, "jinja"), "chat_template"));
+    assert_non_null(tmpl);
+    assert_string_equal(tmpl, chat_bundled_template());
+    json_decref(cfg);
+    assert_int_not_equal(sh("%s export --ckpt %s/init.h5 --format mnn --out %s/mnn2 --sampler hot 2>/dev/null", pocket(),
+                            g_dir, g_dir), 0);
+}
+
+// pocket eval on a one-example SFT set counts that example's trained tokens
+// once, with a batch of 4 rows of 128 (it used to fill them with copies).
+static void test_eval_counts_each_example_once(void **s) {
+    (void)s;
+    assert_int_equal(sh("head -2 tests/fixtures/data/chat.jsonl | tail -1 > %s/one.jsonl && %s tokenize --chat "
+                        "--tokenizer tests/fixtures/tok/tokenizer.json %s/one.jsonl --out %s/one.h5 >/dev/null",
+                        g_dir, pocket(), g_dir, g_dir), 0);
+    char path[400];
+    snprintf(path, sizeof path, "%s/one.h5", g_dir);
+    Dataset d;
+    PtError e;
+    if (dataset_open(&d, path, &e)) fail_msg("%s", e.msg);
+    assert_int_equal(d.n_docs, 1);
+    long trained = 0;   // targets 1..n-1 whose token the mask trains
+    for (uint64_t i = 1; i < d.n_tokens; i++) trained += d.loss_mask[i];
+    dataset_close(&d);
+    char out[400];
+    snprintf(out, sizeof out, "%s/eval.txt", g_dir);
+    assert_int_equal(sh("%s eval --ckpt %s/init.h5 --data %s/one.h5 --batch 4 --seq-len 128 --exact-match 0 > %s",
+                        pocket(), g_dir, g_dir, out), 0);
+    FILE *f = fopen(out, "r");
+    char line[1000];
+    long counted = -1;
+    while (fgets(line, sizeof line, f)) {
+        char *over = strstr(line, " over ");
+        if (over) counted = strtol(over + 6, NULL, 10);
+    }
+    fclose(f);
+    assert_true(trained > 0);
+    assert_int_equal(counted, trained);
+}
+
+// eval_interval = 0 means never: no evaluation at step 0 either, so no best.h5.
+static void test_eval_interval_zero_never_evaluates(void **s) {
+    (void)s;
+    assert_int_equal(sh("%s train %s/cpt.ini --set train.run_dir=%s/noeval --set train.steps=2 "
+                        "--set train.eval_interval=0 >/dev/null", pocket(), g_dir, g_dir), 0);
+    char best[400];
+    snprintf(best, sizeof best, "%s/noeval/best.h5", g_dir);
+    assert_false(path_exists(best));
+    assert_int_equal(sh("grep -q val_loss %s/noeval/metrics.jsonl", g_dir), 1);
+}
+
 static void test_bad_recipes_fail_before_training(void **s) {
     (void)s;
     expect_recipe_error("--set train.no_such_key=1", "no_such_key");
@@ -390,6 +488,11 @@ int main(void) {
         cmocka_unit_test(test_grad_accumulation_matches_bigger_batch),
         cmocka_unit_test(test_sigkill_during_checkpoint_write),
         cmocka_unit_test(test_bad_recipes_fail_before_training),
+        cmocka_unit_test(test_refused_run_leaves_no_directory),
+        cmocka_unit_test(test_eval_interval_zero_never_evaluates),
+        cmocka_unit_test(test_eval_counts_each_example_once),
+        cmocka_unit_test(test_inspect_shows_int4_state),
+        cmocka_unit_test(test_mnn_export_sampler_and_template),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

@@ -1,5 +1,7 @@
 #include "evaluate.h"
 #include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include "../data/loader.h"
 #include "../model/generate.h"
@@ -16,6 +18,7 @@ int eval_loss_sums(Model *m, const Dataset *d, int doc_mask, long max_batches, i
     Loader l;
     if (loader_open(&l, d, m->B, m->T, 4242, rank, world, e)) return -1;
     if (d->kind == DATASET_CPT) loader_set_doc_mask(&l, doc_mask);
+    loader_set_one_pass(&l);
     Batch b;
     batch_alloc(&b, m->B, m->T);
     *sum = 0;
@@ -24,9 +27,7 @@ int eval_loss_sums(Model *m, const Dataset *d, int doc_mask, long max_batches, i
     // SFT row packs several examples, so batches != items / B). Each call
     // is one batch of every rank; this rank's is global batch i * world + rank.
     for (long i = 0; max_batches <= 0 || i * world < max_batches; i++) {
-        LoaderCursor c;
-        loader_get_cursor(&l, &c);
-        if (c.epoch > 0) break;
+        if (loader_done(&l)) break;
         loader_next(&l, &b);
         if (max_batches > 0 && i * world + rank >= max_batches) continue;
         ModelInput in = {.B = b.B, .T = b.T, .tokens = b.tokens, .targets = b.targets, .mask = b.mask,
@@ -75,7 +76,11 @@ double eval_exact_match(const Model *m, const Tokenizer *tok, const Dataset *d, 
         if (start == 0) continue;
         for (uint64_t i = 0; i < len; i++) doc[i] = (int)dataset_token(d, off + i);
         int ref_len = (int)(end - start + 1);
-        p.max_new = ref_len;   // a longer completion cannot match anyway
+        p.max_new = ref_len;
+        // The reply's last trained token is the template's end-of-turn token: a stop.
+        size_t end_len;
+        const char *end_bytes = tokenizer_token_bytes(tok, doc[end], &end_len);
+        if (end_len && tokenizer_special_prefix(tok, end_bytes, end_len) == end_len) gen_add_stop(&p, doc[end], m->cfg.vocab_size);   // a longer completion cannot match anyway
         int got = generate(&g, doc, (int)start, &p, out, max_len, e);
         if (got < 0) break;
         int match = got == ref_len && !memcmp(out, doc + start, ref_len * sizeof(int));
@@ -94,4 +99,39 @@ double eval_exact_match(const Model *m, const Tokenizer *tok, const Dataset *d, 
     gen_free(&g);
     *n_scored = scored;
     return scored ? (double)hits / scored : NAN;
+}
+
+int chat_generation_prompt(const ModelBundle *b, const char *ckpt, const Tokenizer *tok, const char *system,
+                           const char *user, char **text, GenParams *p, PtError *e) {
+    char src[1100];
+    snprintf(src, sizeof src, "%s:/tokenizer/tokenizer_config.json", ckpt);
+    ChatTemplate *t;
+    if (chat_template_load(&t, b->tokenizer_config_json, b->tokenizer_config_json_len, src, e)) return -1;
+    ChatMessage m[3] = {{"system", system}, {"user", user}, {"assistant", "x"}};
+    int first = system ? 0 : 1;
+    ChatText c;
+    int rc = chat_render(t, m + first, 2 - first, 1, 0, &c, e);
+    if (rc == 0) {
+        *text = c.text;
+        free(c.tag);
+        // A probe reply "x": the special token right after it ends a turn.
+        ChatText probe;
+        PtError ignore;
+        if (chat_render(t, m + first, 3 - first, 0, 0, &probe, &ignore) == 0) {
+            size_t last = probe.len;
+            for (size_t i = 0; i < probe.len; i++)
+                if (probe.tag[i]) last = i + 1;
+            size_t n = last < probe.len ? tokenizer_special_prefix(tok, probe.text + last, probe.len - last) : 0;
+            if (n) {
+                char *name = xmalloc(n + 1, "end token");
+                memcpy(name, probe.text + last, n);
+                name[n] = 0;
+                gen_add_stop(p, tokenizer_token_id(tok, name), b->cfg.vocab_size);
+                free(name);
+            }
+            chat_text_free(&probe);
+        }
+    }
+    chat_template_free(t);
+    return rc;
 }

@@ -1,12 +1,14 @@
 // evaluate.h: held-out loss over a token dataset and the exact-match rate of
 // greedy completions on SFT data; used by `pocket eval` and the trainer.
 #pragma once
+#include "../data/chat.h"
 #include "../data/dataset.h"
+#include "../model/bundle.h"
 #include "../model/generate.h"
 
 // Mean loss over the dataset's batches (a fixed-seed loader, so every call
-// sees the same batches); max_batches <= 0 = one pass over the items (the
-// last batch may wrap into a few items of the next epoch). The model must be
+// sees the same batches); max_batches <= 0 = one pass over the items, each
+// counted once (the last batch is padded, not filled with repeats). The model must be
 // planned; its B x T is used. NAN with e filled on error.
 double eval_loss(Model *m, const Dataset *d, int doc_mask, long max_batches, long *count, PtError *e);
 // The same pass as the `rank` of `world` ranks sees it: the sum of the
@@ -26,3 +28,11 @@ double eval_exact_match(const Model *m, const Tokenizer *tok, const Dataset *d, 
 // the config's eos_id, then <|im_end|> and <|endoftext|> when the tokenizer
 // (may be NULL) has them.
 void add_default_stops(GenParams *p, const ModelConfig *c, const Tokenizer *tok);
+
+// `pocket generate --chat`: the checkpoint's chat template (bundle's
+// tokenizer_config.json; the bundled one when it has none) renders an
+// optional system message and the user's prompt with the assistant header
+// appended and thinking off; *text is malloc'd. The template's end-of-turn
+// token (the special token it puts after a reply) is added to p's stops.
+int chat_generation_prompt(const ModelBundle *b, const char *ckpt, const Tokenizer *tok, const char *system,
+                           const char *user, char **text, GenParams *p, PtError *e);

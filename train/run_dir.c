@@ -2,6 +2,8 @@
 #include "run_dir.h"
 #include <dirent.h>
 #include <errno.h>
+#include <ftw.h>
+#include <stdio.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -34,6 +36,25 @@ static int checkpoint_steps(const char *dir, long *steps, int cap) {
 }
 
 enum { MAX_CHECKPOINTS = 4096 };
+
+char *run_dir_first_missing(const char *dir) {
+    if (path_exists(dir)) return NULL;
+    char *p = xstrdup(dir);
+    for (char *s = p + 1; *s; s++)
+        if (*s == '/') {
+            *s = 0;
+            if (!path_exists(p)) return p;
+            *s = '/';
+        }
+    return p;
+}
+
+static int remove_entry(const char *path, const struct stat *st, int flag, struct FTW *ftw) {
+    (void)st, (void)flag, (void)ftw;
+    return remove(path);
+}
+
+void run_dir_remove_tree(const char *top) { nftw(top, remove_entry, 16, FTW_DEPTH | FTW_PHYS); }
 
 int run_dir_create(const char *dir, PtError *e) {
     char *p = xstrdup(dir);

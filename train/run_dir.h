@@ -9,6 +9,12 @@
 // Creates the directory (and its parents) and removes the leftovers of
 // writes that were killed (PATH.tmp.PID).
 int run_dir_create(const char *dir, PtError *e);
+// The outermost directory of dir's path that does not exist yet (dir itself
+// or a parent; malloc'd), NULL when dir exists.
+char *run_dir_first_missing(const char *dir);
+// Deletes a directory tree this process created (a run that failed before
+// its first checkpoint).
+void run_dir_remove_tree(const char *top);
 // The step of the newest ckpt-<step>.h5, -1 when there is none.
 long run_dir_newest_checkpoint(const char *dir);
 char *run_dir_checkpoint_path(const char *dir, long step);   // malloc'd

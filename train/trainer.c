@@ -438,7 +438,7 @@ int train_run(const Recipe *r, Comm *comm, volatile sig_atomic_t *stop, PtError 
     if (agree(&t, announce(&t, resumed, tokens_per_step, e), e)) goto out;
     int tty = t.lead && isatty(fileno(stderr)), stopped = 0;
     double start = now_seconds(), last_print = 0;
-    if (t.st.step == 0 && evaluate(&t, e)) goto out;
+    if (t.st.step == 0 && r->train.eval_interval > 0 && evaluate(&t, e)) goto out;   // 0: never
     // train.stop_after ends this invocation early (time-boxed jobs); the same
     // command without it resumes.
     long stop_at = r->train.stop_after > 0 && r->train.stop_after < t.total_steps ? r->train.stop_after : t.total_steps;
