@@ -1,12 +1,12 @@
 #!/usr/bin/env bash
-# tests/bench_shared.sh POCKET CKPT [POCKET_BEFORE]: tokens/s of `pocket generate`
-# (decode) and of SFT training steps with the machine to ourselves and with
-# one CPU-bound process beside them (a shell busy loop), with OpenMP's default
-# wait policy (OMP_WAIT_POLICY unset in a pocket that does not set it, i.e.
-# POCKET_BEFORE; else ACTIVE as the nearest stand-in) and with pocket's
-# passive one. CKPT: a checkpoint with a tokenizer (e.g. the SmolLM2 import).
+# tests/bench_shared.sh POCKET CKPT: tokens/s of `pocket generate` (decode) and
+# of SFT training steps with the machine to ourselves and with one CPU-bound
+# process beside them (a shell busy loop), under three OpenMP waits: libgomp's
+# default (OMP_WAIT_POLICY=ACTIVE stands in: pocket sets PASSIVE when nothing
+# is set), a short spin (GOMP_SPINCOUNT=1000) and pocket's passive one.
+# CKPT: a checkpoint with a tokenizer (e.g. the SmolLM2 import).
 set -euo pipefail
-POCKET=$1 CKPT=$2 BEFORE=${3:-}
+POCKET=$1 CKPT=$2
 WORK=$(mktemp -d)
 trap 'kill $HOG 2>/dev/null || true; rm -rf "$WORK"' EXIT
 HOG=
@@ -46,13 +46,13 @@ train() {   # binary, env -> mean tokens/s of steps 2..4 (stopped there: the fin
     grep -o '"tokens_per_s": *[0-9.]*' "$WORK/run/metrics.jsonl" | sed -n 2,4p | awk -F: '{s += $2} END {printf "%.1f", s / NR}'
 }
 
-DEFAULT_BIN=${BEFORE:-$POCKET} DEFAULT_ENV=${BEFORE:+OMP_NUM_THREADS=2}
-[ -n "$BEFORE" ] || DEFAULT_ENV="OMP_WAIT_POLICY=ACTIVE"
 echo "| | decode tokens/s | training tokens/s |"
 echo "| --- | --- | --- |"
 for load in alone busy; do
     [ $load = busy ] && hog_on
-    echo "| $load, OpenMP default wait | $(decode "$DEFAULT_BIN" "$DEFAULT_ENV") | $(train "$DEFAULT_BIN" "$DEFAULT_ENV") |"
-    echo "| $load, pocket (passive wait) | $(decode "$POCKET" OMP_NUM_THREADS=2) | $(train "$POCKET" OMP_NUM_THREADS=2) |"
+    for wait in "spin (ACTIVE):OMP_WAIT_POLICY=ACTIVE" "short spin:GOMP_SPINCOUNT=1000" "pocket's passive wait:"; do
+        env="OMP_NUM_THREADS=2 ${wait#*:}"
+        echo "| $load, ${wait%%:*} | $(decode "$POCKET" "$env") | $(train "$POCKET" "$env") |"
+    done
     [ $load = busy ] && hog_off
 done
