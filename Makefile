@@ -15,9 +15,16 @@ ifeq ($(MPI),1)
   CC = mpicc
   CFLAGS_COMMON += -DPOCKET_MPI
 endif
+# The instruction set the C code outside the matmul kernels is compiled for
+# (the kernels carry their own target attributes and are chosen at run time).
+# MARCH=x86-64-v3 (AVX2 + FMA) with POCKET_KERNELS=avx2 runs the whole
+# program as an AVX2-only CPU would, on a machine that has AVX-512.
+MARCH ?= native
 # Every variant builds in its own folder: build, build-mpi, build-cuda,
-# build-mpi-cuda, build-san, build-mpi-san. Only the plain build makes ./pocket.
-BUILD ?= build$(if $(filter 1,$(MPI)),-mpi)$(if $(filter 1,$(CUDA)),-cuda)$(if $(filter 1,$(SAN)),-san)
+# build-mpi-cuda, build-san, build-mpi-san, build-x86-64-v3 (MARCH).
+# Only the plain build makes ./pocket.
+MARCH_SUFFIX = $(if $(filter-out native,$(MARCH)),-$(MARCH))
+BUILD ?= build$(if $(filter 1,$(MPI)),-mpi)$(if $(filter 1,$(CUDA)),-cuda)$(if $(filter 1,$(SAN)),-san)$(MARCH_SUFFIX)
 POCKET ?= $(if $(filter build,$(BUILD)),pocket,$(BUILD)/pocket)
 
 ifeq ($(SAN),1)
@@ -26,7 +33,7 @@ ifeq ($(SAN),1)
   # libgomp's thread pool and libhdf5's global caches are still held at exit.
   export ASAN_OPTIONS = detect_leaks=0
 else
-  CFLAGS = $(CFLAGS_COMMON) -O3 -march=native -g
+  CFLAGS = $(CFLAGS_COMMON) -O3 -march=$(MARCH) -g
   LDFLAGS =
 endif
 
@@ -94,7 +101,7 @@ qat-experiment:
 
 # Our kernels and training step, PyTorch's step and HF tokenizers, in one run.
 bench: $(POCKET) $(BENCH_BIN) $(VENV)/ok
-	$(MAKE) MPI=1 build-mpi/pocket
+	$(MAKE) MPI=1 build-mpi$(MARCH_SUFFIX)/pocket
 	PYTHON=$(VENV)/bin/python bash tests/bench.sh ./$(POCKET) $(BUILD)/tests
 
 DEB_PKGS = gcc g++ cmake ninja-build make pkg-config libhdf5-dev hdf5-tools zlib1g-dev libcmocka-dev libjansson-dev \

@@ -1,7 +1,10 @@
 // cpu.c: feature detection and the fp32 FMA peak measurement.
 #include "cpu.h"
+#include <cpuid.h>
 #include <immintrin.h>
 #include <omp.h>
+#include <stdio.h>
+#include <string.h>
 #include "util.h"
 
 // __builtin_cpu_supports also checks that the OS saves the wide registers
@@ -9,10 +12,42 @@
 int cpu_has_avx512(void) { return __builtin_cpu_supports("avx512f"); }
 int cpu_has_avx2_fma(void) { return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma"); }
 
-const char *cpu_kernel_name(void) {
-    if (cpu_has_avx512()) return "avx512";
-    if (cpu_has_avx2_fma()) return "avx2+fma";
-    return "portable";
+int cpu_has_avx512_bf16(void) { return cpu_has_avx512() && __builtin_cpu_supports("avx512bf16"); }
+
+void cpu_model_name(char *buf, size_t n) {
+    unsigned int r[12], top = __get_cpuid_max(0x80000000u, NULL);
+    if (n == 0) return;
+    buf[0] = 0;
+    if (top >= 0x80000004u) {
+        for (unsigned int leaf = 0; leaf < 3; leaf++)
+            __get_cpuid(0x80000002u + leaf, &r[4 * leaf], &r[4 * leaf + 1], &r[4 * leaf + 2], &r[4 * leaf + 3]);
+        char brand[49];
+        memcpy(brand, r, 48);
+        brand[48] = 0;
+        const char *s = brand;
+        while (*s == ' ') s++;   // some vendors right-align the string
+        snprintf(buf, n, "%s", s);
+    }
+    if (!buf[0]) snprintf(buf, n, "unknown CPU");
+    size_t len = strlen(buf);
+    while (len > 0 && buf[len - 1] == ' ') buf[--len] = 0;
+}
+
+void cpu_isa_list(char *buf, size_t n) {
+    static const char *const names[] = {"sse4.2", "avx", "avx2", "fma", "f16c", "avx512f", "avx512bw",
+                                        "avx512vl", "avx512bf16"};
+    // __builtin_cpu_supports takes a string literal only, hence the table of tests.
+    const int has[] = {__builtin_cpu_supports("sse4.2"),   __builtin_cpu_supports("avx"),
+                       __builtin_cpu_supports("avx2"),     __builtin_cpu_supports("fma"),
+                       __builtin_cpu_supports("f16c"),     __builtin_cpu_supports("avx512f"),
+                       __builtin_cpu_supports("avx512bw"), __builtin_cpu_supports("avx512vl"),
+                       cpu_has_avx512_bf16()};
+    size_t used = 0;
+    if (n == 0) return;
+    buf[0] = 0;
+    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
+        if (has[i] && used < n) used += (size_t)snprintf(buf + used, n - used, "%s%s", used ? " " : "", names[i]);
+    if (!buf[0]) snprintf(buf, n, "none of sse4.2 avx avx2 fma avx512f");
 }
 
 // Each burst runs `iters` rounds of ACCS independent FMA chains. ACCS = 12
@@ -73,9 +108,11 @@ static float burst_for(int width, long iters, float seed) {
 // The machine may be shared (a VM whose cores also run other work), so the
 // 0.3 s are cut into slices timed between barriers and the fastest slice
 // counts: the peak is what the cores deliver when they are really ours.
-double cpu_peak_fp32_gflops(int threads) {
+double cpu_peak_fp32_gflops(int threads) { return cpu_peak_fp32_gflops_lanes(threads, 16); }
+
+double cpu_peak_fp32_gflops_lanes(int threads, int lanes) {
     if (threads < 1) threads = 1;
-    const int width = cpu_has_avx512() ? 16 : cpu_has_avx2_fma() ? 8 : 1;
+    const int width = lanes >= 16 && cpu_has_avx512() ? 16 : lanes >= 8 && cpu_has_avx2_fma() ? 8 : 1;
     const double duration = 0.3;
     long burst = 20000;                 // rounds per slice, sized in the warm-up
     double best = 0.0, start = 0.0;    // shared: written by the master only

@@ -283,9 +283,9 @@ static void portable_tile(const MatmulTile *t) {
 
 // ---------------------------------------------------------------- selection
 
-static const MatmulKernel kernel_avx512 = {"avx512", AVX512_MR, AVX512_NR, avx512_tile, avx512_pack_t};
-static const MatmulKernel kernel_avx2 = {"avx2+fma", AVX2_MR, AVX2_NR, avx2_tile, NULL};
-static const MatmulKernel kernel_portable = {"portable", PORT_MR, PORT_NR, portable_tile, NULL};
+static const MatmulKernel kernel_avx512 = {"avx512", 16, AVX512_MR, AVX512_NR, avx512_tile, avx512_pack_t};
+static const MatmulKernel kernel_avx2 = {"avx2+fma", 8, AVX2_MR, AVX2_NR, avx2_tile, NULL};
+static const MatmulKernel kernel_portable = {"portable", 0, PORT_MR, PORT_NR, portable_tile, NULL};
 
 const MatmulKernel *matmul_kernel_avx512(void) { return cpu_has_avx512() ? &kernel_avx512 : NULL; }
 const MatmulKernel *matmul_kernel_avx2(void) { return cpu_has_avx2_fma() ? &kernel_avx2 : NULL; }
@@ -466,8 +466,8 @@ __attribute__((target("avx512f,avx512bf16"))) static void avx512bf16_pack(uint16
 // Exact products of the bf16 values, summed in fp32 (a product of two bf16
 // values is exact in fp32, so fused or not gives the same sums). Plain loops
 // the compiler vectorises; an 8 x 32 tile spreads the conversion of each B
-// pair row over 8 rows of A. For CPUs without AVX512_BF16 this is correct but
-// slower than the fp32 kernels (about half their speed here).
+// pair row over 8 rows of A. Correct everywhere but about half the speed of
+// the fp32 kernels: x86 CPUs without AVX512_BF16 run the "+round" kernels.
 #define PORT_BF16_MR 8
 #define PORT_BF16_NR 32
 
@@ -495,15 +495,25 @@ static void portable_bf16_tile(const MatmulBf16Tile *t) {
         }
 }
 
-static const MatmulBf16Kernel kernel_avx512bf16 = {"avx512bf16", BF16_MR, BF16_NR, avx512bf16_tile, avx512bf16_pack};
+static const MatmulBf16Kernel kernel_avx512bf16 = {"avx512bf16", BF16_MR, BF16_NR, avx512bf16_tile, avx512bf16_pack,
+                                                   NULL};
 static const MatmulBf16Kernel kernel_portable_bf16 = {"portable", PORT_BF16_MR, PORT_BF16_NR, portable_bf16_tile,
-                                                      portable_bf16_pack};
+                                                      portable_bf16_pack, NULL};
+// Without vdpbf16ps, a bf16 product is worth as much as an fp32 FMA: the
+// fp32 tiles over bf16-rounded operands run at the fp32 speed, where the
+// portable kernel above (widening in the inner loop) runs at half of it.
+static const MatmulBf16Kernel kernel_avx512_round = {"avx512+round", AVX512_MR, AVX512_NR, NULL, NULL, &kernel_avx512};
+static const MatmulBf16Kernel kernel_avx2_round = {"avx2+round", AVX2_MR, AVX2_NR, NULL, NULL, &kernel_avx2};
 
-const MatmulBf16Kernel *matmul_bf16_kernel_avx512(void) {
-    return cpu_has_avx512() && __builtin_cpu_supports("avx512bf16") ? &kernel_avx512bf16 : NULL;
-}
+const MatmulBf16Kernel *matmul_bf16_kernel_avx512(void) { return cpu_has_avx512_bf16() ? &kernel_avx512bf16 : NULL; }
 const MatmulBf16Kernel *matmul_bf16_kernel_portable(void) { return &kernel_portable_bf16; }
+const MatmulBf16Kernel *matmul_bf16_kernel_on(const MatmulKernel *f) {
+    if (f == &kernel_avx512 && cpu_has_avx512()) return &kernel_avx512_round;
+    if (f == &kernel_avx2 && cpu_has_avx2_fma()) return &kernel_avx2_round;
+    return NULL;
+}
 const MatmulBf16Kernel *matmul_bf16_kernel_best(void) {
     const MatmulBf16Kernel *k = matmul_bf16_kernel_avx512();
+    if (!k) k = matmul_bf16_kernel_on(matmul_kernel_best());
     return k ? k : &kernel_portable_bf16;
 }

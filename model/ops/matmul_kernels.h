@@ -38,6 +38,7 @@ typedef void (*MatmulPackFn)(float *dst, int width, const float *src, ptrdiff_t 
 
 struct MatmulKernel {
     const char *name;   // "avx512", "avx2+fma", "portable"
+    int lanes;          // floats per vector it uses (16, 8; 0: whatever the build targets): its FMA peak
     int mr, nr;         // register tile shape
     MatmulTileFn tile;
     MatmulPackFn pack_t;   // vectorised transposing pack, or NULL for plain loops
@@ -51,6 +52,14 @@ const MatmulKernel *matmul_kernel_best(void);
 
 // Workspace of any fp32 product on this kernel (matmul.c).
 size_t matmul_fp32_workspace_bytes(const MatmulKernel *kern, int threads);
+
+// The three products of matmul.c on fp32 kernel k, with both operands
+// rounded to bf16 in the packs when bf16_operands (a MatmulBf16Kernel's
+// on_fp32 path).
+void matmul_forward_fp32(Device *d, const MatmulKernel *k, float *out, const float *inp, const float *W, int N, int C,
+                         int OC, int bf16_operands);
+void matmul_backward_fp32(Device *d, const MatmulKernel *k, float *dinp, float *dW, const float *dout,
+                          const float *inp, const float *W, int N, int C, int OC, int bf16_operands);
 
 // ---------------------------------------------------------------- bf16
 // The MATMUL_BF16 products (matmul_bf16.c) pack both operands as bf16 panels
@@ -81,10 +90,16 @@ typedef void (*MatmulBf16PackFn)(uint16_t *dst, int width, ptrdiff_t panel_strid
                                  ptrdiff_t s_idx, ptrdiff_t s_k, int rows, int kc);
 
 struct MatmulBf16Kernel {
-    const char *name;   // "avx512bf16", "portable"
+    const char *name;   // "avx512bf16", "avx512+round", "avx2+round", "portable"
     int mr, nr;
     MatmulBf16TileFn tile;
     MatmulBf16PackFn pack;
+    // Set on CPUs without AVX512_BF16 (tile and pack NULL): the products run
+    // on this fp32 kernel's driver (matmul.c), whose packs round both
+    // operands to bf16 (matmul_bf16_round) and keep them as fp32 values.
+    // A product of two bf16 values is exact in fp32, so the sums are those
+    // of the portable bf16 kernel, at the fp32 kernel's speed.
+    const MatmulKernel *on_fp32;
 };
 
 // fp32 -> bf16 as vcvtneps2bf16 does it: round to nearest even, subnormals
@@ -93,6 +108,10 @@ uint16_t matmul_bf16_round(float x);
 
 const MatmulBf16Kernel *matmul_bf16_kernel_avx512(void);   // NULL without AVX512_BF16
 const MatmulBf16Kernel *matmul_bf16_kernel_portable(void);
+// The bf16 products on fp32 kernel f (its `on_fp32`); NULL for the portable
+// kernel or one this CPU cannot run.
+const MatmulBf16Kernel *matmul_bf16_kernel_on(const MatmulKernel *f);
+// AVX512_BF16 where the CPU has it, else on the best fp32 kernel, else portable.
 const MatmulBf16Kernel *matmul_bf16_kernel_best(void);
 
 // The MATMUL_BF16 forward / backward on kernel k (matmul_bf16.c), and the
