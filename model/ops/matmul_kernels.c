@@ -254,6 +254,66 @@ __attribute__((target("avx2,fma"))) static void avx2_tile(const MatmulTile *t) {
     else avx2_tile_body(t, 0);
 }
 
+// In-register transpose of an 8 x 8 block: r[i] holds row i on entry and
+// column i on exit (interleave pairs, then 2-float pieces, then 128-bit halves).
+__attribute__((always_inline, target("avx2"))) static inline void transpose8(__m256 r[8]) {
+    __m256 t[8], u[8];
+    for (int i = 0; i < 8; i += 2) {
+        t[i] = _mm256_unpacklo_ps(r[i], r[i + 1]);
+        t[i + 1] = _mm256_unpackhi_ps(r[i], r[i + 1]);
+    }
+    for (int i = 0; i < 8; i += 4)
+        for (int h = 0; h < 2; h++) {
+            u[i + 2 * h] = _mm256_shuffle_ps(t[i + h], t[i + 2 + h], 0x44);
+            u[i + 2 * h + 1] = _mm256_shuffle_ps(t[i + h], t[i + 2 + h], 0xEE);
+        }
+    for (int c = 0; c < 4; c++) {
+        r[c] = _mm256_permute2f128_ps(u[c], u[4 + c], 0x20);
+        r[4 + c] = _mm256_permute2f128_ps(u[c], u[4 + c], 0x31);
+    }
+}
+
+// The first n of 8 lanes (n <= 8), as a maskload/maskstore mask.
+__attribute__((always_inline, target("avx2"))) static inline __m256i first_lanes(int n) {
+    return _mm256_cmpgt_epi32(_mm256_set1_epi32(n), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+}
+
+// Transposing pack, 8 k at a time: 8 source rows (zeros past `rows`) are
+// loaded, transposed in registers and stored as 8 destination rows of up to
+// 8 floats (a panel 6 wide takes a 4-float and a 2-float store per row).
+__attribute__((target("avx2,fma"))) static void avx2_pack_t(float *dst, int width, const float *src,
+                                                         ptrdiff_t src_rs, int rows, int kc) {
+    for (int j0 = 0; j0 < width; j0 += 8) {
+        const int w = width - j0 < 8 ? width - j0 : 8;
+        const __m256i wmask = first_lanes(w);
+        for (int k0 = 0; k0 < kc; k0 += 8) {
+            const int kn = kc - k0 < 8 ? kc - k0 : 8;
+            const __m256i kmask = first_lanes(kn);
+            __m256 r[8];
+            for (int j = 0; j < 8; j++) {
+                if (j0 + j < rows && j < w) {
+                    const float *row = src + (j0 + j) * src_rs + k0;
+                    _mm_prefetch((const char *)(row + 64), _MM_HINT_T0);
+                    r[j] = kn == 8 ? _mm256_loadu_ps(row) : _mm256_maskload_ps(row, kmask);
+                } else {
+                    r[j] = _mm256_setzero_ps();
+                }
+            }
+            transpose8(r);
+            float *d = dst + (ptrdiff_t)k0 * width + j0;
+            if (w == 8)
+                for (int k = 0; k < kn; k++) _mm256_storeu_ps(d + (ptrdiff_t)k * width, r[k]);
+            else if (w == 6)
+                for (int k = 0; k < kn; k++) {
+                    _mm_storeu_ps(d + (ptrdiff_t)k * width, _mm256_castps256_ps128(r[k]));
+                    _mm_storel_pi((__m64 *)(void *)(d + (ptrdiff_t)k * width + 4), _mm256_extractf128_ps(r[k], 1));
+                }
+            else
+                for (int k = 0; k < kn; k++) _mm256_maskstore_ps(d + (ptrdiff_t)k * width, wmask, r[k]);
+        }
+    }
+}
+
 // ---------------------------------------------------------------- portable C
 // Plain loops over a 4 x 16 tile; the compiler vectorises the j loop for
 // whatever the build targets.
@@ -284,7 +344,7 @@ static void portable_tile(const MatmulTile *t) {
 // ---------------------------------------------------------------- selection
 
 static const MatmulKernel kernel_avx512 = {"avx512", 16, AVX512_MR, AVX512_NR, avx512_tile, avx512_pack_t};
-static const MatmulKernel kernel_avx2 = {"avx2+fma", 8, AVX2_MR, AVX2_NR, avx2_tile, NULL};
+static const MatmulKernel kernel_avx2 = {"avx2+fma", 8, AVX2_MR, AVX2_NR, avx2_tile, avx2_pack_t};
 static const MatmulKernel kernel_portable = {"portable", 0, PORT_MR, PORT_NR, portable_tile, NULL};
 
 const MatmulKernel *matmul_kernel_avx512(void) { return cpu_has_avx512() ? &kernel_avx512 : NULL; }
