@@ -45,7 +45,7 @@ TEST_BIN := $(TEST_SRC:tests/%.c=$(BUILD)/tests/%)
 BENCH_SRC := $(wildcard tests/bench_*.c)
 BENCH_BIN := $(BENCH_SRC:tests/%.c=$(BUILD)/tests/%)
 
-.PHONY: all test test-mpi check interop bench demo deps clean fuzz fuzz-lib qat-experiment
+.PHONY: all test test-arm64 deps-arm64 test-mpi check interop bench demo deps clean fuzz fuzz-lib qat-experiment
 .SECONDARY:
 all: $(POCKET)
 
@@ -94,6 +94,28 @@ test-mpi:
 # The README's first command: deps, build, corpus from Debian packages, CPT, SFT, eval (recipes/demo/).
 demo:
 	bash recipes/demo/run.sh
+
+# make test-arm64: the op tests cross-built for AArch64 (Debian's gcc-aarch64-linux-gnu and libcmocka-dev:arm64,
+# `make deps-arm64`) and run under qemu-aarch64: the NEON kernels (and portable) against the double references.
+# Only the compute folders are built (util/ without HDF5, model/, model/ops/): no other arm64 library is needed.
+ARM64_CC ?= aarch64-linux-gnu-gcc
+ARM64_BUILD = build-arm64
+ARM64_SRC := $(filter-out util/h5.c,$(wildcard util/*.c)) $(wildcard model/*.c model/ops/*.c)
+ARM64_OBJ := $(ARM64_SRC:%.c=$(ARM64_BUILD)/%.o)
+ARM64_TESTS := $(patsubst %,$(ARM64_BUILD)/tests/%,test_matmul test_ops_attention test_ops_classifier test_ops_fast \
+                 test_ops_grad test_ops_torch)
+$(ARM64_BUILD)/%.o: %.c
+	@mkdir -p $(dir $@)
+	$(ARM64_CC) $(CFLAGS_COMMON) -O3 -g -c $< -o $@
+$(ARM64_BUILD)/tests/%: $(ARM64_BUILD)/tests/%.o $(ARM64_OBJ)
+	$(ARM64_CC) -o $@ $^ -fopenmp -lcmocka -ljansson -lm -Wl,-rpath,/usr/lib/aarch64-linux-gnu
+test-arm64: $(ARM64_TESTS)
+	@failed=""; for t in $(ARM64_TESTS); do echo "== $$t (qemu-aarch64)"; \
+	  OMP_NUM_THREADS=2 OMP_WAIT_POLICY=PASSIVE qemu-aarch64 -L /usr/aarch64-linux-gnu $$t || failed="$$failed $$t"; done; \
+	if [ -n "$$failed" ]; then echo "FAILED:$$failed"; exit 1; fi
+deps-arm64:
+	dpkg --print-foreign-architectures | grep -qx arm64 || dpkg --add-architecture arm64
+	apt-get update -q && apt-get install -y -q gcc-aarch64-linux-gnu qemu-user libcmocka-dev:arm64 libjansson-dev:arm64
 
 # fp32 vs RTN int4 vs QAT int4 on the demo corpus (recipes/qat-experiment/run.sh)
 qat-experiment:

@@ -1,7 +1,7 @@
 // test_backends.h: every backend present, as devices the op tests run on:
-// the CPU once per kernel set this CPU runs (AVX-512, AVX2+FMA, portable; for
-// bf16 AVX512_BF16, the fp32 AVX-512 and AVX2 tiles over bf16-rounded
-// operands, and portable), and, in a build with CUDA (make CUDA=1) on a
+// the CPU once per kernel set this CPU runs (AVX-512, AVX2+FMA, NEON,
+// portable; for bf16 AVX512_BF16, the fp32 AVX-512, AVX2 and NEON tiles over
+// bf16-rounded operands, and portable), and, in a build with CUDA (make CUDA=1) on a
 // machine with a GPU, the GPU. A new backend adds its devices here, and every
 // op test then checks it against the same double references.
 //
@@ -84,9 +84,10 @@ static inline void test_cpu_device(TestDevice *t, const char *name, const CpuKer
 
 // Fills out[] with the devices present; returns how many. threads <= 0: all cores.
 static inline int test_devices(TestDevice *out, int threads) {
-    const MatmulKernel *f32[3] = {matmul_kernel_avx512(), matmul_kernel_avx2(), matmul_kernel_portable()};
+    const MatmulKernel *f32[4] = {matmul_kernel_avx512(), matmul_kernel_avx2(), matmul_kernel_neon(),
+                                  matmul_kernel_portable()};
     int n = 0;
-    for (int i = 0; i < 3; i++) {
+    for (int i = 0; i < 4; i++) {
         if (!f32[i]) continue;
         // Each fp32 set with its own bf16 kernel (AVX512_BF16, or the fp32
         // tiles over bf16-rounded operands, or portable), and AVX-512 once

@@ -10,9 +10,10 @@
 // The fp32 kernel of a name; *known says whether the name exists at all
 // (NULL with *known: this CPU cannot run it).
 static const MatmulKernel *f32_named(const char *name, size_t len, int *known) {
-    static const char *const names[] = {"avx512", "avx2", "portable"};
-    const MatmulKernel *(*const get[])(void) = {matmul_kernel_avx512, matmul_kernel_avx2, matmul_kernel_portable};
-    for (int i = 0; i < 3; i++)
+    static const char *const names[] = {"avx512", "avx2", "neon", "portable"};
+    const MatmulKernel *(*const get[])(void) = {matmul_kernel_avx512, matmul_kernel_avx2, matmul_kernel_neon,
+                                                matmul_kernel_portable};
+    for (int i = 0; i < 4; i++)
         if (strlen(names[i]) == len && !strncmp(name, names[i], len)) {
             *known = 1;
             return get[i]();
@@ -47,14 +48,14 @@ int cpu_kernels_named(CpuKernels *k, const char *spec, PtError *e) {
     int known;
     k->f32 = f32_named(spec, len, &known);
     if (!k->f32)
-        return pt_fail(e, "%s=%s: %s '%.*s' (avx512, avx2, portable; optionally /avx512bf16, /avx512, /avx2 or "
-                       "/portable for the bf16 products)", CPU_KERNELS_ENV, spec,
+        return pt_fail(e, "%s=%s: %s '%.*s' (avx512, avx2, neon, portable; optionally /avx512bf16, /avx512, /avx2, "
+                       "/neon or /portable for the bf16 products)", CPU_KERNELS_ENV, spec,
                        known ? "this CPU cannot run the kernels" : "unknown kernel set", (int)len, spec);
     k->bf16 = bf16_for(k->f32);
     if (!slash) return 0;
     k->bf16 = bf16_named(slash + 1, strlen(slash + 1), &known);
     if (!k->bf16)
-        return pt_fail(e, "%s=%s: %s '%s' (avx512bf16, avx512, avx2, portable)", CPU_KERNELS_ENV, spec,
+        return pt_fail(e, "%s=%s: %s '%s' (avx512bf16, avx512, avx2, neon, portable)", CPU_KERNELS_ENV, spec,
                        known ? "this CPU cannot run the bf16 kernel" : "unknown bf16 kernel", slash + 1);
     return 0;
 }

@@ -37,16 +37,19 @@ typedef void (*MatmulTileFn)(const MatmulTile *t);
 typedef void (*MatmulPackFn)(float *dst, int width, const float *src, ptrdiff_t src_rs, int rows, int kc);
 
 struct MatmulKernel {
-    const char *name;   // "avx512", "avx2+fma", "portable"
-    int lanes;          // floats per vector it uses (16, 8; 0: whatever the build targets): its FMA peak
+    const char *name;   // "avx512", "avx2+fma", "neon", "portable"
+    int lanes;          // floats per vector it uses (16, 8, 4; 0: whatever the build targets): its FMA peak
     int mr, nr;         // register tile shape
     MatmulTileFn tile;
     MatmulPackFn pack_t;   // vectorised transposing pack, or NULL for plain loops
+    int pack_shared_b;     // the driver packs a B that every task shares rather than read it in place
+    const MatmulBf16Kernel *bf16_round;   // the bf16 products on these tiles (see on_fp32), or NULL
 };
 
-// NULL when this CPU cannot run that kernel.
-const MatmulKernel *matmul_kernel_avx512(void);
+// NULL when this CPU (or this build's architecture) cannot run that kernel.
+const MatmulKernel *matmul_kernel_avx512(void);   // matmul_kernels_x86.c
 const MatmulKernel *matmul_kernel_avx2(void);
+const MatmulKernel *matmul_kernel_neon(void);     // matmul_kernels_neon.c
 const MatmulKernel *matmul_kernel_portable(void);
 const MatmulKernel *matmul_kernel_best(void);
 
@@ -90,7 +93,7 @@ typedef void (*MatmulBf16PackFn)(uint16_t *dst, int width, ptrdiff_t panel_strid
                                  ptrdiff_t s_idx, ptrdiff_t s_k, int rows, int kc);
 
 struct MatmulBf16Kernel {
-    const char *name;   // "avx512bf16", "avx512+round", "avx2+round", "portable"
+    const char *name;   // "avx512bf16", "avx512+round", "avx2+round", "neon+round", "portable"
     int mr, nr;
     MatmulBf16TileFn tile;
     MatmulBf16PackFn pack;
@@ -108,8 +111,8 @@ uint16_t matmul_bf16_round(float x);
 
 const MatmulBf16Kernel *matmul_bf16_kernel_avx512(void);   // NULL without AVX512_BF16
 const MatmulBf16Kernel *matmul_bf16_kernel_portable(void);
-// The bf16 products on fp32 kernel f (its `on_fp32`); NULL for the portable
-// kernel or one this CPU cannot run.
+// The bf16 products on fp32 kernel f (f->bf16_round); NULL for NULL or the
+// portable kernel.
 const MatmulBf16Kernel *matmul_bf16_kernel_on(const MatmulKernel *f);
 // AVX512_BF16 where the CPU has it, else on the best fp32 kernel, else portable.
 const MatmulBf16Kernel *matmul_bf16_kernel_best(void);

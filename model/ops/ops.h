@@ -34,7 +34,7 @@ void cpu_device_init(Device *d, int threads, const CpuKernels *kernels);
 // The kernels a CPU device runs.
 const CpuKernels *cpu_kernels(const Device *d);
 
-// Kernel sets by name (cpu_kernels.c): "avx512", "avx2" or "portable" for the
+// Kernel sets by name (cpu_kernels.c): "avx512", "avx2", "neon" or "portable" for the
 // fp32 products and attention, then optionally "/" and the bf16 products'
 // kernel: "avx512bf16", "portable", or an fp32 set's name for bf16-rounded
 // operands on its fp32 tiles. Without "/": that set's own instructions
