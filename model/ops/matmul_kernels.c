@@ -26,11 +26,7 @@ static void portable_tile(const MatmulTile *t) {
             for (int j = 0; j < PORT_NR; j++) acc[r][j] += av * bk[j];
         }
     }
-    for (int r = 0; r < t->mr; r++)
-        for (int j = 0; j < t->nr; j++) {
-            float *c = t->c + r * t->c_rs + j * t->c_cs;
-            *c = t->accumulate ? *c + acc[r][j] : acc[r][j];
-        }
+    matmul_tile_store(t, &acc[0][0], PORT_NR);
 }
 
 static const MatmulKernel kernel_portable = {"portable", 0, PORT_MR, PORT_NR, portable_tile, NULL, 0, NULL};

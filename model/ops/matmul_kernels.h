@@ -32,6 +32,17 @@ typedef struct {
 
 typedef void (*MatmulTileFn)(const MatmulTile *t);
 
+// Writes (or adds) the mr x nr corner of a tile held in memory, tmp[r*ld + j],
+// to C through its strides: the kernels' path for a C they cannot store with
+// whole vectors.
+static inline void matmul_tile_store(const MatmulTile *t, const float *tmp, int ld) {
+    for (int r = 0; r < t->mr; r++)
+        for (int j = 0; j < t->nr; j++) {
+            float *c = t->c + r * t->c_rs + j * t->c_cs;
+            *c = t->accumulate ? *c + tmp[r * ld + j] : tmp[r * ld + j];
+        }
+}
+
 // Transposing pack: dst[k*width + j] = src[j*src_rs + k] for j < rows,
 // 0 for rows <= j < width, k < kc. width is the kernel's MR or NR.
 typedef void (*MatmulPackFn)(float *dst, int width, const float *src, ptrdiff_t src_rs, int rows, int kc);

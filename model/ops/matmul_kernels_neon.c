@@ -66,11 +66,7 @@ static void neon_tile(const MatmulTile *t) {
     float tmp[NEON_MR * NEON_NR];
     for (int r = 0; r < NEON_MR; r++)
         for (int q = 0; q < 3; q++) vst1q_f32(tmp + r * NEON_NR + 4 * q, acc[r][q]);
-    for (int r = 0; r < t->mr; r++)
-        for (int j = 0; j < t->nr; j++) {
-            float *c = t->c + r * t->c_rs + j * t->c_cs;
-            *c = t->accumulate ? *c + tmp[r * NEON_NR + j] : tmp[r * NEON_NR + j];
-        }
+    matmul_tile_store(t, tmp, NEON_NR);
 }
 
 static const MatmulBf16Kernel kernel_neon_round;

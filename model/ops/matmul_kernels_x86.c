@@ -141,11 +141,7 @@ avx512_tile_body(const MatmulTile *t, const int rows_in_place) {
             _mm512_store_ps(tmp + r * AVX512_NR, acc0[r]);
             _mm512_store_ps(tmp + r * AVX512_NR + 16, acc1[r]);
         }
-        for (int j = 0; j < t->nr; j++)
-            for (int r = 0; r < t->mr; r++) {
-                float *c = t->c + r * t->c_rs + j * t->c_cs;
-                *c = t->accumulate ? *c + tmp[r * AVX512_NR + j] : tmp[r * AVX512_NR + j];
-            }
+        matmul_tile_store(t, tmp, AVX512_NR);
     }
 }
 
@@ -244,11 +240,7 @@ avx2_tile_body(const MatmulTile *t, const int rows_in_place) {
             _mm256_store_ps(tmp + r * AVX2_NR, acc0[r]);
             _mm256_store_ps(tmp + r * AVX2_NR + 8, acc1[r]);
         }
-        for (int r = 0; r < t->mr; r++)
-            for (int j = 0; j < t->nr; j++) {
-                float *c = t->c + r * t->c_rs + j * t->c_cs;
-                *c = t->accumulate ? *c + tmp[r * AVX2_NR + j] : tmp[r * AVX2_NR + j];
-            }
+        matmul_tile_store(t, tmp, AVX2_NR);
     }
 }
 
