@@ -119,6 +119,7 @@ test-arm64: $(ARM64_TESTS)
 	@failed=""; for t in $(ARM64_TESTS); do echo "== $$t (qemu-aarch64, one thread)"; \
 	  OMP_THREAD_LIMIT=1 qemu-aarch64 -L /usr/aarch64-linux-gnu $$t || failed="$$failed $$t"; done; \
 	if [ -n "$$failed" ]; then echo "FAILED:$$failed"; exit 1; fi
+-include $(ARM64_OBJ:.o=.d) $(ARM64_TESTS:=.d)
 ARM64_PKGS = gcc-aarch64-linux-gnu qemu-user libcmocka-dev:arm64 libjansson-dev:arm64
 deps-arm64:
 	dpkg --print-foreign-architectures | grep -qx arm64 || dpkg --add-architecture arm64

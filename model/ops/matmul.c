@@ -59,24 +59,29 @@ static int spread_ok(ptrdiff_t stride_bytes, int rows, ptrdiff_t row_bytes, int 
     return worst_set_load(stride_bytes, rows, row_bytes, sets) <= even + 2;
 }
 
+// x rounded to bf16 and widened back: the bits of matmul_bf16_round,
+// branch-free so the loops below vectorise.
+static inline float bf16_rounded(float x) {
+    uint32_t u, r;
+    memcpy(&u, &x, sizeof u);
+    r = (u + 0x7fffu + ((u >> 16) & 1u)) & 0xffff0000u;                          // to nearest even
+    r = (u & 0x7f800000u) == 0 ? u & 0x80000000u : r;                             // zero, subnormal: signed zero
+    r = (u & 0x7fffffffu) > 0x7f800000u ? (u | 0x00400000u) & 0xffff0000u : r;   // NaN, made quiet
+    memcpy(&x, &r, sizeof x);
+    return x;
+}
+
 // Copies n floats; n is the tile size (a handful of values), so a loop the
 // compiler unrolls beats a libc memcpy call.
 static inline void copy_small(float *dst, const float *src, int n) {
     for (int i = 0; i < n; i++) dst[i] = src[i];
 }
 
-// Rounds n packed floats to bf16 values kept as floats: the bits of
-// matmul_bf16_round widened back, branch-free so the loop vectorises. The
-// panels are still in L1 or L2 from the pack, so this pass costs little.
+// Rounds n packed floats to bf16 in place, after a pack that did not (one
+// vectorised pass over the panels, still in L1 or L2 from the pack, is
+// cheaper than rounding the pack's few-float pieces one by one).
 static void round_to_bf16(float *p, size_t n) {
-    for (size_t i = 0; i < n; i++) {
-        uint32_t u, r;
-        memcpy(&u, p + i, sizeof u);
-        r = (u + 0x7fffu + ((u >> 16) & 1u)) & 0xffff0000u;            // to nearest even
-        r = (u & 0x7f800000u) == 0 ? u & 0x80000000u : r;               // zero, subnormal: signed zero
-        r = (u & 0x7fffffffu) > 0x7f800000u ? (u | 0x00400000u) & 0xffff0000u : r;   // NaN, made quiet
-        memcpy(p + i, &r, sizeof r);
-    }
+    for (size_t i = 0; i < n; i++) p[i] = bf16_rounded(p[i]);
 }
 
 // Transposing copies run over k in chunks of KT so the destination chunk
@@ -86,7 +91,9 @@ static void round_to_bf16(float *p, size_t n) {
 
 // Packs rows [i0, i0+mc) x k [k0, k0+kc) of A as consecutive panels of MR
 // rows, each laid out p[k*MR + r]; rows past mc in the last panel are zero.
-static void pack_a_copy(float *p, const MatmulKernel *kern, MatrixView A, int i0, int mc, int k0, int kc) {
+// Returns 1 when it rounded to bf16 on the way (if asked: the kernel's
+// vectorised transposing pack does), 0 when the caller still has to.
+static int pack_a_copy(float *p, const MatmulKernel *kern, MatrixView A, int i0, int mc, int k0, int kc, int bf16) {
     const int MR = kern->mr;
     const int panels = (mc + MR - 1) / MR;
     if (A.rs == 1) {
@@ -105,13 +112,13 @@ static void pack_a_copy(float *p, const MatmulKernel *kern, MatrixView A, int i0
                 for (int r = mr; r < MR; r++) dst[r] = 0.0f;
             }
         }
-        return;
+        return 0;
     }
     for (int q = 0; q < panels; q++) {
         const int mr = mc - q * MR < MR ? mc - q * MR : MR;
         float *panel = p + (ptrdiff_t)q * kc * MR;
         if (A.cs == 1 && kern->pack_t) {
-            kern->pack_t(panel, MR, A.p + (ptrdiff_t)(i0 + q * MR) * A.rs + k0, A.rs, mr, kc);
+            kern->pack_t(panel, MR, A.p + (ptrdiff_t)(i0 + q * MR) * A.rs + k0, A.rs, mr, kc, bf16);
             continue;
         }
         for (int kt = 0; kt < kc; kt += KT) {
@@ -128,16 +135,18 @@ static void pack_a_copy(float *p, const MatmulKernel *kern, MatrixView A, int i0
         for (int r = mr; r < MR; r++)
             for (int k = 0; k < kc; k++) panel[(ptrdiff_t)k * MR + r] = 0.0f;
     }
+    return A.cs == 1 && kern->pack_t;
 }
 
 static void pack_a_block(float *p, const Gemm *g, int i0, int mc, int k0, int kc) {
-    pack_a_copy(p, g->kern, g->A, i0, mc, k0, kc);
-    if (g->bf16) round_to_bf16(p, (size_t)(mc + g->kern->mr - 1) / g->kern->mr * g->kern->mr * kc);
+    if (!pack_a_copy(p, g->kern, g->A, i0, mc, k0, kc, g->bf16) && g->bf16)
+        round_to_bf16(p, (size_t)(mc + g->kern->mr - 1) / g->kern->mr * g->kern->mr * kc);
 }
 
 // Packs k [k0, k0+kc) x columns [j0, j0+nr) of B as one panel p[k*NR + j],
 // columns beyond nr zero.
-static void pack_b_copy(float *p, const MatmulKernel *kern, MatrixView B, int k0, int kc, int j0, int nr) {
+// Returns 1 when it rounded to bf16 on the way, as pack_a_copy.
+static int pack_b_copy(float *p, const MatmulKernel *kern, MatrixView B, int k0, int kc, int j0, int nr, int bf16) {
     const int NR = kern->nr;
     if (B.cs == 1) {
         for (int k = 0; k < kc; k++) {
@@ -148,11 +157,11 @@ static void pack_b_copy(float *p, const MatmulKernel *kern, MatrixView B, int k0
             else copy_small(dst, src, nr);
             for (int j = nr; j < NR; j++) dst[j] = 0.0f;
         }
-        return;
+        return 0;
     }
     if (B.rs == 1 && kern->pack_t) {
-        kern->pack_t(p, NR, B.p + (ptrdiff_t)j0 * B.cs + k0, B.cs, nr, kc);
-        return;
+        kern->pack_t(p, NR, B.p + (ptrdiff_t)j0 * B.cs + k0, B.cs, nr, kc, bf16);
+        return 1;
     }
     // Column j of B is a strided (usually contiguous) row in memory.
     for (int kt = 0; kt < kc; kt += KT) {
@@ -169,11 +178,11 @@ static void pack_b_copy(float *p, const MatmulKernel *kern, MatrixView B, int k0
     if (nr < NR)
         for (int k = 0; k < kc; k++)
             for (int j = nr; j < NR; j++) p[(ptrdiff_t)k * NR + j] = 0.0f;
+    return 0;
 }
 
 static void pack_b_panel(float *p, const Gemm *g, int k0, int kc, int j0, int nr) {
-    pack_b_copy(p, g->kern, g->B, k0, kc, j0, nr);
-    if (g->bf16) round_to_bf16(p, (size_t)g->kern->nr * kc);
+    if (!pack_b_copy(p, g->kern, g->B, k0, kc, j0, nr, g->bf16) && g->bf16) round_to_bf16(p, (size_t)g->kern->nr * kc);
 }
 
 // Where the tiles find A and B for one k block. The operand that is not

@@ -44,8 +44,9 @@ static inline void matmul_tile_store(const MatmulTile *t, const float *tmp, int 
 }
 
 // Transposing pack: dst[k*width + j] = src[j*src_rs + k] for j < rows,
-// 0 for rows <= j < width, k < kc. width is the kernel's MR or NR.
-typedef void (*MatmulPackFn)(float *dst, int width, const float *src, ptrdiff_t src_rs, int rows, int kc);
+// 0 for rows <= j < width, k < kc. width is the kernel's MR or NR. With bf16,
+// each value is rounded to bf16 on the way (matmul_bf16_round's bits).
+typedef void (*MatmulPackFn)(float *dst, int width, const float *src, ptrdiff_t src_rs, int rows, int kc, int bf16);
 
 struct MatmulKernel {
     const char *name;   // "avx512", "avx2+fma", "neon", "portable"

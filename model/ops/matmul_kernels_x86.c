@@ -150,11 +150,26 @@ __attribute__((target("avx512f"))) static void avx512_tile(const MatmulTile *t) 
     else avx512_tile_body(t, 0);
 }
 
+// Each float rounded to bf16 and widened back, with matmul_bf16_round's
+// bits: to nearest even, zero and subnormals to signed zero, NaN made quiet.
+__attribute__((always_inline, target("avx512f"))) static inline __m512 round_bf16_512(__m512 x) {
+    const __m512i u = _mm512_castps_si512(x), high = _mm512_set1_epi32((int)0xffff0000u);
+    const __m512i lsb = _mm512_and_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(1));
+    __m512i r = _mm512_and_si512(_mm512_add_epi32(_mm512_add_epi32(u, _mm512_set1_epi32(0x7fff)), lsb), high);
+    const __mmask16 tiny = _mm512_cmpeq_epi32_mask(_mm512_and_si512(u, _mm512_set1_epi32(0x7f800000)),
+                                                   _mm512_setzero_si512());
+    r = _mm512_mask_mov_epi32(r, tiny, _mm512_and_si512(u, _mm512_set1_epi32((int)0x80000000u)));
+    const __mmask16 nan = _mm512_cmpgt_epi32_mask(_mm512_and_si512(u, _mm512_set1_epi32(0x7fffffff)),
+                                                  _mm512_set1_epi32(0x7f800000));
+    r = _mm512_mask_mov_epi32(r, nan, _mm512_and_si512(_mm512_or_si512(u, _mm512_set1_epi32(0x00400000)), high));
+    return _mm512_castsi512_ps(r);
+}
+
 // Transposing pack, 16 k at a time: 16 source rows (zeros past `rows`) are
 // loaded, transposed in registers and stored as 16 destination rows of up to
 // 16 floats. The source rows are prefetched a few chunks ahead.
 __attribute__((target("avx512f"))) static void avx512_pack_t(float *dst, int width, const float *src,
-                                                          ptrdiff_t src_rs, int rows, int kc) {
+                                                          ptrdiff_t src_rs, int rows, int kc, int bf16) {
     for (int j0 = 0; j0 < width; j0 += 16) {
         const int w = width - j0 < 16 ? width - j0 : 16;
         const __mmask16 wmask = (__mmask16)((1u << w) - 1);
@@ -172,6 +187,8 @@ __attribute__((target("avx512f"))) static void avx512_pack_t(float *dst, int wid
                 }
             }
             transpose16(r);
+            if (bf16)
+                for (int k = 0; k < kn; k++) r[k] = round_bf16_512(r[k]);
             for (int k = 0; k < kn; k++) _mm512_mask_storeu_ps(dst + (k0 + k) * width + j0, wmask, r[k]);
         }
     }
@@ -273,11 +290,24 @@ __attribute__((always_inline, target("avx2"))) static inline __m256i first_lanes
     return _mm256_cmpgt_epi32(_mm256_set1_epi32(n), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
 }
 
+// round_bf16_512 on 8 floats.
+__attribute__((always_inline, target("avx2"))) static inline __m256 round_bf16_256(__m256 x) {
+    const __m256i u = _mm256_castps_si256(x), high = _mm256_set1_epi32((int)0xffff0000u);
+    const __m256i lsb = _mm256_and_si256(_mm256_srli_epi32(u, 16), _mm256_set1_epi32(1));
+    __m256i r = _mm256_and_si256(_mm256_add_epi32(_mm256_add_epi32(u, _mm256_set1_epi32(0x7fff)), lsb), high);
+    const __m256i tiny = _mm256_cmpeq_epi32(_mm256_and_si256(u, _mm256_set1_epi32(0x7f800000)), _mm256_setzero_si256());
+    r = _mm256_blendv_epi8(r, _mm256_and_si256(u, _mm256_set1_epi32((int)0x80000000u)), tiny);
+    const __m256i nan = _mm256_cmpgt_epi32(_mm256_and_si256(u, _mm256_set1_epi32(0x7fffffff)),
+                                           _mm256_set1_epi32(0x7f800000));
+    r = _mm256_blendv_epi8(r, _mm256_and_si256(_mm256_or_si256(u, _mm256_set1_epi32(0x00400000)), high), nan);
+    return _mm256_castsi256_ps(r);
+}
+
 // Transposing pack, 8 k at a time: 8 source rows (zeros past `rows`) are
 // loaded, transposed in registers and stored as 8 destination rows of up to
 // 8 floats (a panel 6 wide takes a 4-float and a 2-float store per row).
 __attribute__((target("avx2,fma"))) static void avx2_pack_t(float *dst, int width, const float *src,
-                                                         ptrdiff_t src_rs, int rows, int kc) {
+                                                         ptrdiff_t src_rs, int rows, int kc, int bf16) {
     for (int j0 = 0; j0 < width; j0 += 8) {
         const int w = width - j0 < 8 ? width - j0 : 8;
         const __m256i wmask = first_lanes(w);
@@ -295,6 +325,8 @@ __attribute__((target("avx2,fma"))) static void avx2_pack_t(float *dst, int widt
                 }
             }
             transpose8(r);
+            if (bf16)
+                for (int k = 0; k < kn; k++) r[k] = round_bf16_256(r[k]);
             float *d = dst + (ptrdiff_t)k0 * width + j0;
             if (w == 8)
                 for (int k = 0; k < kn; k++) _mm256_storeu_ps(d + (ptrdiff_t)k * width, r[k]);
