@@ -1,8 +1,11 @@
 // main.c: `pocket SUBCOMMAND ...` dispatch.
+#include <omp.h>
 #include <stdio.h>
 #include <stdlib.h>
-#include <unistd.h>
 #include <string.h>
+#include <unistd.h>
+#include "../model/ops/ops.h"
+#include "../util/cpu.h"
 #include "commands.h"
 
 typedef struct {
@@ -28,7 +31,44 @@ static void usage(FILE *f) {
     fprintf(f, "pocket: training toolkit for MNN-Pocket (Qwen3) models\n\nusage: pocket COMMAND [options]\n\n");
     for (size_t i = 0; i < sizeof COMMANDS / sizeof COMMANDS[0]; i++)
         fprintf(f, "  %-9s %s\n", COMMANDS[i].name, COMMANDS[i].what);
-    fprintf(f, "\n`pocket COMMAND --help` gives each command's options.\n");
+    fprintf(f, "\n`pocket COMMAND --help` gives each command's options; `pocket --version` the CPU and kernels.\n");
+    fprintf(f, "\nenvironment:\n"
+               "  %s=SET[/BF16]  the CPU kernels: avx512, avx2, neon or portable (fp32 matmuls and attention),\n"
+               "                 and optionally the bf16 matmuls' kernel: avx512bf16, portable, or a set's name\n"
+               "                 for bf16-rounded operands on its fp32 tiles\n"
+               "                 (default: the fastest this CPU runs; e.g. avx2 measures the AVX2 path on an\n"
+               "                 AVX-512 machine)\n"
+               "  OMP_NUM_THREADS  threads when a command's own option leaves it open\n",
+            CPU_KERNELS_ENV);
+}
+
+// The CPU, the instruction sets found and the kernels a CPU device would run
+// (after POCKET_KERNELS): what a benchmark or a bug report needs to say.
+static int version(void) {
+    char model[64], isa[256], kernels[256];
+    cpu_model_name(model, sizeof model);
+    cpu_isa_list(isa, sizeof isa);
+    printf("pocket-train (built with %s%s)\n", __VERSION__,
+#ifdef POCKET_CUDA
+           ", CUDA"
+#else
+           ""
+#endif
+    );
+    printf("cpu: %s, %d threads\n", model, omp_get_max_threads());
+    printf("instruction sets: %s\n", isa);
+    const char *spec = getenv(CPU_KERNELS_ENV);
+    CpuKernels k;
+    PtError e;
+    if (cpu_kernels_named(&k, spec, &e)) {
+        fprintf(stderr, "pocket: %s\n", e.msg);
+        return 1;
+    }
+    cpu_kernels_describe(&k, kernels, sizeof kernels);
+    printf("kernels: %s (%s)\n", kernels, spec && spec[0] ? CPU_KERNELS_ENV " set" : "the fastest this CPU runs");
+    const char *note = cpu_kernels_bf16_notice(&k);
+    if (note) printf("%s\n", note);
+    return 0;
 }
 
 // OpenMP threads that spin at a barrier steal the core a preempted sibling
@@ -49,6 +89,7 @@ int main(int argc, char **argv) {
         usage(argc < 2 ? stderr : stdout);
         return argc < 2 ? 2 : 0;
     }
+    if (!strcmp(argv[1], "--version") || !strcmp(argv[1], "version")) return version();
     for (size_t i = 0; i < sizeof COMMANDS / sizeof COMMANDS[0]; i++)
         if (!strcmp(argv[1], COMMANDS[i].name)) return COMMANDS[i].run(argc - 1, argv + 1);
     fprintf(stderr, "pocket: unknown command '%s'\n", argv[1]);

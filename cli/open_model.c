@@ -102,6 +102,11 @@ int open_model(OpenModel *om, const char *ckpt, const OpenOptions *o, PtError *e
         return -1;
     }
     model_init(&om->m, &om->dev, &om->b.cfg, &om->b.tt, om->int4 ? om->int4_weights : om->params, &o->numerics);
+    // Only the bf16 notice: the kernels themselves are in `pocket --version`.
+    const char *note = o->log && om->dev.be == backend_cpu() && o->numerics.matmul == MATMUL_BF16
+                           ? cpu_kernels_bf16_notice(cpu_kernels(&om->dev))
+                           : NULL;
+    if (note) fprintf(o->log, "%s\n", note);
     return 0;
 }
 

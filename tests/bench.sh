@@ -25,7 +25,8 @@
 # for like (fp32 / fp32, bf16 / autocast bf16) and bf16 over torch fp32.
 #
 # usage: tests/bench.sh [POCKET [BENCH_DIR]]
-# env:   POCKET (./pocket), BENCH_DIR (build/tests), PYTHON (tests/.venv/bin/python),
+# env:   POCKET_KERNELS (unset: the fastest kernels; avx2 measures the AVX2 path, see `pocket --help`),
+#        POCKET (./pocket), BENCH_DIR (build/tests), PYTHON (tests/.venv/bin/python),
 #        BENCH_THREADS (2), BENCH_TOKENIZE_MB (4), BENCH_REPS (3, tokenizer runs per side),
 #        BENCH_MNN_DIR (BENCH_DIR/../bench-mnn)
 #
@@ -64,6 +65,9 @@ highest_peak() { printf '%s' "$PEAKS" | awk '$2 > p { p = $2 } END { if (p > 0) 
 echo "pocket bench: $(uname -m), $(nproc) cores ($(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ *//')),"
 echo "  load average $(cut -d' ' -f1-3 /proc/loadavg) at the start"
 echo "  pocket $POCKET, benches in $BENCH_DIR, reference Python $PYTHON, $THREADS threads"
+# The CPU model, the instruction sets found and the kernels chosen (POCKET_KERNELS, when set, forces them for
+# every C benchmark below; the reference frameworks pick their own).
+"$POCKET" --version | sed 's/^/  /'
 
 # ---- 1. the C benchmarks ---------------------------------------------------
 for b in "$BENCH_DIR"/bench_*; do
@@ -133,8 +137,11 @@ for b in "$BENCH_DIR"/bench_*; do
         bench_matmul)
             # OpenBLAS in a process of its own, so neither library's spinning
             # idle threads slow the other.
-            echo "(OpenBLAS sgemm, same shapes: OPENBLAS_CORETYPE and OPENBLAS_L2_SIZE are unset for this command only)"
-            env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE OMP_NUM_THREADS="$THREADS" "$b" "$THREADS" --blas 2>&1 |
+            # With our kernels forced to AVX2, OpenBLAS gets its AVX2 (Haswell) kernels, like for like.
+            blas_core=()
+            case ${POCKET_KERNELS:-} in avx2*) blas_core=(OPENBLAS_CORETYPE=Haswell) ;; esac
+            echo "(OpenBLAS sgemm, same shapes: OPENBLAS_L2_SIZE unset for this command only; ${blas_core[*]:-OPENBLAS_CORETYPE unset})"
+            env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE "${blas_core[@]}" OMP_NUM_THREADS="$THREADS" "$b" "$THREADS" --blas 2>&1 |
                 tee "$LOGS/bench_matmul_blas.log" | grep -v '^== bench_matmul: \(kernel\|bf16\)'
             cat "$LOGS/bench_matmul_blas.log" >>"$log"
             # "== bench_matmul: kernel avx512, 2 threads, fp32 FMA peak 235.8 GFLOP/s (measured 235.7 before, 235.8 after)"
@@ -156,8 +163,17 @@ PEAK=$(highest_peak)
 # ---- 2. the same training step in PyTorch ----------------------------------
 section "bench_torch_step: the same pocket-0.3b step in torch + transformers (reference), $THREADS threads"
 echo "(OPENBLAS_CORETYPE and OPENBLAS_L2_SIZE are unset for this command only: they slow current numpy/torch builds)"
-env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE OMP_NUM_THREADS="$THREADS" MKL_NUM_THREADS="$THREADS" \
-    "$PYTHON" "$HERE/bench_torch_step.py" --threads "$THREADS" ${PEAK:+--peak "$PEAK"} --summary "$SUMMARY" ||
+# With our kernels forced to AVX2, PyTorch is held to AVX2 too (ATen's kernels, MKL, oneDNN), like for like.
+# Its autocast bf16 then has no bf16 kernels and takes minutes a step (320 s at T=1024 here): fp32 only.
+torch_isa=() torch_precisions=fp32,bf16
+case ${POCKET_KERNELS:-} in avx2*)
+    torch_isa=(ATEN_CPU_CAPABILITY=avx2 MKL_ENABLE_INSTRUCTIONS=AVX2 ONEDNN_MAX_CPU_ISA=AVX2)
+    torch_precisions=fp32
+    echo "(POCKET_KERNELS=$POCKET_KERNELS: PyTorch runs with ${torch_isa[*]}, fp32 only)" ;;
+esac
+env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE OMP_NUM_THREADS="$THREADS" MKL_NUM_THREADS="$THREADS" "${torch_isa[@]}" \
+    "$PYTHON" "$HERE/bench_torch_step.py" --threads "$THREADS" --precisions "$torch_precisions" \
+    ${PEAK:+--peak "$PEAK"} --summary "$SUMMARY" ||
     failed="$failed bench_torch_step"
 
 # ---- 3. tokenizer throughput beside HF tokenizers ---------------------------

@@ -13,6 +13,7 @@
 #include "../model/ops/matmul_kernels.h"
 #include "../model/ops/ops.h"
 #include "../util/cpu.h"
+#include "bench_header.h"
 #include "../util/util.h"
 
 enum { NQ = 14, NKV = 2, HD = 64 };
@@ -54,11 +55,12 @@ static void run(Device *d, int T, int reps, double peak) {
 int main(int argc, char **argv) {
     int reps = argc > 1 ? atoi(argv[1]) : 5;
     if (reps < 1) die("bench_attention: reps must be at least 1, got %s", argv[1]);
-    double peak = cpu_peak_fp32_gflops(2);
+    Device dev;
+    cpu_device_init(&dev, 0, NULL);   // the best kernels (or POCKET_KERNELS'), OpenMP's thread count
+    bench_header("bench_attention", &dev);
+    double peak = bench_peak(&dev, 2);
     printf("== bench_attention: fp32 FMA peak %.1f GFLOP/s; causal FLOPs (see the top of tests/bench_attention.c)\n",
            peak);
-    Device dev;
-    cpu_device_init(&dev, 0, NULL);   // the best kernels, OpenMP's thread count
     const int Ts[2] = {512, 1024};
     for (int i = 0; i < 2; i++) run(&dev, Ts[i], reps, peak);
     dev_free(&dev);

@@ -23,6 +23,7 @@
 #include "../model/ops/ops.h"
 #include "../util/cpu.h"
 #include "../util/util.h"
+#include "bench_header.h"
 
 typedef struct {
     const char *what;
@@ -57,9 +58,9 @@ __attribute__((target("avx512f,avx512bf16"), noinline)) static float dpbf16_burs
 }
 
 // Best rate over ~0.3 s of ~20 ms slices on `threads` threads (a warm-up
-// slice sizes them); 0 without AVX512_BF16.
-static double bf16_peak_gflops(int threads) {
-    if (!matmul_bf16_kernel_avx512()) return 0.0;
+// slice sizes them); 0 when the device's bf16 kernel is not AVX512_BF16's.
+static double bf16_peak_gflops(const Device *d, int threads) {
+    if (!matmul_bf16_kernel_avx512() || cpu_kernels(d)->bf16 != matmul_bf16_kernel_avx512()) return 0.0;
     long burst = 100000;
     double best = 0.0, start = now_seconds();
     float sink = 0.0f;
@@ -167,7 +168,10 @@ int main(int argc, char **argv) {
     // The peaks are measured before and after the products and the larger
     // figures are used: a burst of other work on a shared machine can only
     // lower a measurement.
-    double peak_before = cpu_peak_fp32_gflops(threads), bf16_before = bf16_peak_gflops(threads);
+    Device dev;
+    cpu_device_init(&dev, threads, NULL);   // the best kernels for this CPU, or POCKET_KERNELS'
+    bench_header("bench_matmul", &dev);
+    double peak_before = bench_peak(&dev, threads), bf16_before = bf16_peak_gflops(&dev, threads);
     Rng rng;
     rng_seed(&rng, 1);
     const double budget_per_product = 0.7;   // seconds; keeps the whole run near 40 s
@@ -176,8 +180,6 @@ int main(int argc, char **argv) {
         printf("== bench_matmul: no reference: libopenblas.so.0 not found (apt-get install libopenblas0)\n");
         return 0;
     }
-    Device dev;
-    cpu_device_init(&dev, threads, NULL);   // the best kernels for this CPU
     dev_reserve(&dev, matmul_workspace_bytes(&dev));
     for (int i = 0; i < N_SHAPES; i++) {
         const Shape *s = &SHAPES[i];
@@ -201,7 +203,7 @@ int main(int argc, char **argv) {
         }
         free(inp), free(dinp), free(W), free(dW), free(out), free(dout);
     }
-    double peak_after = cpu_peak_fp32_gflops(threads), bf16_after = bf16_peak_gflops(threads);
+    double peak_after = bench_peak(&dev, threads), bf16_after = bf16_peak_gflops(&dev, threads);
     double peak = peak_after > peak_before ? peak_after : peak_before;
     double bf16_peak = bf16_after > bf16_before ? bf16_after : bf16_before;
     printf("== bench_matmul: kernel %s, %d threads, fp32 FMA peak %.1f GFLOP/s (measured %.1f before, %.1f after)\n",
@@ -211,7 +213,7 @@ int main(int argc, char **argv) {
                "(measured %.1f before, %.1f after)\n",
                cpu_kernels(&dev)->bf16->name, bf16_peak, bf16_peak / peak, bf16_before, bf16_after);
     else
-        printf("== bench_matmul: bf16 kernel %s (no AVX512_BF16: bf16 runs at fp32 speed at best)\n",
+        printf("== bench_matmul: bf16 kernel %s (no AVX512_BF16 in use: bf16 runs at fp32 speed at best)\n",
                cpu_kernels(&dev)->bf16->name);
     if (blas_only)
         printf("== bench_matmul: reference OpenBLAS sgemm (%s), %d threads, OPENBLAS_CORETYPE=%s\n", blas.config,

@@ -15,6 +15,7 @@
 #include "../model/ops/matmul_kernels.h"
 #include "../qat/qat.h"
 #include "../util/cpu.h"
+#include "bench_header.h"
 #include "test_model_util.h"
 
 typedef struct {
@@ -110,11 +111,17 @@ static RunResult run(const char *preset, const RunSpec *r, double peak, int rss_
 int main(int argc, char **argv) {
     const char *preset = argc > 1 ? argv[1] : "pocket-0.3b";
     int T = argc > 2 ? atoi(argv[2]) : 512, steps = argc > 3 ? atoi(argv[3]) : 2;
-    double peak = cpu_peak_fp32_gflops(2);
+    Device dev;   // the kernels every configuration's device gets (POCKET_KERNELS may force them)
+    cpu_device_init(&dev, 0, NULL);
+    bench_header("bench_model", &dev);
+    double peak = bench_peak(&dev, 2);
     int rss_reset = reset_peak_rss();
     printf("== bench_model: fp32 FMA peak (2 threads, %s): %.1f GFLOP/s; bf16 matmul kernel %s; peak RSS %s\n",
-           cpu_kernel_name(), peak, matmul_bf16_kernel_best()->name,
+           cpu_kernels(&dev)->f32->name, peak, cpu_kernels(&dev)->bf16->name,
            rss_reset ? "per configuration (high-water mark reset before each)" : "of the whole process so far");
+    const char *note = cpu_kernels_bf16_notice(cpu_kernels(&dev));
+    if (note) printf("%s\n", note);
+    dev_free(&dev);
     RunResult fp32 = run(preset, &(RunSpec){T, steps, 0, 0, 0}, peak, rss_reset);
     RunResult bf16 = run(preset, &(RunSpec){T, steps, 0, 1, 0}, peak, rss_reset);
     RunResult qat = run(preset, &(RunSpec){T, steps, 1, 0, 0}, peak, rss_reset);

@@ -1,6 +1,7 @@
 // test_backends.h: every backend present, as devices the op tests run on:
-// the CPU once per kernel set this CPU runs (AVX-512, AVX2+FMA, portable; for
-// bf16 AVX512_BF16 and portable), and, in a build with CUDA (make CUDA=1) on a
+// the CPU once per kernel set this CPU runs (AVX-512, AVX2+FMA, NEON,
+// portable; for bf16 AVX512_BF16, the fp32 AVX-512, AVX2 and NEON tiles over
+// bf16-rounded operands, and portable), and, in a build with CUDA (make CUDA=1) on a
 // machine with a GPU, the GPU. A new backend adds its devices here, and every
 // op test then checks it against the same double references.
 //
@@ -83,18 +84,27 @@ static inline void test_cpu_device(TestDevice *t, const char *name, const CpuKer
 
 // Fills out[] with the devices present; returns how many. threads <= 0: all cores.
 static inline int test_devices(TestDevice *out, int threads) {
-    const MatmulKernel *f32[3] = {matmul_kernel_avx512(), matmul_kernel_avx2(), matmul_kernel_portable()};
-    const MatmulBf16Kernel *bf16[2] = {matmul_bf16_kernel_avx512(), matmul_bf16_kernel_portable()};
+    const MatmulKernel *f32[4] = {matmul_kernel_avx512(), matmul_kernel_avx2(), matmul_kernel_neon(),
+                                  matmul_kernel_portable()};
     int n = 0;
-    for (int i = 0; i < 3; i++) {
+    for (int i = 0; i < 4; i++) {
         if (!f32[i]) continue;
-        // AVX-512 pairs with AVX512_BF16 when the CPU has it, the rest with the
-        // portable bf16 kernel, so every bf16 kernel runs too.
-        const MatmulBf16Kernel *b = i == 0 && bf16[0] ? bf16[0] : bf16[1];
-        CpuKernels k = {f32[i], b, 256};
-        char name[48];
-        snprintf(name, sizeof name, "%s/%s", f32[i]->name, b->name);
-        test_cpu_device(&out[n++], name, &k, threads);
+        // Each fp32 set with its own bf16 kernel (AVX512_BF16, or the fp32
+        // tiles over bf16-rounded operands, or portable), and AVX-512 once
+        // more with its rounded kernel when it has AVX512_BF16, so every bf16
+        // kernel runs too.
+        const MatmulBf16Kernel *own = matmul_bf16_kernel_on(f32[i]);
+        const MatmulBf16Kernel *b[2] = {own ? own : matmul_bf16_kernel_portable(), NULL};
+        if (i == 0 && matmul_bf16_kernel_avx512()) {
+            b[1] = b[0];
+            b[0] = matmul_bf16_kernel_avx512();
+        }
+        for (int j = 0; j < 2 && b[j]; j++) {
+            CpuKernels k = {f32[i], b[j], 256};
+            char name[48];
+            snprintf(name, sizeof name, "%s/%s", f32[i]->name, b[j]->name);
+            test_cpu_device(&out[n++], name, &k, threads);
+        }
     }
     // POCKET_REQUIRE_CUDA=1 (tests/cuda/check.sh sets it): no GPU is a failure, not a skip.
     const char *require = getenv("POCKET_REQUIRE_CUDA");

@@ -254,6 +254,66 @@ static void test_bf16_rounding(void **state) {
     }
 }
 
+// n normal values with the cases bf16 rounding must get right mixed in:
+// exact ties, subnormals, NaNs, values that round to infinity.
+static float *special_values(Rng *r, int n) {
+    float *src = xmalloc((size_t)n * sizeof(float), "pack src");
+    for (int i = 0; i < n; i++) {
+        float x = (float)rng_normal(r);
+        uint32_t u;
+        memcpy(&u, &x, sizeof u);
+        switch (rng_next(r) % 16) {
+            case 0: u = (u & 0xffff0000u) | 0x8000u; break;        // exact tie
+            case 1: u &= 0x807fffffu; break;                       // subnormal
+            case 2: u = 0x7fc00000u | (u & 0x3fffffu); break;      // NaN
+            case 3: u = (u & 0x80000000u) | 0x7f7fffffu; break;    // rounds to inf
+            default: break;
+        }
+        memcpy(&src[i], &u, sizeof u);
+    }
+    return src;
+}
+
+// The fp32 kernels' vectorised transposing packs: a plain transposed copy,
+// and with bf16 each value rounded as matmul_bf16_round does (what the
+// "+round" bf16 kernels multiply), on ragged rows and kc and special values.
+static void test_fp32_packs_round_exactly(void **state) {
+    (void)state;
+    const MatmulKernel *kernels[2] = {matmul_kernel_avx512(), matmul_kernel_avx2()};
+    Rng r;
+    rng_seed(&r, 29);
+    const int rows_max = 40, kc_max = 45;
+    float *src = special_values(&r, rows_max * kc_max);
+    float *dst = xmalloc((size_t)32 * kc_max * sizeof(float), "pack dst");
+    int checked = 0;
+    for (int ki = 0; ki < 2; ki++) {
+        const MatmulKernel *kern = kernels[ki];
+        if (!kern || !kern->pack_t) continue;
+        const int widths[2] = {kern->mr, kern->nr};
+        for (int wi = 0; wi < 2; wi++)
+            for (int rows = 1; rows <= widths[wi]; rows++)
+                for (int kc = 1; kc <= kc_max; kc += 4)
+                    for (int bf16 = 0; bf16 <= 1; bf16++) {
+                        kern->pack_t(dst, widths[wi], src, kc_max, rows, kc, bf16);
+                        for (int k = 0; k < kc; k++)
+                            for (int j = 0; j < widths[wi]; j++) {
+                                uint32_t got, want = 0;
+                                memcpy(&got, &dst[k * widths[wi] + j], sizeof got);
+                                if (j < rows) {
+                                    memcpy(&want, &src[j * kc_max + k], sizeof want);
+                                    if (bf16) want = (uint32_t)matmul_bf16_round(src[j * kc_max + k]) << 16;
+                                }
+                                if (got != want)
+                                    fail_msg("%s pack_t width %d rows %d kc %d bf16 %d: (%d, %d) is %08x, not %08x",
+                                             kern->name, widths[wi], rows, kc, bf16, k, j, got, want);
+                            }
+                        checked++;
+                    }
+    }
+    if (!checked) skip();
+    free(src), free(dst);
+}
+
 // The AVX512_BF16 packs give the portable pack's bits, on both vectorised
 // source layouts (k contiguous, index contiguous) and a strided one, with
 // ragged widths, odd kc and special values.
@@ -267,20 +327,7 @@ static void test_bf16_packs_agree(void **state) {
     Rng r;
     rng_seed(&r, 23);
     const int rows_max = 70, kc_max = 77;
-    float *src = xmalloc((size_t)rows_max * kc_max * 3 * sizeof(float), "pack src");
-    for (int i = 0; i < rows_max * kc_max * 3; i++) {
-        float x = (float)rng_normal(&r);
-        uint32_t u;
-        memcpy(&u, &x, sizeof u);
-        switch (rng_next(&r) % 16) {
-            case 0: u = (u & 0xffff0000u) | 0x8000u; break;        // exact tie
-            case 1: u &= 0x807fffffu; break;                       // subnormal
-            case 2: u = 0x7fc00000u | (u & 0x3fffffu); break;      // NaN
-            case 3: u = (u & 0x80000000u) | 0x7f7fffffu; break;    // rounds to inf
-            default: break;
-        }
-        memcpy(&src[i], &u, sizeof u);
-    }
+    float *src = special_values(&r, rows_max * kc_max * 3);
     // Panels are `stride` apart (more than one panel's kc, as in the driver's
     // last k block); the gap between them must stay untouched.
     const ptrdiff_t stride_max = (ptrdiff_t)rows_max * (kc_max + 3);
@@ -457,6 +504,7 @@ int main(void) {
         cmocka_unit_test(test_fp32),
         cmocka_unit_test(test_same_bits_twice),
         cmocka_unit_test(test_bf16_rounding),
+        cmocka_unit_test(test_fp32_packs_round_exactly),
         cmocka_unit_test(test_bf16_packs_agree),
         cmocka_unit_test(test_bf16),
         cmocka_unit_test(test_precision_selects_products),

@@ -388,6 +388,7 @@ static int announce(Trainer *t, const char *resumed, long tokens_per_step, PtErr
            train_mode_name(r->train.mode), t->total_steps, r->train.micro_batch, r->train.seq_len,
            r->train.grad_accum, t->comm->world > 1 ? " on every rank" : "", schedule_kind_name(r->optim.schedule),
            r->optim.lr, t->peak_gflops);
+    cpu_kernels_announce(&t->dev, r->train.matmul == TRAIN_MATMUL_BF16, stdout);
     if (t->comm->world > 1) {
         // A ring reduce-scatter of the gradients and an allgather of the parameters each send (W-1)/W of them.
         const double W = t->comm->world, sent = 2 * (W - 1) / W * (double)t->b.tt.total * 4;
@@ -433,7 +434,10 @@ int train_run(const Recipe *r, Comm *comm, volatile sig_atomic_t *stop, PtError 
     for (int a = 0; a < accum; a++) batch_alloc(&t.micro[a], B, T);
     if (accum > 1) t.micro_grads = t.dev.be->alloc(&t.dev, t.b.tt.total * sizeof(float), "micro-batch gradients");
     // MFU against the CPU's measured peak; a GPU's is not measured here (0: no MFU).
-    t.peak_gflops = t.lead && t.dev.be->host_memory ? cpu_peak_fp32_gflops(t.dev.threads) : 0;
+    // The peak of the vectors the chosen kernels use (POCKET_KERNELS may restrict them).
+    t.peak_gflops = t.lead && t.dev.be == backend_cpu()
+                        ? cpu_peak_fp32_gflops_lanes(t.dev.threads, cpu_kernels_lanes(cpu_kernels(&t.dev)))
+                        : 0;
     t.flops_per_token = config_train_flops_per_token(&t.b.cfg, T);
     if (agree(&t, announce(&t, resumed, tokens_per_step, e), e)) goto out;
     int tty = t.lead && isatty(fileno(stderr)), stopped = 0;

@@ -1,81 +1,48 @@
-// cpu.c: feature detection and the fp32 FMA peak measurement.
+// cpu.c: the fp32 FMA peak measurement (the bursts it times are the
+// architecture's: cpu_x86.c, cpu_arm.c), and the portable fallbacks of
+// cpu.h for any other architecture.
 #include "cpu.h"
-#include <immintrin.h>
 #include <omp.h>
+#include <stdio.h>
 #include "util.h"
 
-// __builtin_cpu_supports also checks that the OS saves the wide registers
-// (libgcc tests XCR0), so a "yes" means the instructions really run.
-int cpu_has_avx512(void) { return __builtin_cpu_supports("avx512f"); }
-int cpu_has_avx2_fma(void) { return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma"); }
-
-const char *cpu_kernel_name(void) {
-    if (cpu_has_avx512()) return "avx512";
-    if (cpu_has_avx2_fma()) return "avx2+fma";
-    return "portable";
-}
-
-// Each burst runs `iters` rounds of ACCS independent FMA chains. ACCS = 12
-// covers latency x throughput on every current core (4 cycles x 2 pipes on
-// Intel, 4 x 1 zmm or 4 x 2 ymm on Zen 4). x = x*m + a with m just below 1
-// converges instead of overflowing, so no denormals or infinities appear.
-// The result (a sum of the lanes) seeds the next burst, so the compiler can
-// neither drop a burst nor hoist it out of the timing loop.
-#define ACCS 12
-
-__attribute__((target("avx512f"), noinline)) static float fma_burst_avx512(long iters, float seed) {
-    __m512 x[ACCS];
-    const __m512 m = _mm512_set1_ps(0.999999f), a = _mm512_set1_ps(1e-6f);
-    for (int i = 0; i < ACCS; i++) x[i] = _mm512_set1_ps(seed + (float)i);
-    for (long it = 0; it < iters; it++) {
-        #pragma GCC unroll 12
-        for (int i = 0; i < ACCS; i++) x[i] = _mm512_fmadd_ps(x[i], m, a);
-    }
-    __m512 s = x[0];
-    for (int i = 1; i < ACCS; i++) s = _mm512_add_ps(s, x[i]);
-    return _mm512_reduce_add_ps(s);
-}
-
-__attribute__((target("avx2,fma"), noinline)) static float fma_burst_avx2(long iters, float seed) {
-    __m256 x[ACCS];
-    const __m256 m = _mm256_set1_ps(0.999999f), a = _mm256_set1_ps(1e-6f);
-    for (int i = 0; i < ACCS; i++) x[i] = _mm256_set1_ps(seed + (float)i);
-    for (long it = 0; it < iters; it++) {
-        #pragma GCC unroll 12
-        for (int i = 0; i < ACCS; i++) x[i] = _mm256_fmadd_ps(x[i], m, a);
-    }
-    __m256 s = x[0];
-    for (int i = 1; i < ACCS; i++) s = _mm256_add_ps(s, x[i]);
-    float lanes[8];
-    _mm256_storeu_ps(lanes, s);
-    float t = 0.0f;
-    for (int i = 0; i < 8; i++) t += lanes[i];
-    return t;
-}
-
 // Portable fallback: scalar fmaf chains (the compiler may vectorise them).
-__attribute__((noinline)) static float fma_burst_scalar(long iters, float seed) {
-    float x[ACCS];
-    for (int i = 0; i < ACCS; i++) x[i] = seed + (float)i;
+__attribute__((noinline)) float cpu_fma_burst_scalar(long iters, float seed) {
+    float x[CPU_FMA_ACCS];
+    for (int i = 0; i < CPU_FMA_ACCS; i++) x[i] = seed + (float)i;
     for (long it = 0; it < iters; it++)
-        for (int i = 0; i < ACCS; i++) x[i] = __builtin_fmaf(x[i], 0.999999f, 1e-6f);
+        for (int i = 0; i < CPU_FMA_ACCS; i++) x[i] = __builtin_fmaf(x[i], 0.999999f, 1e-6f);
     float t = 0.0f;
-    for (int i = 0; i < ACCS; i++) t += x[i];
+    for (int i = 0; i < CPU_FMA_ACCS; i++) t += x[i];
     return t;
 }
 
-static float burst_for(int width, long iters, float seed) {
-    return width == 16 ? fma_burst_avx512(iters, seed)
-         : width == 8  ? fma_burst_avx2(iters, seed)
-                       : fma_burst_scalar(iters, seed);
+#if !defined(__x86_64__) && !defined(__i386__) && !defined(__aarch64__)
+int cpu_has_avx512(void) { return 0; }
+int cpu_has_avx2_fma(void) { return 0; }
+int cpu_has_avx512_bf16(void) { return 0; }
+int cpu_has_neon(void) { return 0; }
+int cpu_has_arm_bf16(void) { return 0; }
+void cpu_model_name(char *buf, size_t n) { snprintf(buf, n, "unknown CPU"); }
+void cpu_isa_list(char *buf, size_t n) { snprintf(buf, n, "none the kernels use"); }
+float cpu_fma_burst(int width, long iters, float seed) {
+    (void)width;
+    return cpu_fma_burst_scalar(iters, seed);
 }
+int cpu_fma_width(int lanes) {
+    (void)lanes;
+    return 1;
+}
+#endif
 
 // The machine may be shared (a VM whose cores also run other work), so the
 // 0.3 s are cut into slices timed between barriers and the fastest slice
 // counts: the peak is what the cores deliver when they are really ours.
-double cpu_peak_fp32_gflops(int threads) {
+double cpu_peak_fp32_gflops(int threads) { return cpu_peak_fp32_gflops_lanes(threads, 16); }
+
+double cpu_peak_fp32_gflops_lanes(int threads, int lanes) {
     if (threads < 1) threads = 1;
-    const int width = cpu_has_avx512() ? 16 : cpu_has_avx2_fma() ? 8 : 1;
+    const int width = cpu_fma_width(lanes);
     const double duration = 0.3;
     long burst = 20000;                 // rounds per slice, sized in the warm-up
     double best = 0.0, start = 0.0;    // shared: written by the master only
@@ -87,7 +54,7 @@ double cpu_peak_fp32_gflops(int threads) {
         // Warm-up (clock ramp, wide-vector frequency licence); the master
         // sizes a slice to about 20 ms from it.
         double w0 = now_seconds();
-        s = burst_for(width, burst, s);
+        s = cpu_fma_burst(width, burst, s);
         #pragma omp barrier
         #pragma omp master
         {
@@ -100,12 +67,12 @@ double cpu_peak_fp32_gflops(int threads) {
         while (!done) {
             #pragma omp barrier
             double t0 = now_seconds();
-            s = burst_for(width, burst, s * 1e-3f);
+            s = cpu_fma_burst(width, burst, s * 1e-3f);
             #pragma omp barrier
             double t = now_seconds() - t0;
             #pragma omp master
             {
-                double rate = 2.0 * (double)burst * ACCS * width * threads / t * 1e-9;
+                double rate = 2.0 * (double)burst * CPU_FMA_ACCS * width * threads / t * 1e-9;
                 if (rate > best) best = rate;
                 done = now_seconds() - start >= duration;
             }

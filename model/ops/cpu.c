@@ -3,6 +3,7 @@
 // quant.h's functions also serve the host-side exporters without a device;
 // they run on OpenMP's thread count, which cpu_device_init sets).
 #include <omp.h>
+#include <stdlib.h>
 #include <string.h>
 #include "matmul_kernels.h"
 #include "ops.h"
@@ -112,7 +113,9 @@ void cpu_device_init(Device *d, int threads, const CpuKernels *kernels) {
     if (threads > 0) omp_set_num_threads(threads);
     d->threads = omp_get_max_threads();
     CpuKernels *k = xmalloc(sizeof *k, "cpu kernels");
-    *k = kernels ? *kernels : (CpuKernels){matmul_kernel_best(), matmul_bf16_kernel_best(), 256};
+    PtError e;
+    if (kernels) *k = *kernels;
+    else if (cpu_kernels_named(k, getenv(CPU_KERNELS_ENV), &e)) die("%s", e.msg);
     if (!k->f32) k->f32 = matmul_kernel_best();
     if (!k->bf16) k->bf16 = matmul_bf16_kernel_best();
     if (k->classifier_rows < 1) k->classifier_rows = 256;

@@ -30,6 +30,7 @@ typedef struct {
     int accumulate;
     int kc;                  // k block (K split into equal blocks <= KC_MAX)
     int a_in_place, b_in_place;
+    int bf16;                // operands rounded to bf16 in the packs (never read in place)
 } Gemm;
 
 // Largest number of cache lines that land in one set when `rows` rows of
@@ -58,10 +59,29 @@ static int spread_ok(ptrdiff_t stride_bytes, int rows, ptrdiff_t row_bytes, int 
     return worst_set_load(stride_bytes, rows, row_bytes, sets) <= even + 2;
 }
 
+// x rounded to bf16 and widened back: the bits of matmul_bf16_round,
+// branch-free so the loops below vectorise.
+static inline float bf16_rounded(float x) {
+    uint32_t u, r;
+    memcpy(&u, &x, sizeof u);
+    r = (u + 0x7fffu + ((u >> 16) & 1u)) & 0xffff0000u;                          // to nearest even
+    r = (u & 0x7f800000u) == 0 ? u & 0x80000000u : r;                             // zero, subnormal: signed zero
+    r = (u & 0x7fffffffu) > 0x7f800000u ? (u | 0x00400000u) & 0xffff0000u : r;   // NaN, made quiet
+    memcpy(&x, &r, sizeof x);
+    return x;
+}
+
 // Copies n floats; n is the tile size (a handful of values), so a loop the
 // compiler unrolls beats a libc memcpy call.
 static inline void copy_small(float *dst, const float *src, int n) {
     for (int i = 0; i < n; i++) dst[i] = src[i];
+}
+
+// Rounds n packed floats to bf16 in place, after a pack that did not (one
+// vectorised pass over the panels, still in L1 or L2 from the pack, is
+// cheaper than rounding the pack's few-float pieces one by one).
+static void round_to_bf16(float *p, size_t n) {
+    for (size_t i = 0; i < n; i++) p[i] = bf16_rounded(p[i]);
 }
 
 // Transposing copies run over k in chunks of KT so the destination chunk
@@ -71,7 +91,9 @@ static inline void copy_small(float *dst, const float *src, int n) {
 
 // Packs rows [i0, i0+mc) x k [k0, k0+kc) of A as consecutive panels of MR
 // rows, each laid out p[k*MR + r]; rows past mc in the last panel are zero.
-static void pack_a_block(float *p, const MatmulKernel *kern, MatrixView A, int i0, int mc, int k0, int kc) {
+// Returns 1 when it rounded to bf16 on the way (if asked: the kernel's
+// vectorised transposing pack does), 0 when the caller still has to.
+static int pack_a_copy(float *p, const MatmulKernel *kern, MatrixView A, int i0, int mc, int k0, int kc, int bf16) {
     const int MR = kern->mr;
     const int panels = (mc + MR - 1) / MR;
     if (A.rs == 1) {
@@ -90,13 +112,13 @@ static void pack_a_block(float *p, const MatmulKernel *kern, MatrixView A, int i
                 for (int r = mr; r < MR; r++) dst[r] = 0.0f;
             }
         }
-        return;
+        return 0;
     }
     for (int q = 0; q < panels; q++) {
         const int mr = mc - q * MR < MR ? mc - q * MR : MR;
         float *panel = p + (ptrdiff_t)q * kc * MR;
         if (A.cs == 1 && kern->pack_t) {
-            kern->pack_t(panel, MR, A.p + (ptrdiff_t)(i0 + q * MR) * A.rs + k0, A.rs, mr, kc);
+            kern->pack_t(panel, MR, A.p + (ptrdiff_t)(i0 + q * MR) * A.rs + k0, A.rs, mr, kc, bf16);
             continue;
         }
         for (int kt = 0; kt < kc; kt += KT) {
@@ -113,11 +135,18 @@ static void pack_a_block(float *p, const MatmulKernel *kern, MatrixView A, int i
         for (int r = mr; r < MR; r++)
             for (int k = 0; k < kc; k++) panel[(ptrdiff_t)k * MR + r] = 0.0f;
     }
+    return A.cs == 1 && kern->pack_t;
+}
+
+static void pack_a_block(float *p, const Gemm *g, int i0, int mc, int k0, int kc) {
+    if (!pack_a_copy(p, g->kern, g->A, i0, mc, k0, kc, g->bf16) && g->bf16)
+        round_to_bf16(p, (size_t)(mc + g->kern->mr - 1) / g->kern->mr * g->kern->mr * kc);
 }
 
 // Packs k [k0, k0+kc) x columns [j0, j0+nr) of B as one panel p[k*NR + j],
 // columns beyond nr zero.
-static void pack_b_panel(float *p, const MatmulKernel *kern, MatrixView B, int k0, int kc, int j0, int nr) {
+// Returns 1 when it rounded to bf16 on the way, as pack_a_copy.
+static int pack_b_copy(float *p, const MatmulKernel *kern, MatrixView B, int k0, int kc, int j0, int nr, int bf16) {
     const int NR = kern->nr;
     if (B.cs == 1) {
         for (int k = 0; k < kc; k++) {
@@ -128,11 +157,11 @@ static void pack_b_panel(float *p, const MatmulKernel *kern, MatrixView B, int k
             else copy_small(dst, src, nr);
             for (int j = nr; j < NR; j++) dst[j] = 0.0f;
         }
-        return;
+        return 0;
     }
     if (B.rs == 1 && kern->pack_t) {
-        kern->pack_t(p, NR, B.p + (ptrdiff_t)j0 * B.cs + k0, B.cs, nr, kc);
-        return;
+        kern->pack_t(p, NR, B.p + (ptrdiff_t)j0 * B.cs + k0, B.cs, nr, kc, bf16);
+        return 1;
     }
     // Column j of B is a strided (usually contiguous) row in memory.
     for (int kt = 0; kt < kc; kt += KT) {
@@ -149,6 +178,11 @@ static void pack_b_panel(float *p, const MatmulKernel *kern, MatrixView B, int k
     if (nr < NR)
         for (int k = 0; k < kc; k++)
             for (int j = nr; j < NR; j++) p[(ptrdiff_t)k * NR + j] = 0.0f;
+    return 0;
+}
+
+static void pack_b_panel(float *p, const Gemm *g, int k0, int kc, int j0, int nr) {
+    if (!pack_b_copy(p, g->kern, g->B, k0, kc, j0, nr, g->bf16) && g->bf16) round_to_bf16(p, (size_t)g->kern->nr * kc);
 }
 
 // Where the tiles find A and B for one k block. The operand that is not
@@ -200,7 +234,7 @@ static void gemm_block(const Gemm *g, const KBlock *kb, const Scratch *s, int i_
     const int ma_max = a_packed_here ? MA_MAX / MR * MR : i_end - i_begin, nc_max = NC_MAX / NR * NR;
     for (int ia = i_begin; ia < i_end; ia += ma_max) {
         const int ma = i_end - ia < ma_max ? i_end - ia : ma_max;
-        if (a_packed_here) pack_a_block(s->a, g->kern, g->A, ia, ma, pc, kc);
+        if (a_packed_here) pack_a_block(s->a, g, ia, ma, pc, kc);
         for (int jc = j_begin; jc < j_end; jc += nc_max) {
             const int nc = j_end - jc < nc_max ? j_end - jc : nc_max;
             for (int jr = 0; jr < nc; jr += NR) {
@@ -213,7 +247,7 @@ static void gemm_block(const Gemm *g, const KBlock *kb, const Scratch *s, int i_
                     s->bstride[q] = g->B.rs;
                 } else {
                     float *p = s->b + (ptrdiff_t)jr * kc;
-                    pack_b_panel(p, g->kern, g->B, pc, kc, jc + jr, nr);
+                    pack_b_panel(p, g, pc, kc, jc + jr, nr);
                     s->bpanel[q] = p;
                     s->bstride[q] = NR;
                 }
@@ -233,7 +267,7 @@ static void gemm_block(const Gemm *g, const KBlock *kb, const Scratch *s, int i_
                 } else {
                     // Short last panel of an in-place A: copied and zero-padded
                     // so no row past M is read.
-                    pack_a_block(s->a_edge, g->kern, g->A, ia + ir, mr, pc, kc);
+                    pack_a_block(s->a_edge, g, ia + ir, mr, pc, kc);
                     t.a = s->a_edge;
                 }
                 for (int jr = 0; jr < nc; jr += NR) {
@@ -272,7 +306,7 @@ size_t matmul_fp32_workspace_bytes(const MatmulKernel *kern, int threads) {
 }
 
 static void gemm(Device *d, const MatmulKernel *kern, int M, int N, int K, MatrixView A, MatrixView B, float *c,
-                 ptrdiff_t c_rs, ptrdiff_t c_cs, int accumulate) {
+                 ptrdiff_t c_rs, ptrdiff_t c_cs, int accumulate, int bf16) {
     if (M <= 0 || N <= 0) return;
     if (K <= 0) {
         if (!accumulate)
@@ -282,15 +316,15 @@ static void gemm(Device *d, const MatmulKernel *kern, int M, int N, int K, Matri
     }
     const int MR = kern->mr, NR = kern->nr;
     Gemm g = {.kern = kern, .M = M, .N = N, .K = K, .A = A, .B = B, .c = c, .c_rs = c_rs,
-              .c_cs = c_cs, .accumulate = accumulate};
+              .c_cs = c_cs, .accumulate = accumulate, .bf16 = bf16};
     // A column-major C is written through a transpose, and every extra k
     // block reads it back: take K in one block when it is not too long.
     const int kc_max = c_cs != 1 && K <= KC_MAX_CT ? KC_MAX_CT : KC_MAX;
     const int kblocks = (K + kc_max - 1) / kc_max;
     g.kc = (K + kblocks - 1) / kblocks;
     // L1d: 32 KiB of 64 sets; L2: 1 MiB of 2048 sets (Zen 4; similar elsewhere).
-    g.a_in_place = A.cs == 1 && spread_ok(A.rs * 4, MR, (ptrdiff_t)g.kc * 4, 64);
-    g.b_in_place = B.cs == 1 && spread_ok(B.rs * 4, g.kc, (ptrdiff_t)NC_MAX * 4, 2048);
+    g.a_in_place = !bf16 && A.cs == 1 && spread_ok(A.rs * 4, MR, (ptrdiff_t)g.kc * 4, 64);
+    g.b_in_place = !bf16 && B.cs == 1 && spread_ok(B.rs * 4, g.kc, (ptrdiff_t)NC_MAX * 4, 2048);
 
     // Every task reads all of the operand that is not split (all of B when
     // M is split, all of A when N is), so split the longer of M and N: the
@@ -304,6 +338,12 @@ static void gemm(Device *d, const MatmulKernel *kern, int M, int N, int K, Matri
     int split_n = N > M;
     if (split_n && n_panels < threads && m_panels > n_panels) split_n = 0;
     if (!split_n && m_panels < threads && n_panels > m_panels) split_n = 1;
+    // A small tile reuses each B row for few A rows, so B streams from L2 at
+    // a high rate: such kernels read it from contiguous packed panels when
+    // all tasks share it (packed once for all; measured on the AVX2 6 x 16:
+    // dX and dW of the wide projections 76-81% -> 86-88% of the peak). Split
+    // over N, each task would pack its own columns for few rows: not worth it.
+    if (!split_n && kern->pack_shared_b) g.b_in_place = 0;
     const int parts = split_n ? n_panels : m_panels;
     if (threads > parts) threads = parts;
     int tasks = threads > 1 ? threads * TASKS_PER_THREAD : 1;
@@ -351,8 +391,8 @@ static void gemm(Device *d, const MatmulKernel *kern, int M, int N, int K, Matri
                             const int first = s0 + q * shared_tile;
                             const int n = len - q * shared_tile < shared_tile ? len - q * shared_tile : shared_tile;
                             float *p = shared + (size_t)(kb - span) * block_floats + (size_t)q * shared_tile * kc;
-                            if (split_n) pack_a_block(p, kern, g.A, first, n, pc, kc);
-                            else pack_b_panel(p, kern, g.B, pc, kc, first, n);
+                            if (split_n) pack_a_block(p, &g, first, n, pc, kc);
+                            else pack_b_panel(p, &g, pc, kc, first, n);
                         }   // implicit barrier: the shared panels are complete
                 }
                 #pragma omp for schedule(dynamic, 1)
@@ -382,42 +422,46 @@ static void gemm(Device *d, const MatmulKernel *kern, int M, int N, int K, Matri
 
 // ---------------------------------------------------------------- public ops
 
-static void forward_fp32(Device *d, const MatmulKernel *k, float *out, const float *inp, const float *W, int N, int C,
-                         int OC) {
+void matmul_forward_fp32(Device *d, const MatmulKernel *k, float *out, const float *inp, const float *W, int N, int C,
+                         int OC, int bf16_operands) {
     if (OC >= 4 * N) {
         // Few rows against many outputs (the classifier chunks): compute
         // out^T = W inp^T so the big W is read in place and only the small
         // inp is transposed into panels; out is written through the tile's
         // strided store.
         MatrixView A = {W, C, 1}, B = {inp, 1, C};
-        gemm(d, k, OC, N, C, A, B, out, 1, OC, 0);
+        gemm(d, k, OC, N, C, A, B, out, 1, OC, 0, bf16_operands);
     } else {
         MatrixView A = {inp, C, 1}, B = {W, 1, C};
-        gemm(d, k, N, OC, C, A, B, out, OC, 1, 0);
+        gemm(d, k, N, OC, C, A, B, out, OC, 1, 0, bf16_operands);
+    }
+}
+
+void matmul_backward_fp32(Device *d, const MatmulKernel *k, float *dinp, float *dW, const float *dout,
+                          const float *inp, const float *W, int N, int C, int OC, int bf16_operands) {
+    if (dinp) {
+        MatrixView A = {dout, OC, 1}, B = {W, C, 1};
+        gemm(d, k, N, C, OC, A, B, dinp, C, 1, 1, bf16_operands);
+    }
+    if (dW) {
+        MatrixView A = {dout, 1, OC}, B = {inp, C, 1};
+        gemm(d, k, OC, C, N, A, B, dW, C, 1, 1, bf16_operands);
     }
 }
 
 void matmul_forward(Device *d, float *out, const float *inp, const float *W, int N, int C, int OC, MatmulPrecision p) {
     const CpuKernels *k = cpu_kernels(d);
-    if (p == MATMUL_BF16) matmul_forward_bf16(d, k->bf16, out, inp, W, N, C, OC);
-    else forward_fp32(d, k->f32, out, inp, W, N, C, OC);
+    if (p != MATMUL_BF16) matmul_forward_fp32(d, k->f32, out, inp, W, N, C, OC, 0);
+    else if (k->bf16->on_fp32) matmul_forward_fp32(d, k->bf16->on_fp32, out, inp, W, N, C, OC, 1);
+    else matmul_forward_bf16(d, k->bf16, out, inp, W, N, C, OC);
 }
 
 void matmul_backward(Device *d, float *dinp, float *dW, const float *dout, const float *inp, const float *W, int N,
                      int C, int OC, MatmulPrecision p) {
     const CpuKernels *k = cpu_kernels(d);
-    if (p == MATMUL_BF16) {
-        matmul_backward_bf16(d, k->bf16, dinp, dW, dout, inp, W, N, C, OC);
-        return;
-    }
-    if (dinp) {
-        MatrixView A = {dout, OC, 1}, B = {W, C, 1};
-        gemm(d, k->f32, N, C, OC, A, B, dinp, C, 1, 1);
-    }
-    if (dW) {
-        MatrixView A = {dout, 1, OC}, B = {inp, C, 1};
-        gemm(d, k->f32, OC, C, N, A, B, dW, C, 1, 1);
-    }
+    if (p != MATMUL_BF16) matmul_backward_fp32(d, k->f32, dinp, dW, dout, inp, W, N, C, OC, 0);
+    else if (k->bf16->on_fp32) matmul_backward_fp32(d, k->bf16->on_fp32, dinp, dW, dout, inp, W, N, C, OC, 1);
+    else matmul_backward_bf16(d, k->bf16, dinp, dW, dout, inp, W, N, C, OC);
 }
 
 size_t matmul_workspace_bytes(const Device *d) {

@@ -79,7 +79,7 @@ static size_t line_up(size_t bytes) { return (bytes + 63) / 64 * 64; }
 // The shared panels take at most a span of SHARED_SPAN_BYTES or one k block
 // of SHARED_MAX rows (plus a tile of rounding); each thread a private block.
 size_t matmul_bf16_workspace_bytes(const MatmulBf16Kernel *kern, int threads) {
-    (void)kern;
+    if (kern->on_fp32) return matmul_fp32_workspace_bytes(kern->on_fp32, threads);
     const size_t block = line_up((size_t)(SHARED_MAX + 64) * KC_MAX * sizeof(uint16_t));
     const int priv = PRIV_COLS > PRIV_ROWS ? PRIV_COLS : PRIV_ROWS;
     return (block > SHARED_SPAN_BYTES ? block : SHARED_SPAN_BYTES) +

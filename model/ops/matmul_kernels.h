@@ -32,25 +32,49 @@ typedef struct {
 
 typedef void (*MatmulTileFn)(const MatmulTile *t);
 
+// Writes (or adds) the mr x nr corner of a tile held in memory, tmp[r*ld + j],
+// to C through its strides: the kernels' path for a C they cannot store with
+// whole vectors.
+static inline void matmul_tile_store(const MatmulTile *t, const float *tmp, int ld) {
+    for (int r = 0; r < t->mr; r++)
+        for (int j = 0; j < t->nr; j++) {
+            float *c = t->c + r * t->c_rs + j * t->c_cs;
+            *c = t->accumulate ? *c + tmp[r * ld + j] : tmp[r * ld + j];
+        }
+}
+
 // Transposing pack: dst[k*width + j] = src[j*src_rs + k] for j < rows,
-// 0 for rows <= j < width, k < kc. width is the kernel's MR or NR.
-typedef void (*MatmulPackFn)(float *dst, int width, const float *src, ptrdiff_t src_rs, int rows, int kc);
+// 0 for rows <= j < width, k < kc. width is the kernel's MR or NR. With bf16,
+// each value is rounded to bf16 on the way (matmul_bf16_round's bits).
+typedef void (*MatmulPackFn)(float *dst, int width, const float *src, ptrdiff_t src_rs, int rows, int kc, int bf16);
 
 struct MatmulKernel {
-    const char *name;   // "avx512", "avx2+fma", "portable"
+    const char *name;   // "avx512", "avx2+fma", "neon", "portable"
+    int lanes;          // floats per vector it uses (16, 8, 4; 0: whatever the build targets): its FMA peak
     int mr, nr;         // register tile shape
     MatmulTileFn tile;
     MatmulPackFn pack_t;   // vectorised transposing pack, or NULL for plain loops
+    int pack_shared_b;     // the driver packs a B that every task shares rather than read it in place
+    const MatmulBf16Kernel *bf16_round;   // the bf16 products on these tiles (see on_fp32), or NULL
 };
 
-// NULL when this CPU cannot run that kernel.
-const MatmulKernel *matmul_kernel_avx512(void);
+// NULL when this CPU (or this build's architecture) cannot run that kernel.
+const MatmulKernel *matmul_kernel_avx512(void);   // matmul_kernels_x86.c
 const MatmulKernel *matmul_kernel_avx2(void);
+const MatmulKernel *matmul_kernel_neon(void);     // matmul_kernels_neon.c
 const MatmulKernel *matmul_kernel_portable(void);
 const MatmulKernel *matmul_kernel_best(void);
 
 // Workspace of any fp32 product on this kernel (matmul.c).
 size_t matmul_fp32_workspace_bytes(const MatmulKernel *kern, int threads);
+
+// The three products of matmul.c on fp32 kernel k, with both operands
+// rounded to bf16 in the packs when bf16_operands (a MatmulBf16Kernel's
+// on_fp32 path).
+void matmul_forward_fp32(Device *d, const MatmulKernel *k, float *out, const float *inp, const float *W, int N, int C,
+                         int OC, int bf16_operands);
+void matmul_backward_fp32(Device *d, const MatmulKernel *k, float *dinp, float *dW, const float *dout,
+                          const float *inp, const float *W, int N, int C, int OC, int bf16_operands);
 
 // ---------------------------------------------------------------- bf16
 // The MATMUL_BF16 products (matmul_bf16.c) pack both operands as bf16 panels
@@ -81,10 +105,16 @@ typedef void (*MatmulBf16PackFn)(uint16_t *dst, int width, ptrdiff_t panel_strid
                                  ptrdiff_t s_idx, ptrdiff_t s_k, int rows, int kc);
 
 struct MatmulBf16Kernel {
-    const char *name;   // "avx512bf16", "portable"
+    const char *name;   // "avx512bf16", "avx512+round", "avx2+round", "neon+round", "portable"
     int mr, nr;
     MatmulBf16TileFn tile;
     MatmulBf16PackFn pack;
+    // Set on CPUs without AVX512_BF16 (tile and pack NULL): the products run
+    // on this fp32 kernel's driver (matmul.c), whose packs round both
+    // operands to bf16 (matmul_bf16_round) and keep them as fp32 values.
+    // A product of two bf16 values is exact in fp32, so the sums are those
+    // of the portable bf16 kernel, at the fp32 kernel's speed.
+    const MatmulKernel *on_fp32;
 };
 
 // fp32 -> bf16 as vcvtneps2bf16 does it: round to nearest even, subnormals
@@ -93,6 +123,10 @@ uint16_t matmul_bf16_round(float x);
 
 const MatmulBf16Kernel *matmul_bf16_kernel_avx512(void);   // NULL without AVX512_BF16
 const MatmulBf16Kernel *matmul_bf16_kernel_portable(void);
+// The bf16 products on fp32 kernel f (f->bf16_round); NULL for NULL or the
+// portable kernel.
+const MatmulBf16Kernel *matmul_bf16_kernel_on(const MatmulKernel *f);
+// AVX512_BF16 where the CPU has it, else on the best fp32 kernel, else portable.
 const MatmulBf16Kernel *matmul_bf16_kernel_best(void);
 
 // The MATMUL_BF16 forward / backward on kernel k (matmul_bf16.c), and the

@@ -13,6 +13,7 @@
 #pragma once
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 #include "../backend.h"
 
 // ---- the CPU device. The kernels it runs (matmul_kernels.h) are chosen at
@@ -25,11 +26,33 @@ typedef struct {
     int classifier_rows;            // token rows of logits the classifier holds at a time
 } CpuKernels;
 const Backend *backend_cpu(void);
-// threads <= 0 keeps OpenMP's thread count; kernels NULL: the best this CPU
-// runs, 256 classifier rows. The workspace starts empty (dev_reserve).
+// threads <= 0 keeps OpenMP's thread count; kernels NULL: those the
+// environment variable CPU_KERNELS_ENV names, else the best this CPU runs,
+// 256 classifier rows (a set the CPU cannot run, or an unknown name, is fatal).
+// The workspace starts empty (dev_reserve).
 void cpu_device_init(Device *d, int threads, const CpuKernels *kernels);
 // The kernels a CPU device runs.
 const CpuKernels *cpu_kernels(const Device *d);
+
+// Kernel sets by name (cpu_kernels.c): "avx512", "avx2", "neon" or "portable" for the
+// fp32 products and attention, then optionally "/" and the bf16 products'
+// kernel: "avx512bf16", "portable", or an fp32 set's name for bf16-rounded
+// operands on its fp32 tiles. Without "/": that set's own instructions
+// (AVX512_BF16 with avx512 where the CPU has it). NULL, "" or "auto": the
+// best this CPU runs. Fails on an unknown name or one this CPU cannot run.
+#define CPU_KERNELS_ENV "POCKET_KERNELS"
+int cpu_kernels_named(CpuKernels *k, const char *spec, PtError *e);
+// One line: the fp32 and bf16 kernels and how the bf16 products run.
+void cpu_kernels_describe(const CpuKernels *k, char *buf, size_t n);
+// NULL, or one line saying why bf16 products are not faster than fp32 ones
+// on these kernels (printed at start-up when bf16 matmuls are asked for).
+const char *cpu_kernels_bf16_notice(const CpuKernels *k);
+// Floats per vector the fp32 kernels use (16, 8; 0: whatever the build
+// targets): the width whose FMA peak (cpu_peak_fp32_gflops_lanes) they reach for.
+int cpu_kernels_lanes(const CpuKernels *k);
+// On a CPU device, the start-up lines: "cpu kernels: ..." and, when bf16
+// matmuls run, the notice above if there is one. Nothing on other devices.
+void cpu_kernels_announce(const Device *d, int bf16_matmuls, FILE *f);
 
 // ---- embedding: out[N,C] = E[tokens[n], :]
 void embedding_forward(Device *d, float *out, const int *tokens, const float *E, int N, int C);
