@@ -25,10 +25,6 @@ static JStr *need_str(Render *r, const JNode *at, JVal v, const char *what) {
 
 static JVal list_val(JList *l) { return (JVal){.t = JV_LIST, .l = l}; }
 
-static JVal substr(Render *r, const JStr *s, size_t from, size_t to) {
-    return jv_str(&r->arena, s->s + from, to - from, s->tag ? s->tag + from : NULL);
-}
-
 // One code point at s[i] (valid UTF-8 from the tokenizer's checks; stray bytes count as one).
 static int32_t cp_at(const JStr *s, size_t i, int *n) {
     utf8proc_int32_t cp;
@@ -74,7 +70,7 @@ JVal jb_strip(Render *r, JVal v, const JStr *chars, int which) {
         if (chars ? !in_chars(chars, s, k, n) : !py_space(c)) break;
         b = k;
     }
-    return substr(r, s, a, b);
+    return jr_substr(r, s, a, b);
 }
 
 static int64_t char_count(const JStr *s) {
@@ -125,11 +121,11 @@ static JVal split(Render *r, const JNode *at, const JStr *s, const JVal *sep_v, 
                     if (!py_space(cp_at(s, k, &n))) break;
                     end = k;
                 }
-                jv_list_push(&r->arena, l, substr(r, s, start, end));
+                jv_list_push(&r->arena, l, jr_substr(r, s, start, end));
                 break;
             }
             while (i < s->len && !py_space(cp_at(s, i, &n))) i += (size_t)n;
-            jv_list_push(&r->arena, l, substr(r, s, start, i));
+            jv_list_push(&r->arena, l, jr_substr(r, s, start, i));
         }
         return list_val(l);
     }
@@ -138,14 +134,14 @@ static JVal split(Render *r, const JNode *at, const JStr *s, const JVal *sep_v, 
     size_t start = 0;
     for (size_t i = 0; i + sep->len <= s->len;) {
         if ((maxsplit < 0 || l->n < maxsplit) && !memcmp(s->s + i, sep->s, sep->len)) {
-            jv_list_push(&r->arena, l, substr(r, s, start, i));
+            jv_list_push(&r->arena, l, jr_substr(r, s, start, i));
             i += sep->len;
             start = i;
         } else {
             i++;
         }
     }
-    jv_list_push(&r->arena, l, substr(r, s, start, s->len));
+    jv_list_push(&r->arena, l, jr_substr(r, s, start, s->len));
     return list_val(l);
 }
 
@@ -303,26 +299,6 @@ int jb_test(Render *r, const JNode *at, const char *name, JVal v, const JVal *ar
 
 // ---- filters -------------------------------------------------------------------------------------
 
-static JList *as_list(Render *r, const JNode *at, JVal v) {
-    if (v.t == JV_LIST) return v.l;
-    JList *l = jv_list_new(&r->arena);
-    if (v.t == JV_UNDEF) return l;
-    if (v.t == JV_DICT) {
-        for (int i = 0; i < v.d->n; i++) jv_list_push(&r->arena, l, v.d->key[i]);
-        return l;
-    }
-    if (v.t == JV_STR) {
-        for (size_t i = 0; i < v.s->len;) {
-            int k;
-            cp_at(v.s, i, &k);
-            jv_list_push(&r->arena, l, substr(r, v.s, i, i + (size_t)k));
-            i += (size_t)k;
-        }
-        return l;
-    }
-    jr_fail(r, at, "%s is not iterable", jv_type_name(v.t));
-}
-
 static JVal attr_of(JVal item, JVal name) {
     if (item.t == JV_DICT && name.t == JV_STR) {
         const JVal *v = jv_dict_get(item.d, name);
@@ -333,7 +309,7 @@ static JVal attr_of(JVal item, JVal name) {
 
 // select/reject(test, args...) and selectattr/rejectattr(attr, test, args...).
 static JVal select_items(Render *r, const JNode *at, JVal v, const JVal *args, int n, int by_attr, int keep) {
-    JList *in = as_list(r, at, v), *out = jv_list_new(&r->arena);
+    JList *in = jr_items(r, at, v), *out = jv_list_new(&r->arena);
     int t0 = by_attr ? 1 : 0;
     if (by_attr && n < 1) jr_fail(r, at, "selectattr/rejectattr need an attribute name");
     const char *test = n > t0 ? need_str(r, at, args[t0], "a test name")->s : NULL;
@@ -361,7 +337,7 @@ JVal jb_filter(Render *r, const JNode *at, const char *name, JVal v, const JVal 
         if (v.t == JV_UNDEF) return jv_int(0);
         jr_fail(r, at, "object of type %s has no length", jv_type_name(v.t));
     }
-    if (named(name, "list")) return list_val(as_list(r, at, v));
+    if (named(name, "list")) return list_val(jr_items(r, at, v));
     if (named(name, "safe")) return v;
     if (named(name, "string")) return jv_to_str(&r->arena, v);
     if (named(name, "tojson")) {
@@ -380,7 +356,7 @@ JVal jb_filter(Render *r, const JNode *at, const char *name, JVal v, const JVal 
         return jb_method(r, at, v, "items", NULL, 0, &found);
     }
     if (named(name, "first") || named(name, "last")) {
-        JList *l = as_list(r, at, v);
+        JList *l = jr_items(r, at, v);
         if (l->n == 0) return jv_undef(name);
         return l->v[name[0] == 'f' ? 0 : l->n - 1];
     }
@@ -388,16 +364,16 @@ JVal jb_filter(Render *r, const JNode *at, const char *name, JVal v, const JVal 
         if (v.t == JV_STR) {
             JBuf b = {.arena = &r->arena};
             jbuf_put(&b, "", 0, NULL);
-            JList *chars = as_list(r, at, v);
+            JList *chars = jr_items(r, at, v);
             for (int i = chars->n - 1; i >= 0; i--) jbuf_put(&b, chars->v[i].s->s, chars->v[i].s->len, chars->v[i].s->tag);
             return jbuf_value(&b);
         }
-        JList *l = as_list(r, at, v), *out = jv_list_new(&r->arena);
+        JList *l = jr_items(r, at, v), *out = jv_list_new(&r->arena);
         for (int i = l->n - 1; i >= 0; i--) jv_list_push(&r->arena, out, l->v[i]);
         return list_val(out);
     }
     if (named(name, "join")) {
-        JList *l = as_list(r, at, v);
+        JList *l = jr_items(r, at, v);
         const JStr *sep = n > 0 ? need_str(r, at, args[0], "join") : NULL;
         JBuf b = {.arena = &r->arena};
         jbuf_put(&b, "", 0, NULL);
@@ -410,7 +386,7 @@ JVal jb_filter(Render *r, const JNode *at, const char *name, JVal v, const JVal 
     if (named(name, "select") || named(name, "reject")) return select_items(r, at, v, args, n, 0, name[0] == 's');
     if (named(name, "selectattr") || named(name, "rejectattr")) return select_items(r, at, v, args, n, 1, name[0] == 's');
     if (named(name, "map")) {
-        JList *in = as_list(r, at, v), *out = jv_list_new(&r->arena);
+        JList *in = jr_items(r, at, v), *out = jv_list_new(&r->arena);
         const JVal *attr = kwarg(kw_names, kw, n_kw, "attribute"), *dflt = kwarg(kw_names, kw, n_kw, "default");
         for (int i = 0; i < in->n; i++) {
             JVal x;

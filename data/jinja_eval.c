@@ -186,7 +186,7 @@ static size_t *char_offsets(Render *r, const JStr *s, int64_t *n) {
     return off;
 }
 
-static JVal substr(Render *r, const JStr *s, size_t from, size_t to) {
+JVal jr_substr(Render *r, const JStr *s, size_t from, size_t to) {
     return jv_str(&r->arena, s->s + from, to - from, s->tag ? s->tag + from : NULL);
 }
 
@@ -203,7 +203,7 @@ static JVal index_value(Render *r, const JNode *at, JVal obj, JVal key) {
         else off = char_offsets(r, obj.s, &n);
         if (i < 0) i += n;
         if (i < 0 || i >= n) return jv_undef("index");
-        return obj.t == JV_LIST ? obj.l->v[i] : substr(r, obj.s, off[i], off[i + 1]);
+        return obj.t == JV_LIST ? obj.l->v[i] : jr_substr(r, obj.s, off[i], off[i + 1]);
     }
     if (obj.t == JV_NONE) return jv_undef("item of None");
     return jv_undef("item");
@@ -231,7 +231,7 @@ static JVal slice_value(Render *r, const JNode *n, JVal obj, Scope *s) {
     stop = has[1] ? (bound[1] < 0 ? bound[1] + len : bound[1]) : (step < 0 ? lo : hi);
     start = start < lo ? lo : start > hi ? hi : start;
     stop = stop < lo ? lo : stop > hi ? hi : stop;
-    if (obj.t == JV_STR && step == 1) return substr(r, obj.s, off[start], off[stop > start ? stop : start]);
+    if (obj.t == JV_STR && step == 1) return jr_substr(r, obj.s, off[start], off[stop > start ? stop : start]);
     JList *l = obj.t == JV_LIST ? jv_list_new(&r->arena) : NULL;
     JBuf b = {.arena = &r->arena};
     jbuf_put(&b, "", 0, NULL);
@@ -350,8 +350,7 @@ static JVal eval(Render *r, Scope *s, const JNode *n) {
 
 // ---- statements ----------------------------------------------------------------------------------
 
-// The items a for loop walks: a list's items, a dict's keys, a string's characters.
-static JList *iter_items(Render *r, const JNode *at, JVal v) {
+JList *jr_items(Render *r, const JNode *at, JVal v) {
     if (v.t == JV_LIST) return v.l;
     JList *l = jv_list_new(&r->arena);
     if (v.t == JV_UNDEF) return l;
@@ -362,7 +361,7 @@ static JList *iter_items(Render *r, const JNode *at, JVal v) {
     if (v.t == JV_STR) {
         int64_t n;
         size_t *off = char_offsets(r, v.s, &n);
-        for (int64_t i = 0; i < n; i++) jv_list_push(&r->arena, l, substr(r, v.s, off[i], off[i + 1]));
+        for (int64_t i = 0; i < n; i++) jv_list_push(&r->arena, l, jr_substr(r, v.s, off[i], off[i + 1]));
         return l;
     }
     jr_fail(r, at, "%s object is not iterable", jv_type_name(v.t));
@@ -379,7 +378,7 @@ static void bind_targets(Render *r, Scope *s, const JNode *n, JVal item) {
 }
 
 static void exec_for(Render *r, Scope *s, const JNode *n, JBuf *out) {
-    JList *all = iter_items(r, n, eval(r, s, n->a)), *items = all;
+    JList *all = jr_items(r, n, eval(r, s, n->a)), *items = all;
     if (n->b) {   // the loop filter runs first: loop.* counts the kept items
         items = jv_list_new(&r->arena);
         for (int i = 0; i < all->n; i++) {

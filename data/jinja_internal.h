@@ -165,6 +165,10 @@ struct Render {
 
 // Ends the render: fills the error (with the node's place when given) and jumps out.
 _Noreturn void jr_fail(Render *r, const JNode *at, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+// jinja_eval.c: what a for loop walks (a list's items, a dict's keys, a string's characters), which the list
+// filters take too; and s[from, to) as a new string keeping its bytes' tags.
+JList *jr_items(Render *r, const JNode *at, JVal v);
+JVal jr_substr(Render *r, const JStr *s, size_t from, size_t to);
 
 // jinja_builtins.c
 JVal jb_filter(Render *r, const JNode *at, const char *name, JVal v, const JVal *args, int n, const char **kw_names,

@@ -13,13 +13,12 @@
 
 enum { MAX_TOKEN_ID = 1 << 24 };
 
-static const char *type_of(json_t *obj) {
+const char *tok_json_type(json_t *obj) {
     const char *type = json_string_value(json_object_get(obj, "type"));
     return type ? type : "(no type)";
 }
 
-// A boolean field; absent or null gives dflt.
-static int get_flag(json_t *obj, const char *key, int dflt, int *out, const char *src, const char *where,
+int tok_json_flag(json_t *obj, const char *key, int dflt, int *out, const char *src, const char *where,
                     PtError *e) {
     json_t *v = json_object_get(obj, key);
     if (!v || json_is_null(v)) {
@@ -88,17 +87,17 @@ static int parse_merges(Tokenizer *t, json_t *merges, const char *src, PtError *
 static int parse_model(Tokenizer *t, json_t *model, const char *src, PtError *e) {
     if (!json_is_object(model)) return pt_fail(e, "%s: no \"model\" object", src);
     json_t *type = json_object_get(model, "type");
-    if (type && strcmp(type_of(model), "BPE") != 0)
-        return pt_fail(e, "%s: model.type \"%s\" is not supported (only BPE)", src, type_of(model));
+    if (type && strcmp(tok_json_type(model), "BPE") != 0)
+        return pt_fail(e, "%s: model.type \"%s\" is not supported (only BPE)", src, tok_json_type(model));
     json_t *dropout = json_object_get(model, "dropout");
     if (dropout && !json_is_null(dropout)) return pt_fail(e, "%s: model.dropout is set (only null is supported)", src);
     if (!is_null_or_empty_string(json_object_get(model, "continuing_subword_prefix")) ||
         !is_null_or_empty_string(json_object_get(model, "end_of_word_suffix")))
         return pt_fail(e, "%s: model has a subword prefix/suffix (not supported for byte-level BPE)", src);
     int byte_fallback = 0;
-    if (get_flag(model, "byte_fallback", 0, &byte_fallback, src, "model", e) ||
-        get_flag(model, "fuse_unk", 0, &t->fuse_unk, src, "model", e) ||
-        get_flag(model, "ignore_merges", 0, &t->ignore_merges, src, "model", e))
+    if (tok_json_flag(model, "byte_fallback", 0, &byte_fallback, src, "model", e) ||
+        tok_json_flag(model, "fuse_unk", 0, &t->fuse_unk, src, "model", e) ||
+        tok_json_flag(model, "ignore_merges", 0, &t->ignore_merges, src, "model", e))
         return -1;
     if (byte_fallback) return pt_fail(e, "%s: model.byte_fallback is true (not supported)", src);
 
@@ -160,10 +159,10 @@ static int parse_added(Tokenizer *t, json_t *list, const char *src, PtError *e) 
         int special = 0, normalized = 0, single_word = 0, lstrip = 0, rstrip = 0;
         char where[64];
         snprintf(where, sizeof where, "added_tokens[%zu]", i);
-        if (get_flag(a, "special", 0, &special, src, where, e) ||
-            get_flag(a, "normalized", !special, &normalized, src, where, e) ||
-            get_flag(a, "single_word", 0, &single_word, src, where, e) ||
-            get_flag(a, "lstrip", 0, &lstrip, src, where, e) || get_flag(a, "rstrip", 0, &rstrip, src, where, e)) {
+        if (tok_json_flag(a, "special", 0, &special, src, where, e) ||
+            tok_json_flag(a, "normalized", !special, &normalized, src, where, e) ||
+            tok_json_flag(a, "single_word", 0, &single_word, src, where, e) ||
+            tok_json_flag(a, "lstrip", 0, &lstrip, src, where, e) || tok_json_flag(a, "rstrip", 0, &rstrip, src, where, e)) {
             rc = -1;
             break;
         }
@@ -204,7 +203,7 @@ static int parse_added(Tokenizer *t, json_t *list, const char *src, PtError *e) 
 
 static int parse_normalizer(Tokenizer *t, json_t *n, const char *src, PtError *e) {
     if (!n || json_is_null(n)) return 0;
-    const char *type = type_of(n);
+    const char *type = tok_json_type(n);
     static const char *const FORMS[] = {"NFC", "NFD", "NFKC", "NFKD"};
     for (int k = 0; k < 4; k++)
         if (strcmp(type, FORMS[k]) == 0) {
@@ -292,12 +291,12 @@ int tokenizer_load(Tokenizer **out, const char *json, size_t len, const char *sr
              parse_added(t, json_object_get(root, "added_tokens"), src, e) ||
              tok_parse_pre_tokenizer(t, json_object_get(root, "pre_tokenizer"), src, e))
         rc = -1;
-    else if (!decoder || strcmp(type_of(decoder), "ByteLevel") != 0)
+    else if (!decoder || strcmp(tok_json_type(decoder), "ByteLevel") != 0)
         rc = pt_fail(e, "%s: decoder \"%s\" is not supported (only ByteLevel)", src,
-                     decoder && !json_is_null(decoder) ? type_of(decoder) : "none");
-    else if (post && !json_is_null(post) && strcmp(type_of(post), "ByteLevel") != 0)
+                     decoder && !json_is_null(decoder) ? tok_json_type(decoder) : "none");
+    else if (post && !json_is_null(post) && strcmp(tok_json_type(post), "ByteLevel") != 0)
         rc = pt_fail(e, "%s: post_processor \"%s\" adds tokens (not supported; only ByteLevel or none)", src,
-                     type_of(post));
+                     tok_json_type(post));
     json_decref(root);
     if (rc) {
         tokenizer_free(t);

@@ -11,6 +11,11 @@
 
 // Grows *buf (elements of elem bytes) so that it holds at least need elements.
 void tok_grow(void **buf, size_t *cap, size_t need, size_t elem, const char *what);
+// tokenizer.json fields (tokenizer.c): an object's "type" ("(no type)" when
+// missing), and a boolean field where absent or null gives dflt; the error
+// names the file and where.key.
+const char *tok_json_type(json_t *obj);
+int tok_json_flag(json_t *obj, const char *key, int dflt, int *out, const char *src, const char *where, PtError *e);
 
 // ---- tokenizer_bpe.c: hash maps and merges ------------------------------
 

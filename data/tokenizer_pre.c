@@ -11,23 +11,6 @@
 static const char GPT2_SPLIT_REGEX[] =
     "'s|'t|'re|'ve|'m|'ll|'d| ?\\p{L}+| ?\\p{N}+| ?[^\\s\\p{L}\\p{N}]+|\\s+(?!\\S)|\\s+";
 
-static const char *type_of(json_t *obj) {
-    const char *type = json_string_value(json_object_get(obj, "type"));
-    return type ? type : "(no type)";
-}
-
-static int get_flag(json_t *obj, const char *key, int dflt, int *out, const char *src, const char *where,
-                    PtError *e) {
-    json_t *v = json_object_get(obj, key);
-    if (!v || json_is_null(v)) {
-        *out = dflt;
-        return 0;
-    }
-    if (!json_is_boolean(v)) return pt_fail(e, "%s: pre_tokenizer %s.%s is not true/false", src, where, key);
-    *out = json_is_true(v);
-    return 0;
-}
-
 // HF compiles the pattern with Oniguruma, whose \s is the Unicode White_Space
 // property. PCRE2's \s in UCP mode also takes U+180E (as horizontal space),
 // so \s and \S are spelled out as the property, inside classes too.
@@ -85,19 +68,20 @@ static int parse_step(Tokenizer *t, json_t *p, const char *src, PtError *e) {
     if (t->n_pre == MAX_PRE_STEPS) return pt_fail(e, "%s: more than %d pre-tokenizer steps", src, MAX_PRE_STEPS);
     PreStep *st = &t->pre[t->n_pre];
     memset(st, 0, sizeof *st);
-    const char *type = type_of(p);
+    const char *type = tok_json_type(p);
     int rc = 0;
     if (!strcmp(type, "ByteLevel")) {
         int use_regex = 0;
         st->kind = PRE_BYTELEVEL;
-        rc = get_flag(p, "add_prefix_space", 1, &st->add_prefix_space, src, "ByteLevel", e) ||
-             get_flag(p, "use_regex", 1, &use_regex, src, "ByteLevel", e);
+        rc = tok_json_flag(p, "add_prefix_space", 1, &st->add_prefix_space, src, "pre_tokenizer ByteLevel", e) ||
+             tok_json_flag(p, "use_regex", 1, &use_regex, src, "pre_tokenizer ByteLevel", e);
         if (!rc && use_regex) rc = compile(&st->re, GPT2_SPLIT_REGEX, strlen(GPT2_SPLIT_REGEX), 0, src, e);
     } else if (!strcmp(type, "Split")) {
         json_t *pattern = json_object_get(p, "pattern");
         json_t *regex = json_object_get(pattern, "Regex"), *string = json_object_get(pattern, "String");
         st->kind = PRE_SPLIT;
-        rc = get_flag(p, "invert", 0, &st->invert, src, "Split", e) || parse_behavior(p, &st->behavior, src, "Split", e);
+        rc = tok_json_flag(p, "invert", 0, &st->invert, src, "pre_tokenizer Split", e) ||
+             parse_behavior(p, &st->behavior, src, "Split", e);
         if (!rc && json_is_string(regex)) rc = compile(&st->re, json_string_value(regex), json_string_length(regex), 0, src, e);
         else if (!rc && json_is_string(string))
             rc = compile(&st->re, json_string_value(string), json_string_length(string), 1, src, e);
@@ -105,7 +89,7 @@ static int parse_step(Tokenizer *t, json_t *p, const char *src, PtError *e) {
     } else if (!strcmp(type, "Digits")) {
         int individual = 0;
         st->kind = PRE_DIGITS;
-        rc = get_flag(p, "individual_digits", 0, &individual, src, "Digits", e);
+        rc = tok_json_flag(p, "individual_digits", 0, &individual, src, "pre_tokenizer Digits", e);
         st->behavior = individual ? SPLIT_ISOLATED : SPLIT_CONTIGUOUS;
     } else if (!strcmp(type, "Punctuation")) {
         st->kind = PRE_PUNCT;
@@ -119,7 +103,7 @@ static int parse_step(Tokenizer *t, json_t *p, const char *src, PtError *e) {
 }
 
 static int parse_sequence(Tokenizer *t, json_t *p, const char *src, PtError *e) {
-    if (strcmp(type_of(p), "Sequence") != 0) return parse_step(t, p, src, e);
+    if (strcmp(tok_json_type(p), "Sequence") != 0) return parse_step(t, p, src, e);
     json_t *list = json_object_get(p, "pretokenizers");
     if (!json_is_array(list)) return pt_fail(e, "%s: pre_tokenizer Sequence has no \"pretokenizers\" list", src);
     for (size_t i = 0; i < json_array_size(list); i++) {
