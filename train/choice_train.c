@@ -1,8 +1,11 @@
 // choice_train.c: the decision head's row for a run, and batches with groups (choice_train.h).
 #include "choice_train.h"
 #include <inttypes.h>
+#include <math.h>
 #include <string.h>
+#include "../data/choice.h"
 #include "../data/tokenizer.h"
+#include "../model/backend.h"
 
 // The bundle with one more vocabulary row, zero: the embedding (and an untied
 // lm_head) keep their rows, every other tensor is copied as it is.
@@ -63,4 +66,67 @@ ModelInput choice_batch_input(const Batch *b, int choice, ChoiceGroups *g) {
     return (ModelInput){.B = b->B, .T = b->T, .tokens = b->tokens, .targets = choice ? NULL : b->targets,
                         .mask = choice ? NULL : b->mask, .pos = b->pos, .seg = b->seg,
                         .choice = choice && b->n_groups ? g : NULL};
+}
+
+void choice_metrics_add(ChoiceMetrics *mt, double bins[CHOICE_ECE_BINS][3], const float *scores, int K, int y) {
+    double p[CHOICE_MAX_CANDIDATES];
+    choice_softmax(scores, K, p);
+    int pick = 0;
+    for (int k = 1; k < K; k++)
+        if (scores[k] > scores[pick]) pick = k;
+    int b = (int)ceil(p[pick] * CHOICE_ECE_BINS) - 1;   // (b/BINS, (b+1)/BINS]
+    b = b < 0 ? 0 : b >= CHOICE_ECE_BINS ? CHOICE_ECE_BINS - 1 : b;
+    bins[b][0] += 1;
+    bins[b][1] += pick == y;
+    bins[b][2] += p[pick];
+    mt->groups++;
+    mt->correct += pick == y;
+    mt->loss -= log(p[y]);
+}
+
+void choice_metrics_finish(ChoiceMetrics *mt, double bins[CHOICE_ECE_BINS][3]) {
+    mt->accuracy = mt->groups ? (double)mt->correct / mt->groups : NAN;
+    mt->ece = 0;
+    for (int b = 0; b < CHOICE_ECE_BINS && mt->groups; b++)
+        if (bins[b][0] > 0) mt->ece += bins[b][0] / mt->groups * fabs(bins[b][1] / bins[b][0] - bins[b][2] / bins[b][0]);
+    if (!mt->groups) mt->ece = NAN;
+}
+
+int choice_evaluate(Model *m, const Dataset *d, ChoiceMetrics *mt, FILE *dump, PtError *e) {
+    Loader l;
+    memset(mt, 0, sizeof *mt);
+    if (d->kind != DATASET_CHOICE) return pt_fail(e, "%s: not a choice dataset", d->path);
+    if (loader_open(&l, d, m->B, m->T, 4242, 0, 1, e)) return -1;
+    loader_set_one_pass(&l);
+    Batch b;
+    batch_alloc(&b, m->B, m->T);
+    const int N = m->B * m->T;
+    float *s = xmalloc((size_t)2 * N * sizeof(float), "scores");
+    float *cand = s + N;
+    double bins[CHOICE_ECE_BINS][3] = {{0}};
+    // The loader's one pass visits the groups in a fixed shuffled order; the
+    // dump names each group by its index in the dataset.
+    while (!loader_done(&l)) {
+        uint64_t at = l.cur.index;
+        loader_next(&l, &b);
+        if (!b.n_groups) continue;
+        ChoiceGroups g;
+        ModelInput in = choice_batch_input(&b, 1, &g);
+        model_forward(m, &in, NULL, NULL);
+        OP(m->dev, download, s, m->choice_scores, (size_t)N * sizeof(float));   // every row's score
+        for (int gi = 0; gi < b.n_groups; gi++) {
+            const int a = b.group_first[gi], K = b.group_first[gi + 1] - a, y = b.group_label[gi];
+            for (int k = 0; k < K; k++) cand[k] = s[b.group_last[a + k]];
+            choice_metrics_add(mt, bins, cand, K, y);
+            if (!dump) continue;
+            fprintf(dump, "{\"group\": %" PRIu64 ", \"label\": %d, \"scores\": [", l.order[at + (uint64_t)gi], y);
+            for (int k = 0; k < K; k++) fprintf(dump, "%s%.9g", k ? ", " : "", cand[k]);
+            fprintf(dump, "]}\n");
+        }
+    }
+    choice_metrics_finish(mt, bins);
+    free(s);
+    batch_free(&b);
+    loader_close(&l);
+    return 0;
 }
