@@ -72,6 +72,7 @@ static int parse_prompt(json_t *root, const char *where, ChatMessage **msgs, int
         const char *r = json_is_string(role) ? json_string_value(role) : "";
         if (!json_is_string(content) || (strcmp(r, "system") && strcmp(r, "user") && strcmp(r, "assistant"))) {
             free(*msgs);
+            *msgs = NULL;
             return pt_fail(e, "%s: message %zu needs a \"role\" (system, user or assistant) and a string \"content\"",
                            where, i);
         }
