@@ -74,7 +74,14 @@ int cmd_choose(int argc, char **argv) {
         else if ((v = arg_value(argc, argv, &i, "--prompt"))) prompt = v;
         else if ((v = arg_value(argc, argv, &i, "--system"))) system = v;
         else if ((v = arg_value(argc, argv, &i, "--candidates-file"))) file = v;
-        else if ((v = arg_value(argc, argv, &i, "--threads"))) threads = strtol(v, NULL, 10);
+        else if ((v = arg_value(argc, argv, &i, "--threads"))) {
+            char *end;
+            threads = strtol(v, &end, 10);
+            if (*end || !*v || threads < 0) {
+                fprintf(stderr, "pocket choose: --threads '%s' must be an integer >= 0\n", v);
+                goto done;
+            }
+        }
         else if (!strcmp(argv[i], "--candidates")) {
             while (i + 1 < argc && strncmp(argv[i + 1], "--", 2)) {
                 if (c.n == CHOICE_MAX_CANDIDATES) {

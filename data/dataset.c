@@ -411,6 +411,8 @@ int dataset_inspect(const char *path, const Tokenizer *tok, FILE *out, PtError *
     if (d.loss_mask)
         fprintf(out, "  loss mask       %" PRIu64 " tokens trained (%.1f%%)\n", masked,
                 d.n_tokens ? 100.0 * masked / d.n_tokens : 0.0);
+    if (d.kind == DATASET_CHOICE)
+        fprintf(out, "  choice groups   %" PRIu64 " (a document per candidate, the prompt repeated)\n", d.n_groups);
     fprintf(out, "  left out        %" PRIu64 " dropped (too long), %" PRIu64 " truncated, %" PRIu64 " skipped (bad)\n",
             d.n_dropped, d.n_truncated, d.n_skipped);
     if (d.n_docs) {

@@ -252,6 +252,16 @@ static int *ids_of(const Env *v, const char *text, size_t *n) {
     return ids;
 }
 
+// `pocket tokenize --choice [flags] DIR/NAME.jsonl --out DIR/NAME.h5`, opened.
+static void tokenize_open(const Env *v, const char *name, const char *flags, Dataset *d) {
+    assert_int_equal(sh("%s tokenize --tokenizer tests/fixtures/tok/tokenizer.json --choice %s %s/%s.jsonl "
+                        "--out %s/%s.h5 >/dev/null 2>&1", pocket(), flags, v->dir, name, v->dir, name), 0);
+    char path[256];
+    snprintf(path, sizeof path, "%s/%s.h5", v->dir, name);
+    PtError e;
+    if (dataset_open(d, path, &e)) fail_msg("%s", e.msg);
+}
+
 static void test_tokenize_round_trip(void **state) {
     Env *v = *state;
     write_file(v, "c.jsonl",
@@ -259,13 +269,8 @@ static void test_tokenize_round_trip(void **state) {
                "\"label\": \"food\"}\n"
                "{\"messages\": [{\"role\": \"system\", \"content\": \"Be brief.\"}, {\"role\": \"user\", \"content\": "
                "\"\xe4\xbd\xa0\xe5\xa5\xbd\"}], \"candidates\": [\"yes\", \"no\"], \"label\": 1}\n");
-    assert_int_equal(sh("%s tokenize --tokenizer tests/fixtures/tok/tokenizer.json --choice %s/c.jsonl --out %s/c.h5 "
-                        ">/dev/null", pocket(), v->dir, v->dir), 0);
-    char path[256];
-    snprintf(path, sizeof path, "%s/c.h5", v->dir);
     Dataset d;
-    PtError e;
-    if (dataset_open(&d, path, &e)) fail_msg("%s", e.msg);
+    tokenize_open(v, "c", "", &d);
     assert_int_equal(d.kind, DATASET_CHOICE);
     assert_int_equal(d.n_groups, 2);
     assert_int_equal(d.n_docs, 5);
@@ -340,13 +345,8 @@ static void test_bad_lines(void **state) {
                "{\"prompt\": \"x\", \"candidates\": [\"a\", \"b\"], \"label\": 5}\n"
                "{\"prompt\": \"y\", \"candidates\": [\"a\", \"b\"], \"label\": 1}\n"
                "{\"prompt\": \"z\", \"candidates\": [\"a\", \"a\"], \"label\": 0}\n");
-    assert_int_equal(sh("%s tokenize --tokenizer tests/fixtures/tok/tokenizer.json --choice --skip-bad %s/mixed.jsonl "
-                        "--out %s/mixed.h5 >/dev/null 2>&1", pocket(), v->dir, v->dir), 0);
-    char path[256];
-    snprintf(path, sizeof path, "%s/mixed.h5", v->dir);
     Dataset d;
-    PtError e;
-    if (dataset_open(&d, path, &e)) fail_msg("%s", e.msg);
+    tokenize_open(v, "mixed", "--skip-bad", &d);
     assert_int_equal(d.n_skipped, 2);
     assert_int_equal(d.n_groups, 1);
     assert_int_equal(d.choice_label[0], 1);
