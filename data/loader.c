@@ -65,6 +65,8 @@ int loader_open(Loader *l, const Dataset *d, int B, int T, uint64_t seed, int ra
     l->sft = d->kind != DATASET_CPT;
     l->choice = d->kind == DATASET_CHOICE;
     if (l->choice) {
+        for (uint64_t i = 0; i < d->n_docs; i++)
+            if (dataset_doc_len(d, i) == 0) return pt_fail(e, "%s: /doc_offsets: candidate %" PRIu64 " is empty", d->path, i);
         for (uint64_t g = 0; g < d->n_groups; g++) {
             uint64_t first = d->choice_offsets[g], end = d->choice_offsets[g + 1];
             uint64_t len = d->doc_offsets[end] - d->doc_offsets[first];

@@ -250,6 +250,7 @@ void config_print(const ModelConfig *c, FILE *f) {
             c->d_ff, c->vocab_size, c->max_seq, c->rope_theta, c->norm_eps,
             c->tied_embeddings ? "tied" : "untied", c->qk_norm ? "on" : "off",
             config_param_count(c) / 1e6);
+    if (c->choice_id > 0) fprintf(f, "decision head (Dec): lm_head row %d\n", c->choice_id);
 }
 
 size_t config_param_count(const ModelConfig *c) {
