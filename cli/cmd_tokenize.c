@@ -19,8 +19,7 @@ static void help(FILE *f) {
     fprintf(f,
             "usage: pocket tokenize --tokenizer tokenizer.json|CKPT.h5 [--chat [--chat-template FILE]] [--max-len N]\n"
             "                       [--truncate] [--format F] [--prompt-column C] [--completion-column C]\n"
-            "                       [--system-column C]"
-            "                       [--skip-bad] [--threads N] INPUT... --out DATA.h5\n"
+            "                       [--system-column C] [--skip-bad] [--threads N] INPUT... --out DATA.h5\n"
             "       pocket tokenize --tokenizer tokenizer.json|CKPT.h5 --print-ids FILE\n\n"
             "Tokenizes text into an HDF5 token dataset for `pocket train` and `pocket eval`.\n\n"
             "INPUT is a .txt file (one document), a .jsonl file (one document per line, its \"text\" field),\n"

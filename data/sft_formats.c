@@ -215,6 +215,8 @@ int sft_read_messages(const CorpusRecord *rec, SftFormat want, const SftColumns 
     memset(out, 0, sizeof *out);
     if (rec->format == CORPUS_CSV || rec->format == CORPUS_TSV) {
         out->format = rec->format == CORPUS_CSV ? SFT_FORMAT_CSV : SFT_FORMAT_TSV;
+        if (want && want != out->format)   // a table by its name, and --format names JSON lines
+            return pt_fail(e, "%s: --format %s reads JSON lines, not a %s table", where, NAMES[want], NAMES[out->format]);
         return read_row(rec, cols, where, out, e);
     }
     if (want == SFT_FORMAT_CSV || want == SFT_FORMAT_TSV)   // corpus_open_chat reads every file as a table then
