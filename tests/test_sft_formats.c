@@ -11,6 +11,7 @@
 #include <stdint.h>
 #include <cmocka.h>
 #include <string.h>
+#include <unistd.h>
 #include "../data/csv.h"
 #include "../data/dataset.h"
 #include "../data/sft.h"
@@ -240,12 +241,57 @@ static void test_csv_rows(void **state) {
     assert_int_equal(parts.newlines, 2);
 }
 
+// Rows across the reader's 1 MiB reads: each row's fields and first line,
+// with a quoted newline in every row and CRLF endings.
+static void test_table_rows_across_reads(void **state) {
+    (void)state;
+    char path[] = "/tmp/pocket-test-rows-XXXXXX";
+    int fd = mkstemp(path);
+    assert_true(fd >= 0);
+    FILE *f = fdopen(fd, "wb");
+    fputs("prompt,completion\r\n", f);
+    enum { ROWS = 12000 };   // about 3 MB
+    char pad[400];
+    memset(pad, 'x', sizeof pad - 1);
+    pad[sizeof pad - 1] = 0;
+    for (int i = 0; i < ROWS; i++) fprintf(f, "p%d,\"first, \"\"%d\"\"\r\n%s\"\r\n", i, i, pad + i % 300);
+    fclose(f);
+    Corpus *c;
+    PtError e;
+    char *inputs[1] = {path};
+    if (corpus_open_chat(&c, inputs, 1, 0, &e) == 0) fail_msg("a .XXXXXX name is no table");
+    if (corpus_open_chat(&c, inputs, 1, ',', &e)) fail_msg("%s", e.msg);
+    CorpusRecord rec;
+    CsvRow row = {0};
+    char why[160], want[600];
+    int n = 0;
+    while (corpus_next(c, &rec, &e) == 1) {
+        assert_int_equal(rec.line, 2 + 2 * (uint64_t)n);
+        assert_int_equal(rec.header_line, 1);
+        assert_int_equal(rec.header_len, 17);
+        if (csv_split(rec.data, rec.len, ',', &row, why, sizeof why)) fail_msg("row %d: %s", n, why);
+        assert_int_equal(row.n, 2);
+        snprintf(want, sizeof want, "p%d", n);
+        assert_string_equal(row.field[0], want);
+        snprintf(want, sizeof want, "first, \"%d\"\r\n%s", n, pad + n % 300);
+        assert_string_equal(row.field[1], want);
+        free(rec.data);
+        n++;
+    }
+    assert_int_equal(n, ROWS);
+    assert_true(corpus_bytes_read(c) > (2u << 20));
+    csv_row_free(&row);
+    corpus_close(c);
+    unlink(path);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_formats_match_openai),
         cmocka_unit_test(test_detection_and_bad_lines),
         cmocka_unit_test(test_format_guard),
         cmocka_unit_test(test_csv_rows),
+        cmocka_unit_test(test_table_rows_across_reads),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
