@@ -131,8 +131,9 @@ int sft_encode_record(const Tokenizer *tok, const ChatTemplate *tmpl, const Corp
                       const SftColumns *cols, const char *where, SftExample *ex, SftFormat *found, PtError *e) {
     SftMessages m;
     ex->n = 0;
-    int rc = sft_read_messages(rec, format, cols, where, &m, e) ? SFT_BAD_RECORD
-                                                                : sft_encode_messages(tok, tmpl, m.m, m.n, where, ex, e);
+    int rc = SFT_BAD_RECORD;
+    if (sft_read_messages(rec, format, cols, where, &m, e) == 0)
+        rc = sft_encode_messages(tok, tmpl, m.m, m.n, where, ex, e);
     *found = m.format;
     sft_messages_free(&m);
     return rc;

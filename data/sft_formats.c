@@ -216,13 +216,15 @@ int sft_read_messages(const CorpusRecord *rec, SftFormat want, const SftColumns 
     if (rec->format == CORPUS_CSV || rec->format == CORPUS_TSV) {
         out->format = rec->format == CORPUS_CSV ? SFT_FORMAT_CSV : SFT_FORMAT_TSV;
         if (want && want != out->format)   // a table by its name, and --format names JSON lines
-            return pt_fail(e, "%s: --format %s reads JSON lines, not a %s table", where, NAMES[want], NAMES[out->format]);
+            return pt_fail(e, "%s: --format %s reads JSON lines, not a %s table", where, NAMES[want],
+                           NAMES[out->format]);
         return read_row(rec, cols, where, out, e);
     }
     if (want == SFT_FORMAT_CSV || want == SFT_FORMAT_TSV)   // corpus_open_chat reads every file as a table then
         return pt_fail(e, "%s: --format %s reads tables, not JSON lines", where, NAMES[want]);
     size_t bad;
-    if (!utf8_valid(rec->data, rec->len, &bad)) return pt_fail(e, "%s: invalid UTF-8 at byte %zu of the line", where, bad);
+    if (!utf8_valid(rec->data, rec->len, &bad))
+        return pt_fail(e, "%s: invalid UTF-8 at byte %zu of the line", where, bad);
     json_error_t jerr;
     json_t *root = out->json = json_loadb(rec->data, rec->len, 0, &jerr);
     if (!root) return pt_fail(e, "%s: malformed JSON: %s (column %d)", where, jerr.text, jerr.column);

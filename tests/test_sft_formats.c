@@ -84,7 +84,8 @@ static void each_format(const Tokenizer *tok, const ChatTemplate *t) {
     check_same(tok, t, FMT "table.tsv", SFT_FORMAT_AUTO, &cols, SFT_FORMAT_TSV, FMT "table.tsv.openai.jsonl");
     check_same(tok, t, FMT "named.csv", SFT_FORMAT_AUTO, &named, SFT_FORMAT_CSV, FMT "named.openai.jsonl");
     // Forced: the same records; a .csv read as a TSV has one column.
-    check_same(tok, t, FMT "sharegpt.jsonl", SFT_FORMAT_SHAREGPT, &cols, SFT_FORMAT_SHAREGPT, FMT "sharegpt.openai.jsonl");
+    check_same(tok, t, FMT "sharegpt.jsonl", SFT_FORMAT_SHAREGPT, &cols, SFT_FORMAT_SHAREGPT,
+               FMT "sharegpt.openai.jsonl");
     check_same(tok, t, FMT "table.tsv", SFT_FORMAT_TSV, &cols, SFT_FORMAT_TSV, FMT "table.tsv.openai.jsonl");
 }
 
@@ -108,72 +109,82 @@ static void test_formats_match_openai(void **state) {
     tokenizer_free(tok);
 }
 
-// One JSON line through the record path: its error (NULL when it encodes).
-static char *line_error(const Tokenizer *tok, const ChatTemplate *t, const char *line, SftFormat force,
-                        SftFormat *found) {
-    static PtError e;
-    CorpusRecord rec = {.data = (char *)line, .len = strlen(line), .file = "x.jsonl", .line = 4,
+// One JSON line through the record path (as line 4 of x.jsonl): the format
+// found, and the error (needle NULL: none).
+typedef struct {
+    const char *line;
+    SftFormat force, found;
+    const char *needle;
+} LineCase;
+
+static void expect_line(const Tokenizer *tok, const ChatTemplate *t, const LineCase *c) {
+    PtError e;
+    CorpusRecord rec = {.data = (char *)c->line, .len = strlen(c->line), .file = "x.jsonl", .line = 4,
                         .format = CORPUS_JSONL};
     SftExample ex = {0};
-    int rc = sft_encode_record(tok, t, &rec, force, NULL, "x.jsonl:4", &ex, found, &e);
+    SftFormat found;
+    int rc = sft_encode_record(tok, t, &rec, c->force, NULL, "x.jsonl:4", &ex, &found, &e);
     sft_example_free(&ex);
-    return rc ? e.msg : NULL;
+    if (!c->needle && rc) fail_msg("[%s]: %s", c->line, e.msg);
+    if (c->needle && (!rc || !strstr(e.msg, c->needle) || strncmp(e.msg, "x.jsonl:4: ", 11)))
+        fail_msg("[%s]: [%s] lacks [%s]", c->line, rc ? e.msg : "(no error)", c->needle);
+    assert_int_equal(found, c->found);
 }
 
-static void expect_line(const Tokenizer *tok, const ChatTemplate *t, const char *line, SftFormat force,
-                        SftFormat want_found, const char *needle) {
-    SftFormat found;
-    const char *err = line_error(tok, t, line, force, &found);
-    if (!needle && err) fail_msg("[%s]: %s", line, err);
-    if (needle && (!err || !strstr(err, needle) || strncmp(err, "x.jsonl:4: ", 11)))
-        fail_msg("[%s]: [%s] lacks [%s]", line, err ? err : "(no error)", needle);
-    assert_int_equal(found, want_found);
-}
+#define A SFT_FORMAT_AUTO
+#define O SFT_FORMAT_OPENAI
+#define S SFT_FORMAT_SHAREGPT
+#define L SFT_FORMAT_ALPACA
 
 static void test_detection_and_bad_lines(void **state) {
     (void)state;
+#define TURN(from, value) "{\"from\": \"" from "\", \"value\": \"" value "\"}"
+#define SHAREGPT(...) "{\"conversations\": [" __VA_ARGS__ "]}"
+    static const LineCase cases[] = {
+        {"{\"prompt\": \"a\", \"completion\": \"b\"}", A, O, NULL},
+        {"{\"instruction\": \"a\", \"output\": \"b\"}", A, L, NULL},
+        {SHAREGPT(TURN("human", "a") ", " TURN("gpt", "b")), A, S, NULL},
+        {"{\"text\": \"a\"}", A, A, "matches no SFT format"},
+        {"[1, 2]", A, A, "expected a JSON object"},
+        {"{\"messages\": [], \"conversations\": []}", A, A,
+         "the line has \"messages\" (openai) and \"conversations\" (sharegpt): name its format with --format"},
+        {"{\"prompt\": \"a\", \"output\": \"b\"}", A, A, "\"prompt\" (openai) and \"output\" (alpaca)"},
+        {"{\"instruction\": \"a\", \"input\": \"b\"}", A, L, "no \"output\" string"},
+        {"{\"output\": \"b\"}", A, L, "no \"instruction\" string"},
+        {"{\"instruction\": \"a\", \"input\": 3, \"output\": \"b\"}", A, L, "\"input\" must be a string"},
+        {"{\"instruction\": \"a\", \"output\": \"b\", \"history\": [[\"q\"]]}", A, L,
+         "\"history\" item 0 is not an [instruction, reply] pair"},
+        {"{\"instruction\": \"a\", \"output\": \" \"}", A, L, "empty assistant turn"},
+        {SHAREGPT(TURN("human", "a") ", " TURN("bot", "b")), A, S,
+         "turn 1: unknown role \"bot\" (want human or user, gpt or assistant, system)"},
+        {SHAREGPT(TURN("human", "a") ", " TURN("function_call", "{}")), A, S,
+         "turn 1: \"function_call\" is a tool turn"},
+        {SHAREGPT(TURN("observation", "a")), A, S, "turn 0: \"observation\" is a tool turn"},
+        {SHAREGPT("{\"from\": \"human\", \"text\": \"a\"}"), A, S, "turn 0 needs string \"from\" and \"value\""},
+        {SHAREGPT(), A, S, "\"conversations\" is empty"},
+        {"{\"system\": \"s\", \"conversations\": [" TURN("system", "t") ", " TURN("gpt", "b") "]}", A, S,
+         "turn 0: a system turn and a top-level \"system\" too"},
+        {SHAREGPT(TURN("human", "a") ", " TURN("system", "b") ", " TURN("gpt", "c")), A, S,
+         "message 1: a system message must come first"},
+        {SHAREGPT(TURN("human", "a")), A, S, "no assistant turn"},
+        // Forced formats read no other: the ShareGPT line is not OpenAI.
+        {SHAREGPT(TURN("human", "a") ", " TURN("gpt", "b")), O, O, "no \"messages\" array"},
+        {"{\"instruction\": \"a\", \"output\": \"b\"}", S, S, "\"conversations\" must be an array"},
+        {"{\"instruction\": \"a\", \"output\": \"b\"", A, A, "malformed JSON"},
+        {"{\"instruction\": \"\xc3\x28\", \"output\": \"b\"}", A, A, "invalid UTF-8 at byte 17"},
+    };
     Tokenizer *tok;
     ChatTemplate *t;
     PtError e;
     if (tokenizer_load_file(&tok, TOK, &e) || dataset_load_chat_template(TOK, &t, &e)) fail_msg("%s", e.msg);
-    const SftFormat A = SFT_FORMAT_AUTO, O = SFT_FORMAT_OPENAI, S = SFT_FORMAT_SHAREGPT, L = SFT_FORMAT_ALPACA;
-    expect_line(tok, t, "{\"prompt\": \"a\", \"completion\": \"b\"}", A, O, NULL);
-    expect_line(tok, t, "{\"instruction\": \"a\", \"output\": \"b\"}", A, L, NULL);
-    expect_line(tok, t, "{\"conversations\": [{\"from\": \"human\", \"value\": \"a\"}, {\"from\": \"gpt\", \"value\": "
-                        "\"b\"}]}", A, S, NULL);
-    expect_line(tok, t, "{\"text\": \"a\"}", A, A, "matches no SFT format");
-    expect_line(tok, t, "[1, 2]", A, A, "expected a JSON object");
-    expect_line(tok, t, "{\"messages\": [], \"conversations\": []}", A, A,
-                "the line has \"messages\" (openai) and \"conversations\" (sharegpt): name its format with --format");
-    expect_line(tok, t, "{\"prompt\": \"a\", \"output\": \"b\"}", A, A, "\"prompt\" (openai) and \"output\" (alpaca)");
-    expect_line(tok, t, "{\"instruction\": \"a\", \"input\": \"b\"}", A, L, "no \"output\" string");
-    expect_line(tok, t, "{\"output\": \"b\"}", A, L, "no \"instruction\" string");
-    expect_line(tok, t, "{\"instruction\": \"a\", \"input\": 3, \"output\": \"b\"}", A, L, "\"input\" must be a string");
-    expect_line(tok, t, "{\"instruction\": \"a\", \"output\": \"b\", \"history\": [[\"q\"]]}", A, L,
-                "\"history\" item 0 is not an [instruction, reply] pair");
-    expect_line(tok, t, "{\"instruction\": \"a\", \"output\": \" \"}", A, L, "empty assistant turn");
-    expect_line(tok, t, "{\"conversations\": [{\"from\": \"human\", \"value\": \"a\"}, {\"from\": \"bot\", \"value\": "
-                        "\"b\"}]}", A, S, "turn 1: unknown role \"bot\" (want human or user, gpt or assistant, system)");
-    expect_line(tok, t, "{\"conversations\": [{\"from\": \"human\", \"value\": \"a\"}, {\"from\": \"function_call\", "
-                        "\"value\": \"{}\"}]}", A, S, "turn 1: \"function_call\" is a tool turn");
-    expect_line(tok, t, "{\"conversations\": [{\"from\": \"observation\", \"value\": \"a\"}]}", A, S, "is a tool turn");
-    expect_line(tok, t, "{\"conversations\": [{\"from\": \"human\", \"text\": \"a\"}]}", A, S,
-                "turn 0 needs string \"from\" and \"value\"");
-    expect_line(tok, t, "{\"conversations\": []}", A, S, "\"conversations\" is empty");
-    expect_line(tok, t, "{\"system\": \"s\", \"conversations\": [{\"from\": \"system\", \"value\": \"t\"}, {\"from\": "
-                        "\"gpt\", \"value\": \"b\"}]}", A, S, "a system turn and a top-level \"system\" too");
-    expect_line(tok, t, "{\"conversations\": [{\"from\": \"human\", \"value\": \"a\"}, {\"from\": \"system\", \"value\": "
-                        "\"b\"}, {\"from\": \"gpt\", \"value\": \"c\"}]}", A, S, "a system message must come first");
-    expect_line(tok, t, "{\"conversations\": [{\"from\": \"human\", \"value\": \"a\"}]}", A, S, "no assistant turn");
-    // Forced formats read no other: the ShareGPT line is not OpenAI.
-    expect_line(tok, t, "{\"conversations\": [{\"from\": \"human\", \"value\": \"a\"}, {\"from\": \"gpt\", \"value\": "
-                        "\"b\"}]}", O, O, "no \"messages\" array");
-    expect_line(tok, t, "{\"instruction\": \"a\", \"output\": \"b\"}", S, S, "\"conversations\" must be an array");
-    expect_line(tok, t, "{\"instruction\": \"a\", \"output\": \"b\"", A, A, "malformed JSON");
-    expect_line(tok, t, "{\"instruction\": \"\xc3\x28\", \"output\": \"b\"}", A, A, "invalid UTF-8 at byte 17");
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) expect_line(tok, t, &cases[i]);
     chat_template_free(t);
     tokenizer_free(tok);
 }
+#undef A
+#undef O
+#undef S
+#undef L
 
 static void test_format_guard(void **state) {
     (void)state;

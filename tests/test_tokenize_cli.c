@@ -461,6 +461,15 @@ static void test_bad_inputs(void **state) {
     free(big);
 }
 
+// The dataset at path holds docs documents and says skipped were skipped.
+static void expect_skipped(const char *path, uint64_t skipped, uint64_t docs) {
+    Dataset ds;
+    open_ok(&ds, path);
+    assert_int_equal(ds.n_skipped, skipped);
+    assert_int_equal(ds.n_docs, docs);
+    dataset_close(&ds);
+}
+
 static void test_skip_bad_counts(void **state) {
     Env *v = *state;
     NEED_TOKENIZER(v);
@@ -471,11 +480,7 @@ static void test_skip_bad_counts(void **state) {
     assert_non_null(strstr(err, "malformed.jsonl:2"));   // each skip is reported
     assert_non_null(strstr(err, "unknown_role.jsonl:2"));
     free(err);
-    Dataset ds;
-    open_ok(&ds, out);
-    assert_int_equal(ds.n_skipped, 2);
-    assert_int_equal(ds.n_docs, 3);
-    dataset_close(&ds);
+    expect_skipped(out, 2, 3);
     free(out);
 }
 
@@ -562,7 +567,8 @@ static void test_sft_format_bad_inputs(void **state) {
     free(help);
     NEED_TOKENIZER(v);
     expect_failure(v, FIX "/bad/table_no_column.csv", "--chat",
-                   "table_no_column.csv:2: the header (line 1) has no column \"prompt\" (it has \"question\", \"answer\")");
+                   "table_no_column.csv:2: the header (line 1) has no column \"prompt\" "
+                   "(it has \"question\", \"answer\")");
     expect_failure(v, FIX "/bad/table_no_column.csv", "--chat --prompt-column question --completion-column reply",
                    "table_no_column.csv:2: the header (line 1) has no column \"reply\"");
     expect_failure(v, FIX "/bad/sharegpt_role.jsonl", "--chat", "sharegpt_role.jsonl:2: turn 1: unknown role \"bot\"");
@@ -608,11 +614,7 @@ static void test_sft_format_skip_bad(void **state) {
     for (int i = 0; i < 4; i++)
         if (!strstr(err, where[i])) fail_msg("stderr does not report %s: %s", where[i], err);
     assert_non_null(strstr(so, "skipped 4,"));
-    Dataset ds;
-    open_ok(&ds, out);
-    assert_int_equal(ds.n_skipped, 4);
-    assert_int_equal(ds.n_docs, 5);
-    dataset_close(&ds);
+    expect_skipped(out, 4, 5);
     free(so);
     free(err);
     free(out);
