@@ -550,8 +550,14 @@ static void test_sft_formats_end_to_end(void **state) {
     assert_int_equal(system(flags), 0);
     expect_same_as_openai(v, "--format tsv", txt, FMT "table.tsv.openai.jsonl");
     gzip_file(FMT "table.csv", gz, 0);
-    expect_same_as_openai(v, "--format csv", gz, FMT "table.openai.jsonl");
+    expect_same_as_openai(v, "", gz, FMT "table.openai.jsonl");   // .csv.gz: a table by its name
     expect_same_as_openai(v, "--format alpaca", FMT "alpaca.jsonl", FMT "alpaca.openai.jsonl");
+    // A directory gives its tables too, in name order.
+    char *dir = tmp(v, "sft_dir");
+    snprintf(flags, sizeof flags, "mkdir %s && cp " FMT "table.tsv " FMT "alpaca.jsonl %s/", dir, dir);
+    assert_int_equal(system(flags), 0);
+    expect_same_as_openai(v, "", dir, FMT "alpaca.openai.jsonl " FMT "table.tsv.openai.jsonl");
+    free(dir);
     free(txt);
     free(gz);
 }
