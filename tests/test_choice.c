@@ -61,12 +61,17 @@ static double loss_of(Model *m, const Packed *p) {
     return model_forward(m, &in, NULL, NULL);
 }
 
+// The tiny preset at the fixtures' scale with row HEAD as its decision head.
+static Model *load_with_head(uint64_t seed, TestModel *tm) {
+    load_preset("tiny", seed, tm);
+    tm->m.cfg.choice_id = HEAD;
+    return &tm->m;
+}
+
 static void test_head_gradients_vs_finite_differences(void **state) {
     (void)state;
     TestModel tm;
-    load_preset("tiny", 7, &tm);
-    tm.m.cfg.choice_id = HEAD;
-    Model *m = &tm.m;
+    Model *m = load_with_head(7, &tm);
     PtError e;
     assert_int_equal(model_plan(m, 1, 40, 1, NULL, &e), 0);
     Packed p;
@@ -121,9 +126,7 @@ static void test_head_gradients_vs_finite_differences(void **state) {
 static void test_shared_prompt_scores_equal_alone(void **state) {
     (void)state;
     TestModel tm;
-    load_preset("tiny", 11, &tm);
-    tm.m.cfg.choice_id = HEAD;
-    Model *m = &tm.m;
+    Model *m = load_with_head(11, &tm);
     PtError e;
     int prompt[23], c0[] = {44, 7}, c1[] = {45, 46, 47, 7}, c2[] = {300, 7}, c3[] = {44, 48, 49, 50, 51, 52, 7};
     for (int i = 0; i < 23; i++) prompt[i] = (i * 37 + 11) % 400;
@@ -133,8 +136,7 @@ static void test_shared_prompt_scores_equal_alone(void **state) {
     assert_int_equal(model_plan_cache(m, 40, &e), 0);
     choice_score_shared(m, prompt, 23, cand, lens, 4, shared);
     choice_score_alone(m, prompt, 23, cand, lens, 4, alone);
-    // The training batch: each (prompt + candidate) a packed segment, the prompt repeated.
-    Packed p;
+    // The training batch: each (prompt + candidate) a row of its own, the prompt repeated.
     int seqs_store[4][30];
     const int *seqs[4];
     int slens[4];
@@ -153,7 +155,6 @@ static void test_shared_prompt_scores_equal_alone(void **state) {
             seg[k * 30 + t] = t < slens[k] ? 0 : 1;
             last[k] = k * 30 + slens[k] - 1;
         }
-    (void)p;
     ChoiceGroups g = {1, first, last, label};
     ModelInput in = {.B = 4, .T = 30, .tokens = tok, .pos = pos, .seg = seg};
     model_forward(m, &in, NULL, NULL);
