@@ -11,7 +11,9 @@
 //   candidate's ids and <|im_end|>, the mask on the candidate, the groups and
 //   labels; bad lines name file and line and leave no file; --skip-bad counts;
 // - `pocket train` with mode = choice (and with QAT) learns a toy task that
-//   `pocket eval` then scores.
+//   `pocket eval` then scores (fp32 and int4) and `pocket choose` picks; the
+//   head survives the HF and GGUF round trips (the same scores, bit for bit),
+//   and a run stopped and resumed ends with the uninterrupted run's model.
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -398,6 +400,26 @@ static void test_train_and_eval(void **state) {
                 "| grep -q '^pick: green'", pocket(), v->dir, qat);
         assert_int_equal(rc, 0);
     }
+    // The head survives the HF and GGUF (f32) round trips: the same scores, bit for bit.
+    const char *ref = "'green 6' --candidates red blue green black --json | sed 's/, \"seconds.*//'";
+    assert_int_equal(sh("%s export --ckpt %s/run0/best.h5 --format hf --out %s/hf >/dev/null 2>&1 && "
+                        "%s import %s/hf --out %s/from-hf.h5 >/dev/null 2>&1 && "
+                        "%s export --ckpt %s/run0/best.h5 --format gguf --quant f32 --out %s/d.gguf >/dev/null 2>&1 && "
+                        "%s import %s/d.gguf --out %s/from-gguf.h5 >/dev/null 2>&1", pocket(), v->dir, v->dir, pocket(),
+                        v->dir, v->dir, pocket(), v->dir, v->dir, pocket(), v->dir, v->dir), 0);
+    const char *names[3] = {"run0/best.h5", "from-hf.h5", "from-gguf.h5"};
+    for (int i = 0; i < 3; i++)
+        assert_int_equal(sh("%s choose --ckpt %s/%s --prompt %s > %s/scores%d.json", pocket(), v->dir, names[i], ref,
+                            v->dir, i), 0);
+    assert_int_equal(sh("cmp -s %s/scores0.json %s/scores1.json && cmp -s %s/scores0.json %s/scores2.json", v->dir,
+                        v->dir, v->dir, v->dir), 0);
+    // Stopped at update 30 and resumed: the uninterrupted run's model, bit for bit.
+    assert_int_equal(sh("%s train %s/toy.ini --set train.run_dir=%s/split --set train.stop_after=30 >/dev/null 2>&1 && "
+                        "%s train %s/toy.ini --set train.run_dir=%s/split >/dev/null 2>&1 && "
+                        "%s choose --ckpt %s/split/ckpt-00000080.h5 --prompt %s > %s/split.json && "
+                        "%s choose --ckpt %s/run0/ckpt-00000080.h5 --prompt %s > %s/whole.json && "
+                        "cmp -s %s/split.json %s/whole.json", pocket(), v->dir, v->dir, pocket(), v->dir, v->dir,
+                        pocket(), v->dir, ref, v->dir, pocket(), v->dir, ref, v->dir, v->dir, v->dir), 0);
     // A model without a head has no scores to give.
     assert_int_equal(sh("%s choose --ckpt %s/init.h5 --prompt x --candidates a b 2>&1 | grep -q 'no decision head'",
                         pocket(), v->dir), 0);
