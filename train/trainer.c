@@ -417,8 +417,18 @@ int train_run(const Recipe *r, Comm *comm, volatile sig_atomic_t *stop, PtError 
     if (rc == 0 && t.lead) rc = run_dir_create(t.dir, e);
     if (agree(&t, rc, e)) goto out;
     rc = load_bundle(&t, &resumed, e);
-    if (rc == 0 && r->train.mode == TRAIN_MODE_CHOICE)
+    if (rc == 0 && r->train.mode == TRAIN_MODE_CHOICE) {
+        const int vocab = t.b.cfg.vocab_size;
+        QuantSpec spec;
+        int qe;
         rc = choice_head_setup(&t.b, r->train.choice_token, t.lead ? stdout : NULL, e);
+        // An appended row has no int4 scales in a QAT checkpoint made without it.
+        if (rc == 0 && t.b.cfg.vocab_size != vocab && r->qat.enabled &&
+            checkpoint_read_qat_spec(r->model.init, &spec, &qe, e) == 0)
+            rc = pt_fail(e, "%s: a QAT checkpoint whose vocabulary has no row for the decision head: start from its "
+                            "float model from before QAT, or give train.choice_token a free row",
+                         r->model.init);
+    }
     if (rc == 0) place_on_device(&t);
     rc = rc || qat_setup(&t, resumed, e) || optimizer_setup(&t, resumed, e) || open_data(&t, e) ? -1 : 0;
     const int B = r->train.micro_batch, T = r->train.seq_len, accum = r->train.grad_accum;
