@@ -328,21 +328,29 @@ static void expect_bad(const Env *v, const char *line, const char *want) {
 
 static void test_bad_lines(void **state) {
     Env *v = *state;
-    expect_bad(v, "{\"prompt\": \"x\", \"candidates\": [\"a\", \"b\"], \"label\": 2}\n",
-               "bad.jsonl:2: label 2 is outside the 2 candidates");
-    expect_bad(v, "{\"prompt\": \"x\", \"candidates\": [\"a\", \"b\"], \"label\": \"c\"}\n",
-               "bad.jsonl:2: label \"c\" is not one of the candidates");
-    expect_bad(v, "{\"prompt\": \"x\", \"candidates\": [], \"label\": 0}\n", "bad.jsonl:2: 0 candidates (want 2 to 256)");
-    expect_bad(v, "{\"prompt\": \"x\", \"candidates\": [\"a\"], \"label\": 0}\n", "bad.jsonl:2: 1 candidates");
-    expect_bad(v, "{\"prompt\": \"x\", \"candidates\": [\"a\", \"b\", \"a\"], \"label\": 0}\n",
-               "bad.jsonl:2: candidates 0 and 2 are the same (\"a\")");
-    expect_bad(v, "{\"prompt\": \"x\", \"candidates\": [\"a\", \"\"], \"label\": 0}\n",
-               "bad.jsonl:2: candidate 1 is not a non-empty string");
-    expect_bad(v, "{\"candidates\": [\"a\", \"b\"], \"label\": 0}\n", "bad.jsonl:2: no \"prompt\" string");
-    expect_bad(v, "{\"prompt\": \"x\", \"candidates\": [\"a\", \"b\"]}\n", "bad.jsonl:2: no \"label\"");
-    expect_bad(v, "{\"prompt\": \"x\", \"candidates\": [\"a\", \"b\"\n", "bad.jsonl:2: malformed JSON");
-    expect_bad(v, "{\"messages\": [{\"role\": \"bot\", \"content\": \"x\"}], \"candidates\": [\"a\", \"b\"], \"label\": 0}\n",
-               "bad.jsonl:2: message 0 needs a \"role\" (system, user or assistant)");
+    static const struct { const char *line, *want; } cases[] = {
+        {"{\"prompt\": \"x\", \"candidates\": [\"a\", \"b\"], \"label\": 2}\n",
+         "bad.jsonl:2: label 2 is outside the 2 candidates"},
+        {"{\"prompt\": \"x\", \"candidates\": [\"a\", \"b\"], \"label\": \"c\"}\n",
+         "bad.jsonl:2: label \"c\" is not one of the candidates"},
+        {"{\"prompt\": \"x\", \"candidates\": [], \"label\": 0}\n",
+         "bad.jsonl:2: 0 candidates (want 2 to 256)"},
+        {"{\"prompt\": \"x\", \"candidates\": [\"a\"], \"label\": 0}\n",
+         "bad.jsonl:2: 1 candidates"},
+        {"{\"prompt\": \"x\", \"candidates\": [\"a\", \"b\", \"a\"], \"label\": 0}\n",
+         "bad.jsonl:2: candidates 0 and 2 are the same (\"a\")"},
+        {"{\"prompt\": \"x\", \"candidates\": [\"a\", \"\"], \"label\": 0}\n",
+         "bad.jsonl:2: candidate 1 is not a non-empty string"},
+        {"{\"candidates\": [\"a\", \"b\"], \"label\": 0}\n",
+         "bad.jsonl:2: no \"prompt\" string"},
+        {"{\"prompt\": \"x\", \"candidates\": [\"a\", \"b\"]}\n",
+         "bad.jsonl:2: no \"label\""},
+        {"{\"prompt\": \"x\", \"candidates\": [\"a\", \"b\"\n",
+         "bad.jsonl:2: malformed JSON"},
+        {"{\"messages\": [{\"role\": \"bot\", \"content\": \"x\"}], \"candidates\": [\"a\", \"b\"], \"label\": 0}\n",
+         "bad.jsonl:2: message 0 needs a \"role\" (system, user or assistant)"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) expect_bad(v, cases[i].line, cases[i].want);
     // --skip-bad: skipped and counted, the good lines kept.
     write_file(v, "mixed.jsonl",
                "{\"prompt\": \"x\", \"candidates\": [\"a\", \"b\"], \"label\": 5}\n"
