@@ -48,7 +48,8 @@ double choice_head_loss(Model *m, const ChoiceGroups *g, float *dh, float grad_s
     if (ds) {
         // d(score)/dh = w, d(score)/dw = h: the matmul's own backward, one column.
         OP(d, upload, ds_dev, ds, (size_t)N * sizeof(float));
-        float *gw = m->g.lm_head + (size_t)m->cfg.choice_id * H;
+        // No lm_head gradient (a frozen base, as under LoRA): the head row stays, dh still flows.
+        float *gw = m->g.lm_head ? m->g.lm_head + (size_t)m->cfg.choice_id * H : NULL;
         OP(d, matmul_backward, dh, gw, ds_dev, m->a.lnf, w, N, H, 1, m->opt.matmul);
     }
     free(s);

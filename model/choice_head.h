@@ -33,7 +33,8 @@ typedef struct ChoiceGroups {
 // every candidate into scores_out (host, [first[n_groups]], may be NULL), and
 // the SUM over groups of the cross-entropy over each group's scores. With dh
 // (device, [N,H], accumulated) the backward: grad_scale * dL/dh into dh and
-// dL/d(head row) into the model's lm_head gradient. *count = n_groups.
+// dL/d(head row) into the model's lm_head gradient (none when the model has
+// no lm_head gradient: a frozen base). *count = n_groups.
 double choice_head_loss(Model *m, const ChoiceGroups *g, float *dh, float grad_scale, float *scores_out, int *count);
 
 // Scores of n candidates behind one prompt on a cache plan
