@@ -45,7 +45,7 @@ TEST_BIN := $(TEST_SRC:tests/%.c=$(BUILD)/tests/%)
 BENCH_SRC := $(wildcard tests/bench_*.c)
 BENCH_BIN := $(BENCH_SRC:tests/%.c=$(BUILD)/tests/%)
 
-.PHONY: all test test-arm64 deps-arm64 test-mpi check interop bench demo deps clean fuzz fuzz-lib qat-experiment
+.PHONY: all test test-arm64 deps-arm64 test-mpi check interop bench demo demo-choice deps clean fuzz fuzz-lib qat-experiment
 .SECONDARY:
 all: $(POCKET)
 
@@ -94,6 +94,10 @@ test-mpi:
 # The README's first command: deps, build, corpus from Debian packages, CPT, SFT, eval (recipes/demo/).
 demo:
 	bash recipes/demo/run.sh
+
+# The Dec decision head against generative SFT on a 9-category task (recipes/demo/choice.sh).
+demo-choice:
+	bash recipes/demo/choice.sh
 
 # make test-arm64: the op tests cross-built for AArch64 (Debian's gcc-aarch64-linux-gnu, qemu-user and the arm64
 # cmocka and jansson through multiarch: `make deps-arm64`) and run under qemu-aarch64: the NEON kernels (and

@@ -4,6 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include "commands.h"
+#include "../train/choice_train.h"
 #include "../train/evaluate.h"
 #include "open_model.h"
 
@@ -12,12 +13,16 @@ static void help(FILE *f) {
             "usage: pocket eval --ckpt CKPT.h5 --data DATA.h5 [options]\n\n"
             "Prints loss and perplexity over the dataset (one pass, or --max-batches), and for SFT\n"
             "data the exact-match rate: greedy completion of each example's last assistant turn\n"
-            "must equal the reference reply token for token.\n\n"
+            "must equal the reference reply token for token. For choice data (tokenize --choice): the\n"
+            "decision head's loss, accuracy and expected calibration error (ECE: confidence = the top\n"
+            "candidate's softmax probability, 10 equal-width bins (b/10, (b+1)/10], the groups' weighted\n"
+            "mean of |accuracy - mean confidence| per bin).\n\n"
             "  --batch B          rows per batch (default 4)\n"
             "  --seq-len T        tokens per row (default: 512, at most the model's context)\n"
             "  --max-batches K    stop the loss pass after K batches (default: all)\n"
             "  --exact-match N    score the first N SFT examples (default 200; 0 = skip)\n"
             "  --threads N        OpenMP threads (default: all cores)\n"
+            "  --dump-scores F    choice data: each group's scores and label as JSON lines into F\n"
             "  --doc-mask         CPT data: attention stays inside each document (as train.doc_mask)\n"
             "  --int4             evaluate the int4 model: the checkpoint's QAT scales, or RTN\n"
             "                     (group 64, asymmetric) from its float weights\n"
@@ -38,8 +43,25 @@ static int parse_int(const char *flag, const char *v, long lo, long *out) {
     return 0;
 }
 
+// Choice data: the decision head's metrics (and the scores into dump).
+static int eval_choice(Model *m, const Dataset *d, const char *ckpt, const char *dump, PtError *e) {
+    if (m->cfg.choice_id <= 0) return pt_fail(e, "%s: a choice dataset, but the model has no decision head", ckpt);
+    double t0 = now_seconds();
+    AtomicFile af;
+    if (dump && atomic_open(&af, dump, e)) return -1;
+    ChoiceMetrics mt;
+    int rc = choice_evaluate(m, d, &mt, dump ? af.f : NULL, e);
+    if (dump && rc) atomic_abort(&af);
+    if (dump && !rc) rc = atomic_commit(&af, e);
+    if (rc) return -1;
+    printf("%s on %s: choice loss %.4f, accuracy %.1f%% (%ld of %ld groups), ECE %.4f (%d bins) (%.1f s)\n", ckpt,
+           d->path, mt.groups ? mt.loss / mt.groups : NAN, 100 * mt.accuracy, mt.correct, mt.groups, mt.ece,
+           CHOICE_ECE_BINS, now_seconds() - t0);
+    return 0;
+}
+
 int cmd_eval(int argc, char **argv) {
-    const char *ckpt = NULL, *data = NULL, *v;
+    const char *ckpt = NULL, *data = NULL, *dump = NULL, *v;
     long batch = 4, seq = 512, max_batches = 0, n_exact = 200, threads = 0;
     long int4_group = 0;   // 0 = the default grid
     int int4 = 0, int4_symmetric = 0, doc_mask = 0, flag;
@@ -52,6 +74,7 @@ int cmd_eval(int argc, char **argv) {
         else if (!strcmp(argv[i], "--doc-mask")) doc_mask = 1;
         else if ((v = arg_value(argc, argv, &i, "--ckpt"))) ckpt = v;
         else if ((v = arg_value(argc, argv, &i, "--data"))) data = v;
+        else if ((v = arg_value(argc, argv, &i, "--dump-scores"))) dump = v;
         else if ((v = arg_value(argc, argv, &i, "--batch"))) { if (parse_int("--batch", v, 1, &batch)) return 2; }
         else if ((v = arg_value(argc, argv, &i, "--seq-len"))) { if (parse_int("--seq-len", v, 2, &seq)) return 2; }
         else if ((v = arg_value(argc, argv, &i, "--max-batches"))) { if (parse_int("--max-batches", v, 0, &max_batches)) return 2; }
@@ -96,6 +119,11 @@ int cmd_eval(int argc, char **argv) {
         goto out;
     }
     double t0 = now_seconds();
+    if (d.kind == DATASET_CHOICE) {
+        rc = eval_choice(m, &d, ckpt, dump, &e);
+        if (rc) fprintf(stderr, "pocket eval: %s\n", e.msg);
+        goto out;
+    }
     long count;
     double loss = eval_loss(m, &d, doc_mask, max_batches, &count, &e);
     if (isnan(loss)) { fprintf(stderr, "pocket eval: %s\n", e.msg); goto out; }

@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
+#include "../data/choice.h"
 #include "../data/corpus.h"
 #include "../data/dataset.h"
 #include "../data/sft.h"
@@ -17,7 +18,7 @@ enum { BLOCK_RECORDS = 1024, BLOCK_BYTES = 8 << 20, MAX_SKIP_WARNINGS = 5 };
 
 static void help(FILE *f) {
     fprintf(f,
-            "usage: pocket tokenize --tokenizer tokenizer.json|CKPT.h5 [--chat [--chat-template FILE]] [--max-len N]\n"
+            "usage: pocket tokenize --tokenizer tokenizer.json|CKPT.h5 [--chat|--choice [--chat-template FILE]] [--max-len N]\n"
             "                       [--truncate] [--format F] [--prompt-column C] [--completion-column C]\n"
             "                       [--system-column C] [--skip-bad] [--threads N] INPUT... --out DATA.h5\n"
             "       pocket tokenize --tokenizer tokenizer.json|CKPT.h5 --print-ids FILE\n\n"
@@ -42,12 +43,19 @@ static void help(FILE *f) {
             "               chat_template (or the tokenizer_config.json beside a tokenizer.json), else the\n"
             "               bundled Qwen3-style one. The loss mask covers the assistant replies (and the\n"
             "               reasoning the template keeps) and the end-of-turn token after each.\n"
-            "  --chat-template FILE  (--chat) render with this Jinja template instead\n"
+            "  --choice     inputs are choice JSONL for the decision head ([train] mode = choice):\n"
+            "               {\"prompt\": \"...\" (or \"messages\": [...]), \"candidates\": [\"...\", ...], \"label\": INDEX|TEXT}\n"
+            "               (optionally \"system\"). The prompt is rendered with the chat template as\n"
+            "               `pocket generate --chat` renders it; each candidate follows it, ended by <|im_end|>.\n"
+            "               One document per (prompt + candidate), the mask on the candidate's tokens.\n"
+            "               Errors: a label outside the candidates, fewer than 2, empty or duplicated ones.\n"
+            "  --chat-template FILE  (--chat, --choice) render with this Jinja template instead\n"
             "  --format F   (--chat) read every input as F: openai, sharegpt, alpaca (JSON lines), csv or tsv\n"
             "               (a table whatever the file's name) instead of finding it\n"
             "  --prompt-column C, --completion-column C  (tables) the columns' names (default prompt, completion)\n"
             "  --system-column C  (tables) a column of system prompts (default: \"system\" when the header has it)\n"
-            "  --max-len N  (--chat) examples longer than N tokens are dropped (default: no limit)\n"
+            "  --max-len N  (--chat) examples longer than N tokens are dropped (default: no limit);\n"
+            "               (--choice) groups whose candidates hold more than N tokens together\n"
             "  --truncate   (--chat) cut examples longer than --max-len instead of dropping them\n"
             "  --skip-bad   skip and count bad records (malformed JSON or CSV, bad roles, missing fields or\n"
             "               columns, another format than the file's, invalid UTF-8) instead of stopping at the\n"
@@ -62,7 +70,7 @@ typedef struct {
     ChatTemplate *tmpl;
     SftFormat format;
     SftColumns cols;
-    int chat, truncate, skip_bad, threads, per_line;
+    int chat, choice, truncate, skip_bad, threads, per_line;
     size_t max_len;
     char **inputs;
     int n_inputs;
@@ -101,6 +109,7 @@ static int parse_args(int argc, char **argv, Args *a) {
             }
         }
         else if (!strcmp(argv[i], "--chat")) a->chat = 1;
+        else if (!strcmp(argv[i], "--choice")) a->choice = 1;
         else if (!strcmp(argv[i], "--truncate")) a->truncate = 1;
         else if (!strcmp(argv[i], "--skip-bad")) a->skip_bad = 1;
         else if (!strcmp(argv[i], "--per-line")) a->per_line = 1;
@@ -119,9 +128,12 @@ static int parse_args(int argc, char **argv, Args *a) {
     else if (a->print_ids && (a->out || a->n_inputs)) problem = "--print-ids takes one FILE and writes no dataset";
     else if (!a->print_ids && !a->out) problem = "--out is required";
     else if (!a->print_ids && !a->n_inputs) problem = "no INPUT given";
-    else if (!a->chat && (a->max_len || a->truncate)) problem = "--max-len and --truncate apply to --chat only";
+    else if (a->chat && a->choice) problem = "--chat and --choice exclude each other";
+    else if (a->choice && a->truncate) problem = "--truncate applies to --chat only (a choice group is kept whole)";
+    else if (!a->chat && !a->choice && (a->max_len || a->truncate))
+        problem = "--max-len and --truncate apply to --chat (and --max-len to --choice) only";
     else if (a->truncate && !a->max_len) problem = "--truncate needs --max-len";
-    else if (a->chat_template && !a->chat) problem = "--chat-template applies to --chat only";
+    else if (a->chat_template && !a->chat && !a->choice) problem = "--chat-template applies to --chat and --choice only";
     else if ((a->format || a->cols.prompt || a->cols.completion || a->cols.system) && !a->chat)
         problem = "--format and the --*-column flags apply to --chat only";
     else if ((a->cols.prompt || a->cols.completion || a->cols.system) && a->format && a->format < SFT_FORMAT_CSV)
@@ -164,6 +176,7 @@ typedef enum { JOB_OK, JOB_EMPTY, JOB_DROPPED, JOB_BAD, JOB_FATAL } JobStatus;
 typedef struct {
     CorpusRecord rec;
     SftExample ex;         // CPT uses ids/n only
+    ChoiceExample ch;      // --choice
     JobStatus status;
     SftFormat format;      // the record's SFT format, as found
     int truncated;
@@ -214,6 +227,43 @@ static void run_sft_job(const Tokenizer *tok, const Args *a, Job *j) {
     j->truncated = fit == SFT_TRUNCATED;
 }
 
+// A choice group: each candidate becomes (prompt + candidate), the mask on the
+// candidate; --max-len bounds the group's tokens (a group trains in one row).
+static void run_choice_job(const Tokenizer *tok, const Args *a, Job *j) {
+    char where[1100];
+    corpus_where(&j->rec, where, sizeof where);
+    if (j->rec.format != CORPUS_JSONL) {
+        pt_fail(&j->err, "%s: --choice reads choice .jsonl files, not .txt", where);
+        j->status = JOB_FATAL;
+        return;
+    }
+    if (choice_encode_line(tok, a->tmpl, j->rec.data, j->rec.len, where, &j->ch, &j->err)) {
+        j->status = JOB_BAD;
+        return;
+    }
+    size_t total = 0;
+    for (int k = 0; k < j->ch.n_cand; k++) total += j->ch.n_prompt + j->ch.cand_len[k];
+    j->status = a->max_len && total > a->max_len ? JOB_DROPPED : JOB_OK;
+}
+
+static int add_choice_group(DatasetWriter *w, const ChoiceExample *ch, PtError *e) {
+    size_t longest = 0;
+    for (int k = 0; k < ch->n_cand; k++) longest = ch->cand_len[k] > longest ? ch->cand_len[k] : longest;
+    int *ids = xmalloc((ch->n_prompt + longest) * sizeof(int), "choice document");
+    uint8_t *mask = xcalloc(ch->n_prompt + longest, 1, "choice mask");
+    memcpy(ids, ch->prompt, ch->n_prompt * sizeof(int));
+    int rc = 0;
+    for (int k = 0; k < ch->n_cand && !rc; k++) {
+        memcpy(ids + ch->n_prompt, ch->cand[k], ch->cand_len[k] * sizeof(int));
+        memset(mask + ch->n_prompt, 1, ch->cand_len[k]);
+        rc = dataset_writer_add(w, ids, mask, ch->n_prompt + ch->cand_len[k], e);
+    }
+    if (!rc) rc = dataset_writer_end_group(w, (uint32_t)ch->label, e);
+    free(ids);
+    free(mask);
+    return rc;
+}
+
 typedef struct {
     uint64_t docs, dropped, truncated, skipped, empty;
 } Counts;
@@ -227,7 +277,7 @@ static void progress(const Corpus *c, const DatasetWriter *w, double t0, int fin
 static int tokenize_inputs(const Args *a, const Tokenizer *tok) {
     PtError e;
     int eot = tokenizer_token_id(tok, "<|endoftext|>");
-    if (!a->chat && eot < 0) {
+    if (!a->chat && !a->choice && eot < 0) {
         fprintf(stderr, "pocket tokenize: %s: the tokenizer has no <|endoftext|> token to separate documents\n",
                 a->tokenizer);
         return 1;
@@ -240,7 +290,8 @@ static int tokenize_inputs(const Args *a, const Tokenizer *tok) {
         return 1;
     }
     DatasetWriter *w;
-    if (dataset_writer_open(&w, a->out, a->chat ? DATASET_SFT : DATASET_CPT, tokenizer_vocab_size(tok),
+    DatasetKind kind = a->chat ? DATASET_SFT : a->choice ? DATASET_CHOICE : DATASET_CPT;
+    if (dataset_writer_open(&w, a->out, kind, tokenizer_vocab_size(tok),
                             tokenizer_hash(tok), &e)) {
         fprintf(stderr, "pocket tokenize: %s\n", e.msg);
         corpus_close(corpus);
@@ -267,6 +318,7 @@ static int tokenize_inputs(const Args *a, const Tokenizer *tok) {
 #pragma omp parallel for schedule(dynamic, 1) num_threads(threads)
         for (int i = 0; i < n_jobs; i++) {
             if (a->chat) run_sft_job(tok, a, &jobs[i]);
+            else if (a->choice) run_choice_job(tok, a, &jobs[i]);
             else run_cpt_job(tok, eot, &jobs[i]);
         }
         for (int i = 0; i < n_jobs; i++) {
@@ -284,7 +336,9 @@ static int tokenize_inputs(const Args *a, const Tokenizer *tok) {
                 } else if (j->status == JOB_EMPTY) n.empty++;
                 else if (j->status == JOB_DROPPED) n.dropped++;
                 else {
-                    if (dataset_writer_add(w, j->ex.ids, a->chat ? j->ex.mask : NULL, j->ex.n, &e)) rc = 1;
+                    if (a->choice ? add_choice_group(w, &j->ch, &e)
+                                  : dataset_writer_add(w, j->ex.ids, a->chat ? j->ex.mask : NULL, j->ex.n, &e))
+                        rc = 1;
                     n.truncated += (uint64_t)j->truncated;
                 }
             }
@@ -304,7 +358,10 @@ static int tokenize_inputs(const Args *a, const Tokenizer *tok) {
             shown = 1;
         }
     }
-    for (int i = 0; i < BLOCK_RECORDS; i++) sft_example_free(&jobs[i].ex);
+    for (int i = 0; i < BLOCK_RECORDS; i++) {
+        sft_example_free(&jobs[i].ex);
+        choice_example_free(&jobs[i].ch);
+    }
     free(jobs);
     if (!rc && dataset_writer_docs(w) == 0) {
         if (n.skipped && !n.dropped && !n.empty)
@@ -335,7 +392,8 @@ static int tokenize_inputs(const Args *a, const Tokenizer *tok) {
     double dt = now_seconds() - t0;
     printf("pocket tokenize: %s: %" PRIu64 " %s, %" PRIu64 " tokens from %d file%s (%.2f MB in %.2f s, %.2f MB/s, "
            "%d threads); dropped %" PRIu64 ", truncated %" PRIu64 ", skipped %" PRIu64 ", empty %" PRIu64 "\n",
-           a->out, docs, a->chat ? (docs == 1 ? "example" : "examples") : (docs == 1 ? "document" : "documents"), tokens, n_files, n_files == 1 ? "" : "s", mb, dt,
+           a->out, docs, a->chat ? (docs == 1 ? "example" : "examples") : a->choice ? "(prompt + candidate) sequences"
+                                   : (docs == 1 ? "document" : "documents"), tokens, n_files, n_files == 1 ? "" : "s", mb, dt,
            dt > 0 ? mb / dt : 0.0, threads, n.dropped, n.truncated, n.skipped, n.empty);
     return 0;
 }
@@ -371,7 +429,7 @@ int cmd_tokenize(int argc, char **argv) {
         free(a.inputs);
         return 1;
     }
-    if (a.chat && load_template(&a, &e)) {
+    if ((a.chat || a.choice) && load_template(&a, &e)) {
         fprintf(stderr, "pocket tokenize: %s\n", e.msg);
         tokenizer_free(tok);
         free(a.inputs);

@@ -21,6 +21,7 @@ static const Command COMMANDS[] = {
     {"train", cmd_train, "continued pre-training or SFT as a recipe says; the same command resumes"},
     {"eval", cmd_eval, "loss and perplexity over a dataset, and exact match for SFT data"},
     {"generate", cmd_generate, "text from a checkpoint's model (sampling, --chat, --int4)"},
+    {"choose", cmd_choose, "the decision head's scores and pick among given candidates"},
     {"forward", cmd_forward, "logits, loss and gradients for given tokens, dumped to safetensors"},
     {"quantize", cmd_quantize, "a checkpoint whose int4 state covers every matrix (e.g. a GGUF's Q8_0 embedding)"},
     {"export", cmd_export, "a checkpoint out as a Hugging Face directory, an MNN int4 package or a GGUF file"},

@@ -9,7 +9,7 @@
 // one of offsets at a time.
 enum { FORMAT_VERSION = 1, TOKEN_BUFFER = H5_CHUNK_BYTES / 2, OFFSET_BUFFER = H5_CHUNK_BYTES / 8 };
 
-static const char *kind_name(DatasetKind k) { return k == DATASET_SFT ? "sft" : "cpt"; }
+static const char *kind_name(DatasetKind k) { return k == DATASET_SFT ? "sft" : k == DATASET_CHOICE ? "choice" : "cpt"; }
 
 // ---------------------------------------------------------------- writer
 
@@ -25,6 +25,8 @@ struct DatasetWriter {
     size_t tok_fill, off_fill;
     uint64_t n_tokens, n_docs;
     uint64_t n_dropped, n_truncated, n_skipped;
+    uint64_t *groups, n_groups, groups_cap;   // choice: group offsets into the documents, kept until commit
+    uint32_t *labels;
 };
 
 static hid_t token_type(int token_bytes) { return token_bytes == 2 ? H5T_NATIVE_UINT16 : H5T_NATIVE_UINT32; }
@@ -32,7 +34,7 @@ static hid_t token_type(int token_bytes) { return token_bytes == 2 ? H5T_NATIVE_
 static int flush_tokens(DatasetWriter *w, PtError *e) {
     if (h5_append(w->tokens, token_type(w->token_bytes), w->tok_buf, w->tok_fill))
         return pt_fail(e, "%s: writing /tokens failed (disk full or not writable?)", w->out.path);
-    if (w->kind == DATASET_SFT && h5_append(w->mask, H5T_NATIVE_UINT8, w->mask_buf, w->tok_fill))
+    if (w->kind != DATASET_CPT && h5_append(w->mask, H5T_NATIVE_UINT8, w->mask_buf, w->tok_fill))
         return pt_fail(e, "%s: writing /loss_mask failed (disk full or not writable?)", w->out.path);
     w->tok_fill = 0;
     return 0;
@@ -54,6 +56,8 @@ static void writer_free(DatasetWriter *w) {
     free(w->tok_buf);
     free(w->mask_buf);
     free(w->off_buf);
+    free(w->groups);
+    free(w->labels);
     free(w);
 }
 
@@ -72,8 +76,8 @@ int dataset_writer_open(DatasetWriter **out, const char *path, DatasetKind kind,
     w->token_bytes = vocab_size <= 65536 ? 2 : 4;
     w->tokens = h5_create_growing(w->out.file, "tokens", token_type(w->token_bytes));
     w->offsets = h5_create_growing(w->out.file, "doc_offsets", H5T_NATIVE_UINT64);
-    if (kind == DATASET_SFT) w->mask = h5_create_growing(w->out.file, "loss_mask", H5T_NATIVE_UINT8);
-    if (w->tokens < 0 || w->offsets < 0 || (kind == DATASET_SFT && w->mask < 0)) {
+    if (kind != DATASET_CPT) w->mask = h5_create_growing(w->out.file, "loss_mask", H5T_NATIVE_UINT8);
+    if (w->tokens < 0 || w->offsets < 0 || (kind != DATASET_CPT && w->mask < 0)) {
         pt_fail(e, "%s: cannot create the datasets in %s", path, w->out.tmp);
         dataset_writer_abort(w);
         return -1;
@@ -87,7 +91,7 @@ int dataset_writer_open(DatasetWriter **out, const char *path, DatasetKind kind,
 }
 
 int dataset_writer_add(DatasetWriter *w, const int *ids, const uint8_t *mask, size_t n, PtError *e) {
-    if (w->kind == DATASET_SFT && !mask) return pt_fail(e, "%s: an SFT document needs a loss mask", w->out.path);
+    if (w->kind != DATASET_CPT && !mask) return pt_fail(e, "%s: an SFT or choice document needs a mask", w->out.path);
     for (size_t i = 0; i < n; i++)
         if (ids[i] < 0 || ids[i] >= w->vocab_size)
             return pt_fail(e, "%s: document %" PRIu64 ": token id %d outside the vocabulary [0, %d)", w->out.path,
@@ -95,13 +99,32 @@ int dataset_writer_add(DatasetWriter *w, const int *ids, const uint8_t *mask, si
     for (size_t i = 0; i < n; i++) {
         if (w->token_bytes == 2) ((uint16_t *)w->tok_buf)[w->tok_fill] = (uint16_t)ids[i];
         else ((uint32_t *)w->tok_buf)[w->tok_fill] = (uint32_t)ids[i];
-        if (w->kind == DATASET_SFT) w->mask_buf[w->tok_fill] = mask[i] ? 1 : 0;
+        if (w->kind != DATASET_CPT) w->mask_buf[w->tok_fill] = mask[i] ? 1 : 0;
         if (++w->tok_fill == TOKEN_BUFFER && flush_tokens(w, e)) return -1;
     }
     w->n_tokens += n;
     w->n_docs++;
     w->off_buf[w->off_fill++] = w->n_tokens;
     return w->off_fill == OFFSET_BUFFER ? flush_offsets(w, e) : 0;
+}
+
+int dataset_writer_end_group(DatasetWriter *w, uint32_t label, PtError *e) {
+    uint64_t first = w->n_groups ? w->groups[w->n_groups] : 0, k = w->n_docs - first;
+    if (w->kind != DATASET_CHOICE || k < 2 || label >= k)
+        return pt_fail(e, "%s: group %" PRIu64 ": %" PRIu64 " candidates with label %u (want a choice dataset, at "
+                          "least 2 candidates, the label among them)", w->out.path, w->n_groups, k, label);
+    if (w->n_groups + 2 > w->groups_cap) {
+        w->groups_cap = w->groups_cap ? 2 * w->groups_cap : 1024;
+        uint64_t *groups = realloc(w->groups, w->groups_cap * sizeof(uint64_t));
+        uint32_t *labels = groups ? realloc(w->labels, w->groups_cap * sizeof(uint32_t)) : NULL;
+        if (!labels) die("out of memory growing the choice groups");
+        w->groups = groups;
+        w->labels = labels;
+    }
+    w->groups[0] = 0;
+    w->labels[w->n_groups++] = label;
+    w->groups[w->n_groups] = w->n_docs;
+    return 0;
 }
 
 void dataset_writer_set_counts(DatasetWriter *w, uint64_t n_dropped, uint64_t n_truncated, uint64_t n_skipped) {
@@ -121,6 +144,12 @@ static int write_attributes(const DatasetWriter *w) {
     };
     hid_t f = w->out.file;
     int rc = h5_write_utf8_attr(f, "kind", kind_name(w->kind)) || h5_write_utf8_attr(f, "tokenizer_hash", w->hash);
+    if (!rc && w->kind == DATASET_CHOICE) {
+        uint64_t none = 0;
+        hsize_t n_off = w->n_groups + 1, n_lab = w->n_groups;
+        rc = h5_write_dataset(f, "choice_offsets", H5T_NATIVE_UINT64, 1, &n_off, w->n_groups ? w->groups : &none) ||
+             h5_write_dataset(f, "choice_label", H5T_NATIVE_UINT32, 1, &n_lab, w->labels);
+    }
     for (size_t i = 0; i < sizeof counts / sizeof counts[0] && rc == 0; i++)
         rc = h5_write_attr(f, counts[i].name, H5T_NATIVE_UINT64, &counts[i].value, 1);
     return rc;
@@ -128,6 +157,8 @@ static int write_attributes(const DatasetWriter *w) {
 
 int dataset_writer_commit(DatasetWriter *w, PtError *e) {
     int rc = flush_tokens(w, e) || flush_offsets(w, e) ? -1 : 0;
+    if (!rc && w->kind == DATASET_CHOICE && (w->n_groups ? w->groups[w->n_groups] : 0) != w->n_docs)
+        rc = pt_fail(e, "%s: the last candidates belong to no group (dataset_writer_end_group)", w->out.path);
     if (!rc && write_attributes(w))
         rc = pt_fail(e, "%s: writing the attributes failed (disk full or not writable?)", w->out.path);
     H5Output out = w->out;
@@ -150,9 +181,9 @@ static int read_header(hid_t f, Dataset *d, PtError *e) {
     char *kind = NULL;
     uint64_t vocab;
     if (h5_read_str_attr(f, "kind", &kind, p, e)) return -1;
-    int bad_kind = strcmp(kind, "cpt") && strcmp(kind, "sft");
-    d->kind = !strcmp(kind, "sft") ? DATASET_SFT : DATASET_CPT;
-    if (bad_kind) pt_fail(e, "%s: attribute 'kind' is '%s' (want cpt or sft)", p, kind);
+    int bad_kind = strcmp(kind, "cpt") && strcmp(kind, "sft") && strcmp(kind, "choice");
+    d->kind = !strcmp(kind, "sft") ? DATASET_SFT : !strcmp(kind, "choice") ? DATASET_CHOICE : DATASET_CPT;
+    if (bad_kind) pt_fail(e, "%s: attribute 'kind' is '%s' (want cpt, sft or choice)", p, kind);
     free(kind);
     if (bad_kind) return -1;
     if (h5_read_str_attr(f, "tokenizer_hash", &d->tokenizer_hash, p, e) ||
@@ -189,6 +220,14 @@ static int validate(const Dataset *d, PtError *e) {
         for (uint64_t i = 0; i < d->n_tokens; i++)
             if (d->loss_mask[i] > 1)
                 return pt_fail(e, "%s: /loss_mask[%" PRIu64 "] = %u (want 0 or 1)", p, i, d->loss_mask[i]);
+    const uint64_t *go = d->choice_offsets;
+    if (go && (go[0] != 0 || go[d->n_groups] != d->n_docs))
+        return pt_fail(e, "%s: /choice_offsets runs from %" PRIu64 " to %" PRIu64 ", want 0 to n_docs = %" PRIu64, p,
+                       go[0], go[d->n_groups], d->n_docs);
+    for (uint64_t g = 0; go && g < d->n_groups; g++)
+        if (go[g + 1] < go[g] + 2 || d->choice_label[g] >= go[g + 1] - go[g])
+            return pt_fail(e, "%s: choice group %" PRIu64 " has %" PRIu64 " candidates and label %u (want at least 2, "
+                              "the label among them)", p, g, go[g + 1] < go[g] ? 0 : go[g + 1] - go[g], d->choice_label[g]);
     return 0;
 }
 
@@ -203,6 +242,22 @@ static int read_tokens(hid_t f, Dataset *d, PtError *e) {
     return h5_read_dataset_alloc(f, "tokens", token_type(d->token_bytes), 1, &n, &d->tokens, d->path, e);
 }
 
+// Choice: the group offsets (their length gives n_groups) and labels.
+static int read_choice_groups(hid_t f, Dataset *d, PtError *e) {
+    H5DatasetInfo info;
+    if (h5_dataset_info(f, "choice_offsets", &info, d->path, e)) return -1;
+    if (info.rank != 1 || info.dims[0] < 1)
+        return pt_fail(e, "%s: /choice_offsets must be 1-D with at least one entry", d->path);
+    d->n_groups = info.dims[0] - 1;
+    hsize_t n_off = d->n_groups + 1, n_lab = d->n_groups;
+    void *off = NULL, *lab = NULL;
+    int rc = h5_read_dataset_alloc(f, "choice_offsets", H5T_NATIVE_UINT64, 1, &n_off, &off, d->path, e);
+    d->choice_offsets = off;
+    if (!rc) rc = h5_read_dataset_alloc(f, "choice_label", H5T_NATIVE_UINT32, 1, &n_lab, &lab, d->path, e);
+    d->choice_label = lab;
+    return rc;
+}
+
 int dataset_open(Dataset *d, const char *path, PtError *e) {
     memset(d, 0, sizeof *d);
     hid_t f = h5_open_read(path, e);
@@ -212,10 +267,11 @@ int dataset_open(Dataset *d, const char *path, PtError *e) {
     hsize_t n_offsets = d->n_docs + 1, n_mask = d->n_tokens;
     void *offsets = NULL, *mask = NULL;
     if (!rc) rc = h5_read_dataset_alloc(f, "doc_offsets", H5T_NATIVE_UINT64, 1, &n_offsets, &offsets, path, e);
-    if (!rc && d->kind == DATASET_SFT)
+    if (!rc && d->kind != DATASET_CPT)
         rc = h5_read_dataset_alloc(f, "loss_mask", H5T_NATIVE_UINT8, 1, &n_mask, &mask, path, e);
     d->doc_offsets = offsets;
     d->loss_mask = mask;
+    if (!rc && d->kind == DATASET_CHOICE) rc = read_choice_groups(f, d, e);
     H5Fclose(f);
     if (!rc) rc = validate(d, e);
     if (rc) dataset_close(d);
@@ -228,6 +284,8 @@ void dataset_close(Dataset *d) {
     free(d->tokens);
     free(d->doc_offsets);
     free(d->loss_mask);
+    free(d->choice_offsets);
+    free(d->choice_label);
     memset(d, 0, sizeof *d);
 }
 
@@ -353,6 +411,8 @@ int dataset_inspect(const char *path, const Tokenizer *tok, FILE *out, PtError *
     if (d.loss_mask)
         fprintf(out, "  loss mask       %" PRIu64 " tokens trained (%.1f%%)\n", masked,
                 d.n_tokens ? 100.0 * masked / d.n_tokens : 0.0);
+    if (d.kind == DATASET_CHOICE)
+        fprintf(out, "  choice groups   %" PRIu64 " (a document per candidate, the prompt repeated)\n", d.n_groups);
     fprintf(out, "  left out        %" PRIu64 " dropped (too long), %" PRIu64 " truncated, %" PRIu64 " skipped (bad)\n",
             d.n_dropped, d.n_truncated, d.n_skipped);
     if (d.n_docs) {

@@ -4,8 +4,13 @@
 // Layout (h5py and h5dump read every field):
 //   /tokens       uint16 when vocab_size <= 65536, else uint32; chunked, deflated
 //   /doc_offsets  uint64, n_docs + 1 entries: document d is tokens[off[d], off[d+1])
-//   /loss_mask    uint8, one per token, SFT only: 1 on the tokens the loss trains
-//   attributes on "/": kind ("cpt"|"sft"), tokenizer_hash (SHA-256 hex of the
+//   /loss_mask    uint8, one per token, SFT only: 1 on the tokens the loss trains;
+//                 choice: 1 on the candidate's tokens (after the shared prompt)
+//   /choice_offsets  uint64, choice only, n_groups + 1 entries: group g's
+//                 candidates are documents [off[g], off[g+1]) (data/choice.h)
+//   /choice_label uint32, choice only, one per group: the right candidate's
+//                 index inside its group
+//   attributes on "/": kind ("cpt"|"sft"|"choice"), tokenizer_hash (SHA-256 hex of the
 //   tokenizer.json bytes), vocab_size, n_tokens, n_docs, n_dropped,
 //   n_truncated, n_skipped, format_version.
 // A CPT document ends with the end-of-text token; an SFT document is one
@@ -17,7 +22,7 @@
 #include "chat.h"
 #include "tokenizer.h"
 
-typedef enum { DATASET_CPT = 0, DATASET_SFT = 1 } DatasetKind;
+typedef enum { DATASET_CPT = 0, DATASET_SFT = 1, DATASET_CHOICE = 2 } DatasetKind;
 
 // An opened, validated dataset held in memory (2 or 4 bytes per token).
 typedef struct {
@@ -31,6 +36,9 @@ typedef struct {
     void *tokens;             // uint16_t[n_tokens] or uint32_t[n_tokens]
     uint64_t *doc_offsets;    // n_docs + 1
     uint8_t *loss_mask;       // n_tokens, NULL for CPT
+    uint64_t n_groups;        // choice: groups of candidates (one prompt each)
+    uint64_t *choice_offsets; // choice: n_groups + 1
+    uint32_t *choice_label;   // choice: n_groups
 } Dataset;
 
 // Reads and validates: required datasets and attributes, dtypes and ranks,
@@ -73,6 +81,9 @@ int dataset_writer_open(DatasetWriter **out, const char *path, DatasetKind kind,
 // One document of n tokens; mask (n values 0/1) is required for SFT and
 // ignored for CPT. Ids outside [0, vocab_size) are an error.
 int dataset_writer_add(DatasetWriter *w, const int *ids, const uint8_t *mask, size_t n, PtError *e);
+// Choice: the documents added since the last group are the candidates of one
+// group (at least 2), label the right one's index.
+int dataset_writer_end_group(DatasetWriter *w, uint32_t label, PtError *e);
 void dataset_writer_set_counts(DatasetWriter *w, uint64_t n_dropped, uint64_t n_truncated, uint64_t n_skipped);
 uint64_t dataset_writer_tokens(const DatasetWriter *w);
 uint64_t dataset_writer_docs(const DatasetWriter *w);

@@ -13,6 +13,9 @@ void batch_alloc(Batch *b, int B, int T) {
     b->pos = xcalloc(n, sizeof(int), "batch positions");
     b->seg = xcalloc(n, sizeof(int), "batch segments");
     b->mask = xcalloc(n, 1, "batch mask");
+    b->group_first = xcalloc(n + 1, sizeof(int), "batch groups");
+    b->group_last = xcalloc(n, sizeof(int), "batch group rows");
+    b->group_label = xcalloc(n, sizeof(int), "batch group labels");
     b->n_loss = 0;
 }
 
@@ -22,6 +25,9 @@ void batch_free(Batch *b) {
     free(b->pos);
     free(b->seg);
     free(b->mask);
+    free(b->group_first);
+    free(b->group_last);
+    free(b->group_label);
     memset(b, 0, sizeof *b);
 }
 
@@ -56,8 +62,22 @@ int loader_open(Loader *l, const Dataset *d, int B, int T, uint64_t seed, int ra
     l->T = T;
     l->rank = rank;
     l->world = world;
-    l->sft = d->kind == DATASET_SFT;
-    if (l->sft) {
+    l->sft = d->kind != DATASET_CPT;
+    l->choice = d->kind == DATASET_CHOICE;
+    if (l->choice) {
+        for (uint64_t i = 0; i < d->n_docs; i++)
+            if (dataset_doc_len(d, i) == 0) return pt_fail(e, "%s: /doc_offsets: candidate %" PRIu64 " is empty", d->path, i);
+        for (uint64_t g = 0; g < d->n_groups; g++) {
+            uint64_t first = d->choice_offsets[g], end = d->choice_offsets[g + 1];
+            uint64_t len = d->doc_offsets[end] - d->doc_offsets[first];
+            if (len > (uint64_t)T)
+                return pt_fail(e, "%s: choice group %" PRIu64 " holds %" PRIu64 " tokens (%" PRIu64 " candidates with "
+                                  "the prompt each), more than a row of %d: raise the sequence length or shorten it",
+                               d->path, g, len, end - first, T);
+        }
+        l->n_items = d->n_groups;
+        if (l->n_items == 0) return pt_fail(e, "%s: no choice groups", d->path);
+    } else if (l->sft) {
         if (!d->loss_mask) return pt_fail(e, "%s: an SFT dataset needs /loss_mask", d->path);
         for (uint64_t i = 0; i < d->n_docs; i++)
             if (dataset_doc_len(d, i) == 0) return pt_fail(e, "%s: /doc_offsets: example %" PRIu64 " is empty", d->path, i);
@@ -147,6 +167,47 @@ static void fill_cpt_row(Loader *l, int *tok, int *tgt, int *pos, int *seg, uint
     }
 }
 
+// An SFT item's tokens in a row (cut to T), or a choice group's.
+static int item_len(const Loader *l, uint64_t item) {
+    const Dataset *d = l->d;
+    uint64_t full = l->choice ? d->doc_offsets[d->choice_offsets[item + 1]] - d->doc_offsets[d->choice_offsets[item]]
+                              : dataset_doc_len(d, item);
+    return full > (uint64_t)l->T ? l->T : (int)full;
+}
+
+// A row of choice groups at flat offset o of b: every candidate its own
+// segment, no token targets; the groups' last rows and labels into b.
+static void fill_choice_row(Loader *l, Batch *b, size_t o) {
+    const Dataset *d = l->d;
+    int T = l->T, t = 0, s = 0;
+    int *tok = b->tokens + o, *pos = b->pos + o, *seg = b->seg + o;
+    while (t < T) {
+        uint64_t g = peek_item(l);
+        if (g == UINT64_MAX || t + item_len(l, g) > T) break;
+        l->cur.index++;
+        int *first = &b->group_first[b->n_groups];
+        for (uint64_t doc = d->choice_offsets[g]; doc < d->choice_offsets[g + 1]; doc++, s++) {
+            uint64_t off = d->doc_offsets[doc];
+            int len = (int)dataset_doc_len(d, doc);
+            for (int i = 0; i < len; i++) {
+                tok[t + i] = (int)dataset_token(d, off + (uint64_t)i);
+                pos[t + i] = i;
+                seg[t + i] = s;
+            }
+            t += len;
+            b->group_last[first[1]++] = (int)o + t - 1;
+        }
+        b->group_label[b->n_groups++] = (int)d->choice_label[g];
+        first[2] = first[1];
+    }
+    for (int i = t; i < T; i++) {   // padding: its own segment
+        tok[i] = 0;
+        pos[i] = i - t;
+        seg[i] = s;
+    }
+    for (int i = 0; i < T; i++) b->targets[o + i] = -1, b->mask[o + i] = 0;
+}
+
 // A row of another rank: the items it takes, without reading their tokens.
 static void skip_row(Loader *l) {
     if (!l->sft) {
@@ -156,8 +217,7 @@ static void skip_row(Loader *l) {
     for (int t = 0;;) {
         uint64_t item = peek_item(l);
         if (item == UINT64_MAX) return;
-        uint64_t full = dataset_doc_len(l->d, item);
-        int len = full > (uint64_t)l->T ? l->T : (int)full;
+        int len = item_len(l, item);
         if (t + len > l->T) return;
         l->cur.index++;
         t += len;
@@ -202,14 +262,17 @@ int loader_done(const Loader *l) { return l->one_pass && l->cur.index == l->n_it
 
 void loader_next(Loader *l, Batch *b) {
     int T = l->T;
+    b->n_groups = 0;
+    b->group_first[0] = b->group_first[1] = 0;
     for (int w = 0; w < l->world; w++)
         for (int r = 0; r < l->B; r++) {
             size_t o = (size_t)r * T;
             if (w != l->rank) skip_row(l);
+            else if (l->choice) fill_choice_row(l, b, o);
             else if (l->sft) fill_sft_row(l, b->tokens + o, b->targets + o, b->pos + o, b->seg + o, b->mask + o);
             else fill_cpt_row(l, b->tokens + o, b->targets + o, b->pos + o, b->seg + o, b->mask + o);
         }
     int n = 0;
     for (size_t i = 0; i < (size_t)l->B * T; i++) n += b->mask[i];
-    b->n_loss = n;
+    b->n_loss = l->choice ? b->n_groups : n;
 }

@@ -3,6 +3,11 @@
 // CPT: the token stream is cut into windows of T+1 tokens starting at
 // multiples of T (inputs = the first T, targets = the last T); each epoch
 // visits the windows in a seeded shuffled order.
+// Choice: as SFT with a group of candidates as the item: a group's
+// (prompt + candidate) sequences are packed whole into one row, each its own
+// segment, with no token targets; the batch lists each group's last rows
+// and label for the decision head (model/choice_head.h), and n_loss counts
+// groups. A group longer than T is an error at open.
 // SFT: each epoch visits the examples (documents) in a seeded shuffled order
 // and packs whole examples into rows: every example gets its own segment id
 // (attention_forward's seg), positions restarting at 0, targets = the next
@@ -33,7 +38,11 @@ typedef struct {
     int *pos;          // [B*T] position ids (RoPE)
     int *seg;          // [B*T] segment ids: position u is visible to t iff same row, u <= t, seg equal
     uint8_t *mask;     // [B*T] 1 where the loss counts (never where targets == -1)
-    int n_loss;        // number of mask == 1 positions, what the loss averages over
+    int n_loss;        // number of mask == 1 positions (choice: groups), what the loss averages over
+    int n_groups;      // choice: groups in the batch; group g's candidates end at rows
+    int *group_first;  //   group_last[group_first[g] .. group_first[g+1]) (flat b*T+t), [B*T+1]
+    int *group_last;   //   [B*T]
+    int *group_label;  //   [B*T]: the right candidate's index in its group
 } Batch;
 
 void batch_alloc(Batch *b, int B, int T);
@@ -50,8 +59,9 @@ typedef struct {
     const Dataset *d;
     int B, T, rank, world;
     int sft;
+    int choice;              // a choice dataset: items are groups (sft is set too: rows are packed)
     int doc_mask;            // CPT only: keep attention inside documents (off by default)
-    uint64_t n_items;        // CPT windows or SFT examples in the dataset
+    uint64_t n_items;        // CPT windows, SFT examples or choice groups in the dataset
     uint64_t *order;         // this epoch's permutation of [0, n_items)
     LoaderCursor cur;
     uint64_t next_rng[4];    // shuffle RNG state after drawing this epoch's order

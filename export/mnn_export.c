@@ -319,6 +319,18 @@ static json_t *model_config(const Writer *w) {
         json_object_set_new(t, "alpha_dtype", json_string("fp16"));
         json_object_set_new(j, "tie_embeddings", t);
     }
+    if (c->choice_id > 0) {
+        // The decision head (model/choice_head.h) is lm_head row token_id, shipped
+        // in llm.mnn.weight with the other rows: the runtime's own forward gives it.
+        json_t *h = json_object();
+        json_object_set_new(h, "token_id", json_integer(c->choice_id));
+        json_object_set_new(h, "score", json_string("logits[token_id] at the last position of the forward over the "
+                                                    "prompt's ids (chat template, assistant header, thinking off) "
+                                                    "followed by the candidate's ids and <|im_end|>"));
+        json_object_set_new(h, "pick", json_string("the candidate with the highest score; softmax over the scores "
+                                                   "gives the probabilities"));
+        json_object_set_new(j, "pocket_choice", h);
+    }
     return j;
 }
 

@@ -9,24 +9,25 @@ typedef struct {
     size_t offset;
     char type;     // 'i' int, 'f' float, 'l' int64, 'u' uint64, 'd' double, 's' string
     size_t size;   // a string's buffer size, else the number of values
+    int optional;  // an int written only when not 0, read as 0 when absent (older checkpoints lack it)
 } AttrField;
 
-#define FI(f) {#f, offsetof(ModelConfig, f), 'i', 1}
-#define FF(f) {#f, offsetof(ModelConfig, f), 'f', 1}
-#define FS(f) {#f, offsetof(ModelConfig, f), 's', sizeof(((ModelConfig *)0)->f)}
+#define FI(f) {#f, offsetof(ModelConfig, f), 'i', 1, 0}
+#define FF(f) {#f, offsetof(ModelConfig, f), 'f', 1, 0}
+#define FS(f) {#f, offsetof(ModelConfig, f), 's', sizeof(((ModelConfig *)0)->f), 0}
 static const AttrField CONFIG_FIELDS[] = {
     FS(name), FS(model_type), FI(n_layer), FI(d_model), FI(n_head), FI(n_kv_head), FI(head_dim), FI(d_ff),
     FI(vocab_size), FI(max_seq), FF(rope_theta), FF(norm_eps), FF(init_std), FI(tied_embeddings), FI(qk_norm),
-    FI(bos_id), FI(eos_id), FI(pad_id),
+    FI(bos_id), FI(eos_id), FI(pad_id), {"choice_id", offsetof(ModelConfig, choice_id), 'i', 1, 1},
 };
 static const AttrField STATE_FIELDS[] = {
-    {"step", offsetof(TrainState, step), 'l', 1},
-    {"tokens", offsetof(TrainState, tokens), 'l', 1},
-    {"bad_steps", offsetof(TrainState, bad_steps), 'l', 1},
-    {"best_val_loss", offsetof(TrainState, best_val_loss), 'd', 1},
-    {"loader_epoch", offsetof(TrainState, cursor.epoch), 'u', 1},
-    {"loader_index", offsetof(TrainState, cursor.index), 'u', 1},
-    {"loader_rng", offsetof(TrainState, cursor.rng), 'u', 4},
+    {"step", offsetof(TrainState, step), 'l', 1, 0},
+    {"tokens", offsetof(TrainState, tokens), 'l', 1, 0},
+    {"bad_steps", offsetof(TrainState, bad_steps), 'l', 1, 0},
+    {"best_val_loss", offsetof(TrainState, best_val_loss), 'd', 1, 0},
+    {"loader_epoch", offsetof(TrainState, cursor.epoch), 'u', 1, 0},
+    {"loader_index", offsetof(TrainState, cursor.index), 'u', 1, 0},
+    {"loader_rng", offsetof(TrainState, cursor.rng), 'u', 4, 0},
 };
 #define COUNT(a) (int)(sizeof a / sizeof a[0])
 
@@ -42,6 +43,7 @@ static int write_fields(hid_t parent, const char *group, const AttrField *fields
     for (int i = 0; i < n && rc == 0; i++) {
         const AttrField *f = &fields[i];
         const char *p = (const char *)base + f->offset;
+        if (f->optional && !*(const int *)p) continue;
         if (f->type == 's') rc = h5_write_str_attr(g, f->name, p);
         else rc = h5_write_attr(g, f->name, field_type(f->type), p, f->size);
     }
@@ -56,6 +58,7 @@ static int read_fields(hid_t parent, const char *group, const AttrField *fields,
     for (int i = 0; i < n && rc == 0; i++) {
         const AttrField *f = &fields[i];
         char *p = (char *)base + f->offset, *s;
+        if (f->optional && !h5_has_attr(g, f->name)) continue;
         if (f->type != 's') {
             rc = h5_read_attr(g, f->name, field_type(f->type), p, f->size, path, e);
         } else if ((rc = h5_read_str_attr(g, f->name, &s, path, e)) == 0) {

@@ -101,8 +101,10 @@ int gguf_config(const GgufFile *f, ModelConfig *c, PtError *e) {
     c->tied_embeddings = gguf_find_tensor(f, "output.weight") == NULL;
     if (token_id(f, "tokenizer.ggml.bos_token_id", &c->bos_id, e) ||
         token_id(f, "tokenizer.ggml.eos_token_id", &c->eos_id, e) ||
-        token_id(f, "tokenizer.ggml.padding_token_id", &c->pad_id, e))
+        token_id(f, "tokenizer.ggml.padding_token_id", &c->pad_id, e) ||
+        token_id(f, "pocket.choice_token_id", &c->choice_id, e))
         return -1;
+    if (c->choice_id < 0) c->choice_id = 0;   // absent: no decision head
     return config_validate(c, f->path, e);
 }
 

@@ -389,6 +389,8 @@ static void put_hparams(GgufWriter *w, const ModelConfig *c, const char *arch, u
     gguf_kv_u32(w, KEY("rope.dimension_count"), (uint32_t)c->head_dim);
     gguf_kv_f32(w, KEY("rope.freq_base"), c->rope_theta);
     gguf_kv_f32(w, KEY("attention.layer_norm_rms_epsilon"), c->norm_eps);
+    // The Dec decision head (model/choice_head.h): the token whose logit is a candidate's score.
+    if (c->choice_id > 0) gguf_kv_u32(w, "pocket.choice_token_id", (uint32_t)c->choice_id);
 #undef KEY
 }
 

@@ -120,6 +120,7 @@ int config_from_hf_json(ModelConfig *c, const char *json_text, const char *src, 
         get_int(root, "bos_token_id", &c->bos_id, 0, src, e) ||
         get_int(root, "eos_token_id", &c->eos_id, 0, src, e) ||
         get_int(root, "pad_token_id", &c->pad_id, 0, src, e) ||
+        get_int(root, "pocket_choice_token_id", &c->choice_id, 0, src, e) ||
         get_float(root, "rms_norm_eps", &c->norm_eps, src, e) ||
         get_float(root, "initializer_range", &c->init_std, src, e) ||
         get_float(root, "rope_theta", &c->rope_theta, src, e) ||
@@ -190,6 +191,9 @@ int config_validate(const ModelConfig *c, const char *src, PtError *e) {
     if (!(c->norm_eps > 0) || !(c->rope_theta > 1)) return pt_fail(e, "%s: rms_norm_eps and rope_theta must be positive", src);
     if (c->eos_id >= c->vocab_size || c->pad_id >= c->vocab_size || c->bos_id >= c->vocab_size)
         return pt_fail(e, "%s: a special token id is >= vocab_size %d", src, c->vocab_size);
+    if (c->choice_id < 0 || c->choice_id >= c->vocab_size)
+        return pt_fail(e, "%s: the decision head's row %d is outside the vocabulary [1, %d)", src, c->choice_id,
+                       c->vocab_size);
     return 0;
 }
 
@@ -230,6 +234,8 @@ char *config_to_hf_json(const ModelConfig *c) {
     if (c->bos_id >= 0) json_object_set_new(o, "bos_token_id", json_integer(c->bos_id));
     if (c->eos_id >= 0) json_object_set_new(o, "eos_token_id", json_integer(c->eos_id));
     if (c->pad_id >= 0) json_object_set_new(o, "pad_token_id", json_integer(c->pad_id));
+    // The decision head (model/choice_head.h): the score is this token's logit.
+    if (c->choice_id > 0) json_object_set_new(o, "pocket_choice_token_id", json_integer(c->choice_id));
     json_object_set_new(o, "torch_dtype", json_string("float32"));
     char *s = json_dumps(o, JSON_INDENT(2) | JSON_SORT_KEYS | JSON_REAL_PRECISION(15));
     json_decref(o);
@@ -244,6 +250,7 @@ void config_print(const ModelConfig *c, FILE *f) {
             c->d_ff, c->vocab_size, c->max_seq, c->rope_theta, c->norm_eps,
             c->tied_embeddings ? "tied" : "untied", c->qk_norm ? "on" : "off",
             config_param_count(c) / 1e6);
+    if (c->choice_id > 0) fprintf(f, "decision head (Dec): lm_head row %d\n", c->choice_id);
 }
 
 size_t config_param_count(const ModelConfig *c) {

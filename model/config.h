@@ -19,6 +19,7 @@ typedef struct {
     int tied_embeddings;    // lm_head shares the embedding
     int qk_norm;            // per-head RMSNorm on q and k (Qwen3: on; Llama: off)
     int bos_id, eos_id, pad_id;   // -1 when absent
+    int choice_id;          // the decision head's lm_head row (model/choice_head.h); 0 = none
 } ModelConfig;
 
 // "pocket-0.3b" and tiny test presets ("tiny", "tiny-untied", "tiny-llama").

@@ -2,6 +2,7 @@
 // final norm, classifier; then the backward in reverse. Every op goes through
 // the device's backend (OP).
 #include "model.h"
+#include "choice_head.h"
 #include <string.h>
 
 void model_init(Model *m, Device *dev, const ModelConfig *cfg, const TensorTable *tt, float *weights,
@@ -87,6 +88,7 @@ static void plan_buffers(Model *m, Carver *c) {
     m->pos = carve(c, N * sizeof(int));
     m->seg = carve(c, N * sizeof(int));
     m->mask = carve(c, N);
+    m->choice_scores = carve_floats(c, 2 * N);
     if (m->cache_len) {
         m->k_cache = carve_floats(c, L * m->cache_len * KV);
         m->v_cache = carve_floats(c, L * m->cache_len * KV);
@@ -343,6 +345,7 @@ static double run(Model *m, const ModelInput *in, int backward, float grad_scale
         loss = OP(d, classifier, dh, backward ? m->g.lm_head : NULL, logits_out, m->a.lnf, m->w.lm_head,
                   in->targets ? m->targets : NULL, in->mask ? m->mask : NULL, N, H, c->vocab_size, grad_scale,
                   &counted, m->opt.matmul);
+    if (in->choice) loss += choice_head_loss(m, in->choice, dh, grad_scale, NULL, &counted);
     if (backward) {
         // final norm: dx holds dL/d(lnf); turn it into dL/dx[L]
         OP(d, copy, m->bw.dln, m->bw.dx, (size_t)N * H * sizeof(float));

@@ -18,6 +18,7 @@ typedef struct {
     const uint8_t *mask;    // [B*T]; NULL = every target >= 0 counts
     const int *pos;         // [B*T] or NULL
     const int *seg;         // [B*T] or NULL
+    const struct ChoiceGroups *choice;   // decision-head groups (choice_head.h) or NULL: their loss is added
 } ModelInput;
 
 // The numerics a model runs with, fixed when it is made (model_init): every
@@ -74,6 +75,7 @@ typedef struct {
     int *tokens, *targets, *pos, *seg;   // the batch on the device, [B*T]
     uint8_t *mask;
     float *last_logits;         // [V]: a cache plan's logits of the last fed row
+    float *choice_scores;       // [2N]: the decision head's scores and their gradients (choice_head.c)
     int *host_pos;              // positions built on the host, [B*T]
     void *arena;                // one device allocation behind all of the plan
     size_t arena_bytes;

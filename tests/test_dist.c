@@ -2,7 +2,8 @@
 // make MPI=1; `make test-mpi` runs this against it, `make test` without MPI
 // skips it with one line).
 // - 2 ranks with micro_batch b equal 1 rank with micro_batch b and
-//   grad_accum 2 after 20 updates, for CPT, packed SFT and QAT, bit for bit:
+//   grad_accum 2 after 20 updates, for CPT, packed SFT, QAT and choice groups
+//   (the Dec head), bit for bit:
 //   one rank computes each micro-batch's gradient on its own and adds the
 //   two, two ranks add the same two gradients (the other way round, which
 //   for two floats is the same sum), the norm adds the same chunk partials in
@@ -50,7 +51,23 @@ static int write_chats(void) {
     return fclose(f) ? -1 : 0;
 }
 
-// A tiny Qwen3 of the fixture tokenizer's vocabulary, CPT and SFT datasets,
+// 24 choice groups of 2 to 4 candidates (the Dec head, [train] mode = choice).
+static int write_choices(void) {
+    char path[300];
+    snprintf(path, sizeof path, "%s/choices.jsonl", g_dir);
+    FILE *f = fopen(path, "w");
+    if (!f) return -1;
+    const char *words[] = {"red", "blue", "green", "black"};
+    for (int i = 0; i < 24; i++) {
+        int k = 2 + i % 3;
+        fprintf(f, "{\"prompt\": \"%s %d\", \"candidates\": [", words[i % k], i);
+        for (int c = 0; c < k; c++) fprintf(f, "%s\"%s\"", c ? ", " : "", words[c]);
+        fprintf(f, "], \"label\": %d}\n", i % k);
+    }
+    return fclose(f) ? -1 : 0;
+}
+
+// A tiny Qwen3 of the fixture tokenizer's vocabulary, CPT, SFT and choice datasets,
 // and one recipe per mode; every run sets its run_dir, world and accumulation.
 static int setup(void **state) {
     (void)state;
@@ -62,15 +79,20 @@ static int setup(void **state) {
            "tests/fixtures/data/corpus --out %s/cpt.h5 >/dev/null", pocket(), g_dir) ||
         write_chats() ||
         sh("%s tokenize --chat --tokenizer tests/fixtures/tok/tokenizer.json %s/chats.jsonl --out %s/sft.h5 "
+           ">/dev/null", pocket(), g_dir, g_dir) ||
+        write_choices() ||
+        sh("%s tokenize --choice --tokenizer tests/fixtures/tok/tokenizer.json %s/choices.jsonl --out %s/choice.h5 "
            ">/dev/null", pocket(), g_dir, g_dir))
         return -1;
-    const char *modes[3][2] = {{"cpt", "mode = cpt\n"}, {"sft", "mode = sft\n"}, {"qat", "mode = cpt\n"}};
-    for (int i = 0; i < 3; i++) {
+    const char *modes[4][2] = {{"cpt", "mode = cpt\n"}, {"sft", "mode = sft\n"}, {"qat", "mode = cpt\n"},
+                               {"choice", "mode = choice\n"}};
+    const char *data[4] = {"cpt", "sft", "cpt", "choice"};
+    for (int i = 0; i < 4; i++) {
         snprintf(path, sizeof path, "%s/%s.ini", g_dir, modes[i][0]);
         FILE *f = fopen(path, "w");
-        fprintf(f, "[model]\ninit = %s/init.h5\n[data]\ntrain = %s/%s.h5\n[train]\n%smicro_batch = 2\nseq_len = 32\n"
+        fprintf(f, "[model]\ninit = %s/init.h5\n[data]\ntrain = %s/%s.h5\n[train]\n%smicro_batch = 2\nseq_len = %d\n"
                    "steps = 20\nsave_interval = 10\nthreads = 1\ncomm_timeout = 60\n[optim]\nlr = 0.003\nwarmup = 2\n",
-                g_dir, g_dir, i == 1 ? "sft" : "cpt", modes[i][1]);
+                g_dir, g_dir, data[i], modes[i][1], i == 3 ? 128 : 32);   // a choice group fills most of a row
         if (i == 2)   // learned scales from update 5, frozen codes from 12
             fprintf(f, "[qat]\nenabled = 1\ngroup = 4\nstart_step = 5\nlearn_scales = 1\nscale_lr = 1e-3\n"
                        "freeze_codes_step = 12\n");
@@ -133,6 +155,7 @@ static void two_ranks_equal_accumulation(const char *mode) {
 static void test_cpt(void **s) { (void)s; two_ranks_equal_accumulation("cpt"); }
 static void test_sft(void **s) { (void)s; two_ranks_equal_accumulation("sft"); }
 static void test_qat(void **s) { (void)s; two_ranks_equal_accumulation("qat"); }
+static void test_choice(void **s) { (void)s; two_ranks_equal_accumulation("choice"); }
 
 // 10 updates on one world size, then 10 on the other, against 20 on one rank.
 static void test_resume_across_world_sizes(void **s) {
@@ -265,6 +288,7 @@ int main(void) {
         cmocka_unit_test(test_cpt),
         cmocka_unit_test(test_sft),
         cmocka_unit_test(test_qat),
+        cmocka_unit_test(test_choice),
         cmocka_unit_test(test_resume_across_world_sizes),
         cmocka_unit_test(test_sigkill_one_rank),
     };

@@ -5,6 +5,7 @@
 #include <string.h>
 #include "../data/loader.h"
 #include "../model/generate.h"
+#include "choice_train.h"
 
 void add_default_stops(GenParams *p, const ModelConfig *c, const Tokenizer *tok) {
     gen_add_stop(p, c->eos_id, c->vocab_size);
@@ -30,8 +31,8 @@ int eval_loss_sums(Model *m, const Dataset *d, int doc_mask, long max_batches, i
         if (loader_done(&l)) break;
         loader_next(&l, &b);
         if (max_batches > 0 && i * world + rank >= max_batches) continue;
-        ModelInput in = {.B = b.B, .T = b.T, .tokens = b.tokens, .targets = b.targets, .mask = b.mask,
-                         .pos = b.pos, .seg = b.seg};
+        ChoiceGroups groups;
+        ModelInput in = choice_batch_input(&b, l.choice, &groups);
         int cnt;
         *sum += model_forward(m, &in, NULL, &cnt);
         *count += cnt;

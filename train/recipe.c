@@ -32,8 +32,12 @@ static const KeySpec KEYS[] = {
      "tokenizer.json for a fresh model (a checkpoint carries its own)"},
     {"data", "train", KT_STR, F(data.train), "", NULL, NULL, 1, "training token dataset (.h5 from pocket tokenize)"},
     {"data", "val", KT_STR, F(data.val), "", NULL, NULL, 0, "validation token dataset; empty = no evaluation"},
-    {"train", "mode", KT_CHOICE, F(train.mode), "cpt", NULL, "cpt|sft", 0,
-     "cpt: continued pre-training on every token; sft: loss on assistant tokens only"},
+    {"train", "mode", KT_CHOICE, F(train.mode), "cpt", NULL, "cpt|sft|choice", 0,
+     "cpt: continued pre-training on every token; sft: loss on assistant tokens only; choice: the decision head's "
+     "cross-entropy over each group's candidates (tokenize --choice)"},
+    {"train", "choice_token", KT_INT, F(train.choice_token), "0", "[0, 2147483647]", NULL, 0,
+     "choice: the lm_head row that is the decision head; 0 = the model's own head, else the first row past the "
+     "tokenizer's tokens (one is appended when there is none)"},
     {"train", "micro_batch", KT_INT, F(train.micro_batch), "4", "[1, 65536]", NULL, 0, "sequences per forward/backward"},
     {"train", "seq_len", KT_INT, F(train.seq_len), "256", "[2, 1048576]", NULL, 0, "tokens per sequence"},
     {"train", "grad_accum", KT_INT, F(train.grad_accum), "1", "[1, 65536]", NULL, 0,
@@ -507,7 +511,7 @@ void recipe_help(FILE *f) {
 }
 
 const char *train_mode_name(int mode) {
-    static const char *const names[TRAIN_MODE_COUNT] = {"cpt", "sft"};
+    static const char *const names[TRAIN_MODE_COUNT] = {"cpt", "sft", "choice"};
     return mode >= 0 && mode < TRAIN_MODE_COUNT ? names[mode] : "?";
 }
 

@@ -25,7 +25,7 @@
 
 #define RECIPE_STR 180   // string fields; "key = \"value\"" still fits inih's line
 
-enum { TRAIN_MODE_CPT, TRAIN_MODE_SFT, TRAIN_MODE_COUNT };
+enum { TRAIN_MODE_CPT, TRAIN_MODE_SFT, TRAIN_MODE_CHOICE, TRAIN_MODE_COUNT };
 enum { TRAIN_MATMUL_FP32, TRAIN_MATMUL_BF16 };
 enum { GRAD_REDUCE_FP32, GRAD_REDUCE_BF16 };
 enum { NCCL_AUTO, NCCL_ALWAYS };
@@ -41,6 +41,7 @@ typedef struct {
     } data;
     struct {
         int mode;                     // TRAIN_MODE_*
+        int choice_token;             // choice: the head's lm_head row; 0 = the model's, else chosen (choice_train.h)
         int micro_batch, seq_len, grad_accum;
         long steps;                   // 0 = derive from tokens / epochs
         long tokens;                  // 0 = derive from epochs
@@ -96,7 +97,7 @@ void recipe_write(const Recipe *r, FILE *f);
 // the caller prints its own heading).
 void recipe_help(FILE *f);
 
-const char *train_mode_name(int mode);   // "cpt", "sft"
+const char *train_mode_name(int mode);   // "cpt", "sft", "choice"
 // What a recipe asks for, in the terms of the parts that run it: the
 // model's numerics, the optimizer, the schedule (the trainer supplies the
 // total number of updates once it has derived it) and the QAT run.

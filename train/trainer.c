@@ -14,6 +14,7 @@
 #include "../model/model.h"
 #include "../model/ops/ops.h"
 #include "../util/cpu.h"
+#include "choice_train.h"
 #include "data_parallel.h"
 #include "devices.h"
 #include "evaluate.h"
@@ -121,19 +122,24 @@ static int open_data(Trainer *t, PtError *e) {
     if (r->train.seq_len > t->b.cfg.max_seq)
         return pt_fail(e, "train.seq_len %d exceeds the model's context length %d", r->train.seq_len, t->b.cfg.max_seq);
     const char *hash = tokenizer_hash(t->tok);
-    int sft = r->train.mode == TRAIN_MODE_SFT;
+    const int kinds[TRAIN_MODE_COUNT] = {DATASET_CPT, DATASET_SFT, DATASET_CHOICE};
+    const int choice = r->train.mode == TRAIN_MODE_CHOICE, sft = r->train.mode == TRAIN_MODE_SFT;
     if (dataset_open(&t->train_ds, r->data.train, e) || dataset_check_tokenizer(&t->train_ds, hash, e)) return -1;
-    if (sft != (t->train_ds.kind == DATASET_SFT))
+    if ((int)t->train_ds.kind != kinds[r->train.mode])
         return pt_fail(e, "%s: a %s dataset, but train.mode is %s", r->data.train,
-                       t->train_ds.kind == DATASET_SFT ? "sft" : "cpt", train_mode_name(r->train.mode));
+                       train_mode_name(t->train_ds.kind), train_mode_name(r->train.mode));
+    if (choice && choice_check_data(&t->train_ds, t->b.cfg.choice_id, e)) return -1;
     if (r->data.val[0]) {
         if (dataset_open(&t->val_ds, r->data.val, e) || dataset_check_tokenizer(&t->val_ds, hash, e)) return -1;
         t->has_val = 1;
+        if (choice && t->val_ds.kind != DATASET_CHOICE)
+            return pt_fail(e, "%s: train.mode is choice but this is not a choice dataset", r->data.val);
+        if (choice && choice_check_data(&t->val_ds, t->b.cfg.choice_id, e)) return -1;
     }
     if (loader_open(&t->loader, &t->train_ds, r->train.micro_batch, r->train.seq_len, (uint64_t)r->train.seed,
                     t->comm->rank, t->comm->world, e))
         return -1;
-    if (!sft) loader_set_doc_mask(&t->loader, r->train.doc_mask);
+    if (!sft && !choice) loader_set_doc_mask(&t->loader, r->train.doc_mask);
     if (t->st.step > 0 && loader_set_cursor(&t->loader, &t->st.cursor, e)) return -1;
     return 0;
 }
@@ -304,9 +310,8 @@ static double train_step(Trainer *t, int stop, double *norm_out, int *finite, in
     float scale = n_loss > 0 ? 1.0f / (float)n_loss : 0.0f;
     double local = 0;
     for (int a = 0; a < accum; a++) {
-        Batch *b = &t->micro[a];
-        ModelInput in = {.B = b->B, .T = b->T, .tokens = b->tokens, .targets = b->targets, .mask = b->mask,
-                         .pos = b->pos, .seg = b->seg};
+        ChoiceGroups groups;
+        ModelInput in = choice_batch_input(&t->micro[a], t->loader.choice, &groups);
         int c;
         model_use_grads(&t->m, a ? t->micro_grads : NULL);
         model_zero_grads(&t->m);
@@ -412,6 +417,18 @@ int train_run(const Recipe *r, Comm *comm, volatile sig_atomic_t *stop, PtError 
     if (rc == 0 && t.lead) rc = run_dir_create(t.dir, e);
     if (agree(&t, rc, e)) goto out;
     rc = load_bundle(&t, &resumed, e);
+    if (rc == 0 && r->train.mode == TRAIN_MODE_CHOICE) {
+        const int vocab = t.b.cfg.vocab_size;
+        QuantSpec spec;
+        int qe;
+        rc = choice_head_setup(&t.b, r->train.choice_token, t.lead ? stdout : NULL, e);
+        // An appended row has no int4 scales in a QAT checkpoint made without it.
+        if (rc == 0 && t.b.cfg.vocab_size != vocab && r->qat.enabled &&
+            checkpoint_read_qat_spec(r->model.init, &spec, &qe, e) == 0)
+            rc = pt_fail(e, "%s: a QAT checkpoint whose vocabulary has no row for the decision head: start from its "
+                            "float model from before QAT, or give train.choice_token a free row",
+                         r->model.init);
+    }
     if (rc == 0) place_on_device(&t);
     rc = rc || qat_setup(&t, resumed, e) || optimizer_setup(&t, resumed, e) || open_data(&t, e) ? -1 : 0;
     const int B = r->train.micro_batch, T = r->train.seq_len, accum = r->train.grad_accum;

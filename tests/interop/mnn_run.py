@@ -8,6 +8,8 @@ JOB: {"package": DIR, "config": {...merged into config.json before load...},
       "max_new": 32,
       "encode": [text, ...] | null,    -> the runtime tokenizer's ids
       "chat": [[{"role":..., "content":...}], ...] | null -> apply_chat_template text
+      "choice": {"token_id": N, "seqs": [[ids], ...]} | null -> the decision head's score of
+                each sequence: logits[token_id] at its last position, one forward each
      }
 One package per process: the runtime keeps global state between loads. The
 result goes to a file, not stdout: the runtime may end the process without
@@ -39,6 +41,14 @@ def main():
             out["generate"].append([int(t) for t in m._c_obj.generate(ids, job.get("max_new", 32))])
     if job.get("encode"):
         out["encode"] = [[int(t) for t in m.tokenizer_encode(t)] for t in job["encode"]]
+    if job.get("choice"):
+        c = job["choice"]
+        out["scores"] = []
+        for ids in c["seqs"]:
+            m.generate_init()
+            v = np.array(m.forward(ids).read(), dtype=np.float32).reshape(-1)
+            out["vocab"] = int(v.size)   # the last position's logits only
+            out["scores"].append(float(v[c["token_id"]]))
     if job.get("chat"):
         out["chat"] = [m.apply_chat_template(msgs) for msgs in job["chat"]]
     with open(sys.argv[2], "w") as f:

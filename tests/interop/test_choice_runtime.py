@@ -1,0 +1,147 @@
+"""The decision head (`[train] mode = choice`) judged by the real runtimes.
+
+A tiny Qwen3 with the fixture tokenizer learns a toy choice task (the colour a
+prompt names, among 5 candidates); then on every held-out example:
+
+  (a) the MNN 3.6.1 runtime (PyPI `mnn`, MNN.llm) running the exported package
+      with `memory: normal` gives each candidate the score `pocket choose --int4`
+      gives (logits[choice_token_id] at the last position of prompt + candidate)
+      within 2e-4, and picks the same candidate;
+  (b) transformers on the HF export gives `pocket choose`'s fp32 scores within
+      1e-4 (its config.json carries pocket_choice_token_id);
+  (c) `pocket eval`'s accuracy and expected calibration error equal numpy's,
+      computed here from the per-group scores `--dump-scores` writes (10
+      equal-width bins of the top probability, (b/10, (b+1)/10]).
+
+Two vocabularies: one with rows past the tokenizer's 1505 tokens (the head takes
+the first), and one the tokenizer fills (the trainer appends a row).
+"""
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+MNN = pytest.importorskip("MNN")
+torch = pytest.importorskip("torch")
+transformers = pytest.importorskip("transformers")
+
+ROOT = Path(__file__).resolve().parents[2]
+TOK = ROOT / "tests/fixtures/tok/tokenizer.json"
+RUNNER = Path(__file__).with_name("mnn_run.py")
+RUNTIME = {"memory": "normal", "precision": "high", "sampler_type": "greedy", "thread_num": 2, "use_template": False}
+COLOURS = ["red", "blue", "green", "black", "white"]
+BASE = {
+    "architectures": ["Qwen3ForCausalLM"], "model_type": "qwen3", "num_hidden_layers": 2, "hidden_size": 64,
+    "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 16, "intermediate_size": 128,
+    "max_position_embeddings": 256, "rms_norm_eps": 1e-6, "rope_theta": 10000.0, "tie_word_embeddings": True,
+    "eos_token_id": 1502, "pad_token_id": 1500,
+}
+VOCABS = {"spare-rows": (1536, 1505), "appended": (1505, 1505)}   # vocab_size, the head row
+
+
+WORDS = ["a", "the", "my", "one", "big", "small", "old", "new"]
+
+
+def line(i, colour, w1, w2):
+    # The candidates in a rotating order, so the position does not give the answer away.
+    k = i % len(COLOURS)
+    return {"prompt": f"{w1} {colour} {w2}", "candidates": COLOURS[k:] + COLOURS[:k], "label": colour}
+
+
+@pytest.fixture(scope="module", params=list(VOCABS))
+def trained(request, tmp_path_factory, run_pocket):
+    vocab, head = VOCABS[request.param]
+    d = tmp_path_factory.mktemp("choice")
+    (d / "config.json").write_text(json.dumps({**BASE, "vocab_size": vocab}))
+    run_pocket("init", "--model", d / "config.json", "--tokenizer", TOK, "--seed", 5, "--out", d / "init.h5")
+    # Held-out prompts hold words the training prompts never do.
+    train = [line(i, c, a, b) for i, (c, a, b) in enumerate((c, a, b) for c in COLOURS for a in WORDS[:6] for b in WORDS[:6])]
+    held = [line(i, COLOURS[i % 5], WORDS[6 + i % 2], WORDS[(i * 3) % 8]) for i in range(12)]
+    for name, rows in (("train", train), ("held", held)):
+        (d / f"{name}.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+        run_pocket("tokenize", "--tokenizer", d / "init.h5", "--choice", d / f"{name}.jsonl", "--out", d / f"{name}.h5")
+    (d / "r.ini").write_text(
+        f"[model]\ninit = {d}/init.h5\n[data]\ntrain = {d}/train.h5\nval = {d}/held.h5\n[train]\nmode = choice\n"
+        f"micro_batch = 4\nseq_len = 256\nsteps = 150\neval_interval = 150\nsave_interval = 0\nrun_dir = {d}/run\n"
+        "seed = 3\n[optim]\nlr = 3e-3\nwarmup = 10\n")
+    log = run_pocket("train", d / "r.ini", timeout=600).stdout
+    assert f"decision head: lm_head row {head}" in log
+    ckpt = d / "run/best.h5"
+    run_pocket("export", "--ckpt", ckpt, "--format", "mnn", "--out", d / "pkg")
+    run_pocket("export", "--ckpt", ckpt, "--format", "hf", "--out", d / "hf")
+    return {"dir": d, "ckpt": ckpt, "held": held, "head": head}
+
+
+def choose(run_pocket, ckpt, row, *flags):
+    out = run_pocket("choose", "--ckpt", ckpt, "--prompt", row["prompt"], "--candidates", *row["candidates"],
+                     "--json", *flags).stdout
+    return json.loads(out)
+
+
+def run_mnn(package, tmp, **job):
+    path = tmp / f"job-{os.getpid()}.json"
+    path.write_text(json.dumps({"package": str(package), "config": RUNTIME, **job}))
+    result = path.with_suffix(".out.json")
+    proc = subprocess.run([sys.executable, str(RUNNER), str(path), str(result)], capture_output=True, text=True,
+                          timeout=300)
+    assert proc.returncode == 0 and result.exists(), f"MNN runtime failed:\n{proc.stderr[-3000:]}"
+    return json.loads(result.read_text())
+
+
+def test_mnn_runtime_scores_and_picks(trained, run_pocket, tmp_path):
+    cfg = json.loads((trained["dir"] / "pkg/llm_config.json").read_text())
+    assert cfg["pocket_choice"]["token_id"] == trained["head"]
+    worst, right = 0.0, 0
+    for row in trained["held"]:
+        ref = choose(run_pocket, trained["ckpt"], row, "--int4")
+        assert ref["choice_id"] == trained["head"]
+        seqs = [ref["prompt_ids"] + c for c in ref["candidate_ids"]]
+        got = run_mnn(trained["dir"] / "pkg", tmp_path, choice={"token_id": trained["head"], "seqs": seqs})
+        want = np.array(ref["scores"])
+        have = np.array(got["scores"])
+        worst = max(worst, float(np.abs(have - want).max()))
+        assert np.abs(have - want).max() <= 2e-4, (row, want, have)
+        assert int(np.argmax(have)) == ref["pick"], (row, want, have)
+        right += row["candidates"][ref["pick"]] == row["label"]
+    print(f"MNN vs pocket choose --int4: max |score diff| {worst:.2e}; {right}/{len(trained['held'])} right")
+    assert right >= len(trained["held"]) - 1   # the toy task is learnt
+
+
+def test_transformers_scores_from_hf_export(trained, run_pocket):
+    hf = trained["dir"] / "hf"
+    assert json.loads((hf / "config.json").read_text())["pocket_choice_token_id"] == trained["head"]
+    model = transformers.AutoModelForCausalLM.from_pretrained(str(hf), torch_dtype=torch.float32).eval()
+    for row in trained["held"][:6]:
+        ref = choose(run_pocket, trained["ckpt"], row, "--alone")
+        for c, want in zip(ref["candidate_ids"], ref["scores"]):
+            with torch.no_grad():
+                logits = model(torch.tensor([ref["prompt_ids"] + c])).logits[0, -1]
+            assert abs(float(logits[trained["head"]]) - want) <= 1e-4
+
+
+def test_eval_accuracy_and_ece_match_numpy(trained, run_pocket):
+    d = trained["dir"]
+    out = run_pocket("eval", "--ckpt", trained["ckpt"], "--data", d / "held.h5", "--dump-scores", d / "s.jsonl").stdout
+    rows = [json.loads(x) for x in (d / "s.jsonl").read_text().splitlines()]
+    assert sorted(r["group"] for r in rows) == list(range(len(trained["held"])))
+    conf, right = [], []
+    for r in rows:
+        s = np.array(r["scores"], dtype=np.float64)
+        p = np.exp(s - s.max())
+        p /= p.sum()
+        conf.append(p.max())
+        right.append(float(np.argmax(s) == r["label"]))
+        # the dump's label is the dataset's, from the JSONL
+        held = trained["held"][r["group"]]
+        assert held["candidates"][r["label"]] == held["label"]
+    conf, right = np.array(conf), np.array(right)
+    bins = np.clip(np.ceil(conf * 10).astype(int) - 1, 0, 9)
+    ece = sum((bins == b).sum() / len(conf) * abs(right[bins == b].mean() - conf[bins == b].mean())
+              for b in range(10) if (bins == b).any())
+    acc = right.mean()
+    assert f"accuracy {100 * acc:.1f}% ({int(right.sum())} of {len(rows)} groups)" in out, out
+    assert f"ECE {ece:.4f}" in out, (out, ece)
