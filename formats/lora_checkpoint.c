@@ -78,8 +78,8 @@ int lora_checkpoint_load(const char *path, const ModelConfig *mc, const char *ba
     if (!rc && strcmp(base, "fp32") && strcmp(base, "int4"))
         rc = pt_fail(e, "%s: /lora base '%s' is not fp32 or int4", path, base);
     if (!rc && base_hash && strcmp(hash, base_hash))
-        rc = pt_fail(e, "%s: trained on the base with sha256 %s, but %s is %s (an adapter applies only to its own base)",
-                     path, hash, base_name, base_hash);
+        rc = pt_fail(e, "%s: trained on the %s base with sha256 %s, but %s has sha256 %s (an adapter applies only to "
+                     "the base it was trained on)", path, base, hash, base_name, base_hash);
     if (!rc) {
         lora_adapter_alloc(a, mc, &lc);
         strcpy(a->base_sha256, hash);
