@@ -59,10 +59,14 @@ static int load_int4(OpenModel *om, const char *ckpt, const OpenOptions *o, PtEr
     return 0;
 }
 
+void open_model_base_hash(const OpenModel *om, char hex[65]) {
+    lora_base_hash(&om->b.tt, om->int4 ? om->int4_host : om->b.params, hex);
+}
+
 // The adapter, checked against the hash of the weights the model runs.
 static int load_lora(OpenModel *om, const char *ckpt, const OpenOptions *o, PtError *e) {
     char hash[65];
-    lora_base_hash(&om->b.tt, om->int4 ? om->int4_host : om->b.params, hash);
+    open_model_base_hash(om, hash);
     char base[600];
     snprintf(base, sizeof base, "%s%s", ckpt, om->int4 ? " (its int4 model)" : " (its float weights)");
     if (lora_checkpoint_load(o->lora, &om->b.cfg, hash, base, &om->ad, e)) return -1;

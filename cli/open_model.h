@@ -35,6 +35,9 @@ typedef struct {
 } OpenModel;
 
 int open_model(OpenModel *om, const char *ckpt, const OpenOptions *o, PtError *e);
+// The SHA-256 of the weights om runs (the float ones, or with int4 the int4
+// model's): the base an adapter is bound to (formats/lora_checkpoint.h).
+void open_model_base_hash(const OpenModel *om, char hex[65]);
 void open_model_close(OpenModel *om);
 
 // --matmul fp32|bf16, --a16 off|bf16|fp16 and --device D: how forward, eval

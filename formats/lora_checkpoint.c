@@ -100,3 +100,15 @@ int lora_checkpoint_is(const char *path) {
     H5Fclose(f);
     return yes;
 }
+
+int lora_checkpoint_base_int4(const char *path, PtError *e) {
+    hid_t f = h5_open_read(path, e);
+    if (f < 0) return -1;
+    hid_t g = h5_exists(f, "lora") ? h5_open_group(f, "lora", path, e)
+                                   : pt_fail(e, "%s: no /lora group: not a LoRA adapter checkpoint", path);
+    char base[16];
+    int rc = g < 0 ? -1 : read_str(g, "base", base, sizeof base, path, e);
+    if (g >= 0) H5Gclose(g);
+    H5Fclose(f);
+    return rc ? -1 : !strcmp(base, "int4");
+}

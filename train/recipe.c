@@ -453,6 +453,9 @@ static int lora_check(const Recipe *r, const char *src, PtError *e) {
     if (lora_targets_parse(r->lora.targets, &mask, where, e)) return -1;
     recipe_lora(r, &lc);
     if (lora_config_check(&lc, where, e)) return -1;
+    // Dropout needs an elementwise mask op the backends do not have yet.
+    if (r->lora.enabled && lc.dropout > 0)
+        return pt_fail(e, "%s: [lora] dropout %g is not supported yet (only 0)", src, lc.dropout);
     if (r->lora.enabled && r->qat.enabled)
         return pt_fail(e, "%s: [lora] enabled with [qat] enabled is not supported (the base is frozen: train the "
                        "adapter on the int4 model with [lora] base = int4 instead)", src);
