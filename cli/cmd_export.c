@@ -227,7 +227,7 @@ int cmd_export(int argc, char **argv) {
             fprintf(stderr, "pocket export: %s\n", err.msg);
             return 1;
         }
-        oo.int4 = q;
+        if (!strcmp(format, "peft")) oo.int4 = q;
     }
     OpenModel om;
     if (FORMATS[f].run(NULL, &o, &err) || open_model(&om, ckpt, &oo, &err)) {

@@ -112,3 +112,42 @@ int lora_checkpoint_base_int4(const char *path, PtError *e) {
     H5Fclose(f);
     return rc ? -1 : !strcmp(base, "int4");
 }
+
+int lora_checkpoint_inspect(const char *path, FILE *out, PtError *e) {
+    hid_t f = h5_open_read(path, e);
+    if (f < 0) return -1;
+    hid_t g = h5_open_group(f, "lora", path, e), p = g < 0 ? -1 : h5_open_group(f, "params", path, e);
+    LoraConfig lc = {0};
+    char targets[128] = "", base[16] = "", hash[65] = "";
+    int rc = p < 0 ? -1 : 0;
+    if (!rc)
+        rc = h5_read_attr(g, "rank", H5T_NATIVE_INT, &lc.rank, 1, path, e) ||
+             h5_read_attr(g, "alpha", H5T_NATIVE_FLOAT, &lc.alpha, 1, path, e) ||
+             h5_read_attr(g, "dropout", H5T_NATIVE_FLOAT, &lc.dropout, 1, path, e) ||
+             read_str(g, "targets", targets, sizeof targets, path, e) || read_str(g, "base", base, sizeof base, path, e) ||
+             read_str(g, "base_sha256", hash, sizeof hash, path, e);
+    if (!rc) {
+        fprintf(out, "%s: LoRA adapter, rank %d, alpha %g (scale %g), dropout %g, targets %s\n", path, lc.rank, lc.alpha,
+                lc.alpha / lc.rank, lc.dropout, targets);
+        fprintf(out, "base: %s weights with sha256 %s\n", base, hash);
+        int n = h5_child_count(p);
+        double floats = 0;
+        for (int i = 0; i < n && !rc; i++) {
+            char name[256];
+            H5DatasetInfo info;
+            if (!h5_child_name(p, i, name, sizeof name) || h5_dataset_info(p, name, &info, path, e)) {
+                rc = -1;
+                break;
+            }
+            fprintf(out, "%-72s [%llu, %llu]\n", name, (unsigned long long)info.dims[0],
+                    (unsigned long long)(info.rank > 1 ? info.dims[1] : 1));
+            floats += (double)info.dims[0] * (info.rank > 1 ? (double)info.dims[1] : 1);
+        }
+        fprintf(out, "%d tensors, %.0f parameters (%.2f MB f32)%s\n", n, floats, floats * 4 / 1e6,
+                h5_exists(f, "optim") ? "; AdamW moments and training state (a run's checkpoint)" : "");
+    }
+    if (p >= 0) H5Gclose(p);
+    if (g >= 0) H5Gclose(g);
+    H5Fclose(f);
+    return rc ? -1 : 0;
+}
