@@ -105,7 +105,8 @@ static RunResult run(const char *preset, const RunSpec *r, double peak, int rss_
     RunResult res = {T / best, flops / best / 1e9, best, peak_rss_gb()};
     printf("%s %s B=1 T=%d matmul=%s recompute=%s: %.1f tokens/s, %.1f GFLOP/s = %.1f%% of fp32 peak, step %.2f s "
            "(best of %d), peak RSS %.2f GB\n",
-           preset, r->qat ? "QAT fwd+bwd (int4 fake-quant + STE)" : r->lora ? "LoRA r=16 fwd+bwd" : "fwd+bwd", T, r->bf16 ? "bf16" : "fp32",
+           preset, r->qat ? "QAT fwd+bwd (int4 fake-quant + STE)" : r->lora ? "LoRA r=16 fwd+bwd" : "fwd+bwd", T,
+           r->bf16 ? "bf16" : "fp32",
            r->recompute ? "on" : "off", res.tok_s, res.gflops, 100 * res.gflops / peak, best, r->steps, res.rss_gb);
     if (r->qat) {
         qat_free(&q);
