@@ -5,6 +5,7 @@
 #include <string.h>
 #include "../formats/gguf_writer.h"
 #include "../formats/hf_export.h"
+#include "../formats/lora_peft.h"
 #include "../export/mnn_export.h"
 #include "../data/chat.h"
 #include "commands.h"
@@ -18,6 +19,7 @@ typedef struct {
     const char *graph;   // mnn graph form: "fused" (default) or "plain"
     const char *memory;  // mnn config.json "memory": "low" (default) or "normal"
     const char *sampler; // mnn config.json sampling: "mixed" (default) or "greedy"
+    const char *lora;    // an adapter checkpoint (formats peft)
     int force;
 } ExportOptions;
 
@@ -89,6 +91,18 @@ static int export_mnn(const OpenModel *om, const ExportOptions *o, PtError *e) {
     return rc;
 }
 
+static int export_peft(const OpenModel *om, const ExportOptions *o, PtError *e) {
+    if (!o->lora) return pt_fail(e, "--format peft writes an adapter: give --lora ADAPTER.h5");
+    if (o->dtype || o->quant) return pt_fail(e, "--dtype and --quant are not for peft: the adapter is written in f32");
+    if (!om) return 0;
+    int rc = lora_peft_export(&om->ad, o->out, o->ckpt, o->force, e);
+    if (rc == 0)
+        printf("%s: adapter_config.json, adapter_model.safetensors (%d tensors, r=%d, alpha=%g)%s\n", o->out,
+               om->ad.tt.n, om->ad.cfg.rank, om->ad.cfg.alpha,
+               om->ad.base_int4 ? "; trained on the int4 model: PEFT applies it to the float base it is given" : "");
+    return rc;
+}
+
 static const struct {
     const char *name;
     ExportFn run;
@@ -97,6 +111,8 @@ static const struct {
     {"hf", export_hf, "Hugging Face directory: config.json, model.safetensors, tokenizer files"},
     {"mnn", export_mnn, "MNN INT4 package for MNN's LLM runtime (llm.mnn, llm.mnn.weight, configs, tokenizer.mtok)"},
     {"gguf", export_gguf, "GGUF file for llama.cpp (qwen3; llama for Llama-style models)"},
+    {"peft", export_peft,
+     "with --lora ADAPTER.h5: PEFT adapter folder (adapter_config.json, adapter_model.safetensors)"},
 };
 #define N_FORMATS (int)(sizeof FORMATS / sizeof FORMATS[0])
 
@@ -127,6 +143,7 @@ static void help(FILE *f) {
             "  --sampler S      mnn config.json sampling: mixed (default, as MNN's exporter: temperature 0.8,\n"
             "                   top_k 40, top_p 0.9, min_p 0.05) or greedy (the most likely token, as\n"
             "                   `pocket generate` does by default)\n"
+            "  --lora ADAPTER   peft: the adapter checkpoint to write (it must be CKPT's: its base hash)\n"
             "  --force          replace an existing non-empty output directory\n");
 }
 
@@ -172,6 +189,8 @@ int cmd_export(int argc, char **argv) {
             o.memory = v;
         } else if ((v = arg_value(argc, argv, &i, "--sampler"))) {
             o.sampler = v;
+        } else if ((v = arg_value(argc, argv, &i, "--lora"))) {
+            o.lora = v;
         } else if (!strcmp(argv[i], "--force")) {
             o.force = 1;
         } else {
@@ -186,7 +205,7 @@ int cmd_export(int argc, char **argv) {
     int f = 0;
     while (f < N_FORMATS && strcmp(FORMATS[f].name, format) != 0) f++;
     if (f == N_FORMATS) {
-        fprintf(stderr, "pocket export: unknown format '%s' (known: hf, mnn, gguf)\n", format);
+        fprintf(stderr, "pocket export: unknown format '%s' (known: hf, mnn, gguf, peft)\n", format);
         return 1;
     }
     if (o.quant && gguf_quant_type(o.quant) < 0) {
@@ -198,6 +217,19 @@ int cmd_export(int argc, char **argv) {
     const int q4_0 = o.quant && !strcmp(o.quant, "q4_0"), q4_1 = o.quant && !strcmp(o.quant, "q4_1");
     QuantSpec grid = {QUANT_GROUP_DEFAULT, q4_0};
     OpenOptions oo = {.int4 = !strcmp(format, "mnn") || (!strcmp(format, "gguf") && (q4_0 || q4_1)), .grid = &grid};
+    if (o.lora && strcmp(format, "peft")) {
+        fprintf(stderr, "pocket export: --lora is for --format peft\n");
+        return 1;
+    }
+    oo.lora = o.lora;
+    if (o.lora) {   // the adapter is checked against the base it was trained on: the int4 one for QLoRA
+        int q = lora_checkpoint_base_int4(o.lora, &err);
+        if (q < 0) {
+            fprintf(stderr, "pocket export: %s\n", err.msg);
+            return 1;
+        }
+        if (!strcmp(format, "peft")) oo.int4 = q;
+    }
     OpenModel om;
     if (FORMATS[f].run(NULL, &o, &err) || open_model(&om, ckpt, &oo, &err)) {
         fprintf(stderr, "pocket export: %s\n", err.msg);

@@ -12,6 +12,10 @@ int run_flag(int argc, char **argv, int *i, OpenOptions *oo, const char *cmd) {
         oo->device = v;
         return 1;
     }
+    if ((v = arg_value(argc, argv, i, "--lora"))) {
+        oo->lora = v;
+        return 1;
+    }
     if ((v = arg_value(argc, argv, i, "--matmul"))) {
         if (strcmp(v, "fp32") && strcmp(v, "bf16")) {
             fprintf(stderr, "pocket %s: --matmul '%s' is not fp32 or bf16\n", cmd, v);
@@ -30,31 +34,6 @@ int run_flag(int argc, char **argv, int *i, OpenOptions *oo, const char *cmd) {
     return 0;
 }
 
-void int4_default_spec(const ModelConfig *c, QuantSpec *spec, int *quant_embedding) {
-    spec->group = QUANT_GROUP_DEFAULT;
-    spec->symmetric = 0;
-    *quant_embedding = c->tied_embeddings;
-}
-
-int int4_load_state(const ModelBundle *b, const char *ckpt_path, const QuantSpec *rtn_spec, QatState *q,
-                    int *from_qat, PtError *e) {
-    QuantSpec spec;
-    int quant_embedding;
-    int rc = checkpoint_read_qat_spec(ckpt_path, &spec, &quant_embedding, e);
-    if (rc < 0) return -1;
-    *from_qat = rc == 0;
-    if (!*from_qat) {
-        int4_default_spec(&b->cfg, &spec, &quant_embedding);
-        if (rtn_spec) spec = *rtn_spec;
-    }
-    if (qat_init(q, &b->tt, &spec, quant_embedding, 0, ckpt_path, e)) return -1;
-    rc = *from_qat ? checkpoint_load_qat(ckpt_path, q, &b->tt, e)
-                   : qat_init_from_weights(q, &b->tt, b->params, QAT_INIT_RTN, NULL, NULL, ckpt_path, e);
-    if (rc > 0) rc = pt_fail(e, "%s: /qat vanished while reading it", ckpt_path);
-    if (rc) qat_free(q);
-    return rc;
-}
-
 // The int4 weights on the device, as the deployed package runs them.
 static int load_int4(OpenModel *om, const char *ckpt, const OpenOptions *o, PtError *e) {
     if (int4_load_state(&om->b, ckpt, o->grid, &om->q, &om->from_qat, e)) return -1;
@@ -68,24 +47,37 @@ static int load_int4(OpenModel *om, const char *ckpt, const OpenOptions *o, PtEr
                        g->symmetric ? "symmetric" : "asymmetric");
     // Made on the host, as the exporters make them, then given to the device.
     const TensorTable *tt = &om->b.tt;
-    Device host;
-    cpu_device_init(&host, o->threads, NULL);
     om->int4_host = xaligned(tt->total * sizeof(float), "int4 weights");
-    qat_forward_weights(&host, &om->q, tt, om->b.params, om->int4_host);
-    dev_free(&host);
-    // An untied embedding the int4 state leaves in float ships as bf16 rows
-    // (MNN's embeddings_bf16.bin, GGUF BF16): look it up at that precision too.
+    int4_weights(&om->q, &om->b, o->threads, om->int4_host);
     const int untied_float_embedding = !om->q.quant_embedding && !om->b.cfg.tied_embeddings;
-    if (untied_float_embedding) {
-        const TensorInfo *emb = tensor_table_find(tt, "model.embed_tokens.weight");
-        a16_round(om->int4_host + emb->offset, emb->numel, A16_BF16);
-    }
     om->int4_weights = dev_mirror(&om->dev, om->int4_host, tt->total * sizeof(float), "int4 weights");
     if (o->log)
         fprintf(o->log, "int4 weights: %s, group %d, %s%s\n",
                 om->from_qat ? "the checkpoint's QAT scales" : "RTN from float", spec.group,
                 spec.symmetric ? "symmetric" : "asymmetric",
                 om->q.quant_embedding ? ", embedding quantized" : untied_float_embedding ? ", embedding in bf16" : "");
+    return 0;
+}
+
+void open_model_base_hash(const OpenModel *om, char hex[65]) {
+    lora_base_hash(&om->b.tt, om->int4 ? om->int4_host : om->b.params, hex);
+}
+
+// The adapter, checked against the hash of the weights the model runs.
+static int load_lora(OpenModel *om, const char *ckpt, const OpenOptions *o, PtError *e) {
+    char hash[65];
+    open_model_base_hash(om, hash);
+    char base[600];
+    snprintf(base, sizeof base, "%s%s", ckpt, om->int4 ? " (its int4 model)" : " (its float weights)");
+    if (lora_checkpoint_load(o->lora, &om->b.cfg, hash, base, &om->ad, e)) return -1;
+    om->lora_params = dev_mirror(&om->dev, om->ad.params, om->ad.tt.total * sizeof(float), "LoRA adapter");
+    model_use_lora(&om->m, &om->ad.cfg, &om->ad.tt, om->lora_params);
+    if (o->log) {
+        char targets[64];
+        lora_targets_format(om->ad.cfg.targets, targets, sizeof targets);
+        fprintf(o->log, "LoRA adapter %s: rank %d, alpha %g, on %s\n", o->lora, om->ad.cfg.rank, om->ad.cfg.alpha,
+                targets);
+    }
     return 0;
 }
 
@@ -102,6 +94,10 @@ int open_model(OpenModel *om, const char *ckpt, const OpenOptions *o, PtError *e
         return -1;
     }
     model_init(&om->m, &om->dev, &om->b.cfg, &om->b.tt, om->int4 ? om->int4_weights : om->params, &o->numerics);
+    if (o->lora && load_lora(om, ckpt, o, e)) {
+        open_model_close(om);
+        return -1;
+    }
     // Only the bf16 notice: the kernels themselves are in `pocket --version`.
     const char *note = o->log && om->dev.be == backend_cpu() && o->numerics.matmul == MATMUL_BF16
                            ? cpu_kernels_bf16_notice(cpu_kernels(&om->dev))
@@ -114,11 +110,13 @@ void open_model_close(OpenModel *om) {
     model_free(&om->m);
     if (om->dev.be) {
         dev_unmirror(&om->dev, om->int4_weights, om->int4_host);
+        dev_unmirror(&om->dev, om->lora_params, om->ad.params);
         dev_unmirror(&om->dev, om->params, om->b.params);
         dev_free(&om->dev);
     }
     free(om->int4_host);
     if (om->int4) qat_free(&om->q);
+    lora_adapter_free(&om->ad);
     bundle_free(&om->b);
     memset(om, 0, sizeof *om);
 }
