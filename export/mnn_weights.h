@@ -9,7 +9,8 @@
 #include "mnn_graph.h"
 
 typedef struct {
-    FILE *f;
+    FILE *f;             // NULL: nothing is written (a LoRA graph only needs the offsets)
+    FILE *expect;        // with f NULL: the blobs are compared with this file's bytes instead
     const char *path;    // for errors
     int64_t offset;      // bytes written so far = the next blob's offset
 } MnnWeightFile;

@@ -1,0 +1,59 @@
+// mnn_lora.h: LoRA adapters for MNN's LLM runtime, as MNN's own exporter
+// makes them (transformers/llm/export/utils/lora.py in the MNN repository)
+// and its runtime loads them (Llm::create_lora in
+// transformers/llm/engine/src/llm.cpp):
+//
+//   lora.mnn   a copy of the base package's graph (llm.mnn) whose int4
+//              convolutions keep their names and their `external` offsets into
+//              the package's llm.mnn.weight; after each targeted projection
+//              of layer i two 1x1 convolutions with inline fp32 weights,
+//              lora_A [r, in] and lora_B x alpha/r [out, r], both reading the
+//              projection's NC4HW4 input, and a BinaryOp ADD of the
+//              projection's output and lora_B's, which the rest of the layer
+//              reads instead. Named <projection>/lora_A, /lora_B, /lora_add
+//              (the projection's "/Linear" replaced).
+//
+// The runtime loads lora.mnn with the base module as `base`: an op whose name,
+// type and parameter type equal a base op's clones that op's execution, so
+// the int4 weights are in memory once however many adapters are loaded; only
+// the adapter's own convolutions and the KV cache are per adapter.
+#pragma once
+#include "mnn_export.h"
+
+// The adapter's three ops after projection `name` (an int4 convolution of
+// layer `layer`, tensor kind `kind`, input x_c4 [S, ic], output y_c4 [S, oc],
+// NC4HW4); returns the tensor the layer reads next: y_c4 itself when the
+// view does not target that projection.
+int mnn_lora_ops(MnnGraph *g, const LoraWeightsView *v, const char *name, int layer, int kind, int x_c4, int y_c4,
+                 int ic, int oc);
+
+typedef struct {
+    int fused;              // the package's graph form
+    int n_adapted;          // projections with an adapter
+    int n_ops;              // ops of lora.mnn
+    int64_t bytes;          // its size
+    char path[1024];        // where it was written
+} MnnLoraStats;
+
+// lora.mnn beside the base package: `out` is the package directory (then
+// DIR/lora.mnn) or a file path inside one (several adapters for one base).
+// The package must be the one `pocket export --format mnn` writes for this
+// checkpoint and int4 state: its llm.mnn must equal the base graph rebuilt
+// here (either form) and its llm.mnn.weight the weights, byte for byte, else
+// nothing is written. An existing adapter file is replaced only with force.
+// src names the adapter in errors.
+int mnn_lora_export(const ModelBundle *b, const QatState *q, const LoraWeightsView *v, const char *src,
+                    const char *out, int force, MnnLoraStats *st, PtError *e);
+
+// --merge: a whole package (mnn_export) with the adapter folded into the
+// weights. Each targeted projection becomes W' = W0 + (alpha / r) B A, W0 the
+// weights the adapter was trained on (int4_weights, the base's dequantized
+// int4 weights, for an int4_base adapter; else the float weights), and gets
+// a new int4 grid: round-to-nearest on W' with the base's group size and
+// symmetry (its fp16 scale and zero from W' per row and group, so an update
+// that widens a group's range is not clipped). Every other tensor keeps the
+// base's codes, scales and zero points. *codes_changed / *codes_total count
+// the adapted projections' codes that differ from the base's.
+int mnn_lora_merge(const ModelBundle *b, const QatState *q, const float *int4_weights, const LoraWeightsView *v,
+                   const char *dir, const MnnExportOptions *o, MnnExportStats *st, int64_t *codes_changed,
+                   int64_t *codes_total, PtError *e);
