@@ -30,31 +30,6 @@ int run_flag(int argc, char **argv, int *i, OpenOptions *oo, const char *cmd) {
     return 0;
 }
 
-void int4_default_spec(const ModelConfig *c, QuantSpec *spec, int *quant_embedding) {
-    spec->group = QUANT_GROUP_DEFAULT;
-    spec->symmetric = 0;
-    *quant_embedding = c->tied_embeddings;
-}
-
-int int4_load_state(const ModelBundle *b, const char *ckpt_path, const QuantSpec *rtn_spec, QatState *q,
-                    int *from_qat, PtError *e) {
-    QuantSpec spec;
-    int quant_embedding;
-    int rc = checkpoint_read_qat_spec(ckpt_path, &spec, &quant_embedding, e);
-    if (rc < 0) return -1;
-    *from_qat = rc == 0;
-    if (!*from_qat) {
-        int4_default_spec(&b->cfg, &spec, &quant_embedding);
-        if (rtn_spec) spec = *rtn_spec;
-    }
-    if (qat_init(q, &b->tt, &spec, quant_embedding, 0, ckpt_path, e)) return -1;
-    rc = *from_qat ? checkpoint_load_qat(ckpt_path, q, &b->tt, e)
-                   : qat_init_from_weights(q, &b->tt, b->params, QAT_INIT_RTN, NULL, NULL, ckpt_path, e);
-    if (rc > 0) rc = pt_fail(e, "%s: /qat vanished while reading it", ckpt_path);
-    if (rc) qat_free(q);
-    return rc;
-}
-
 // The int4 weights on the device, as the deployed package runs them.
 static int load_int4(OpenModel *om, const char *ckpt, const OpenOptions *o, PtError *e) {
     if (int4_load_state(&om->b, ckpt, o->grid, &om->q, &om->from_qat, e)) return -1;
@@ -68,18 +43,9 @@ static int load_int4(OpenModel *om, const char *ckpt, const OpenOptions *o, PtEr
                        g->symmetric ? "symmetric" : "asymmetric");
     // Made on the host, as the exporters make them, then given to the device.
     const TensorTable *tt = &om->b.tt;
-    Device host;
-    cpu_device_init(&host, o->threads, NULL);
     om->int4_host = xaligned(tt->total * sizeof(float), "int4 weights");
-    qat_forward_weights(&host, &om->q, tt, om->b.params, om->int4_host);
-    dev_free(&host);
-    // An untied embedding the int4 state leaves in float ships as bf16 rows
-    // (MNN's embeddings_bf16.bin, GGUF BF16): look it up at that precision too.
+    int4_weights(&om->q, &om->b, o->threads, om->int4_host);
     const int untied_float_embedding = !om->q.quant_embedding && !om->b.cfg.tied_embeddings;
-    if (untied_float_embedding) {
-        const TensorInfo *emb = tensor_table_find(tt, "model.embed_tokens.weight");
-        a16_round(om->int4_host + emb->offset, emb->numel, A16_BF16);
-    }
     om->int4_weights = dev_mirror(&om->dev, om->int4_host, tt->total * sizeof(float), "int4 weights");
     if (o->log)
         fprintf(o->log, "int4 weights: %s, group %d, %s%s\n",

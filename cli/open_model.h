@@ -6,6 +6,7 @@
 #pragma once
 #include "../model/bundle.h"
 #include "../model/model.h"
+#include "../formats/int4_weights.h"
 #include "../qat/qat.h"
 
 typedef struct {
@@ -43,12 +44,3 @@ int run_flag(int argc, char **argv, int *i, OpenOptions *o, const char *cmd);
     "  --a16 M            round matmul inputs and outputs to 16 bits as the phone's runtime does:\n"             \
     "                     off (default), bf16 or fp16 (as [qat] a16)\n"                                          \
     "  --device D         cpu (default), or cuda / cuda:N in a pocket built with make CUDA=1\n"
-
-// The default deployment spec for a config: group 64, asymmetric, and the
-// embedding quantized when it is also the (tied) lm_head.
-void int4_default_spec(const ModelConfig *c, QuantSpec *spec, int *quant_embedding);
-// The int4 state the model deploys with: the checkpoint's QAT state (its own
-// grid), else RTN of its float weights with rtn_spec (NULL = int4_default_spec).
-// *from_qat says which. On failure q is freed.
-int int4_load_state(const ModelBundle *b, const char *ckpt_path, const QuantSpec *rtn_spec, QatState *q,
-                    int *from_qat, PtError *e);

@@ -1,6 +1,7 @@
 #include "checkpoint.h"
 #include <string.h>
 #include "../util/h5.h"
+#include "checkpoint_parts.h"
 #include "checkpoint_qat.h"
 
 // ---- attributes: one table per group so save and load cannot drift apart.
@@ -295,4 +296,20 @@ int checkpoint_load_train(const char *path, const TensorTable *tt, size_t lo, si
     if (!rc) rc = read_tensor_range(f, "optim/v", tt, lo, hi, adam_v, path, e);
     H5Fclose(f);
     return rc ? -1 : 0;
+}
+
+// ---- the pieces other HDF5 files of this folder are made of (checkpoint_parts.h)
+
+int checkpoint_write_tensors(hid_t parent, const char *group, const TensorTable *tt, const float *base,
+                             const MomentSource *src, int which) {
+    return write_tensor_group(parent, group, tt, base, src, which);
+}
+
+int checkpoint_read_tensors(hid_t f, const char *group, const TensorTable *tt, float *out, const char *path,
+                            PtError *e) {
+    return read_tensor_range(f, group, tt, 0, tt->total, out, path, e);
+}
+
+int checkpoint_write_train_state(hid_t f, const MomentSource *src, const TensorTable *tt, const TrainState *st) {
+    return write_state(f, src, tt, st);
 }

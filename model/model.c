@@ -30,13 +30,24 @@ void model_use_weights(Model *m, float *weights) {
     param_views(&m->w, m->tt, weights);
 }
 
+void model_use_lora(Model *m, const LoraConfig *lc, const TensorTable *tt, float *weights) {
+    m->lora = lc;
+    m->lora_tt = tt;
+    lora_views(&m->la, tt, weights);
+}
+
 void model_zero_grads(Model *m) {
-    if (m->grad_out) OP(m->dev, zero, m->grad_out, m->tt->total * sizeof(float));
+    if (m->grad_out) OP(m->dev, zero, m->grad_out, model_grad_table(m)->total * sizeof(float));
 }
 
 void model_use_grads(Model *m, float *grads) {
     m->grad_out = grads ? grads : m->grads;
-    param_views(&m->g, m->tt, m->grad_out);
+    if (m->lora) {   // the base is frozen: its gradients are skipped (NULL)
+        memset(&m->g, 0, sizeof m->g);
+        lora_views(&m->lg, m->lora_tt, m->grad_out);
+    } else {
+        param_views(&m->g, m->tt, m->grad_out);
+    }
 }
 
 // ---------------------------------------------------------------- the plan
@@ -87,6 +98,11 @@ static void plan_buffers(Model *m, Carver *c) {
     m->pos = carve(c, N * sizeof(int));
     m->seg = carve(c, N * sizeof(int));
     m->mask = carve(c, N);
+    if (m->lora) {
+        size_t widest = (size_t)(Q > F ? Q : F) > H ? (size_t)(Q > F ? Q : F) : H;
+        m->lora_u = carve_floats(c, S * LORA_N_TARGETS * N * m->lora->rank);
+        m->lora_out = carve_floats(c, N * widest);
+    }
     if (m->cache_len) {
         m->k_cache = carve_floats(c, L * m->cache_len * KV);
         m->v_cache = carve_floats(c, L * m->cache_len * KV);
@@ -105,6 +121,7 @@ static void plan_buffers(Model *m, Carver *c) {
     b->dgate = carve_floats(c, N * F);
     b->dup = carve_floats(c, N * F);
     b->dact = carve_floats(c, N * F);
+    b->dlora_u = m->lora ? carve_floats(c, N * m->lora->rank) : NULL;
 }
 
 // Sizes, allocates and carves the plan; returns the arena bytes with
@@ -131,7 +148,7 @@ static size_t allocate_plan(Model *m, int B, int T, int training, int cache_len)
     plan_buffers(m, &c);
     m->host_pos = xmalloc((size_t)B * T * sizeof(int), "positions");
     if (training && !m->grads) {
-        m->grads = d->be->alloc(d, m->tt->total * sizeof(float), "gradients");
+        m->grads = d->be->alloc(d, model_grad_table(m)->total * sizeof(float), m->lora ? "adapter gradients" : "gradients");
         model_use_grads(m, NULL);
     }
     dev_reserve(d, d->be->workspace_bytes(d, &m->cfg, B, T, m->tt->total));
@@ -145,12 +162,20 @@ int model_plan(Model *m, int B, int T, int training, FILE *log, PtError *e) {
     if (B < 1 || T < 1) return pt_fail(e, "batch %d x %d is empty", B, T);
     size_t other = allocate_plan(m, B, T, training, 0);
     if (log) {
-        double mb = 1.0 / (1 << 20), pbytes = m->tt->total * 4.0;
+        double mb = 1.0 / (1 << 20), pbytes = m->tt->total * 4.0, gbytes = model_grad_table(m)->total * 4.0;
         fprintf(log, "memory plan (B=%d, T=%d, %s, %s): params %.1f MiB, grads %.1f MiB, activations %.1f MiB, "
                      "workspace %.1f MiB, matmuls %s\n",
-                B, T, training ? "training" : "inference", m->dev->be->name, pbytes * mb, training ? pbytes * mb : 0.0,
+                B, T, training ? "training" : "inference", m->dev->be->name, pbytes * mb, training ? gbytes * mb : 0.0,
                 m->arena_bytes * mb, m->dev->ws_bytes * mb,
                 opt->matmul == MATMUL_BF16 ? "bf16 (fp32 accumulation)" : "fp32");
+        if (m->lora) {
+            char targets[64];
+            lora_targets_format(m->lora->targets, targets, sizeof targets);
+            size_t kept = (size_t)n_slots(m) * LORA_N_TARGETS * B * T * m->lora->rank * 4;
+            fprintf(log, "  LoRA r=%d alpha=%g on %s: adapter %.2f MiB, its activations %.1f MiB of the above%s\n",
+                    m->lora->rank, m->lora->alpha, targets, m->lora_tt->total * 4.0 * mb, kept * mb,
+                    training ? "; the base is frozen (no gradients, no AdamW state for it)" : "");
+        }
         double diff = ((double)other - (double)m->arena_bytes) * mb;
         if (training && opt->recompute)
             fprintf(log, "  recompute on: activations kept for one layer (plus x per layer), %.1f MiB less than "
@@ -182,6 +207,62 @@ typedef struct {
     const int *seg;   // device memory or NULL
 } Pass;
 
+// ---- LoRA: y += (alpha/r) (x A^T) B^T on a targeted projection, in two
+// halves around the base matmul: lora_in keeps u = (alpha/r) x A^T (the
+// backward's dB needs it; a recompute rebuilds it), lora_out adds u B^T. The
+// adapter's matmuls run in the model's precision and, with A16, their outputs
+// are rounded like the base's (the phone runs them as two more matmuls).
+static const LoraLayerViews *lora_layer(const Model *m, int l, int t) {
+    return m->lora && m->la.layer[l].a[t] ? &m->la.layer[l] : NULL;
+}
+
+static float *lora_u_of(const Model *m, int slot, int t) {
+    return m->lora_u + ((size_t)slot * LORA_N_TARGETS + t) * m->B * m->T * m->lora->rank;
+}
+
+// x *= s over n floats (grad_scale reads only the table's total).
+static void scale_floats(Device *d, float *x, size_t n, float s) {
+    TensorTable span = {.total = n};
+    OP(d, grad_scale, x, &span, s);
+}
+
+static void lora_in(Model *m, int l, int t, int slot, const float *x, int N) {
+    const LoraLayerViews *a = lora_layer(m, l, t);
+    if (!a) return;
+    int in, out, r = m->lora->rank;
+    lora_target_dims(&m->cfg, t, &in, &out);
+    float *u = lora_u_of(m, slot, t);
+    OP(m->dev, matmul_forward, u, x, a->a[t], N, in, r, m->opt.matmul);
+    OP(m->dev, a16_round, u, (size_t)N * r, m->opt.a16);
+    scale_floats(m->dev, u, (size_t)N * r, lora_scale(m->lora));
+}
+
+static void lora_out(Model *m, int l, int t, int slot, float *y, int N) {
+    const LoraLayerViews *a = lora_layer(m, l, t);
+    if (!a) return;
+    int in, out, r = m->lora->rank;
+    lora_target_dims(&m->cfg, t, &in, &out);
+    OP(m->dev, matmul_forward, m->lora_out, lora_u_of(m, slot, t), a->b[t], N, r, out, m->opt.matmul);
+    OP(m->dev, a16_round, m->lora_out, (size_t)N * out, m->opt.a16);
+    OP(m->dev, residual_forward, y, y, m->lora_out, (size_t)N * out);
+}
+
+// The adapter's part of a projection's backward, from dy (dL/dy, [N, out]):
+// dB += dy^T u, dA += (alpha/r) (dy B)^T x, dx += (alpha/r) (dy B) A.
+static void lora_backward(Model *m, int l, int t, int slot, const float *x, const float *dy, float *dx, int N) {
+    const LoraLayerViews *a = lora_layer(m, l, t);
+    if (!a) return;
+    int in, out, r = m->lora->rank;
+    lora_target_dims(&m->cfg, t, &in, &out);
+    Device *d = m->dev;
+    float *du = m->bw.dlora_u;
+    const MatmulPrecision p = m->opt.matmul;
+    OP(d, zero, du, (size_t)N * r * sizeof(float));
+    OP(d, matmul_backward, du, m->lg.layer[l].b[t], dy, lora_u_of(m, slot, t), a->b[t], N, r, out, p);
+    scale_floats(d, du, (size_t)N * r, lora_scale(m->lora));
+    OP(d, matmul_backward, dx, m->lg.layer[l].a[t], du, x, a->a[t], N, in, r, p);
+}
+
 // One decoder block, forward. Reads x_in, writes x_out; `slot` selects the
 // saved-activation slot. x_out == NULL: the recompute before a backward, which
 // needs the activations only, so the down projection is skipped. With the A16
@@ -211,6 +292,11 @@ static void block_forward(Model *m, const Pass *ps, int l, int slot, const float
     OP(d, matmul_forward, q_raw, ln1, w->wq, N, H, Q, p);
     OP(d, matmul_forward, k_raw, ln1, w->wk, N, H, KV, p);
     OP(d, matmul_forward, v, ln1, w->wv, N, H, KV, p);
+    for (int t = LORA_Q; t <= LORA_V; t++) {
+        float *y = t == LORA_Q ? q_raw : t == LORA_K ? k_raw : v;
+        lora_in(m, l, t, slot, ln1, N);
+        lora_out(m, l, t, slot, y, N);
+    }
     OP(d, a16_round, q_raw, (size_t)N * Q, a16);
     OP(d, a16_round, k_raw, (size_t)N * KV, a16);
     OP(d, a16_round, v, (size_t)N * KV, a16);
@@ -226,6 +312,8 @@ static void block_forward(Model *m, const Pass *ps, int l, int slot, const float
         OP(d, attention_forward, att, a->lse + rows * nq, q, k, v, ps->seg, ps->B, ps->T, nq, nkv, hd);
     OP(d, a16_round, att, (size_t)N * Q, a16);
     OP(d, matmul_forward, a->proj, att, w->wo, N, Q, H, p);
+    lora_in(m, l, LORA_O, slot, att, N);
+    lora_out(m, l, LORA_O, slot, a->proj, N);
     OP(d, a16_round, a->proj, (size_t)N * H, a16);
     OP(d, residual_forward, x_mid, x_in, a->proj, (size_t)N * H);
 
@@ -234,12 +322,18 @@ static void block_forward(Model *m, const Pass *ps, int l, int slot, const float
     OP(d, a16_round, ln2, (size_t)N * H, a16);
     OP(d, matmul_forward, gate, ln2, w->wgate, N, H, F, p);
     OP(d, matmul_forward, up, ln2, w->wup, N, H, F, p);
+    lora_in(m, l, LORA_GATE, slot, ln2, N);
+    lora_out(m, l, LORA_GATE, slot, gate, N);
+    lora_in(m, l, LORA_UP, slot, ln2, N);
+    lora_out(m, l, LORA_UP, slot, up, N);
     OP(d, a16_round, gate, (size_t)N * F, a16);
     OP(d, a16_round, up, (size_t)N * F, a16);
     OP(d, swiglu_forward, act, gate, up, (size_t)N * F);
     OP(d, a16_round, act, (size_t)N * F, a16);
+    lora_in(m, l, LORA_DOWN, slot, act, N);   // a recompute needs it too
     if (!x_out) return;
     OP(d, matmul_forward, a->proj, act, w->wdown, N, F, H, p);
+    lora_out(m, l, LORA_DOWN, slot, a->proj, N);
     OP(d, a16_round, a->proj, (size_t)N * H, a16);
     OP(d, residual_forward, x_out, x_mid, a->proj, (size_t)N * H);
 }
@@ -287,17 +381,21 @@ static void block_backward(Model *m, const Pass *ps, int l, int slot) {
     // MLP (the residual passes dx through unchanged; the branch adds to it)
     OP(d, zero, b->dact, (size_t)N * F * fl);
     OP(d, matmul_backward, b->dact, gw->wdown, b->dx, a->act + rows * F, w->wdown, N, F, H, p);
+    lora_backward(m, l, LORA_DOWN, slot, a->act + rows * F, b->dx, b->dact, N);
     OP(d, zero, b->dgate, (size_t)N * F * fl);
     OP(d, zero, b->dup, (size_t)N * F * fl);
     OP(d, swiglu_backward, b->dgate, b->dup, b->dact, a->gate + rows * F, a->up + rows * F, (size_t)N * F);
     OP(d, zero, b->dln, (size_t)N * H * fl);
     OP(d, matmul_backward, b->dln, gw->wgate, b->dgate, a->ln2 + rows * H, w->wgate, N, H, F, p);
     OP(d, matmul_backward, b->dln, gw->wup, b->dup, a->ln2 + rows * H, w->wup, N, H, F, p);
+    lora_backward(m, l, LORA_GATE, slot, a->ln2 + rows * H, b->dgate, b->dln, N);
+    lora_backward(m, l, LORA_UP, slot, a->ln2 + rows * H, b->dup, b->dln, N);
     OP(d, rmsnorm_backward, b->dx, gw->ln2, b->dln, a->x_mid + rows * H, w->ln2, a->ln2_rstd + rows, N, H);
 
     // attention
     OP(d, zero, b->datt, (size_t)N * Q * fl);
     OP(d, matmul_backward, b->datt, gw->wo, b->dx, a->att + rows * Q, w->wo, N, Q, H, p);
+    lora_backward(m, l, LORA_O, slot, a->att + rows * Q, b->dx, b->datt, N);
     OP(d, zero, b->dq, (size_t)N * Q * fl);
     OP(d, zero, b->dk, (size_t)N * KV * fl);
     OP(d, zero, b->dv, (size_t)N * KV * fl);
@@ -315,6 +413,9 @@ static void block_backward(Model *m, const Pass *ps, int l, int slot) {
     OP(d, matmul_backward, b->dln, gw->wq, b->dq_raw, a->ln1 + rows * H, w->wq, N, H, Q, p);
     OP(d, matmul_backward, b->dln, gw->wk, b->dk_raw, a->ln1 + rows * H, w->wk, N, H, KV, p);
     OP(d, matmul_backward, b->dln, gw->wv, b->dv, a->ln1 + rows * H, w->wv, N, H, KV, p);
+    lora_backward(m, l, LORA_Q, slot, a->ln1 + rows * H, b->dq_raw, b->dln, N);
+    lora_backward(m, l, LORA_K, slot, a->ln1 + rows * H, b->dk_raw, b->dln, N);
+    lora_backward(m, l, LORA_V, slot, a->ln1 + rows * H, b->dv, b->dln, N);
     OP(d, rmsnorm_backward, b->dx, gw->ln1, b->dln, layer_input(m, l), w->ln1, a->ln1_rstd + rows, N, H);
 }
 
@@ -354,7 +455,7 @@ static double run(Model *m, const ModelInput *in, int backward, float grad_scale
             if (m->opt.recompute && l < L - 1) block_forward(m, &ps, l, 0, layer_input(m, l), NULL);
             block_backward(m, &ps, l, slot_of(m, l));
         }
-        OP(d, embedding_backward, m->g.embed, m->bw.dx, m->tokens, N, H, c->pad_id);
+        if (m->g.embed) OP(d, embedding_backward, m->g.embed, m->bw.dx, m->tokens, N, H, c->pad_id);
     }
     if (count) *count = counted;
     return loss;

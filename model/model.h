@@ -6,6 +6,7 @@
 #pragma once
 #include <stdio.h>
 #include "backend.h"
+#include "lora.h"
 
 // One batch of B rows of T tokens, in host memory. targets[n] < 0 means "no
 // loss here"; pos (per-token position ids) and seg (packed-example ids) may
@@ -52,6 +53,7 @@ typedef struct {
     float *dln;         // [N,H]
     float *dq, *dk, *dv, *dq_raw, *dk_raw, *datt;
     float *dgate, *dup, *dact;
+    float *dlora_u;     // [N, r]: an adapter's gradient between B and A
 } BackwardBuffers;
 
 typedef struct {
@@ -65,6 +67,14 @@ typedef struct {
     float *grad_out;            // where the backward writes: grads, or the buffer of model_use_grads
     ParamViews g;               // views of grad_out
     RopeTable rope;
+    // A LoRA adapter (model_use_lora), NULL when none. With one, a training
+    // plan computes the adapter's gradients only (the base is frozen): grads
+    // and grad_out are laid out by lora_tt, and the base's views g are NULL.
+    const LoraConfig *lora;
+    const TensorTable *lora_tt;
+    LoraViews la, lg;           // the adapter's weights (device memory, the caller's) and its gradients
+    float *lora_u;              // [slots][LORA_N_TARGETS][B*T, r]: (alpha/r) x A^T, kept for dB
+    float *lora_out;            // [B*T, widest projection]: (alpha/r) x A^T B^T before it is added
     // The plan (model_plan / model_plan_cache).
     int B, T, training;
     int cache_len, n_past;      // KV cache: capacity in positions (0 = no cache) and positions held
@@ -94,11 +104,18 @@ void model_free(Model *m);
 // Points the views at other weights laid out by the same table (QAT's
 // fake-quantized weights, int4 inference).
 void model_use_weights(Model *m, float *weights);
+// Attaches an adapter (configuration and table: the caller's, they outlive the
+// model) over `weights` (device memory laid out by tt). Before model_plan; a
+// later call with the same configuration only moves the views.
+void model_use_lora(Model *m, const LoraConfig *lc, const TensorTable *tt, float *weights);
 void model_zero_grads(Model *m);
-// Points the gradient output at another buffer laid out by the table (device
+// Points the gradient output at another buffer laid out by the table (the
+// adapter's with LoRA: model_grad_table) (device
 // memory; NULL: the model's own). A trainer uses it to keep micro-batches'
 // gradients apart.
 void model_use_grads(Model *m, float *grads);
+// The table the gradients are laid out by: the adapter's with LoRA, else the model's.
+static inline const TensorTable *model_grad_table(const Model *m) { return m->lora ? m->lora_tt : m->tt; }
 
 // Forward only. Returns the SUM of the per-token losses over counted targets
 // (0 when targets is NULL) and their number in *count. logits_out [N,V]

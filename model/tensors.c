@@ -23,6 +23,11 @@ static void add(TensorTable *tt, TensorKind kind, int layer, const char *name, i
     t->flags = flags;
 }
 
+void tensor_table_add(TensorTable *tt, TensorKind kind, int layer, const char *name, int64_t d0, int64_t d1,
+                      unsigned flags) {
+    add(tt, kind, layer, name, d0, d1, flags);
+}
+
 void tensor_table_build(TensorTable *tt, const ModelConfig *c) {
     int cap = 3 + c->n_layer * 11;
     tt->t = xcalloc(cap, sizeof(TensorInfo), "tensor table");

@@ -38,6 +38,10 @@ typedef struct {
 
 void tensor_table_build(TensorTable *tt, const ModelConfig *c);
 void tensor_table_free(TensorTable *tt);
+// Appends a tensor (d1 = 0: 1-D) after the last, 64-byte aligned; the table
+// must have room (other tables than the model's: model/lora.c).
+void tensor_table_add(TensorTable *tt, TensorKind kind, int layer, const char *name, int64_t d0, int64_t d1,
+                      unsigned flags);
 // The part of the table inside the floats [lo, hi) of a flat buffer, as a
 // table of its own whose offsets count from lo (total = hi - lo): each
 // tensor that overlaps the range, cut to the overlap (1-D, same name and

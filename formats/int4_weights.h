@@ -1,0 +1,21 @@
+// int4_weights.h: the int4 model a checkpoint deploys as: its int4 state
+// (the checkpoint's QAT scales, else round-to-nearest from its float weights)
+// and the weights that state makes, which `--int4` inference, the exporters
+// and QLoRA training (the frozen base) all run on.
+#pragma once
+#include "../model/bundle.h"
+#include "../qat/qat.h"
+
+// The default deployment spec for a config: group 64, asymmetric, and the
+// embedding quantized when it is also the (tied) lm_head.
+void int4_default_spec(const ModelConfig *c, QuantSpec *spec, int *quant_embedding);
+// The int4 state the model deploys with: the checkpoint's QAT state (its own
+// grid), else RTN of its float weights with rtn_spec (NULL = int4_default_spec).
+// *from_qat says which. On failure q is freed.
+int int4_load_state(const ModelBundle *b, const char *ckpt_path, const QuantSpec *rtn_spec, QatState *q,
+                    int *from_qat, PtError *e);
+// out (b->tt.total floats, host memory) = the weights the deployed int4
+// model runs: every quantized tensor dequantized, an untied embedding left
+// in float rounded to bf16 as the packages store it, the rest as in b.
+// Computed on the CPU with `threads` threads (0: all).
+void int4_weights(const QatState *q, const ModelBundle *b, int threads, float *out);

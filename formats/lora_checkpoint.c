@@ -1,0 +1,102 @@
+// lora_checkpoint.c: adapter checkpoints and the base hash (lora_checkpoint.h).
+#include "lora_checkpoint.h"
+#include <string.h>
+#include "../data/sha256.h"
+#include "checkpoint_parts.h"
+
+void lora_base_hash(const TensorTable *tt, const float *weights, char hex[65]) {
+    Sha256 s;
+    sha256_init(&s);
+    for (int i = 0; i < tt->n; i++) {
+        const TensorInfo *t = &tt->t[i];
+        sha256_update(&s, t->name, strlen(t->name) + 1);
+        sha256_update(&s, weights + t->offset, t->numel * sizeof(float));   // little-endian hosts only
+    }
+    uint8_t d[32];
+    sha256_final(&s, d);
+    for (int i = 0; i < 32; i++) snprintf(hex + 2 * i, 3, "%02x", d[i]);
+}
+
+static int write_attrs(hid_t f, const LoraAdapter *a) {
+    hid_t g = h5_create_group(f, "lora");
+    if (g < 0) return -1;
+    char targets[64];
+    lora_targets_format(a->cfg.targets, targets, sizeof targets);
+    int rc = h5_write_attr(g, "rank", H5T_NATIVE_INT, &a->cfg.rank, 1) ||
+             h5_write_attr(g, "alpha", H5T_NATIVE_FLOAT, &a->cfg.alpha, 1) ||
+             h5_write_attr(g, "dropout", H5T_NATIVE_FLOAT, &a->cfg.dropout, 1) ||
+             h5_write_str_attr(g, "targets", targets) || h5_write_str_attr(g, "base", a->base_int4 ? "int4" : "fp32") ||
+             h5_write_str_attr(g, "base_sha256", a->base_sha256);
+    H5Gclose(g);
+    return rc ? -1 : 0;
+}
+
+int lora_checkpoint_save(const char *path, const LoraAdapter *a, const MomentSource *moments, const TrainState *st,
+                         PtError *e) {
+    H5Output out;
+    if (h5_output_create(&out, path, e)) return -1;
+    int rc = write_attrs(out.file, a) || checkpoint_write_tensors(out.file, "params", &a->tt, a->params, NULL, 0) ||
+             (st && checkpoint_write_train_state(out.file, moments, &a->tt, st));
+    if (rc) {
+        h5_output_abort(&out);
+        return pt_fail(e, "%s: writing the adapter failed (disk full or not writable?)", path);
+    }
+    return h5_output_commit(&out, e);
+}
+
+// A string attribute into buf; fails when longer than the buffer.
+static int read_str(hid_t g, const char *name, char *buf, size_t cap, const char *path, PtError *e) {
+    char *s;
+    if (h5_read_str_attr(g, name, &s, path, e)) return -1;
+    int rc = strlen(s) < cap ? 0 : pt_fail(e, "%s: attribute '%s' of /lora is over %zu bytes", path, name, cap - 1);
+    if (!rc) strcpy(buf, s);
+    free(s);
+    return rc;
+}
+
+int lora_checkpoint_load(const char *path, const ModelConfig *mc, const char *base_hash, const char *base_name,
+                         LoraAdapter *a, PtError *e) {
+    memset(a, 0, sizeof *a);
+    hid_t f = h5_open_read(path, e);
+    if (f < 0) return -1;
+    if (!h5_exists(f, "lora")) {
+        H5Fclose(f);
+        return pt_fail(e, "%s: no /lora group: not a LoRA adapter checkpoint", path);
+    }
+    hid_t g = h5_open_group(f, "lora", path, e);
+    LoraConfig lc = {0};
+    char targets[128], base[16], hash[65];
+    int rc = g < 0 ? -1 : 0;
+    if (!rc)
+        rc = h5_read_attr(g, "rank", H5T_NATIVE_INT, &lc.rank, 1, path, e) ||
+             h5_read_attr(g, "alpha", H5T_NATIVE_FLOAT, &lc.alpha, 1, path, e) ||
+             h5_read_attr(g, "dropout", H5T_NATIVE_FLOAT, &lc.dropout, 1, path, e) ||
+             read_str(g, "targets", targets, sizeof targets, path, e) || read_str(g, "base", base, sizeof base, path, e) ||
+             read_str(g, "base_sha256", hash, sizeof hash, path, e);
+    if (g >= 0) H5Gclose(g);
+    if (!rc) rc = lora_targets_parse(targets, &lc.targets, path, e) || lora_config_check(&lc, path, e);
+    if (!rc && strcmp(base, "fp32") && strcmp(base, "int4"))
+        rc = pt_fail(e, "%s: /lora base '%s' is not fp32 or int4", path, base);
+    if (!rc && base_hash && strcmp(hash, base_hash))
+        rc = pt_fail(e, "%s: trained on the base with sha256 %s, but %s is %s (an adapter applies only to its own base)",
+                     path, hash, base_name, base_hash);
+    if (!rc) {
+        lora_adapter_alloc(a, mc, &lc);
+        strcpy(a->base_sha256, hash);
+        a->base_int4 = !strcmp(base, "int4");
+        rc = checkpoint_read_tensors(f, "params", &a->tt, a->params, path, e);
+    }
+    H5Fclose(f);
+    if (rc) lora_adapter_free(a);
+    return rc ? -1 : 0;
+}
+
+int lora_checkpoint_is(const char *path) {
+    if (!h5_is_file(path)) return 0;
+    PtError e;
+    hid_t f = h5_open_read(path, &e);
+    if (f < 0) return 0;
+    int yes = h5_exists(f, "lora") > 0;
+    H5Fclose(f);
+    return yes;
+}

