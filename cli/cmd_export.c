@@ -8,6 +8,7 @@
 #include "../export/mnn_export.h"
 #include "../data/chat.h"
 #include "commands.h"
+#include "export_lora.h"
 #include "open_model.h"
 
 typedef struct {
@@ -18,7 +19,8 @@ typedef struct {
     const char *graph;   // mnn graph form: "fused" (default) or "plain"
     const char *memory;  // mnn config.json "memory": "low" (default) or "normal"
     const char *sampler; // mnn config.json sampling: "mixed" (default) or "greedy"
-    int force;
+    const char *lora;    // an adapter checkpoint: export it (cli/export_lora.h)
+    int force, merge;
 } ExportOptions;
 
 // Each format gets the checkpoint opened as `pocket forward` opens it; with
@@ -37,6 +39,8 @@ static int export_hf(const OpenModel *om, const ExportOptions *o, PtError *e) {
 static int export_gguf(const OpenModel *om, const ExportOptions *o, PtError *e) {
     if (o->dtype) return pt_fail(e, "--dtype is for hf; gguf takes --quant f32|f16|bf16|q8_0|q4_0|q4_1");
     if (!om) return 0;
+    LoraExportArgs la = {o->lora, "gguf", o->out, o->quant, 0, o->force, NULL};
+    if (o->lora) return export_lora(om, o->ckpt, &la, e);
     GgufExportStats st;
     const char *quant = o->quant ? o->quant : "f16";
     const QatState *q = om->int4 ? &om->q : NULL;
@@ -60,6 +64,8 @@ static int export_gguf(const OpenModel *om, const ExportOptions *o, PtError *e) 
 }
 
 static int export_mnn(const OpenModel *om, const ExportOptions *o, PtError *e) {
+    if (o->lora && !o->merge && (o->graph || o->memory || o->sampler))
+        return pt_fail(e, "--graph, --memory and --sampler are the base package's: lora.mnn follows the package in --out");
     if (o->dtype || o->quant) return pt_fail(e, "--dtype and --quant are not for mnn: it is always int4 (group of the checkpoint's QAT state, else 64)");
     const char *graph = o->graph ? o->graph : "fused", *memory = o->memory ? o->memory : "low";
     if (strcmp(graph, "fused") != 0 && strcmp(graph, "plain") != 0)
@@ -73,6 +79,8 @@ static int export_mnn(const OpenModel *om, const ExportOptions *o, PtError *e) {
     if (!om) return 0;
     MnnExportOptions mo = {.fused = strcmp(graph, "fused") == 0, .memory = memory, .force = o->force,
                            .greedy = !strcmp(sampler, "greedy")};
+    LoraExportArgs la = {o->lora, "mnn", o->out, NULL, o->merge, o->force, &mo};
+    if (o->lora) return export_lora(om, o->ckpt, &la, e);
     MnnExportStats st;
     int rc = mnn_export(&om->b, q, o->out, &mo, &st, e);
     if (rc == 0)
@@ -102,7 +110,8 @@ static const struct {
 
 static void help(FILE *f) {
     fprintf(f, "usage: pocket export --ckpt CKPT.h5 --format FORMAT --out PATH [--dtype f32|bf16] [--quant Q]\n"
-                 "                     [--graph fused|plain] [--memory low|normal] [--sampler mixed|greedy] [--force]\n\n");
+                 "                     [--graph fused|plain] [--memory low|normal] [--sampler mixed|greedy] [--force]\n"
+                 "                     [--lora ADAPTER.h5 [--merge]]\n\n");
     for (int i = 0; i < N_FORMATS; i++)
         fprintf(f, "  --format %-5s %s\n", FORMATS[i].name, FORMATS[i].what);
     fprintf(f,
@@ -127,7 +136,13 @@ static void help(FILE *f) {
             "  --sampler S      mnn config.json sampling: mixed (default, as MNN's exporter: temperature 0.8,\n"
             "                   top_k 40, top_p 0.9, min_p 0.05) or greedy (the most likely token, as\n"
             "                   `pocket generate` does by default)\n"
-            "  --force          replace an existing non-empty output directory\n");
+            "  --force          replace an existing non-empty output directory\n"
+            "  --lora ADAPTER   export a LoRA adapter checkpoint trained on CKPT instead (mnn, gguf):\n"
+            "                   mnn: lora.mnn for MNN's Llm::create_lora, written into the base package\n"
+            "                   --out DIR made by --format mnn from CKPT (or --out DIR/NAME.mnn); gguf: a\n"
+            "                   llama.cpp adapter file (--quant f32, the default, or f16) for the GGUF base\n"
+            "  --merge          with --lora and mnn: a whole package with the adapter folded into the\n"
+            "                   weights (the adapted projections get a new RTN int4 grid)\n");
 }
 
 // Every export carries the chat template training and `pocket generate` use:
@@ -172,6 +187,10 @@ int cmd_export(int argc, char **argv) {
             o.memory = v;
         } else if ((v = arg_value(argc, argv, &i, "--sampler"))) {
             o.sampler = v;
+        } else if ((v = arg_value(argc, argv, &i, "--lora"))) {
+            o.lora = v;
+        } else if (!strcmp(argv[i], "--merge")) {
+            o.merge = 1;
         } else if (!strcmp(argv[i], "--force")) {
             o.force = 1;
         } else {
@@ -187,6 +206,11 @@ int cmd_export(int argc, char **argv) {
     while (f < N_FORMATS && strcmp(FORMATS[f].name, format) != 0) f++;
     if (f == N_FORMATS) {
         fprintf(stderr, "pocket export: unknown format '%s' (known: hf, mnn, gguf)\n", format);
+        return 1;
+    }
+    if ((o.lora && strcmp(format, "mnn") && strcmp(format, "gguf")) || (o.merge && (!o.lora || strcmp(format, "mnn")))) {
+        fprintf(stderr, "pocket export: %s\n", o.merge ? "--merge needs --lora and --format mnn"
+                                                      : "--lora exports to mnn or gguf");
         return 1;
     }
     if (o.quant && gguf_quant_type(o.quant) < 0) {

@@ -11,7 +11,7 @@
 #pragma once
 #include "../model/bundle.h"
 #include "../qat/qat.h"
-#include "../formats/lora_view.h"
+#include "../model/lora_view.h"
 #include "mnn_weights.h"
 
 typedef struct {

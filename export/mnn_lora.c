@@ -133,22 +133,31 @@ done:
 }
 
 int mnn_lora_merge(const ModelBundle *b, const QatState *q, const float *int4_weights, const LoraWeightsView *v,
-                   const char *dir, const MnnExportOptions *o, MnnExportStats *st, int64_t *codes_changed,
-                   int64_t *codes_total, PtError *e) {
+                   const char *dir, const MnnExportOptions *o, MnnExportStats *st, MnnMergeStats *ms, PtError *e) {
+    memset(ms, 0, sizeof *ms);
     if (lora_view_check(v, b, "the adapter", e)) return -1;
     if (v->int4_base && !int4_weights) return pt_fail(e, "the adapter was trained on the int4 base: its weights are needed");
     // The merged model: a copy of the bundle sharing everything but the weights.
     ModelBundle m = *b;
     m.params = xaligned(b->tt.total * sizeof(float), "merged weights");
     memcpy(m.params, b->params, b->tt.total * sizeof(float));
+    for (int l = 0; l < v->n_layer; l++)
+        for (int t = 0; t < LORA_VIEW_TARGETS; t++) {
+            const TensorInfo *ti = &b->tt.t[lora_view_row(&b->tt, l, t)];
+            if (((v->targets >> t) & 1) && v->int4_base)
+                memcpy(m.params + ti->offset, int4_weights + ti->offset, ti->numel * sizeof(float));
+        }
+    lora_view_merge(v, &b->tt, m.params);
+    // The base grid, but a group with a merged weight beyond its range gets
+    // RTN's grid of its merged weights instead of clamping it.
     QatState mq = *q;
     mq.scale = xmalloc(q->total * sizeof(float), "merged scales");
     mq.zero = xmalloc(q->total * sizeof(float), "merged zero points");
     memcpy(mq.scale, q->scale, q->total * sizeof(float));
     memcpy(mq.zero, q->zero, q->total * sizeof(float));
-    mq.codes = NULL;   // frozen codes would pin the old grid
     int rc = 0;
-    *codes_changed = *codes_total = 0;
+    const int64_t G = q->spec.group;
+    const int lo = q->spec.symmetric ? 1 : 0;
     for (int l = 0; l < v->n_layer && rc == 0; l++)
         for (int t = 0; t < LORA_VIEW_TARGETS && rc == 0; t++) {
             if (!((v->targets >> t) & 1)) continue;
@@ -159,32 +168,30 @@ int mnn_lora_merge(const ModelBundle *b, const QatState *q, const float *int4_we
                 rc = pt_fail(e, "%s: not in the int4 state", ti->name);
                 break;
             }
-            if (v->int4_base) memcpy(m.params + ti->offset, int4_weights + ti->offset, ti->numel * sizeof(float));
-        }
-    if (rc == 0) lora_view_merge(v, &b->tt, m.params);
-    for (int l = 0; l < v->n_layer && rc == 0; l++)
-        for (int t = 0; t < LORA_VIEW_TARGETS && rc == 0; t++) {
-            if (!((v->targets >> t) & 1)) continue;
-            int row = lora_view_row(&b->tt, l, t);
-            const TensorInfo *ti = &b->tt.t[row];
-            const QatTensor *qt = qat_find(q, row);
             int64_t rows = ti->shape[0], cols = ti->shape[1];
-            rc = quant_init_rtn(&q->spec, m.params + ti->offset, rows, cols, mq.scale + qt->offset, mq.zero + qt->offset,
-                                ti->name, e);
-            if (rc) break;
+            float *scale = mq.scale + qt->offset, *zero = mq.zero + qt->offset;
+            const float *w = m.params + ti->offset;
+            for (int64_t g = 0; g < rows * (cols / G) && rc == 0; g++) {
+                const float *x = w + g / (cols / G) * cols + g % (cols / G) * G;
+                int out = 0;   // a group of scale 0 holds one value: any other is beyond it
+                for (int64_t i = 0; i < G; i++)
+                    out |= scale[g] != 0 ? !quant_inside(quant_rounded(x[i], scale[g], zero[g]), lo) : x[i] != zero[g];
+                if (!out) continue;
+                ms->regridded++;
+                rc = quant_init_rtn(&q->spec, x, 1, G, scale + g, q->spec.symmetric ? NULL : zero + g, ti->name, e);
+            }
             uint8_t *before = xmalloc(ti->numel, "base codes"), *after = xmalloc(ti->numel, "merged codes");
-            const float *w0 = q->codes ? NULL : b->params + ti->offset;
-            if (q->codes) memcpy(before, q->codes + qt->offset * q->spec.group, ti->numel);
-            else quant_codes(&q->spec, w0, rows, cols, q->scale + qt->offset, q->zero + qt->offset, before);
-            quant_codes(&q->spec, m.params + ti->offset, rows, cols, mq.scale + qt->offset, mq.zero + qt->offset, after);
-            for (size_t i = 0; i < ti->numel; i++) *codes_changed += before[i] != after[i];
-            *codes_total += (int64_t)ti->numel;
+            quant_codes(&q->spec, b->params + ti->offset, rows, cols, q->scale + qt->offset, q->zero + qt->offset, before);
+            quant_codes(&q->spec, w, rows, cols, scale, zero, after);
+            for (size_t i = 0; i < ti->numel; i++) ms->changed += before[i] != after[i];
+            ms->total += (int64_t)ti->numel;
+            ms->groups += (int64_t)qt->n_groups;
             free(before);
             free(after);
         }
     if (rc == 0) rc = mnn_export(&m, &mq, dir, o, st, e);
-    free(m.params);
     free(mq.scale);
     free(mq.zero);
+    free(m.params);
     return rc;
 }

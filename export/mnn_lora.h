@@ -48,12 +48,21 @@ int mnn_lora_export(const ModelBundle *b, const QatState *q, const LoraWeightsVi
 // --merge: a whole package (mnn_export) with the adapter folded into the
 // weights. Each targeted projection becomes W' = W0 + (alpha / r) B A, W0 the
 // weights the adapter was trained on (int4_weights, the base's dequantized
-// int4 weights, for an int4_base adapter; else the float weights), and gets
-// a new int4 grid: round-to-nearest on W' with the base's group size and
-// symmetry (its fp16 scale and zero from W' per row and group, so an update
-// that widens a group's range is not clipped). Every other tensor keeps the
-// base's codes, scales and zero points. *codes_changed / *codes_total count
-// the adapted projections' codes that differ from the base's.
+// int4 weights, for an int4_base adapter; else the float weights), and its
+// codes are re-derived on the base's own int4 grid: quant_codes(W') with the
+// base's fp16 scale and zero point per (row, group), kept, except in a group
+// where some merged weight lies beyond the grid's range (its rounded position
+// outside the codes): that group gets RTN's scale and zero of its merged
+// weights rather than clamping them. Why: an update under half a step leaves
+// the code as it was whatever the grid, and a new grid for every group would
+// also move the base's own rounding (measured in the README); only an update
+// the grid cannot hold at all needs a wider one. So an int4 merge keeps the
+// part of the adapter that crosses rounding boundaries; lora.mnn keeps all.
+typedef struct {
+    int64_t total;       // weights of the adapted projections
+    int64_t changed;     // of them, codes that differ from the base package's
+    int64_t groups;      // (row, group) grids of the adapted projections
+    int64_t regridded;   // of them, widened to RTN's because a merged weight was beyond the base's range
+} MnnMergeStats;
 int mnn_lora_merge(const ModelBundle *b, const QatState *q, const float *int4_weights, const LoraWeightsView *v,
-                   const char *dir, const MnnExportOptions *o, MnnExportStats *st, int64_t *codes_changed,
-                   int64_t *codes_total, PtError *e);
+                   const char *dir, const MnnExportOptions *o, MnnExportStats *st, MnnMergeStats *ms, PtError *e);

@@ -18,7 +18,7 @@
 // interleaved RoPE (gguf_names.h), so lora_b's rows of q and k are permuted
 // the same way. Tensors are F32 or F16 (type).
 #pragma once
-#include "lora_view.h"
+#include "../model/lora_view.h"
 
 typedef struct {
     int n_tensors;

@@ -4,11 +4,12 @@
 // y = x W^T becomes
 //     y = x W^T + (alpha / rank) * (x A^T) B^T,    A [rank, in], B [out, rank]
 // both row-major. Target index t (0..6) is q, k, v, o, gate, up, down: the
-// order model/lora.h and the adapter checkpoints use.
+// order of model/lora.h (lora_target_name) and the adapter checkpoints.
 #pragma once
-#include "../model/bundle.h"
+#include "bundle.h"
+#include "lora.h"
 
-#define LORA_VIEW_TARGETS 7
+#define LORA_VIEW_TARGETS LORA_N_TARGETS
 
 typedef struct {
     int rank;
@@ -21,9 +22,8 @@ typedef struct {
     const float *b[MAX_LAYERS][LORA_VIEW_TARGETS];
 } LoraWeightsView;
 
-// The tensor kind (T_WQ ..) and the short name ("q" ..) of target t.
+// The tensor kind (T_WQ ..) of target t.
 TensorKind lora_view_kind(int t);
-const char *lora_view_name(int t);
 // The base's tensor-table row adapted by (layer, target t); -1 when none.
 int lora_view_row(const TensorTable *tt, int layer, int t);
 // The adapter fits this base: rank >= 1, alpha finite, the base's layer

@@ -5,10 +5,8 @@
 #include <stdlib.h>
 
 static const TensorKind KINDS[LORA_VIEW_TARGETS] = {T_WQ, T_WK, T_WV, T_WO, T_WGATE, T_WUP, T_WDOWN};
-static const char *const NAMES[LORA_VIEW_TARGETS] = {"q", "k", "v", "o", "gate", "up", "down"};
 
 TensorKind lora_view_kind(int t) { return KINDS[t]; }
-const char *lora_view_name(int t) { return NAMES[t]; }
 
 int lora_view_row(const TensorTable *tt, int layer, int t) {
     for (int i = 0; i < tt->n; i++)
@@ -31,25 +29,26 @@ int lora_view_check(const LoraWeightsView *v, const ModelBundle *b, const char *
     if (v->n_layer != c->n_layer)
         return pt_fail(e, "%s: %d layers, the base has %d (an adapter for another base)", src, v->n_layer, c->n_layer);
     for (int t = 0; t < LORA_VIEW_TARGETS; t++) {
+        const char *nm = lora_target_name(t);
         int on = (v->targets >> t) & 1;
         int row = lora_view_row(&b->tt, 0, t);
-        if (on && row < 0) return pt_fail(e, "%s: targets %s, which the base does not have", src, NAMES[t]);
+        if (on && row < 0) return pt_fail(e, "%s: targets %s, which the base does not have", src, nm);
         if (on && (v->out[t] != b->tt.t[row].shape[0] || v->in[t] != b->tt.t[row].shape[1]))
             return pt_fail(e, "%s: %s_proj adapter is [%lld, %lld] (out, in), the base's projection is [%lld, %lld]",
-                           src, NAMES[t], (long long)v->out[t], (long long)v->in[t], (long long)b->tt.t[row].shape[0],
+                           src, nm, (long long)v->out[t], (long long)v->in[t], (long long)b->tt.t[row].shape[0],
                            (long long)b->tt.t[row].shape[1]);
         for (int l = 0; l < c->n_layer; l++) {
             if (!on) {
                 if (v->a[l][t] || v->b[l][t])
-                    return pt_fail(e, "%s: layer %d has %s_proj weights but %s is not a target", src, l, NAMES[t], NAMES[t]);
+                    return pt_fail(e, "%s: layer %d has %s_proj weights but %s is not a target", src, l, nm, nm);
                 continue;
             }
             if (!v->a[l][t] || !v->b[l][t])
-                return pt_fail(e, "%s: layer %d %s_proj lacks its lora_%s", src, l, NAMES[t], v->a[l][t] ? "B" : "A");
+                return pt_fail(e, "%s: layer %d %s_proj lacks its lora_%s", src, l, nm, v->a[l][t] ? "B" : "A");
             int bad = first_bad(v->a[l][t], (size_t)v->rank * (size_t)v->in[t]);
-            if (bad >= 0) return pt_fail(e, "%s: layer %d %s_proj lora_A value %d is not finite", src, l, NAMES[t], bad);
+            if (bad >= 0) return pt_fail(e, "%s: layer %d %s_proj lora_A value %d is not finite", src, l, nm, bad);
             bad = first_bad(v->b[l][t], (size_t)v->out[t] * (size_t)v->rank);
-            if (bad >= 0) return pt_fail(e, "%s: layer %d %s_proj lora_B value %d is not finite", src, l, NAMES[t], bad);
+            if (bad >= 0) return pt_fail(e, "%s: layer %d %s_proj lora_B value %d is not finite", src, l, nm, bad);
         }
     }
     return 0;
