@@ -5,6 +5,7 @@
 #include <string.h>
 #include "../formats/gguf_writer.h"
 #include "../formats/hf_export.h"
+#include "../formats/lora_peft.h"
 #include "../export/mnn_export.h"
 #include "../data/chat.h"
 #include "commands.h"
@@ -19,7 +20,7 @@ typedef struct {
     const char *graph;   // mnn graph form: "fused" (default) or "plain"
     const char *memory;  // mnn config.json "memory": "low" (default) or "normal"
     const char *sampler; // mnn config.json sampling: "mixed" (default) or "greedy"
-    const char *lora;    // an adapter checkpoint: export it (cli/export_lora.h)
+    const char *lora;    // an adapter checkpoint: peft, or for the runtimes cli/export_lora.h (mnn, gguf)
     int force, merge;
 } ExportOptions;
 
@@ -40,7 +41,7 @@ static int export_gguf(const OpenModel *om, const ExportOptions *o, PtError *e) 
     if (o->dtype) return pt_fail(e, "--dtype is for hf; gguf takes --quant f32|f16|bf16|q8_0|q4_0|q4_1");
     if (!om) return 0;
     LoraExportArgs la = {o->lora, "gguf", o->out, o->quant, 0, o->force, NULL};
-    if (o->lora) return export_lora(om, o->ckpt, &la, e);
+    if (o->lora) return export_lora(om, &la, e);
     GgufExportStats st;
     const char *quant = o->quant ? o->quant : "f16";
     const QatState *q = om->int4 ? &om->q : NULL;
@@ -80,7 +81,7 @@ static int export_mnn(const OpenModel *om, const ExportOptions *o, PtError *e) {
     MnnExportOptions mo = {.fused = strcmp(graph, "fused") == 0, .memory = memory, .force = o->force,
                            .greedy = !strcmp(sampler, "greedy")};
     LoraExportArgs la = {o->lora, "mnn", o->out, NULL, o->merge, o->force, &mo};
-    if (o->lora) return export_lora(om, o->ckpt, &la, e);
+    if (o->lora) return export_lora(om, &la, e);
     MnnExportStats st;
     int rc = mnn_export(&om->b, q, o->out, &mo, &st, e);
     if (rc == 0)
@@ -97,6 +98,18 @@ static int export_mnn(const OpenModel *om, const ExportOptions *o, PtError *e) {
     return rc;
 }
 
+static int export_peft(const OpenModel *om, const ExportOptions *o, PtError *e) {
+    if (!o->lora) return pt_fail(e, "--format peft writes an adapter: give --lora ADAPTER.h5");
+    if (o->dtype || o->quant) return pt_fail(e, "--dtype and --quant are not for peft: the adapter is written in f32");
+    if (!om) return 0;
+    int rc = lora_peft_export(&om->ad, o->out, o->ckpt, o->force, e);
+    if (rc == 0)
+        printf("%s: adapter_config.json, adapter_model.safetensors (%d tensors, r=%d, alpha=%g)%s\n", o->out,
+               om->ad.tt.n, om->ad.cfg.rank, om->ad.cfg.alpha,
+               om->ad.base_int4 ? "; trained on the int4 model: PEFT applies it to the float base it is given" : "");
+    return rc;
+}
+
 static const struct {
     const char *name;
     ExportFn run;
@@ -105,6 +118,7 @@ static const struct {
     {"hf", export_hf, "Hugging Face directory: config.json, model.safetensors, tokenizer files"},
     {"mnn", export_mnn, "MNN INT4 package for MNN's LLM runtime (llm.mnn, llm.mnn.weight, configs, tokenizer.mtok)"},
     {"gguf", export_gguf, "GGUF file for llama.cpp (qwen3; llama for Llama-style models)"},
+    {"peft", export_peft, "with --lora ADAPTER.h5: PEFT adapter folder (adapter_config.json, adapter_model.safetensors)"},
 };
 #define N_FORMATS (int)(sizeof FORMATS / sizeof FORMATS[0])
 
@@ -136,13 +150,14 @@ static void help(FILE *f) {
             "  --sampler S      mnn config.json sampling: mixed (default, as MNN's exporter: temperature 0.8,\n"
             "                   top_k 40, top_p 0.9, min_p 0.05) or greedy (the most likely token, as\n"
             "                   `pocket generate` does by default)\n"
-            "  --force          replace an existing non-empty output directory\n"
-            "  --lora ADAPTER   export a LoRA adapter checkpoint trained on CKPT instead (mnn, gguf):\n"
-            "                   mnn: lora.mnn for MNN's Llm::create_lora, written into the base package\n"
-            "                   --out DIR made by --format mnn from CKPT (or --out DIR/NAME.mnn); gguf: a\n"
-            "                   llama.cpp adapter file (--quant f32, the default, or f16) for the GGUF base\n"
+            "  --lora ADAPTER   the adapter checkpoint to export (it must be CKPT's: its base hash) as\n"
+            "                   peft: a PEFT folder; mnn: lora.mnn for MNN's Llm::create_lora, written into\n"
+            "                   the package --out DIR made by --format mnn from CKPT (or --out DIR/NAME.mnn;\n"
+            "                   a QLoRA adapter: MNN runs the int4 model); gguf: a llama.cpp adapter file\n"
+            "                   (--quant f32, the default, or f16) for any GGUF of CKPT\n"
             "  --merge          with --lora and mnn: a whole package with the adapter folded into the\n"
-            "                   weights (the adapted projections get a new RTN int4 grid)\n");
+            "                   weights (codes re-derived on the base's int4 grid, see the README)\n"
+            "  --force          replace an existing non-empty output directory\n");
 }
 
 // Every export carries the chat template training and `pocket generate` use:
@@ -205,12 +220,7 @@ int cmd_export(int argc, char **argv) {
     int f = 0;
     while (f < N_FORMATS && strcmp(FORMATS[f].name, format) != 0) f++;
     if (f == N_FORMATS) {
-        fprintf(stderr, "pocket export: unknown format '%s' (known: hf, mnn, gguf)\n", format);
-        return 1;
-    }
-    if ((o.lora && strcmp(format, "mnn") && strcmp(format, "gguf")) || (o.merge && (!o.lora || strcmp(format, "mnn")))) {
-        fprintf(stderr, "pocket export: %s\n", o.merge ? "--merge needs --lora and --format mnn"
-                                                      : "--lora exports to mnn or gguf");
+        fprintf(stderr, "pocket export: unknown format '%s' (known: hf, mnn, gguf, peft)\n", format);
         return 1;
     }
     if (o.quant && gguf_quant_type(o.quant) < 0) {
@@ -222,6 +232,20 @@ int cmd_export(int argc, char **argv) {
     const int q4_0 = o.quant && !strcmp(o.quant, "q4_0"), q4_1 = o.quant && !strcmp(o.quant, "q4_1");
     QuantSpec grid = {QUANT_GROUP_DEFAULT, q4_0};
     OpenOptions oo = {.int4 = !strcmp(format, "mnn") || (!strcmp(format, "gguf") && (q4_0 || q4_1)), .grid = &grid};
+    if ((o.lora && !strcmp(format, "hf")) || (o.merge && (!o.lora || strcmp(format, "mnn")))) {
+        fprintf(stderr, "pocket export: %s\n", o.merge ? "--merge needs --lora and --format mnn"
+                                                      : "--lora exports to peft, mnn or gguf");
+        return 1;
+    }
+    oo.lora = o.lora;
+    if (o.lora) {   // the adapter is checked against the base it was trained on: the int4 one for QLoRA
+        int q = lora_checkpoint_base_int4(o.lora, &err);
+        if (q < 0 || (q == 0 && !strcmp(format, "mnn"))) {
+            fprintf(stderr, "pocket export: %s\n", q < 0 ? err.msg : "--lora with mnn needs a QLoRA adapter ([lora] base = int4): MNN runs the int4 model, and this one was trained on the float weights");
+            return 1;
+        }
+        oo.int4 = q;
+    }
     OpenModel om;
     if (FORMATS[f].run(NULL, &o, &err) || open_model(&om, ckpt, &oo, &err)) {
         fprintf(stderr, "pocket export: %s\n", err.msg);

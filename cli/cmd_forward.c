@@ -11,11 +11,12 @@
 static void help(FILE *f) {
     fprintf(f,
             "usage: pocket forward --ckpt CKPT.h5 --tokens-file F --dump OUT.safetensors [--grad] [--int4]\n"
-            "                      [--matmul fp32|bf16] [--a16 off|bf16|fp16]\n\n"
+            "                      [--matmul fp32|bf16] [--a16 off|bf16|fp16] [--lora ADAPTER]\n\n"
             "Reads N token ids (whitespace-separated) from F and runs the model on all N.\n"
             "Writes to OUT.safetensors: logits [N, vocab] (F32), loss [1] = mean next-token\n"
             "cross-entropy over the first N-1 positions (transformers' labels=input_ids), and\n"
-            "with --grad the gradient of that loss for every parameter under its HF name.\n"
+            "with --grad the gradient of that loss for every parameter under its HF name (with\n"
+            "--lora: of every adapter tensor under its PEFT name; the base is frozen).\n"
             "--int4 runs the int4 weights: the checkpoint's QAT scales, or RTN (group 64,\n"
             "asymmetric) from its float weights; gradients are then those of the dequantized weights.\n\n"
             RUN_FLAGS_HELP);
@@ -107,7 +108,7 @@ int cmd_forward(int argc, char **argv) {
     }
     OP(dev, download, logits, logits_dev, logit_bytes);
     float loss = (float)(sum / count);
-    const TensorTable *tt = &om.b.tt;
+    const TensorTable *tt = model_grad_table(m);   // with --lora: the adapter's (PEFT names)
     if (grad) {   // the gradients on the host, to write
         grads = xmalloc(tt->total * sizeof(float), "gradients");
         OP(dev, download, grads, m->grads, tt->total * sizeof(float));

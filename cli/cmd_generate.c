@@ -12,7 +12,7 @@ static void help(FILE *f) {
     fprintf(f,
             "usage: pocket generate --ckpt CKPT.h5 (--prompt TEXT | --prompt-ids \"ID ID ...\") [--chat [--system TEXT]]\n"
             "                       [--int4] [--max-new N] [--temperature T] [--top-k K] [--top-p P] [--seed S] [--ids]\n"
-            "                       [--matmul fp32|bf16] [--a16 off|bf16|fp16]\n\n"
+            "                       [--matmul fp32|bf16] [--a16 off|bf16|fp16] [--lora ADAPTER]\n\n"
             "Continues the prompt with the checkpoint's model (KV cache: the prompt is read in one\n"
             "pass, then one token per step) and prints the new text to stdout as it is generated.\n"
             "Generation stops after --max-new tokens or at an end token: the config's eos id,\n"

@@ -4,11 +4,14 @@
 #include "../formats/gguf_import.h"
 #include "../formats/hf_import.h"
 #include "../formats/checkpoint.h"
+#include "../formats/lora_peft.h"
+#include "open_model.h"
 #include "commands.h"
 
 static void help(FILE *f) {
     fprintf(f,
-            "usage: pocket import HF_DIR|FILE.gguf --out CKPT.h5\n\n"
+            "usage: pocket import HF_DIR|FILE.gguf --out CKPT.h5\n"
+            "       pocket import PEFT_DIR --base CKPT.h5 [--int4] --out ADAPTER.h5\n\n"
             "Reads a Hugging Face model directory: config.json (model_type qwen3 or llama),\n"
             "model.safetensors or model.safetensors.index.json with its shards (F32, BF16\n"
             "or F16), and tokenizer.json / tokenizer_config.json when present, and writes\n"
@@ -21,6 +24,12 @@ static void help(FILE *f) {
             "zero points), so `--int4` and a re-export use the file's codes; groups whose offset\n"
             "no fp16 zero point reproduces (files not written by pocket) are counted and keep\n"
             "GGUF's d*q + m.\n\n"
+            "A PEFT LoRA folder (adapter_config.json, adapter_model.safetensors) becomes an adapter\n"
+            "checkpoint for --base (the checkpoint of the model it adapts; with --int4 its int4\n"
+            "model, as for a QLoRA adapter): `pocket forward/eval/generate --lora` then run it.\n"
+            "Refused with one line, nothing written: DoRA, rslora, bias other than none,\n"
+            "modules_to_save, layers_to_transform, rank_pattern/alpha_pattern, target modules\n"
+            "other than q/k/v/o/gate/up/down_proj, tensors missing, extra or of another shape.\n\n"
             "  HF_DIR          the model directory\n"
             "  FILE.gguf       a GGUF file\n"
             "  --out CKPT.h5   the checkpoint to write (written atomically)\n");
@@ -41,14 +50,51 @@ static int import_any(const char *src, ModelBundle *b, GgufInt4Import *int4, PtE
     return pt_fail(e, "%s: not an HF model directory or a .gguf file", src);
 }
 
+// A PEFT folder into an adapter checkpoint bound to the base's hash.
+static int import_peft(const char *src, const char *base, int int4, const char *out) {
+    if (!base || !out) {
+        fprintf(stderr, "pocket import: %s: a PEFT adapter needs %s\n", src,
+                !base ? "--base CKPT.h5 (the model it adapts)" : "--out ADAPTER.h5");
+        return 1;
+    }
+    PtError e;
+    OpenModel om;
+    OpenOptions oo = {.int4 = int4};
+    if (open_model(&om, base, &oo, &e)) {
+        fprintf(stderr, "pocket import: %s\n", e.msg);
+        return 1;
+    }
+    LoraAdapter ad;
+    int rc = lora_peft_import(src, &om.b.cfg, &ad, &e);
+    if (rc == 0) {
+        open_model_base_hash(&om, ad.base_sha256);
+        ad.base_int4 = int4;
+        rc = lora_checkpoint_save(out, &ad, NULL, NULL, &e);
+        char targets[64];
+        lora_targets_format(ad.cfg.targets, targets, sizeof targets);
+        if (rc == 0)
+            printf("imported %s -> %s: LoRA r=%d alpha=%g on %s, %d tensors, for %s%s (sha256 %s)\n", src, out,
+                   ad.cfg.rank, ad.cfg.alpha, targets, ad.tt.n, base, int4 ? " (int4)" : "", ad.base_sha256);
+        lora_adapter_free(&ad);
+    }
+    if (rc) fprintf(stderr, "pocket import: %s\n", e.msg);
+    open_model_close(&om);
+    return rc ? 1 : 0;
+}
+
 int cmd_import(int argc, char **argv) {
-    const char *src = NULL, *out = NULL, *v;
+    const char *src = NULL, *out = NULL, *base = NULL, *v;
+    int base_int4 = 0;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
             help(stdout);
             return 0;
         } else if ((v = arg_value(argc, argv, &i, "--out"))) {
             out = v;
+        } else if ((v = arg_value(argc, argv, &i, "--base"))) {
+            base = v;
+        } else if (!strcmp(argv[i], "--int4")) {
+            base_int4 = 1;
         } else if (argv[i][0] == '-') {
             fprintf(stderr, "pocket import: unknown option '%s' (see --help)\n", argv[i]);
             return 1;
@@ -58,6 +104,12 @@ int cmd_import(int argc, char **argv) {
             fprintf(stderr, "pocket import: one source at a time ('%s')\n", argv[i]);
             return 1;
         }
+    }
+    if (src && lora_peft_is_dir(src)) return import_peft(src, base, base_int4, out);
+    if (base || base_int4) {
+        fprintf(stderr, "pocket import: --base and --int4 are for a PEFT adapter folder; %s has no adapter_config.json\n",
+                src ? src : "(no source)");
+        return 1;
     }
     if (!src || !out) {
         fprintf(stderr, "pocket import: %s\n", !src ? "missing HF_DIR or FILE.gguf (see --help)" : "missing --out CKPT.h5");

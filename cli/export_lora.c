@@ -3,7 +3,6 @@
 #include <string.h>
 #include "../export/mnn_lora.h"
 #include "../formats/gguf_lora.h"
-#include "../formats/lora_checkpoint.h"
 
 static void view_of(const LoraAdapter *a, int n_layer, LoraWeightsView *v) {
     memset(v, 0, sizeof *v);
@@ -24,31 +23,8 @@ static void view_of(const LoraAdapter *a, int n_layer, LoraWeightsView *v) {
     }
 }
 
-// The adapter, refused unless trained on ckpt as it runs it.
-static int load_adapter(const OpenModel *om, const char *ckpt, const char *path, LoraAdapter *a, PtError *e) {
-    if (lora_checkpoint_load(path, &om->b.cfg, NULL, NULL, a, e)) return -1;
-    int int4 = a->base_int4;
-    lora_adapter_free(a);
-    const float *weights = om->b.params;
-    float *made = NULL;
-    QatState q;
-    int from_qat;
-    if (int4 && om->int4) weights = om->int4_host;
-    else if (int4) {   // a QLoRA adapter exported for llama.cpp: the hash is of the int4 weights
-        if (int4_load_state(&om->b, ckpt, NULL, &q, &from_qat, e)) return -1;
-        weights = made = xaligned(om->b.tt.total * sizeof(float), "int4 weights");
-        int4_weights(&q, &om->b, 0, made);
-        qat_free(&q);
-    }
-    char hash[65];
-    lora_base_hash(&om->b.tt, weights, hash);
-    free(made);
-    return lora_checkpoint_load(path, &om->b.cfg, hash, ckpt, a, e);
-}
-
-int export_lora(const OpenModel *om, const char *ckpt, const LoraExportArgs *x, PtError *e) {
-    LoraAdapter a;
-    if (load_adapter(om, ckpt, x->adapter, &a, e)) return -1;
+int export_lora(const OpenModel *om, const LoraExportArgs *x, PtError *e) {
+    const LoraAdapter a = om->ad;
     LoraWeightsView *v = xmalloc(sizeof *v, "adapter view");
     view_of(&a, om->b.cfg.n_layer, v);
     char targets[64];
@@ -81,6 +57,5 @@ int export_lora(const OpenModel *om, const char *ckpt, const LoraExportArgs *x, 
                    st.bytes / 1e3);
     }
     free(v);
-    lora_adapter_free(&a);
     return rc;
 }

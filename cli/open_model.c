@@ -12,6 +12,10 @@ int run_flag(int argc, char **argv, int *i, OpenOptions *oo, const char *cmd) {
         oo->device = v;
         return 1;
     }
+    if ((v = arg_value(argc, argv, i, "--lora"))) {
+        oo->lora = v;
+        return 1;
+    }
     if ((v = arg_value(argc, argv, i, "--matmul"))) {
         if (strcmp(v, "fp32") && strcmp(v, "bf16")) {
             fprintf(stderr, "pocket %s: --matmul '%s' is not fp32 or bf16\n", cmd, v);
@@ -55,6 +59,28 @@ static int load_int4(OpenModel *om, const char *ckpt, const OpenOptions *o, PtEr
     return 0;
 }
 
+void open_model_base_hash(const OpenModel *om, char hex[65]) {
+    lora_base_hash(&om->b.tt, om->int4 ? om->int4_host : om->b.params, hex);
+}
+
+// The adapter, checked against the hash of the weights the model runs.
+static int load_lora(OpenModel *om, const char *ckpt, const OpenOptions *o, PtError *e) {
+    char hash[65];
+    open_model_base_hash(om, hash);
+    char base[600];
+    snprintf(base, sizeof base, "%s%s", ckpt, om->int4 ? " (its int4 model)" : " (its float weights)");
+    if (lora_checkpoint_load(o->lora, &om->b.cfg, hash, base, &om->ad, e)) return -1;
+    om->lora_params = dev_mirror(&om->dev, om->ad.params, om->ad.tt.total * sizeof(float), "LoRA adapter");
+    model_use_lora(&om->m, &om->ad.cfg, &om->ad.tt, om->lora_params);
+    if (o->log) {
+        char targets[64];
+        lora_targets_format(om->ad.cfg.targets, targets, sizeof targets);
+        fprintf(o->log, "LoRA adapter %s: rank %d, alpha %g, on %s\n", o->lora, om->ad.cfg.rank, om->ad.cfg.alpha,
+                targets);
+    }
+    return 0;
+}
+
 int open_model(OpenModel *om, const char *ckpt, const OpenOptions *o, PtError *e) {
     memset(om, 0, sizeof *om);
     if (checkpoint_load(ckpt, &om->b, e)) return -1;
@@ -68,6 +94,10 @@ int open_model(OpenModel *om, const char *ckpt, const OpenOptions *o, PtError *e
         return -1;
     }
     model_init(&om->m, &om->dev, &om->b.cfg, &om->b.tt, om->int4 ? om->int4_weights : om->params, &o->numerics);
+    if (o->lora && load_lora(om, ckpt, o, e)) {
+        open_model_close(om);
+        return -1;
+    }
     // Only the bf16 notice: the kernels themselves are in `pocket --version`.
     const char *note = o->log && om->dev.be == backend_cpu() && o->numerics.matmul == MATMUL_BF16
                            ? cpu_kernels_bf16_notice(cpu_kernels(&om->dev))
@@ -80,11 +110,13 @@ void open_model_close(OpenModel *om) {
     model_free(&om->m);
     if (om->dev.be) {
         dev_unmirror(&om->dev, om->int4_weights, om->int4_host);
+        dev_unmirror(&om->dev, om->lora_params, om->ad.params);
         dev_unmirror(&om->dev, om->params, om->b.params);
         dev_free(&om->dev);
     }
     free(om->int4_host);
     if (om->int4) qat_free(&om->q);
+    lora_adapter_free(&om->ad);
     bundle_free(&om->b);
     memset(om, 0, sizeof *om);
 }

@@ -7,6 +7,7 @@
 #include "../model/bundle.h"
 #include "../model/model.h"
 #include "../formats/int4_weights.h"
+#include "../formats/lora_checkpoint.h"
 #include "../qat/qat.h"
 
 typedef struct {
@@ -17,6 +18,7 @@ typedef struct {
     const char *device;        // cpu (NULL), cuda, cuda:N (train/devices.h)
     int threads;               // 0: all cores
     FILE *log;                 // which int4 scales are used (NULL: quiet)
+    const char *lora;          // an adapter checkpoint to run with (NULL: none); it must be the base's
 } OpenOptions;
 
 typedef struct {
@@ -27,10 +29,15 @@ typedef struct {
     float *params;             // b.params on the device
     float *int4_host;          // the dequantized int4 weights, made on the host (int4)
     float *int4_weights;       // and on the device
-    Model m;                   // over int4_weights, else params
+    LoraAdapter ad;            // opts.lora: the adapter (host memory)
+    float *lora_params;        // and on the device
+    Model m;                   // over int4_weights, else params (and the adapter)
 } OpenModel;
 
 int open_model(OpenModel *om, const char *ckpt, const OpenOptions *o, PtError *e);
+// The SHA-256 of the weights om runs (the float ones, or with int4 the int4
+// model's): the base an adapter is bound to (formats/lora_checkpoint.h).
+void open_model_base_hash(const OpenModel *om, char hex[65]);
 void open_model_close(OpenModel *om);
 
 // --matmul fp32|bf16, --a16 off|bf16|fp16 and --device D: how forward, eval
@@ -43,4 +50,6 @@ int run_flag(int argc, char **argv, int *i, OpenOptions *o, const char *cmd);
     "                     as train.matmul = bf16)\n"                                                              \
     "  --a16 M            round matmul inputs and outputs to 16 bits as the phone's runtime does:\n"             \
     "                     off (default), bf16 or fp16 (as [qat] a16)\n"                                          \
-    "  --device D         cpu (default), or cuda / cuda:N in a pocket built with make CUDA=1\n"
+    "  --device D         cpu (default), or cuda / cuda:N in a pocket built with make CUDA=1\n"                 \
+    "  --lora ADAPTER     run with a LoRA adapter (a checkpoint of a [lora] run, or pocket import of a\n"       \
+    "                     PEFT folder); it must have been trained on this base (with --int4: the int4 one)\n"

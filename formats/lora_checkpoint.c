@@ -78,8 +78,8 @@ int lora_checkpoint_load(const char *path, const ModelConfig *mc, const char *ba
     if (!rc && strcmp(base, "fp32") && strcmp(base, "int4"))
         rc = pt_fail(e, "%s: /lora base '%s' is not fp32 or int4", path, base);
     if (!rc && base_hash && strcmp(hash, base_hash))
-        rc = pt_fail(e, "%s: trained on the base with sha256 %s, but %s is %s (an adapter applies only to its own base)",
-                     path, hash, base_name, base_hash);
+        rc = pt_fail(e, "%s: trained on the %s base with sha256 %s, but %s has sha256 %s (an adapter applies only to "
+                     "the base it was trained on)", path, base, hash, base_name, base_hash);
     if (!rc) {
         lora_adapter_alloc(a, mc, &lc);
         strcpy(a->base_sha256, hash);
@@ -99,4 +99,16 @@ int lora_checkpoint_is(const char *path) {
     int yes = h5_exists(f, "lora") > 0;
     H5Fclose(f);
     return yes;
+}
+
+int lora_checkpoint_base_int4(const char *path, PtError *e) {
+    hid_t f = h5_open_read(path, e);
+    if (f < 0) return -1;
+    hid_t g = h5_exists(f, "lora") ? h5_open_group(f, "lora", path, e)
+                                   : pt_fail(e, "%s: no /lora group: not a LoRA adapter checkpoint", path);
+    char base[16];
+    int rc = g < 0 ? -1 : read_str(g, "base", base, sizeof base, path, e);
+    if (g >= 0) H5Gclose(g);
+    H5Fclose(f);
+    return rc ? -1 : !strcmp(base, "int4");
 }

@@ -30,5 +30,7 @@ int lora_checkpoint_save(const char *path, const LoraAdapter *a, const MomentSou
 // base_name). On failure a is left empty.
 int lora_checkpoint_load(const char *path, const ModelConfig *mc, const char *base_hash, const char *base_name,
                          LoraAdapter *a, PtError *e);
+// 1 when the adapter at path was trained on an int4 base, 0 on a float one, -1 on error.
+int lora_checkpoint_base_int4(const char *path, PtError *e);
 // 1 when path is an HDF5 file holding /lora.
 int lora_checkpoint_is(const char *path);

@@ -48,8 +48,6 @@ int lora_config_check(const LoraConfig *c, const char *src, PtError *e) {
     if (!c->targets || c->targets >> LORA_N_TARGETS) return pt_fail(e, "%s: LoRA target mask 0x%x is empty or unknown", src, c->targets);
     if (!isfinite(c->alpha) || c->alpha == 0) return pt_fail(e, "%s: LoRA alpha %g is zero or not finite", src, c->alpha);
     if (!(c->dropout >= 0 && c->dropout < 1)) return pt_fail(e, "%s: LoRA dropout %g is outside [0, 1)", src, c->dropout);
-    // Dropout needs an elementwise mask op the backends do not have yet.
-    if (c->dropout > 0) return pt_fail(e, "%s: LoRA dropout %g: only 0 is supported", src, c->dropout);
     return 0;
 }
 

@@ -17,7 +17,7 @@ enum { LORA_INIT_PEFT = 0, LORA_INIT_GAUSSIAN = 1 };
 typedef struct {
     int rank;            // r >= 1
     float alpha;         // the update is scaled by alpha / r
-    float dropout;       // on the adapter's input (0 only, for now: lora_config_check)
+    float dropout;       // on the adapter's input in training (recorded; training runs 0 only, for now)
     unsigned targets;    // bit t: target t (LORA_Q ..) is adapted
 } LoraConfig;
 
@@ -35,8 +35,8 @@ int lora_targets_parse(const char *list, unsigned *mask, const char *src, PtErro
 // The canonical list of a mask: "q,k,v,o,gate,up,down" (the table order).
 void lora_targets_format(unsigned mask, char *out, size_t cap);
 static inline float lora_scale(const LoraConfig *c) { return c->alpha / (float)c->rank; }
-// Refuses what the adapter cannot be: rank < 1, no target, alpha not finite,
-// dropout outside [0, 1) or (not supported yet) above 0. src names the origin.
+// Refuses what the adapter cannot be: rank < 1, no target, alpha zero or not
+// finite, dropout outside [0, 1). src names the origin.
 int lora_config_check(const LoraConfig *c, const char *src, PtError *e);
 
 // The in and out features of target t's projection in a model of this config.

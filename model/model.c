@@ -33,6 +33,7 @@ void model_use_weights(Model *m, float *weights) {
 void model_use_lora(Model *m, const LoraConfig *lc, const TensorTable *tt, float *weights) {
     m->lora = lc;
     m->lora_tt = tt;
+    m->lora_weights = weights;
     lora_views(&m->la, tt, weights);
 }
 

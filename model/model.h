@@ -72,7 +72,8 @@ typedef struct {
     // and grad_out are laid out by lora_tt, and the base's views g are NULL.
     const LoraConfig *lora;
     const TensorTable *lora_tt;
-    LoraViews la, lg;           // the adapter's weights (device memory, the caller's) and its gradients
+    float *lora_weights;        // the adapter's weights (device memory laid out by lora_tt, the caller's)
+    LoraViews la, lg;           // views of lora_weights and of the adapter's gradients
     float *lora_u;              // [slots][LORA_N_TARGETS][B*T, r]: (alpha/r) x A^T, kept for dB
     float *lora_out;            // [B*T, widest projection]: (alpha/r) x A^T B^T before it is added
     // The plan (model_plan / model_plan_cache).

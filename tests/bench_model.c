@@ -1,6 +1,7 @@
 // bench_model: forward+backward of a whole model (default the pocket-0.3b
 // preset, random weights, B=1) in the configurations a recipe can pick:
-//   T=512:  fp32 matmuls, bf16 matmuls ([train] matmul = bf16), QAT (fp32)
+//   T=512:  fp32 matmuls, bf16 matmuls ([train] matmul = bf16), QAT (fp32),
+//           LoRA r=16 on every projection ([lora], fp32: the base frozen, no base gradients)
 //   T=1024: fp32 with recompute off and on ([train] recompute), bf16
 // Prints tokens/s, GFLOP/s as a fraction of this machine's fp32 FMA peak
 // measured in the same run (bf16 products can go past it: their peak is 2x),
@@ -22,6 +23,7 @@ typedef struct {
     int T, steps;    // timed steps after one warm-up step; the best counts
     int qat;         // the QAT step: fake-quant before the forward, STE after the backward
     int bf16, recompute;
+    int lora;        // a LoRA adapter of this rank on every projection: only its gradients
 } RunSpec;
 
 typedef struct {
@@ -62,6 +64,13 @@ static RunResult run(const char *preset, const RunSpec *r, double peak, int rss_
     const TensorTable *tt = &tm.b.tt;
     float *params = tm.b.params;
     const int T = r->T;
+    LoraAdapter ad = {0};
+    if (r->lora) {
+        LoraConfig lc = {.rank = r->lora, .alpha = 2.0f * r->lora, .targets = (1u << LORA_N_TARGETS) - 1};
+        lora_adapter_alloc(&ad, &cfg, &lc);
+        lora_init(ad.params, &ad.tt, &lc, LORA_INIT_PEFT, 1);
+        model_use_lora(m, &ad.cfg, &ad.tt, ad.params);
+    }
     if (model_plan(m, 1, T, 1, stdout, &e)) die("%s", e.msg);
     int *tokens = xmalloc(T * sizeof(int), "tokens"), *targets = xmalloc(T * sizeof(int), "targets");
     Rng rng;
@@ -96,7 +105,7 @@ static RunResult run(const char *preset, const RunSpec *r, double peak, int rss_
     RunResult res = {T / best, flops / best / 1e9, best, peak_rss_gb()};
     printf("%s %s B=1 T=%d matmul=%s recompute=%s: %.1f tokens/s, %.1f GFLOP/s = %.1f%% of fp32 peak, step %.2f s "
            "(best of %d), peak RSS %.2f GB\n",
-           preset, r->qat ? "QAT fwd+bwd (int4 fake-quant + STE)" : "fwd+bwd", T, r->bf16 ? "bf16" : "fp32",
+           preset, r->qat ? "QAT fwd+bwd (int4 fake-quant + STE)" : r->lora ? "LoRA r=16 fwd+bwd" : "fwd+bwd", T, r->bf16 ? "bf16" : "fp32",
            r->recompute ? "on" : "off", res.tok_s, res.gflops, 100 * res.gflops / peak, best, r->steps, res.rss_gb);
     if (r->qat) {
         qat_free(&q);
@@ -105,6 +114,7 @@ static RunResult run(const char *preset, const RunSpec *r, double peak, int rss_
     free(tokens);
     free(targets);
     test_model_free(&tm);
+    lora_adapter_free(&ad);
     return res;
 }
 
@@ -122,15 +132,23 @@ int main(int argc, char **argv) {
     const char *note = cpu_kernels_bf16_notice(cpu_kernels(&dev));
     if (note) printf("%s\n", note);
     dev_free(&dev);
-    RunResult fp32 = run(preset, &(RunSpec){T, steps, 0, 0, 0}, peak, rss_reset);
-    RunResult bf16 = run(preset, &(RunSpec){T, steps, 0, 1, 0}, peak, rss_reset);
-    RunResult qat = run(preset, &(RunSpec){T, steps, 1, 0, 0}, peak, rss_reset);
+    RunResult fp32 = run(preset, &(RunSpec){T, steps, 0, 0, 0, 0}, peak, rss_reset);
+    RunResult bf16 = run(preset, &(RunSpec){T, steps, 0, 1, 0, 0}, peak, rss_reset);
+    RunResult qat = run(preset, &(RunSpec){T, steps, 1, 0, 0, 0}, peak, rss_reset);
     printf("bf16 step throughput: %.2fx the fp32 step (T=%d)\n", bf16.tok_s / fp32.tok_s, T);
     printf("QAT step throughput: %.1f%% of the plain step (same batch)\n", 100 * qat.tok_s / fp32.tok_s);
+    ModelConfig cfg;
+    PtError e;
+    if (config_preset(&cfg, preset, &e)) die("%s", e.msg);
+    const double params_gb = config_param_count(&cfg) * 4.0 / (1 << 30);
+    RunResult lora = run(preset, &(RunSpec){T, steps, 0, 0, 0, 16}, peak, rss_reset);
+    printf("LoRA r=16 step (every projection, fp32): %.2f s vs %.2f s full (%.0f%% of the time), peak RSS %.2f GB vs "
+           "%.2f GB; a training run also keeps no AdamW moments for the base (2 x %.2f GB)\n",
+           lora.step_s, fp32.step_s, 100 * lora.step_s / fp32.step_s, lora.rss_gb, fp32.rss_gb, params_gb);
     if (argc <= 2) {   // the memory figures at T=1024
-        RunResult off = run(preset, &(RunSpec){1024, 2, 0, 0, 0}, peak, rss_reset);
-        RunResult on = run(preset, &(RunSpec){1024, 2, 0, 0, 1}, peak, rss_reset);
-        RunResult b16 = run(preset, &(RunSpec){1024, 2, 0, 1, 0}, peak, rss_reset);
+        RunResult off = run(preset, &(RunSpec){1024, 2, 0, 0, 0, 0}, peak, rss_reset);
+        RunResult on = run(preset, &(RunSpec){1024, 2, 0, 0, 1, 0}, peak, rss_reset);
+        RunResult b16 = run(preset, &(RunSpec){1024, 2, 0, 1, 0, 0}, peak, rss_reset);
         printf("recompute at T=1024 (fp32): peak RSS %.2f GB off, %.2f GB on (saves %.2f GB, %.0f%%); "
                "step %.2f s off, %.2f s on (%.0f%% more time)\n",
                off.rss_gb, on.rss_gb, off.rss_gb - on.rss_gb, 100 * (off.rss_gb - on.rss_gb) / off.rss_gb,

@@ -7,6 +7,7 @@
 //   two, two ranks add the same two gradients (the other way round, which
 //   for two floats is the same sum), the norm adds the same chunk partials in
 //   the same order, and QAT takes its scale gradients from the summed one;
+//   and for a LoRA adapter, whose buffer is then what the ranks reduce;
 // - resuming across world sizes: 10 updates on 2 ranks then 10 on 1, and 1
 //   then 2, equal 20 uninterrupted updates, bit for bit;
 // - SIGKILL of one rank mid-run ends every rank within 60 s with a message
@@ -64,8 +65,9 @@ static int setup(void **state) {
         sh("%s tokenize --chat --tokenizer tests/fixtures/tok/tokenizer.json %s/chats.jsonl --out %s/sft.h5 "
            ">/dev/null", pocket(), g_dir, g_dir))
         return -1;
-    const char *modes[3][2] = {{"cpt", "mode = cpt\n"}, {"sft", "mode = sft\n"}, {"qat", "mode = cpt\n"}};
-    for (int i = 0; i < 3; i++) {
+    const char *modes[4][2] = {{"cpt", "mode = cpt\n"}, {"sft", "mode = sft\n"}, {"qat", "mode = cpt\n"},
+                               {"lora", "mode = cpt\n"}};
+    for (int i = 0; i < 4; i++) {
         snprintf(path, sizeof path, "%s/%s.ini", g_dir, modes[i][0]);
         FILE *f = fopen(path, "w");
         fprintf(f, "[model]\ninit = %s/init.h5\n[data]\ntrain = %s/%s.h5\n[train]\n%smicro_batch = 2\nseq_len = 32\n"
@@ -74,6 +76,7 @@ static int setup(void **state) {
         if (i == 2)   // learned scales from update 5, frozen codes from 12
             fprintf(f, "[qat]\nenabled = 1\ngroup = 4\nstart_step = 5\nlearn_scales = 1\nscale_lr = 1e-3\n"
                        "freeze_codes_step = 12\n");
+        if (i == 3) fprintf(f, "[lora]\nenabled = 1\nrank = 4\nalpha = 8\n");
         fclose(f);
     }
     return 0;
@@ -118,13 +121,18 @@ static double tensor_rel_diff(const char *run_a, const char *run_b, int step) {
     return worst;
 }
 
+// An adapter checkpoint: 0 when the two runs' adapters have the same bits.
+static double adapter_diff(const char *run_a, const char *run_b, int step) {
+    return sh("h5diff %s/%s/ckpt-%08d.h5 %s/%s/ckpt-%08d.h5 /params >/dev/null", g_dir, run_a, step, g_dir, run_b, step) == 0 ? 0.0 : 1.0;
+}
+
 static void two_ranks_equal_accumulation(const char *mode) {
     char one[32], two[32];
     snprintf(one, sizeof one, "%s-1x2", mode);
     snprintf(two, sizeof two, "%s-2x1", mode);
     assert_int_equal(train(mode, one, 1, 2, ""), 0);
     assert_int_equal(train(mode, two, 2, 1, ""), 0);
-    double d = tensor_rel_diff(one, two, 20);
+    double d = strcmp(mode, "lora") ? tensor_rel_diff(one, two, 20) : adapter_diff(one, two, 20);
     printf("  %s: 2 ranks x micro-batch 2 vs 1 rank x 2 accumulated, 20 updates: worst tensor differs by %.1e\n", mode,
            d);
     assert_true(d == 0);
@@ -133,6 +141,7 @@ static void two_ranks_equal_accumulation(const char *mode) {
 static void test_cpt(void **s) { (void)s; two_ranks_equal_accumulation("cpt"); }
 static void test_sft(void **s) { (void)s; two_ranks_equal_accumulation("sft"); }
 static void test_qat(void **s) { (void)s; two_ranks_equal_accumulation("qat"); }
+static void test_lora(void **s) { (void)s; two_ranks_equal_accumulation("lora"); }
 
 // 10 updates on one world size, then 10 on the other, against 20 on one rank.
 static void test_resume_across_world_sizes(void **s) {
@@ -265,6 +274,7 @@ int main(void) {
         cmocka_unit_test(test_cpt),
         cmocka_unit_test(test_sft),
         cmocka_unit_test(test_qat),
+        cmocka_unit_test(test_lora),
         cmocka_unit_test(test_resume_across_world_sizes),
         cmocka_unit_test(test_sigkill_one_rank),
     };

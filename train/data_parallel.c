@@ -116,13 +116,24 @@ static const float *gather_tensor(void *ctx, int i, int which) {
     return p->gather;
 }
 
+typedef struct { const ModelBundle *b; const TrainState *st; QatState *qat; } ModelWrite;
+static int write_model(void *ctx, const char *path, const MomentSource *src, PtError *e) {
+    const ModelWrite *w = ctx;
+    return checkpoint_save_train(path, w->b, src, w->st, w->qat, e);
+}
+
 int dp_save(DataParallel *p, const char *path, const ModelBundle *b, const TrainState *st, QatState *qat,
             PtError *e) {
+    if (qat && p->comm->world > 1) dp_gather_qat_moments(p, qat);
+    ModelWrite w = {b, st, qat};
+    return dp_save_with(p, path, write_model, &w, e);
+}
+
+int dp_save_with(DataParallel *p, const char *path, DpWriter write, void *ctx, PtError *e) {
     const int n = p->tt->n, all = 2 * n;
     size_t bytes = (dp_hi(p) - dp_lo(p)) * sizeof(float);
     OP(p->dev, download, p->m_host, p->m, bytes);
     OP(p->dev, download, p->v_host, p->v, bytes);
-    if (qat && p->comm->world > 1) dp_gather_qat_moments(p, qat);
     Gathers g = {p, 0};
     int rc = 0;
     if (p->comm->rank == 0) {
@@ -132,7 +143,7 @@ int dp_save(DataParallel *p, const char *path, const ModelBundle *b, const Train
             p->gather = xmalloc(most * sizeof(float), "checkpoint gather buffer");
         }
         MomentSource src = {gather_tensor, &g};
-        rc = checkpoint_save_train(path, b, &src, st, qat, e);
+        rc = write(ctx, path, &src, e);
     }
     // The gathers the writer did not ask for (it failed, or this is not rank
     // 0): every rank makes all of them, so none waits for a partner.

@@ -56,6 +56,11 @@ int dp_load(DataParallel *p, const char *path, TrainState *st, PtError *e);
 // on every rank.
 int dp_save(DataParallel *p, const char *path, const ModelBundle *b, const TrainState *st, QatState *qat,
             PtError *e);
+// The same for another file of the parameters of p's table: rank 0 calls
+// write(ctx, path, moments, e) with the moments gathered tensor by tensor
+// (the adapter checkpoint of a LoRA run).
+typedef int (*DpWriter)(void *ctx, const char *path, const MomentSource *moments, PtError *e);
+int dp_save_with(DataParallel *p, const char *path, DpWriter write, void *ctx, PtError *e);
 // Rank 0 gets the whole scale Adam state (the other ranks' entries), before
 // it writes a checkpoint holding /qat. Every rank calls it.
 void dp_gather_qat_moments(DataParallel *p, QatState *q);

@@ -118,6 +118,21 @@ static const KeySpec KEYS[] = {
      "-1 = never"},
     {"qat", "a16", KT_CHOICE, F(qat.a16), "off", NULL, "off|bf16|fp16", 0,
      "round matmul inputs and outputs to this 16-bit type, as the device computes"},
+    {"lora", "enabled", KT_BOOL, F(lora.enabled), "0", NULL, NULL, 0,
+     "train a LoRA adapter on the frozen model.init checkpoint instead of the model itself"},
+    {"lora", "rank", KT_INT, F(lora.rank), "16", "[1, 4096]", NULL, 0, "adapter rank r"},
+    {"lora", "alpha", KT_FLOAT, F(lora.alpha), "32", "(0, 1e6]", NULL, 0, "the update is scaled by alpha / rank"},
+    {"lora", "dropout", KT_FLOAT, F(lora.dropout), "0", "[0, 1)", NULL, 0,
+     "dropout on the adapter's input (only 0 is supported for now)"},
+    {"lora", "targets", KT_STR, F(lora.targets), "q,k,v,o,gate,up,down", NULL, NULL, 0,
+     "adapted projections, any of q, k, v, o, gate, up, down (or q_proj, ...), comma-separated"},
+    // choice order = LORA_INIT_* in model/lora.h
+    {"lora", "init", KT_CHOICE, F(lora.init), "peft", NULL, "peft|gaussian", 0,
+     "B = 0 and A kaiming-uniform (PEFT's default), or A ~ N(0, 1/r) (PEFT's gaussian)"},
+    // choice order = LORA_BASE_* in recipe.h
+    {"lora", "base", KT_CHOICE, F(lora.base), "fp32", NULL, "fp32|int4", 0,
+     "the frozen base: the checkpoint's float weights, or its int4 model as deployed (QLoRA; its QAT state, "
+     "else round-to-nearest group 64)"},
 };
 #define N_KEYS ((int)(sizeof KEYS / sizeof KEYS[0]))
 #undef F
@@ -429,6 +444,24 @@ static void default_run_dir(Recipe *r, const char *path) {
     set_string(r->train.run_dir, dir);
 }
 
+// [lora]: its targets and values, and what it cannot be combined with.
+static int lora_check(const Recipe *r, const char *src, PtError *e) {
+    LoraConfig lc;
+    char where[RECIPE_STR + 16];
+    snprintf(where, sizeof where, "%s: [lora]", src);
+    unsigned mask;
+    if (lora_targets_parse(r->lora.targets, &mask, where, e)) return -1;
+    recipe_lora(r, &lc);
+    if (lora_config_check(&lc, where, e)) return -1;
+    // Dropout needs an elementwise mask op the backends do not have yet.
+    if (r->lora.enabled && lc.dropout > 0)
+        return pt_fail(e, "%s: [lora] dropout %g is not supported yet (only 0)", src, lc.dropout);
+    if (r->lora.enabled && r->qat.enabled)
+        return pt_fail(e, "%s: [lora] enabled with [qat] enabled is not supported (the base is frozen: train the "
+                       "adapter on the int4 model with [lora] base = int4 instead)", src);
+    return 0;
+}
+
 int recipe_load(Recipe *r, const char *path, int n_sets, char **sets, PtError *e) {
     recipe_defaults(r);
     if (path && load_file(r, path, e)) return -1;
@@ -448,6 +481,7 @@ int recipe_load(Recipe *r, const char *path, int n_sets, char **sets, PtError *e
     if (r->qat.freeze_codes_step >= 0 && r->qat.freeze_codes_step < r->qat.start_step)
         return pt_fail(e, "%s: [qat] freeze_codes_step (%ld) is before [qat] start_step (%ld); codes can only be "
                        "frozen once fake-quant runs", src, r->qat.freeze_codes_step, r->qat.start_step);
+    if (lora_check(r, src, e)) return -1;
     if (!r->train.run_dir[0]) default_run_dir(r, path);
     return 0;
 }
@@ -542,4 +576,12 @@ void recipe_qat(const Recipe *r, QatRunConfig *c) {
     c->learn_scales = r->qat.learn_scales;
     c->scale_lr = r->qat.scale_lr;
     c->freeze_codes_step = r->qat.freeze_codes_step;
+}
+
+void recipe_lora(const Recipe *r, LoraConfig *c) {
+    PtError e;
+    c->rank = r->lora.rank;
+    c->alpha = r->lora.alpha;
+    c->dropout = r->lora.dropout;
+    if (lora_targets_parse(r->lora.targets, &c->targets, "recipe", &e)) c->targets = 0;
 }

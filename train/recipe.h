@@ -4,6 +4,8 @@
 //     [data]   train, val
 //     [train]  mode, micro_batch, seq_len, grad_accum, steps, tokens, epochs, ...
 //     [optim]  lr, beta1, beta2, eps, weight_decay, grad_clip, schedule, ...
+//     [qat]    W4A16 quantization-aware training
+//     [lora]   a LoRA / QLoRA adapter trained on a frozen base
 //
 // The key table in recipe.c is the one place the keys are listed: it drives
 // parsing, --set overrides, validation, `--help` and the resolved recipe the
@@ -29,6 +31,7 @@ enum { TRAIN_MODE_CPT, TRAIN_MODE_SFT, TRAIN_MODE_COUNT };
 enum { TRAIN_MATMUL_FP32, TRAIN_MATMUL_BF16 };
 enum { GRAD_REDUCE_FP32, GRAD_REDUCE_BF16 };
 enum { NCCL_AUTO, NCCL_ALWAYS };
+enum { LORA_BASE_FP32, LORA_BASE_INT4 };
 
 typedef struct {
     struct {
@@ -79,6 +82,13 @@ typedef struct {
         long freeze_codes_step;       // -1 = never; else codes frozen from this update on
         int a16;                      // A16_* (model/ops/quant.h): off, bf16, fp16
     } qat;
+    struct {
+        int enabled, rank;
+        float alpha, dropout;
+        char targets[RECIPE_STR];     // "q,k,v,o" (model/lora.h)
+        int init;                     // LORA_INIT_* (model/lora.h): peft, gaussian
+        int base;                     // LORA_BASE_*: the frozen base is the fp32 weights or the int4 model
+    } lora;
 } Recipe;
 
 // Defaults, then the file at `path` (NULL: none), then the --set overrides
@@ -104,3 +114,5 @@ void recipe_model_options(const Recipe *r, ModelOptions *o);
 void recipe_adamw(const Recipe *r, AdamWConfig *c);
 void recipe_schedule(const Recipe *r, long total_steps, Schedule *s);
 void recipe_qat(const Recipe *r, QatRunConfig *c);
+// [lora] as an adapter configuration (recipe_load has checked it).
+void recipe_lora(const Recipe *r, LoraConfig *c);

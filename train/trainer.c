@@ -17,6 +17,7 @@
 #include "data_parallel.h"
 #include "devices.h"
 #include "evaluate.h"
+#include "lora_train.h"
 #include "run_dir.h"
 
 typedef struct {
@@ -43,7 +44,12 @@ typedef struct {
     char *dir;
     QatRun qat;               // [qat] enabled (qat_on): the int4 scales/zeros and their training
     int qat_on;
+    LoraTrain lora;           // [lora] enabled (lora_on): the frozen base and the adapter that trains
+    int lora_on;
 } Trainer;
+
+// The buffer the optimizer updates: the adapter's with LoRA, else the masters.
+static float *trained_params(const Trainer *t) { return t->lora_on ? t->lora.params : t->params; }
 
 static const QatState *qat_state(const Trainer *t) { return t->qat_on && t->qat.ready ? &t->qat.q : NULL; }
 
@@ -84,8 +90,10 @@ static int load_bundle(Trainer *t, char **resumed, PtError *e) {
     t->st.best_val_loss = INFINITY;
     if (resume >= 0) {
         *resumed = run_dir_checkpoint_path(t->dir, resume);
-        return checkpoint_load(*resumed, b, e);
+        if (!r->lora.enabled) return checkpoint_load(*resumed, b, e);
     }
+    if (r->lora.enabled && !checkpoint_is_hdf5(r->model.init))   // an adapter resumes on its base, model.init
+        return pt_fail(e, "%s: [lora] needs model.init to be a checkpoint (.h5): the frozen base", r->model.init);
     if (checkpoint_is_hdf5(r->model.init)) {
         if (checkpoint_load(r->model.init, b, e)) return -1;
     } else {
@@ -138,6 +146,15 @@ static int open_data(Trainer *t, PtError *e) {
     return 0;
 }
 
+// ---- LoRA: the model runs on the frozen base with the adapter (lora_train.h).
+static int lora_setup(Trainer *t, const char *resume_path, PtError *e) {
+    if (!t->r->lora.enabled) return 0;
+    if (lora_train_init(&t->lora, t->r, &t->dev, &t->b, t->params, resume_path, t->lead ? stdout : NULL, e)) return -1;
+    t->lora_on = 1;
+    model_use_lora(&t->m, &t->lora.ad.cfg, &t->lora.ad.tt, t->lora.params);
+    return 0;
+}
+
 // ---- QAT: the model runs on fake-quantized weights; gradients reach the
 // master weights through the straight-through estimator (qat/qat.h).
 static int qat_setup(Trainer *t, const char *resume_path, PtError *e) {
@@ -168,7 +185,7 @@ static int qat_setup(Trainer *t, const char *resume_path, PtError *e) {
 // The sharded optimizer state: this rank's AdamW moments from the run's
 // checkpoint, or zero for a new run.
 static int optimizer_setup(Trainer *t, const char *resume_path, PtError *e) {
-    dp_init(&t->dp, t->comm, &t->dev, &t->b.tt, t->qat_on ? t->qat.q.total : 0);
+    dp_init(&t->dp, t->comm, &t->dev, model_grad_table(&t->m), t->qat_on ? t->qat.q.total : 0);
     if (t->qat_on) {
         t->qat.lo = t->dp.glo[t->comm->rank];
         t->qat.hi = t->dp.ghi[t->comm->rank];
@@ -181,7 +198,9 @@ static int optimizer_setup(Trainer *t, const char *resume_path, PtError *e) {
 
 // Before a step or an evaluation: the weights the model runs on.
 static int use_step_weights(Trainer *t, PtError *e) {
-    float *w = t->qat_on ? qat_run_weights(&t->qat, t->st.step, t->params, e) : t->params;
+    float *w = t->lora_on  ? t->lora.base
+               : t->qat_on ? qat_run_weights(&t->qat, t->st.step, t->params, e)
+                           : t->params;
     if (!w) return -1;
     model_use_weights(&t->m, w);
     return 0;
@@ -198,6 +217,12 @@ static void download_params(Trainer *t) {
 static int save_checkpoint(Trainer *t, PtError *e) {
     char *path = run_dir_checkpoint_path(t->dir, t->st.step);
     loader_get_cursor(&t->loader, &t->st.cursor);
+    if (t->lora_on) {
+        int rc = lora_train_save(&t->lora, &t->dp, path, &t->st, e);
+        free(path);
+        if (rc == 0 && t->lead) run_dir_keep_newest(t->dir, t->r->train.keep_last);
+        return rc;
+    }
     download_params(t);
     if (t->qat_on) qat_run_download(&t->qat);
     int rc = dp_save(&t->dp, path, &t->b, &t->st, t->qat_on && t->qat.ready ? &t->qat.q : NULL, e);
@@ -272,7 +297,8 @@ static int evaluate(Trainer *t, PtError *e) {
     if (best) {
         char *path = path_join(t->dir, "best.h5");
         download_params(t);
-        rc = checkpoint_save_qat(path, &t->b, qat_state(t), e);
+        rc = t->lora_on ? lora_train_save(&t->lora, &t->dp, path, NULL, e)
+                        : checkpoint_save_qat(path, &t->b, qat_state(t), e);
         free(path);
         if (rc) return rc;
     }
@@ -311,7 +337,7 @@ static double train_step(Trainer *t, int stop, double *norm_out, int *finite, in
         model_use_grads(&t->m, a ? t->micro_grads : NULL);
         model_zero_grads(&t->m);
         local += model_forward_backward(&t->m, &in, scale, NULL, &c);
-        if (a) OP(&t->dev, residual_forward, t->m.grads, t->m.grads, t->micro_grads, t->b.tt.total);
+        if (a) OP(&t->dev, residual_forward, t->m.grads, t->m.grads, t->micro_grads, model_grad_table(&t->m)->total);
     }
     model_use_grads(&t->m, NULL);
     comm_sum_doubles(t->comm, &local, 1, "the step's loss");
@@ -328,7 +354,7 @@ static double train_step(Trainer *t, int stop, double *norm_out, int *finite, in
     *finite = isfinite(loss) && isfinite(norm);
     if (*finite) {
         float lr = schedule_lr(&t->sched, t->adam.lr, step);
-        dp_update(&t->dp, t->params, t->m.grads, grad_clip_factor(norm, t->adam.grad_clip), &t->adam, lr, step + 1);
+        dp_update(&t->dp, trained_params(t), t->m.grads, grad_clip_factor(norm, t->adam.grad_clip), &t->adam, lr, step + 1);
         if (t->qat_on) {
             if (qat_run_update(&t->qat, step)) dp_share_qat_scales(&t->dp, &t->qat.dq);
             qat_run_sync(&t->qat, step, t->params);
@@ -359,6 +385,7 @@ static void trainer_free(Trainer *t) {
     if (t->qat_on) qat_run_free(&t->qat);
     dp_free(&t->dp);
     if (t->micro_grads) t->dev.be->release(&t->dev, t->micro_grads);
+    lora_train_free(&t->lora);
     if (t->dev.be) {
         dev_unmirror(&t->dev, t->params, t->b.params);
         dev_free(&t->dev);
@@ -391,7 +418,7 @@ static int announce(Trainer *t, const char *resumed, long tokens_per_step, PtErr
     cpu_kernels_announce(&t->dev, r->train.matmul == TRAIN_MATMUL_BF16, stdout);
     if (t->comm->world > 1) {
         // A ring reduce-scatter of the gradients and an allgather of the parameters each send (W-1)/W of them.
-        const double W = t->comm->world, sent = 2 * (W - 1) / W * (double)t->b.tt.total * 4;
+        const double W = t->comm->world, sent = 2 * (W - 1) / W * (double)model_grad_table(&t->m)->total * 4;
         printf("data parallel: %d ranks, %ld tokens a step; each rank holds 1/%d of the AdamW state (%.1f MiB) and "
                "sends %.1f MiB a step\n", t->comm->world, tokens_per_step, t->comm->world,
                2.0 * (double)(dp_hi(&t->dp) - dp_lo(&t->dp)) * 4 / (1 << 20), sent / (1 << 20));
@@ -413,7 +440,7 @@ int train_run(const Recipe *r, Comm *comm, volatile sig_atomic_t *stop, PtError 
     if (agree(&t, rc, e)) goto out;
     rc = load_bundle(&t, &resumed, e);
     if (rc == 0) place_on_device(&t);
-    rc = rc || qat_setup(&t, resumed, e) || optimizer_setup(&t, resumed, e) || open_data(&t, e) ? -1 : 0;
+    rc = rc || lora_setup(&t, resumed, e) || qat_setup(&t, resumed, e) || optimizer_setup(&t, resumed, e) || open_data(&t, e) ? -1 : 0;
     const int B = r->train.micro_batch, T = r->train.seq_len, accum = r->train.grad_accum;
     const long tokens_per_step = (long)B * T * accum * comm->world;
     // steps, else tokens, else epochs over the training set's tokens
@@ -432,7 +459,8 @@ int train_run(const Recipe *r, Comm *comm, volatile sig_atomic_t *stop, PtError 
     recipe_schedule(r, t.total_steps, &t.sched);
     t.micro = xcalloc(accum, sizeof(Batch), "micro-batches");
     for (int a = 0; a < accum; a++) batch_alloc(&t.micro[a], B, T);
-    if (accum > 1) t.micro_grads = t.dev.be->alloc(&t.dev, t.b.tt.total * sizeof(float), "micro-batch gradients");
+    if (accum > 1)
+        t.micro_grads = t.dev.be->alloc(&t.dev, model_grad_table(&t.m)->total * sizeof(float), "micro-batch gradients");
     // MFU against the CPU's measured peak; a GPU's is not measured here (0: no MFU).
     // The peak of the vectors the chosen kernels use (POCKET_KERNELS may restrict them).
     t.peak_gflops = t.lead && t.dev.be == backend_cpu()

@@ -1,0 +1,73 @@
+// lora_train.c: the frozen base, the adapter and its checkpoints in a run (lora_train.h).
+#include "lora_train.h"
+#include <string.h>
+#include "../formats/int4_weights.h"
+
+int lora_train_init(LoraTrain *lt, const Recipe *r, Device *d, const ModelBundle *b, float *base_params,
+                    const char *resume_path, FILE *log, PtError *e) {
+    memset(lt, 0, sizeof *lt);
+    lt->dev = d;
+    const TensorTable *tt = &b->tt;
+    const float *base_weights = b->params;
+    const int int4 = r->lora.base == LORA_BASE_INT4;
+    if (int4) {   // QLoRA: exactly the weights `--int4` runs and the packages ship
+        QatState q;
+        int from_qat;
+        if (int4_load_state(b, r->model.init, NULL, &q, &from_qat, e)) return -1;
+        lt->base_host = xaligned(tt->total * sizeof(float), "int4 base");
+        int4_weights(&q, b, r->train.threads, lt->base_host);
+        if (log)
+            fprintf(log, "LoRA base: the int4 model of %s (%s, group %d %s)\n", r->model.init,
+                    from_qat ? "its QAT scales" : "round-to-nearest", q.spec.group,
+                    q.spec.symmetric ? "symmetric" : "asymmetric");
+        qat_free(&q);
+        base_weights = lt->base_host;
+        lt->base = dev_mirror(d, lt->base_host, tt->total * sizeof(float), "int4 base");
+    } else {
+        lt->base = base_params;
+        if (log) fprintf(log, "LoRA base: the float weights of %s\n", r->model.init);
+    }
+    char hash[65];
+    lora_base_hash(tt, base_weights, hash);
+    if (resume_path) {
+        if (lora_checkpoint_load(resume_path, &b->cfg, hash, r->model.init, &lt->ad, e)) return -1;
+        LoraConfig want;
+        recipe_lora(r, &want);
+        if (lt->ad.cfg.rank != want.rank || lt->ad.cfg.alpha != want.alpha || lt->ad.cfg.targets != want.targets ||
+            lt->ad.base_int4 != int4)
+            return pt_fail(e, "%s: the adapter (rank %d, alpha %g, base %s) is not the one [lora] asks for (rank %d, "
+                           "alpha %g, base %s, or other targets)", resume_path, lt->ad.cfg.rank, lt->ad.cfg.alpha,
+                           lt->ad.base_int4 ? "int4" : "fp32", want.rank, want.alpha, int4 ? "int4" : "fp32");
+    } else {
+        LoraConfig lc;
+        recipe_lora(r, &lc);
+        lora_adapter_alloc(&lt->ad, &b->cfg, &lc);
+        lora_init(lt->ad.params, &lt->ad.tt, &lc, r->lora.init, (uint64_t)r->train.seed ^ 0x10a4u);
+        memcpy(lt->ad.base_sha256, hash, sizeof hash);
+        lt->ad.base_int4 = int4;
+    }
+    lt->params = dev_mirror(d, lt->ad.params, lt->ad.tt.total * sizeof(float), "LoRA adapter");
+    return 0;
+}
+
+void lora_train_free(LoraTrain *lt) {
+    if (!lt->dev) return;
+    if (lt->params) dev_unmirror(lt->dev, lt->params, lt->ad.params);
+    if (lt->base_host) dev_unmirror(lt->dev, lt->base, lt->base_host);
+    free(lt->base_host);
+    lora_adapter_free(&lt->ad);
+    memset(lt, 0, sizeof *lt);
+}
+
+typedef struct { const LoraAdapter *ad; const TrainState *st; } AdapterWrite;
+static int write_adapter(void *ctx, const char *path, const MomentSource *src, PtError *e) {
+    const AdapterWrite *w = ctx;
+    return lora_checkpoint_save(path, w->ad, src, w->st, e);
+}
+
+int lora_train_save(LoraTrain *lt, DataParallel *dp, const char *path, const TrainState *st, PtError *e) {
+    OP(lt->dev, download, lt->ad.params, lt->params, lt->ad.tt.total * sizeof(float));
+    if (!st) return dp->comm->rank == 0 ? lora_checkpoint_save(path, &lt->ad, NULL, NULL, e) : 0;
+    AdapterWrite w = {&lt->ad, st};
+    return dp_save_with(dp, path, write_adapter, &w, e);
+}
