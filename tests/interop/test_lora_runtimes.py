@@ -1,37 +1,37 @@
 """LoRA adapters judged by the runtimes that load them.
 
-Adapters are made by PEFT itself (get_peft_model over the transformers model
-of a tiny random checkpoint, A and B then drawn at random so the update is
-large) and stored as adapter checkpoints (formats/lora_checkpoint.h; the base
-hash computed here in numpy). `pocket export --lora` writes them for:
+Adapters are PEFT adapter folders written by PEFT itself (save_pretrained of
+get_peft_model over the transformers model of a tiny random checkpoint, A and
+B drawn at random so the update is large), made adapter checkpoints by
+`pocket import PEFT_DIR --base CKPT [--int4]`. `pocket export --lora` writes
+them for:
 
 - MNN 3.6.1 (PyPI wheel): lora.mnn beside the base package, loaded with the
   runtime's create_lora into the process that holds the base (mnn_lora_run.py
   explains why not apply_lora). Its logits for a 64-token prompt equal
-  transformers + PEFT over the base's dequantized int4 weights within the base
-  package's tolerance (2e-4, test_mnn_runtime.py), for both graph forms, and
-  its greedy 32 tokens equal theirs on 4 prompts. MNN's own converter reads
-  lora.mnn back: every base op is there unchanged, the adapter ops hold A and
-  B x alpha/r, and the layer reads the ADD.
+  `pocket forward --int4 --lora`, and transformers + PEFT over the base's
+  dequantized int4 weights, within the base package's tolerance (2e-4,
+  test_mnn_runtime.py), for both graph forms; its greedy 32 tokens equal
+  `pocket generate --int4 --lora`'s (and PEFT's) on 4 prompts. MNN's own
+  converter reads lora.mnn back: every base op is there unchanged, the
+  adapter ops hold A and B x alpha/r, and the layer reads the ADD.
 - Multi-LoRA: two adapters (different ranks and targets) in one runtime
   process, switched back and forth: each gives the logits it gives alone,
   the base gives the base's; resident memory after the base and after each
-  adapter, on a model whose weights are large enough to see a second copy
-  (printed; the README quotes it).
+  adapter, on a model whose weights are large enough to see a second copy.
 - --merge: the merged package's logits equal transformers over the merged
-  weights (W_int4 + alpha/r B A, re-quantized RTN as mnn_lora.h says,
-  quantized here in numpy) within 2e-4; how far merging moves the logits
-  from the unmerged adapter is printed.
+  weights (W_int4 + alpha/r B A on the base's grid, widened where needed, as
+  mnn_lora.h says; quantized here in numpy) within 2e-4; how much of the
+  adapter's effect merging loses is printed, with two other grids.
 - llama.cpp (llama-cpp-python): gguf-py reads the adapter (keys, types,
-  names, shapes); loaded with lora_path on the f16 base `pocket export
-  --format gguf` writes, its greedy 32 tokens equal transformers + PEFT over
-  the f16 weights on 4 prompts, for qwen3 and for the llama architecture
-  (whose q/k rows are permuted).
+  names, shapes); loaded with lora_path on the base GGUF, its greedy 32
+  tokens equal `pocket generate --lora` on the weights the files hold, on 4
+  prompts, for qwen3 and for the llama architecture (whose q/k rows are
+  permuted), f32 and f16.
 - Bad input: no base package in --out, a package of another checkpoint, an
-  adapter for another base (hash), a lora_A of the wrong shape: one line,
-  exit 1, nothing written.
+  adapter for another base (hash), a lora_A of the wrong shape, a float-trained
+  adapter for MNN: one line, exit 1, nothing written.
 """
-import hashlib
 import json
 import os
 import subprocess
@@ -89,24 +89,7 @@ def make_base(d, name, cfg, run_pocket):
         "pad_token": "<|endoftext|>", "bos_token": None}))
     ckpt = d / f"{name}.h5"
     run_pocket("import", hf, "--out", ckpt)
-    return {"ckpt": ckpt, "hf": hf, "cfg": cfg, "dir": d}
-
-
-def table(cfg):
-    """The base's tensor table order (model/tensors.c): (name, quantized)."""
-    rows = [("model.embed_tokens.weight", cfg["tie_word_embeddings"])]
-    for l in range(cfg["num_hidden_layers"]):
-        p = f"model.layers.{l}."
-        rows.append((p + "input_layernorm.weight", False))
-        rows += [(p + f"self_attn.{t}_proj.weight", True) for t in "qkvo"]
-        if cfg["model_type"] == "qwen3":
-            rows += [(p + "self_attn.q_norm.weight", False), (p + "self_attn.k_norm.weight", False)]
-        rows.append((p + "post_attention_layernorm.weight", False))
-        rows += [(p + f"mlp.{t}_proj.weight", True) for t in ("gate", "up", "down")]
-    rows.append(("model.norm.weight", False))
-    if not cfg["tie_word_embeddings"]:
-        rows.append(("lm_head.weight", True))
-    return rows
+    return {"ckpt": ckpt, "hf": hf, "cfg": cfg, "dir": d, "run_pocket": run_pocket}
 
 
 def dequant(w, group=64):
@@ -117,22 +100,11 @@ def dequant(w, group=64):
 
 
 def base_weights(base, int4):
-    """name -> the weights the base runs (float or int4), in table order."""
+    """HF name -> the weights the base runs (its float weights, or the int4 model of every matrix the default
+    int4 state quantizes: all of them, the tied embedding included)."""
     with h5py.File(base["ckpt"], "r") as f:
-        out = {}
-        for name, quant in table(base["cfg"]):
-            w = f["params"][name][()].astype(np.float32)
-            out[name] = dequant(w) if int4 and quant else w
-    return out
-
-
-def base_hash(weights):
-    """formats/lora_checkpoint.h: SHA-256 over name, NUL, float32 values, in table order."""
-    h = hashlib.sha256()
-    for name, w in weights.items():
-        h.update(name.encode() + b"\0")
-        h.update(np.ascontiguousarray(w, dtype="<f4").tobytes())
-    return h.hexdigest()
+        return {k: (dequant(f["params"][k][()]) if int4 and f["params"][k].ndim == 2 else f["params"][k][()])
+                for k in f["params"]}
 
 
 def peft_model(hf, weights, r=0, alpha=0.0, targets=(), lora=None):
@@ -171,25 +143,18 @@ def random_lora(cfg, r, targets, seed, std=0.3):
     return out
 
 
-def write_adapter(path, r, alpha, targets, lora, base_kind, sha):
-    with h5py.File(path, "w") as f:
-        g = f.create_group("lora")
-        g.attrs["rank"] = np.int32(r)
-        g.attrs["alpha"] = np.float32(alpha)
-        g.attrs["dropout"] = np.float32(0)
-        g.attrs["targets"] = ",".join(targets)
-        g.attrs["base"] = base_kind
-        g.attrs["base_sha256"] = sha
-        p = f.create_group("params")
-        for name, w in lora.items():
-            p[name] = w
-
-
-def adapter(base, name, r, alpha, targets, seed, int4=True, std=0.3):
+def adapter(base, name, r, alpha, targets, seed, int4=True, std=0.3, ckpt=None, cast=None):
+    """A PEFT adapter folder written by PEFT's save_pretrained with random A and B (cast: applied to them first),
+    made an adapter checkpoint of the base (`pocket import --base`, with --int4: a QLoRA adapter)."""
     lora = random_lora(base["cfg"], r, targets, seed, std)
+    if cast:
+        lora = {k: cast(v) for k, v in lora.items()}
+    folder = base["dir"] / f"{name}-peft"
+    if not folder.exists():
+        peft_model(base["hf"], {}, r, alpha, targets, lora).save_pretrained(str(folder))
     path = base["dir"] / f"{name}.h5"
-    write_adapter(path, r, alpha, targets, lora, "int4" if int4 else "fp32", base_hash(base_weights(base, int4)))
-    return {"path": path, "r": r, "alpha": alpha, "targets": targets, "lora": lora}
+    base["run_pocket"]("import", folder, "--base", ckpt or base["ckpt"], *(["--int4"] if int4 else []), "--out", path)
+    return {"path": path, "r": r, "alpha": alpha, "targets": targets, "lora": lora, "peft": folder}
 
 
 def run_job(package, tmp, **job):
@@ -245,8 +210,20 @@ def tiny(tmp_path_factory, run_pocket):
     return base
 
 
+def pocket_logits(run_pocket, d, ckpt, ids, *flags):
+    (d / "ids.txt").write_text(" ".join(map(str, ids)))
+    run_pocket("forward", "--ckpt", ckpt, "--tokens-file", d / "ids.txt", *flags, "--dump", d / "ref.safetensors")
+    from safetensors.numpy import load_file
+    return load_file(str(d / "ref.safetensors"))["logits"].reshape(len(ids), -1)
+
+
+def pocket_greedy(run_pocket, ckpt, ids, *flags):
+    return [int(x) for x in run_pocket("generate", "--ckpt", ckpt, "--prompt-ids", " ".join(map(str, ids)), *flags,
+                                       "--max-new", N_NEW, "--temperature", 0, "--ids").stdout.split()]
+
+
 @pytest.mark.parametrize("graph", ["fused", "plain"])
-def test_mnn_lora_logits_and_greedy_match_peft(tiny, run_pocket, graph, tmp_path):
+def test_mnn_lora_matches_pocket_and_peft(tiny, run_pocket, graph, tmp_path):
     a = tiny["one"]
     pkg = tiny["pkg"][graph]
     run_pocket("export", "--ckpt", tiny["ckpt"], "--format", "mnn", "--lora", a["path"], "--out", pkg, "--force")
@@ -255,17 +232,19 @@ def test_mnn_lora_logits_and_greedy_match_peft(tiny, run_pocket, graph, tmp_path
     prompts = [ids_of(run_pocket, tmp_path, p) for p in PROMPTS]
     runs = [[1, "logits", ids], [0, "logits", ids]] + [[1, "generate", p] for p in prompts]
     got = run_job(pkg, tmp_path, loras=["lora.mnn"], runs=runs, max_new=N_NEW)["runs"]
+    lora_logits, base_logits = np.array(got[0], np.float32), np.array(got[1], np.float32)
+    ours = pocket_logits(run_pocket, tmp_path, tiny["ckpt"], ids, "--int4", "--lora", a["path"])
     w = base_weights(tiny, int4=True)
     ref = peft_model(tiny["hf"], w, a["r"], a["alpha"], a["targets"], a["lora"])
     want = hf_logits(ref, ids)
-    lora_logits, base_logits = np.array(got[0], np.float32), np.array(got[1], np.float32)
-    diff = float(np.abs(lora_logits - want).max())
+    diff, diff_peft = float(np.abs(lora_logits - ours).max()), float(np.abs(lora_logits - want).max())
     moved = float(np.abs(want - hf_logits(peft_model(tiny["hf"], w), ids)).max())
-    print(f"{graph}: MNN lora.mnn vs PEFT on the int4 base: max |logit diff| {diff:.2e} over {len(ids)} positions "
-          f"(the adapter moves the logits by up to {moved:.1f})")
-    assert diff <= ATOL and moved > 1.0
+    print(f"{graph}: MNN with lora.mnn vs pocket forward --int4 --lora: max |logit diff| {diff:.2e}, vs PEFT on the "
+          f"int4 base {diff_peft:.2e}, over {len(ids)} positions (the adapter moves the logits by up to {moved:.1f})")
+    assert diff <= ATOL and diff_peft <= ATOL and moved > 1.0
     assert np.abs(base_logits - hf_logits(peft_model(tiny["hf"], w), ids)).max() <= ATOL
     for p, new in zip(prompts, got[2:]):
+        assert new == pocket_greedy(run_pocket, tiny["ckpt"], p, "--int4", "--lora", a["path"])
         same_greedy(new, hf_greedy(ref, p))
 
 
@@ -432,18 +411,23 @@ TIE = 0.05   # llama.cpp multiplies F16 weights by F16-rounded activations: 1e-2
 @pytest.mark.parametrize("arch", ["qwen3", "llama"])
 @pytest.mark.parametrize("quant", ["f32", "f16"])
 def test_gguf_adapter_in_llama_cpp(tmp_path_factory, run_pocket, llama_cpp, arch, quant, tmp_path):
-    """The adapter (quant) on the base GGUF of the same type: f32 runs at ~1e-5
-    and the greedy tokens must be identical; on the f16 base too, except that
-    a step where the reference's two best logits are within TIE may go either
-    way: the runtime's token must then be one of them, and the comparison of
-    that prompt ends there (the contexts differ after it)."""
+    """The adapter (quant) on the base GGUF of the same type, against `pocket
+    generate --lora` on the weights those files hold (the base GGUF imported
+    back, the same PEFT folder imported for it; A and B fp16-exact for f16).
+    f32 runs at ~1e-5 and the greedy tokens must be identical; on the f16 base
+    too, except that a step where pocket's two best logits are within TIE may
+    go either way: llama.cpp's token must then be the other one of them, and
+    that prompt's comparison ends there (the contexts differ after it)."""
     gguf = pytest.importorskip("gguf")
     d = tmp_path_factory.mktemp(f"gguf-{arch}-{quant}")
     base = make_base(d, arch, BASE if arch == "qwen3" else LLAMA, run_pocket)
-    a = adapter(base, "ad", 4, 8.0, TARGETS, seed=5, int4=False, std=0.15)
-    model, path = d / f"base-{quant}.gguf", d / "adapter.gguf"
+    cast = fp16 if quant == "f16" else None
+    a = adapter(base, "ad", 4, 8.0, TARGETS, seed=5, int4=False, std=0.15, cast=cast)
+    model, path, back = d / f"base-{quant}.gguf", d / "adapter.gguf", d / "back.h5"
     run_pocket("export", "--ckpt", base["ckpt"], "--format", "gguf", "--quant", quant, "--out", model)
     run_pocket("export", "--ckpt", base["ckpt"], "--format", "gguf", "--lora", a["path"], "--quant", quant, "--out", path)
+    run_pocket("import", model, "--out", back)
+    a_back = adapter(base, "ad", 4, 8.0, TARGETS, seed=5, int4=False, std=0.15, ckpt=back, cast=cast)["path"]
     r = gguf.GGUFReader(str(path))
     kv = {f.name: f for f in r.fields.values()}
     text = lambda k: bytes(kv[k].parts[kv[k].data[0]]).decode()
@@ -460,31 +444,30 @@ def test_gguf_adapter_in_llama_cpp(tmp_path_factory, run_pocket, llama_cpp, arch
         for proj, (i, o) in dims.items():
             ta, tb = tensors[f"blk.{l}.{proj}.weight.lora_a"], tensors[f"blk.{l}.{proj}.weight.lora_b"]
             assert list(ta.shape) == [i, 4] and list(tb.shape) == [4, o] and ta.tensor_type == tb.tensor_type == gtype
-    # The reference runs on the weights the two files hold.
-    cast = fp16 if quant == "f16" else (lambda x: x)
-    w = {k: (cast(v) if v.ndim == 2 else v) for k, v in base_weights(base, int4=False).items()}
-    ref = peft_model(base["hf"], w, a["r"], a["alpha"], a["targets"], {k: cast(v) for k, v in a["lora"].items()})
-    plain = peft_model(base["hf"], w)
+    # transformers + PEFT on the same weights: the prompt logits.
+    w = {k: (fp16(v) if quant == "f16" and v.ndim == 2 else v) for k, v in base_weights(base, int4=False).items()}
+    ref = peft_model(base["hf"], w, a["r"], a["alpha"], a["targets"], a["lora"])
     llm = llama_cpp.Llama(model_path=str(model), lora_path=str(path), n_ctx=512, type_k=0, type_v=0, flash_attn=False,
                           n_threads=int(os.environ.get("OMP_NUM_THREADS", "2")), logits_all=True, verbose=False)
-    changed = compared = 0
+    changed = compared = total = 0
     noise = 0.0
     for p in PROMPTS:
         ids = ids_of(run_pocket, tmp_path, p)
-        got, want = llama_greedy(llm, ids), hf_greedy(ref, ids)
-        changed += got != hf_greedy(plain, ids)
+        got, ours = llama_greedy(llm, ids), pocket_greedy(run_pocket, back, ids, "--lora", a_back)
+        changed += ours != pocket_greedy(run_pocket, back, ids)
         noise = max(noise, float(np.abs(np.array(llm.scores[:len(ids)]) - hf_logits(ref, ids)).max()))
-        k = next((i for i in range(N_NEW) if got[i] != want[i]), N_NEW)
-        if k < N_NEW:
-            top = hf_logits(ref, ids + want[:k])[-1]
-            tie = top[want[k]] - top[got[k]]
-            assert quant == "f16" and tie <= TIE, f"{p[:20]!r}: token {k} differs, reference margin {tie:.4f}"
-            print(f"{arch}/{quant} {p[:12]!r}: near-tie at token {k} (reference margin {tie:.4f}), equal before it")
+        total += len(ours)
+        k = next((i for i in range(len(ours)) if got[i] != ours[i]), len(ours))
+        if k < len(ours):
+            top = pocket_logits(run_pocket, tmp_path, back, ids + ours[:k], "--lora", a_back)[-1]
+            tie = top[ours[k]] - top[got[k]]
+            assert quant == "f16" and tie <= TIE, f"{p[:20]!r}: token {k} differs, pocket's margin {tie:.4f}"
+            print(f"{arch}/{quant} {p[:12]!r}: near-tie at token {k} (pocket's margin {tie:.4f}), equal before it")
         compared += k
-    print(f"{arch}/{quant}: {compared} of {N_NEW * len(PROMPTS)} greedy tokens compared equal; prompt logits "
+    print(f"{arch}/{quant}: {compared} of {total} greedy tokens equal to pocket generate --lora; prompt logits "
           f"within {noise:.1e} of transformers + PEFT")
     assert noise <= (1e-4 if quant == "f32" else TIE)
-    assert changed == len(PROMPTS)   # the adapter is applied, not ignored
+    assert changed == len(PROMPTS)   # the adapter changes every continuation: it is applied, not ignored
 
 
 # ---- bad input -------------------------------------------------------------
@@ -516,16 +499,20 @@ def test_bad_input(tiny, pocket, run_pocket, tmp_path):
     for fmt, out in (("mnn", opkg), ("gguf", tmp_path / "x.gguf")):
         fails_cleanly(pocket, ["export", "--ckpt", other["ckpt"], "--format", fmt, "--lora", a["path"], "--out", out],
                       ["sha256", str(a["path"])], [opkg / "lora.mnn", tmp_path / "x.gguf"])
-    # A lora_A whose shape is not the base's.
-    bad = dict(a["lora"])
-    key = "base_model.model.model.layers.1.mlp.up_proj.lora_A.weight"
-    bad[key] = np.zeros((4, 32), np.float32)
-    with h5py.File(a["path"], "r") as f:
-        sha = f["lora"].attrs["base_sha256"]
-    write_adapter(tmp_path / "bad.h5", 4, 8.0, TARGETS, bad, "int4", sha)
+    # A lora_A whose shape is not the base's (the adapter checkpoint edited).
+    bad = tmp_path / "bad.h5"
+    bad.write_bytes(Path(a["path"]).read_bytes())
+    with h5py.File(bad, "r+") as f:
+        key = "params/base_model.model.model.layers.1.mlp.up_proj.lora_A.weight"
+        del f[key]
+        f[key] = np.zeros((4, 32), np.float32)
     pkg = tiny["pkg"]["plain"]
     (pkg / "lora.mnn").unlink(missing_ok=True)
-    fails_cleanly(pocket, ["export", "--ckpt", tiny["ckpt"], "--format", "mnn", "--lora", tmp_path / "bad.h5",
-                           "--out", pkg], ["bad.h5", "up_proj"], [pkg / "lora.mnn"])
+    fails_cleanly(pocket, ["export", "--ckpt", tiny["ckpt"], "--format", "mnn", "--lora", bad, "--out", pkg],
+                  ["bad.h5", "up_proj"], [pkg / "lora.mnn"])
+    # An adapter trained on the float weights: MNN runs the int4 model.
+    f32 = adapter(tiny, "float", 4, 8.0, ["q"], seed=3, int4=False)
+    fails_cleanly(pocket, ["export", "--ckpt", tiny["ckpt"], "--format", "mnn", "--lora", f32["path"], "--out", pkg],
+                  ["QLoRA"], [pkg / "lora.mnn"])
     fails_cleanly(pocket, ["export", "--ckpt", tiny["ckpt"], "--format", "hf", "--lora", a["path"], "--out",
                            tmp_path / "hf"], ["--lora"], [tmp_path / "hf"])
