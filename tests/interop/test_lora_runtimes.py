@@ -32,10 +32,8 @@ them for:
   adapter for another base (hash), a lora_A of the wrong shape, a float-trained
   adapter for MNN: one line, exit 1, nothing written.
 """
-import json
 import os
 import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -47,22 +45,15 @@ torch = pytest.importorskip("torch")
 peft = pytest.importorskip("peft")
 transformers = pytest.importorskip("transformers")
 
-from test_mnn_runtime import RUNTIME, codes_of, fp16, mnn_json, rtn   # noqa: E402
+# The tiny base model, the runtime settings and the tolerance of the base package's tests.
+from test_mnn_runtime import (ATOL, BASE, N_NEW, RUNTIME, TOK, codes_of, fp16, make_checkpoint, mnn_json,  # noqa: E402
+                              rtn, run_mnn)
+from test_gguf_llamacpp import llama_cpp, llama_greedy   # noqa: E402,F401 (llama_cpp: a fixture)
 
-ROOT = Path(__file__).resolve().parents[2]
-TOK = ROOT / "tests/fixtures/tok"
 RUNNER = Path(__file__).with_name("mnn_lora_run.py")
-N_NEW = 32
-ATOL = 2e-4
 TARGETS = ["q", "k", "v", "o", "gate", "up", "down"]
 MODULES = {t: f"{t}_proj" for t in TARGETS}
 
-BASE = {
-    "architectures": ["Qwen3ForCausalLM"], "model_type": "qwen3", "num_hidden_layers": 2, "hidden_size": 64,
-    "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 16, "intermediate_size": 128,
-    "vocab_size": 1536, "max_position_embeddings": 512, "rms_norm_eps": 1e-6, "rope_theta": 10000.0,
-    "tie_word_embeddings": True, "eos_token_id": 1502, "pad_token_id": 1500, "initializer_range": 0.25,
-}
 LLAMA = {**BASE, "model_type": "llama", "architectures": ["LlamaForCausalLM"]}
 # Big enough that a second copy of the weights shows in the resident memory:
 # 4 layers of 512 wide, llm.mnn.weight ~9 MB, ~36 MB as fp32 at load (memory normal).
@@ -78,17 +69,7 @@ PROMPTS = [
 
 def make_base(d, name, cfg, run_pocket):
     """A checkpoint with the fixture tokenizer, its HF directory and config."""
-    (d / f"{name}.json").write_text(json.dumps(cfg))
-    init = d / f"{name}-init.h5"
-    run_pocket("init", "--model", d / f"{name}.json", "--tokenizer", TOK / "tokenizer.json", "--seed", 11, "--out", init)
-    hf = d / f"{name}-hf"
-    run_pocket("export", "--ckpt", init, "--format", "hf", "--out", hf)
-    (hf / "tokenizer.json").write_bytes((TOK / "tokenizer.json").read_bytes())
-    (hf / "tokenizer_config.json").write_text(json.dumps({
-        "chat_template": (TOK / "qwen3_chat_template.jinja").read_text(), "eos_token": "<|im_end|>",
-        "pad_token": "<|endoftext|>", "bos_token": None}))
-    ckpt = d / f"{name}.h5"
-    run_pocket("import", hf, "--out", ckpt)
+    ckpt, hf = make_checkpoint(d, name, cfg, run_pocket)
     return {"ckpt": ckpt, "hf": hf, "cfg": cfg, "dir": d, "run_pocket": run_pocket}
 
 
@@ -158,14 +139,7 @@ def adapter(base, name, r, alpha, targets, seed, int4=True, std=0.3, ckpt=None, 
 
 
 def run_job(package, tmp, **job):
-    job = {"package": str(package), "config": RUNTIME, **job}
-    path = tmp / f"lora-job-{abs(hash(json.dumps(job, sort_keys=True))) % 10**8}.json"
-    path.write_text(json.dumps(job))
-    result = path.with_suffix(".out.json")
-    proc = subprocess.run([sys.executable, str(RUNNER), str(path), str(result)], capture_output=True, text=True,
-                          timeout=600)
-    assert proc.returncode == 0 and result.exists(), f"MNN runtime failed on {package}:\n{proc.stderr[-3000:]}"
-    return json.loads(result.read_text())
+    return run_mnn(package, tmp, runner=RUNNER, **job)
 
 
 def ids_of(run_pocket, d, text):
@@ -386,25 +360,6 @@ def test_merged_package_matches_merged_weights(tiny, run_pocket, std, tmp_path):
 # ---- llama.cpp -------------------------------------------------------------
 
 
-@pytest.fixture(scope="module")
-def llama_cpp():
-    if os.environ.get("CI"):
-        import llama_cpp as module
-        return module
-    return pytest.importorskip("llama_cpp", reason="llama-cpp-python is not installed")
-
-
-def llama_greedy(llm, prompt, n=N_NEW):
-    llm.reset()
-    llm.eval(prompt)
-    out = []
-    for _ in range(n):
-        tok = int(np.argmax(llm.scores[llm.n_tokens - 1]))
-        out.append(tok)
-        llm.eval([tok])
-    return out
-
-
 TIE = 0.05   # llama.cpp multiplies F16 weights by F16-rounded activations: 1e-2..4e-2 on these logits (printed)
 
 
@@ -453,7 +408,7 @@ def test_gguf_adapter_in_llama_cpp(tmp_path_factory, run_pocket, llama_cpp, arch
     noise = 0.0
     for p in PROMPTS:
         ids = ids_of(run_pocket, tmp_path, p)
-        got, ours = llama_greedy(llm, ids), pocket_greedy(run_pocket, back, ids, "--lora", a_back)
+        got, ours = llama_greedy(llm, ids, N_NEW), pocket_greedy(run_pocket, back, ids, "--lora", a_back)
         changed += ours != pocket_greedy(run_pocket, back, ids)
         noise = max(noise, float(np.abs(np.array(llm.scores[:len(ids)]) - hf_logits(ref, ids)).max()))
         total += len(ours)
