@@ -8,12 +8,14 @@
 #include "../formats/gguf_reader.h"
 #include "../formats/safetensors.h"
 #include "../formats/checkpoint.h"
+#include "../formats/lora_checkpoint.h"
 #include "commands.h"
 
 static void help(FILE *f) {
     fprintf(f,
             "usage: pocket inspect FILE [--tokenizer tokenizer.json|CKPT.h5]\n\n"
             "  CKPT.h5            config, tensors, shapes, sizes\n"
+            "  ADAPTER.h5         a LoRA adapter: rank, alpha, targets, the base's hash, tensors\n"
             "  DATA.h5            token counts, tokenizer hash, a decoded sample (needs --tokenizer)\n"
             "  X.safetensors      tensors, dtypes, shapes, sizes\n"
             "  X.gguf             metadata keys and values, tensors, types, shapes, offsets\n"
@@ -76,7 +78,8 @@ int cmd_inspect(int argc, char **argv) {
         rc = tok_path ? load_tokenizer(tok_path, &tok, &e) : 0;
         if (rc == 0) rc = dataset_inspect(file, tok, stdout, &e);
         if (tok) tokenizer_free(tok);
-    } else if (checkpoint_is_hdf5(file)) rc = checkpoint_inspect(file, stdout, &e);
+    } else if (lora_checkpoint_is(file)) rc = lora_checkpoint_inspect(file, stdout, &e);
+    else if (checkpoint_is_hdf5(file)) rc = checkpoint_inspect(file, stdout, &e);
     else rc = st_inspect(file, stdout, &e);
     if (rc) fprintf(stderr, "pocket inspect: %s\n", e.msg);
     return rc ? 1 : 0;

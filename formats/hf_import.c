@@ -35,15 +35,21 @@ static void weight_map_free(WeightMap *w) {
     memset(w, 0, sizeof *w);
 }
 
-static int weight_map_load(WeightMap *w, const char *path, PtError *e) {
-    memset(w, 0, sizeof *w);
+json_t *hf_read_json(const char *path, PtError *e) {
     uint8_t *text;
     size_t len;
-    if (read_whole_file(path, &text, &len, e)) return -1;
+    if (read_whole_file(path, &text, &len, e)) return NULL;
     json_error_t je;
     json_t *root = json_loadb((const char *)text, len, JSON_REJECT_DUPLICATES, &je);
     free(text);
-    if (!root) return pt_fail(e, "%s:%d:%d: not valid JSON: %s", path, je.line, je.column, je.text);
+    if (!root) pt_fail(e, "%s:%d:%d: not valid JSON: %s", path, je.line, je.column, je.text);
+    return root;
+}
+
+static int weight_map_load(WeightMap *w, const char *path, PtError *e) {
+    memset(w, 0, sizeof *w);
+    json_t *root = hf_read_json(path, e);
+    if (!root) return -1;
     int rc = -1;
     json_t *map = json_object_get(root, "weight_map");
     if (!json_is_object(map)) {

@@ -1,6 +1,7 @@
 // hf_import.h: a Hugging Face model directory (config.json, safetensors
 // weights, tokenizer files) into a ModelBundle.
 #pragma once
+#include <jansson.h>
 #include "../model/bundle.h"
 
 // Reads DIR/config.json, then DIR/model.safetensors, or when that is absent
@@ -14,6 +15,10 @@
 // ones it must be present. DIR/tokenizer.json and DIR/tokenizer_config.json
 // are kept verbatim when present. On failure b is left empty (freed).
 int hf_import(const char *dir, ModelBundle *b, PtError *e);
+
+// The JSON file at path (duplicate keys refused), or NULL with one line
+// naming the file and the place. json_decref it.
+json_t *hf_read_json(const char *path, PtError *e);
 
 // 1 when DIR looks like an HF model directory (holds config.json).
 int hf_is_model_dir(const char *dir);

@@ -54,29 +54,34 @@ static int read_str(hid_t g, const char *name, char *buf, size_t cap, const char
     return rc;
 }
 
+// /lora's attributes, checked: the configuration, base ("fp32" or "int4") and its hash.
+static int read_attrs(hid_t f, LoraConfig *lc, char base[16], char hash[65], const char *path, PtError *e) {
+    memset(lc, 0, sizeof *lc);
+    hid_t g = h5_exists(f, "lora") ? h5_open_group(f, "lora", path, e)
+                                   : pt_fail(e, "%s: no /lora group: not a LoRA adapter checkpoint", path);
+    char targets[128];
+    int rc = g < 0 ? -1 : 0;
+    if (!rc)
+        rc = h5_read_attr(g, "rank", H5T_NATIVE_INT, &lc->rank, 1, path, e) ||
+             h5_read_attr(g, "alpha", H5T_NATIVE_FLOAT, &lc->alpha, 1, path, e) ||
+             h5_read_attr(g, "dropout", H5T_NATIVE_FLOAT, &lc->dropout, 1, path, e) ||
+             read_str(g, "targets", targets, sizeof targets, path, e) || read_str(g, "base", base, 16, path, e) ||
+             read_str(g, "base_sha256", hash, 65, path, e);
+    if (g >= 0) H5Gclose(g);
+    if (!rc) rc = lora_targets_parse(targets, &lc->targets, path, e) || lora_config_check(lc, path, e);
+    if (!rc && strcmp(base, "fp32") && strcmp(base, "int4"))
+        rc = pt_fail(e, "%s: /lora base '%s' is not fp32 or int4", path, base);
+    return rc ? -1 : 0;
+}
+
 int lora_checkpoint_load(const char *path, const ModelConfig *mc, const char *base_hash, const char *base_name,
                          LoraAdapter *a, PtError *e) {
     memset(a, 0, sizeof *a);
     hid_t f = h5_open_read(path, e);
     if (f < 0) return -1;
-    if (!h5_exists(f, "lora")) {
-        H5Fclose(f);
-        return pt_fail(e, "%s: no /lora group: not a LoRA adapter checkpoint", path);
-    }
-    hid_t g = h5_open_group(f, "lora", path, e);
-    LoraConfig lc = {0};
-    char targets[128], base[16], hash[65];
-    int rc = g < 0 ? -1 : 0;
-    if (!rc)
-        rc = h5_read_attr(g, "rank", H5T_NATIVE_INT, &lc.rank, 1, path, e) ||
-             h5_read_attr(g, "alpha", H5T_NATIVE_FLOAT, &lc.alpha, 1, path, e) ||
-             h5_read_attr(g, "dropout", H5T_NATIVE_FLOAT, &lc.dropout, 1, path, e) ||
-             read_str(g, "targets", targets, sizeof targets, path, e) || read_str(g, "base", base, sizeof base, path, e) ||
-             read_str(g, "base_sha256", hash, sizeof hash, path, e);
-    if (g >= 0) H5Gclose(g);
-    if (!rc) rc = lora_targets_parse(targets, &lc.targets, path, e) || lora_config_check(&lc, path, e);
-    if (!rc && strcmp(base, "fp32") && strcmp(base, "int4"))
-        rc = pt_fail(e, "%s: /lora base '%s' is not fp32 or int4", path, base);
+    LoraConfig lc;
+    char base[16], hash[65];
+    int rc = read_attrs(f, &lc, base, hash, path, e);
     if (!rc && base_hash && strcmp(hash, base_hash))
         rc = pt_fail(e, "%s: trained on the %s base with sha256 %s, but %s has sha256 %s (an adapter applies only to "
                      "the base it was trained on)", path, base, hash, base_name, base_hash);
@@ -104,11 +109,43 @@ int lora_checkpoint_is(const char *path) {
 int lora_checkpoint_base_int4(const char *path, PtError *e) {
     hid_t f = h5_open_read(path, e);
     if (f < 0) return -1;
-    hid_t g = h5_exists(f, "lora") ? h5_open_group(f, "lora", path, e)
-                                   : pt_fail(e, "%s: no /lora group: not a LoRA adapter checkpoint", path);
-    char base[16];
-    int rc = g < 0 ? -1 : read_str(g, "base", base, sizeof base, path, e);
-    if (g >= 0) H5Gclose(g);
+    LoraConfig lc;
+    char base[16], hash[65];
+    int rc = read_attrs(f, &lc, base, hash, path, e);
     H5Fclose(f);
     return rc ? -1 : !strcmp(base, "int4");
+}
+
+int lora_checkpoint_inspect(const char *path, FILE *out, PtError *e) {
+    hid_t f = h5_open_read(path, e);
+    if (f < 0) return -1;
+    LoraConfig lc;
+    char targets[64], base[16], hash[65];
+    hid_t p = -1;
+    int rc = read_attrs(f, &lc, base, hash, path, e);
+    if (!rc && (p = h5_open_group(f, "params", path, e)) < 0) rc = -1;
+    if (!rc) {
+        lora_targets_format(lc.targets, targets, sizeof targets);
+        fprintf(out, "%s: LoRA adapter, rank %d, alpha %g (scale %g), dropout %g, targets %s\n", path, lc.rank, lc.alpha,
+                lc.alpha / lc.rank, lc.dropout, targets);
+        fprintf(out, "base: %s weights with sha256 %s\n", base, hash);
+        int n = h5_child_count(p);
+        double floats = 0;
+        for (int i = 0; i < n && !rc; i++) {
+            char name[256];
+            H5DatasetInfo info;
+            if (!h5_child_name(p, i, name, sizeof name) || h5_dataset_info(p, name, &info, path, e)) {
+                rc = -1;
+                break;
+            }
+            fprintf(out, "%-72s [%llu, %llu]\n", name, (unsigned long long)info.dims[0],
+                    (unsigned long long)(info.rank > 1 ? info.dims[1] : 1));
+            floats += (double)info.dims[0] * (info.rank > 1 ? (double)info.dims[1] : 1);
+        }
+        fprintf(out, "%d tensors, %.0f parameters (%.2f MB f32)%s\n", n, floats, floats * 4 / 1e6,
+                h5_exists(f, "optim") ? "; AdamW moments and training state (a run's checkpoint)" : "");
+    }
+    if (p >= 0) H5Gclose(p);
+    H5Fclose(f);
+    return rc ? -1 : 0;
 }

@@ -32,5 +32,7 @@ int lora_checkpoint_load(const char *path, const ModelConfig *mc, const char *ba
                          LoraAdapter *a, PtError *e);
 // 1 when the adapter at path was trained on an int4 base, 0 on a float one, -1 on error.
 int lora_checkpoint_base_int4(const char *path, PtError *e);
+// Prints an adapter checkpoint: its configuration, base, tensors and shapes.
+int lora_checkpoint_inspect(const char *path, FILE *out, PtError *e);
 // 1 when path is an HDF5 file holding /lora.
 int lora_checkpoint_is(const char *path);

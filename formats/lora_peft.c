@@ -4,6 +4,7 @@
 #include <math.h>
 #include <string.h>
 #include "../util/out_dir.h"
+#include "hf_import.h"
 #include "safetensors.h"
 
 #define CONFIG_NAME "adapter_config.json"
@@ -46,15 +47,11 @@ static const struct { const char *key, *what; } UNSUPPORTED[] = {
 };
 
 static int read_config(const char *path, LoraConfig *lc, PtError *e) {
-    uint8_t *text;
-    size_t len;
-    if (read_whole_file(path, &text, &len, e)) return -1;
-    json_error_t je;
-    json_t *root = json_loadb((const char *)text, len, JSON_REJECT_DUPLICATES, &je);
-    free(text);
+    json_t *root = hf_read_json(path, e);
+    if (!root) return -1;
     if (!json_is_object(root)) {
         json_decref(root);
-        return pt_fail(e, "%s:%d: not a JSON object (%s)", path, je.line, je.text);
+        return pt_fail(e, "%s: not a JSON object", path);
     }
     int rc = 0;
     const json_t *type = json_object_get(root, "peft_type"), *bias = json_object_get(root, "bias");

@@ -100,7 +100,8 @@ static void plan_buffers(Model *m, Carver *c) {
     m->seg = carve(c, N * sizeof(int));
     m->mask = carve(c, N);
     if (m->lora) {
-        size_t widest = (size_t)(Q > F ? Q : F) > H ? (size_t)(Q > F ? Q : F) : H;
+        size_t widest = Q > F ? Q : F;   // the widest projection output (k and v are at most Q)
+        widest = widest > H ? widest : H;
         m->lora_u = carve_floats(c, S * LORA_N_TARGETS * N * m->lora->rank);
         m->lora_out = carve_floats(c, N * widest);
     }

@@ -22,7 +22,7 @@
 #include "../formats/hf_import.h"
 #include "../formats/lora_checkpoint.h"
 #include "../formats/lora_peft.h"
-#include "../formats/safetensors.h"
+#include "test_fixture_util.h"
 #include "test_cli_util.h"
 #include "test_model_util.h"
 
@@ -54,16 +54,6 @@ static int setup(void **state) {
 static int teardown(void **state) {
     (void)state;
     return sh("rm -rf %s", g_dir);
-}
-
-static float *expected(const StFile *f, const char *name, size_t numel) {
-    const StTensor *t = st_find(f, name);
-    if (!t) fail_msg("fixture lacks %s", name);
-    assert_int_equal(t->numel, numel);
-    float *x = malloc(numel * sizeof(float));
-    PtError e;
-    assert_int_equal(st_read_f32(f, t, x, &e), 0);
-    return x;
 }
 
 static void check_peft_fixture(const char *base, const char *adapter) {

@@ -11,7 +11,7 @@
 #include <string.h>
 #include "../formats/hf_import.h"
 #include "test_model_util.h"
-#include "../formats/safetensors.h"
+#include "test_fixture_util.h"
 
 #define FIXTURES "tests/fixtures/hf/"
 
@@ -26,16 +26,6 @@ static int *read_ids(const char *path, int *n) {
     }
     fclose(f);
     return ids;
-}
-
-static float *expected(const StFile *f, const char *name, size_t numel) {
-    const StTensor *t = st_find(f, name);
-    if (!t) fail_msg("fixture lacks %s", name);
-    assert_int_equal(t->numel, numel);
-    float *x = malloc(numel * sizeof(float));
-    PtError e;
-    assert_int_equal(st_read_f32(f, t, x, &e), 0);
-    return x;
 }
 
 static void check_fixture(const char *name) {
