@@ -244,7 +244,7 @@ int cmd_export(int argc, char **argv) {
             fprintf(stderr, "pocket export: %s\n", q < 0 ? err.msg : "--lora with mnn needs a QLoRA adapter ([lora] base = int4): MNN runs the int4 model, and this one was trained on the float weights");
             return 1;
         }
-        if (!strcmp(format, "peft")) oo.int4 = q;
+        if (strcmp(format, "mnn")) oo.int4 = q;   // peft, gguf: the files do not depend on it
     }
     OpenModel om;
     if (FORMATS[f].run(NULL, &o, &err) || open_model(&om, ckpt, &oo, &err)) {
