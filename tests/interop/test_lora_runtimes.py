@@ -27,7 +27,7 @@ them for:
   names, shapes); loaded with lora_path on the base GGUF, its greedy 32
   tokens equal `pocket generate --lora` on the weights the files hold, on 4
   prompts, for qwen3 and for the llama architecture (whose q/k rows are
-  permuted), f32 and f16.
+  permuted), f32 and f16. A QLoRA adapter exports to GGUF as well.
 - Bad input: no base package in --out, a package of another checkpoint, an
   adapter for another base (hash), a lora_A of the wrong shape, a float-trained
   adapter for MNN: one line, exit 1, nothing written.
@@ -423,6 +423,22 @@ def test_gguf_adapter_in_llama_cpp(tmp_path_factory, run_pocket, llama_cpp, arch
           f"within {noise:.1e} of transformers + PEFT")
     assert noise <= (1e-4 if quant == "f32" else TIE)
     assert changed == len(PROMPTS)   # the adapter changes every continuation: it is applied, not ignored
+
+
+def test_qlora_adapter_to_gguf(tiny, run_pocket, tmp_path):
+    """A QLoRA adapter (trained against the int4 model) exports to llama.cpp
+    too: the file holds its A and B as they are."""
+    gguf = pytest.importorskip("gguf")
+    a = tiny["one"]
+    run_pocket("export", "--ckpt", tiny["ckpt"], "--format", "gguf", "--lora", a["path"], "--out", tmp_path / "q.gguf")
+    tensors = {t.name: t for t in gguf.GGUFReader(str(tmp_path / "q.gguf")).tensors}
+    gname = {"q": "attn_q", "k": "attn_k", "v": "attn_v", "o": "attn_output", "gate": "ffn_gate", "up": "ffn_up",
+             "down": "ffn_down"}
+    for key, w in a["lora"].items():
+        parts = key.split(".")   # base_model.model.model.layers.L.<part>.<x>_proj.lora_A.weight
+        layer, proj, ab = int(parts[4]), parts[-3][:-len("_proj")], parts[-2][-1].lower()
+        t = tensors[f"blk.{layer}.{gname[proj]}.weight.lora_{ab}"]
+        assert np.array_equal(np.asarray(t.data).reshape(w.shape), w), key
 
 
 # ---- bad input -------------------------------------------------------------
