@@ -13,7 +13,6 @@ validation titles never occur in the training set.
 """
 import argparse
 import os
-import random
 import sys
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
@@ -50,14 +49,7 @@ def main():
     missing = [c for c, *_ in demo.ZH_CATEGORIES + demo.EN_CATEGORIES if c not in DEPARTMENT_OF]
     if missing:
         sys.exit("make_department_data.py: no department for %s" % ", ".join(missing))
-    rng = random.Random(args.seed)
-    seen, train, val = set(), [], []
-    for target, out in ((args.val, val), (args.train, train)):
-        while len(out) < target:
-            title, ex = example(rng, "zh" if rng.random() < 0.5 else "en")
-            if title not in seen:
-                seen.add(title)
-                out.append(ex)
+    train, val = demo.generate(args.train, args.val, args.seed, example)
     os.makedirs(args.out_dir, exist_ok=True)
     demo.write_jsonl(os.path.join(args.out_dir, "train.jsonl"), train)
     demo.write_jsonl(os.path.join(args.out_dir, "val.jsonl"), val)
