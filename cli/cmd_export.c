@@ -118,7 +118,8 @@ static const struct {
     {"hf", export_hf, "Hugging Face directory: config.json, model.safetensors, tokenizer files"},
     {"mnn", export_mnn, "MNN INT4 package for MNN's LLM runtime (llm.mnn, llm.mnn.weight, configs, tokenizer.mtok)"},
     {"gguf", export_gguf, "GGUF file for llama.cpp (qwen3; llama for Llama-style models)"},
-    {"peft", export_peft, "with --lora ADAPTER.h5: PEFT adapter folder (adapter_config.json, adapter_model.safetensors)"},
+    {"peft", export_peft,
+     "with --lora ADAPTER.h5: PEFT adapter folder (adapter_config.json, adapter_model.safetensors)"},
 };
 #define N_FORMATS (int)(sizeof FORMATS / sizeof FORMATS[0])
 

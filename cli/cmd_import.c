@@ -107,7 +107,8 @@ int cmd_import(int argc, char **argv) {
     }
     if (src && lora_peft_is_dir(src)) return import_peft(src, base, base_int4, out);
     if (base || base_int4) {
-        fprintf(stderr, "pocket import: --base and --int4 are for a PEFT adapter folder; %s has no adapter_config.json\n",
+        fprintf(stderr,
+                "pocket import: --base and --int4 are for a PEFT adapter folder; %s has no adapter_config.json\n",
                 src ? src : "(no source)");
         return 1;
     }

@@ -18,8 +18,8 @@ enum { BLOCK_RECORDS = 1024, BLOCK_BYTES = 8 << 20, MAX_SKIP_WARNINGS = 5 };
 static void help(FILE *f) {
     fprintf(f,
             "usage: pocket tokenize --tokenizer tokenizer.json|CKPT.h5 [--chat [--chat-template FILE]] [--max-len N]\n"
-            "                       [--truncate]"
-            "                       [--skip-bad] [--threads N] INPUT... --out DATA.h5\n"
+            "                       [--truncate] [--format F] [--prompt-column C] [--completion-column C]\n"
+            "                       [--system-column C] [--skip-bad] [--threads N] INPUT... --out DATA.h5\n"
             "       pocket tokenize --tokenizer tokenizer.json|CKPT.h5 --print-ids FILE\n\n"
             "Tokenizes text into an HDF5 token dataset for `pocket train` and `pocket eval`.\n\n"
             "INPUT is a .txt file (one document), a .jsonl file (one document per line, its \"text\" field),\n"
@@ -27,17 +27,31 @@ static void help(FILE *f) {
             "sorted by name). Documents are separated by the <|endoftext|> token.\n\n"
             "  --tokenizer  tokenizer.json, or a checkpoint holding one (/tokenizer/tokenizer.json)\n"
             "  --out        dataset to write (HDF5; written to a temporary name and renamed at the end)\n"
-            "  --chat       inputs are chat JSONL for SFT: {\"messages\": [{\"role\", \"content\"}, ...]} with roles\n"
-            "               system (first only), user, assistant; or {\"prompt\", \"completion\"}. Each is\n"
-            "               rendered with the model's chat template: the checkpoint's tokenizer_config.json\n"
+            "  --chat       inputs are SFT data, each file in one of these formats (found from each JSON line's\n"
+            "               keys, or from the name: .csv, .tsv, also .gz):\n"
+            "                 openai    {\"messages\": [{\"role\", \"content\"}, ...]} with roles system\n"
+            "                           (first only), user, assistant; or {\"prompt\", \"completion\"}\n"
+            "                           (+ \"system\")\n"
+            "                 sharegpt  {\"conversations\": [{\"from\", \"value\"}, ...]} (+ \"system\"); from:\n"
+            "                           human or user, gpt or assistant, system; tool turns are refused\n"
+            "                 alpaca    {\"instruction\", \"input\", \"output\"} (+ \"system\", \"history\");\n"
+            "                           the user turn is instruction + \"\\n\" + input (an empty one left out)\n"
+            "                 csv, tsv  a header row, then rows with prompt and completion columns (RFC 4180\n"
+            "                           quoting; a \"system\" column is used when present)\n"
+            "               Each is rendered with the model's chat template: the checkpoint's tokenizer_config.json\n"
             "               chat_template (or the tokenizer_config.json beside a tokenizer.json), else the\n"
             "               bundled Qwen3-style one. The loss mask covers the assistant replies (and the\n"
             "               reasoning the template keeps) and the end-of-turn token after each.\n"
             "  --chat-template FILE  (--chat) render with this Jinja template instead\n"
+            "  --format F   (--chat) read every input as F: openai, sharegpt, alpaca (JSON lines), csv or tsv\n"
+            "               (a table whatever the file's name) instead of finding it\n"
+            "  --prompt-column C, --completion-column C  (tables) the columns' names (default prompt, completion)\n"
+            "  --system-column C  (tables) a column of system prompts (default: \"system\" when the header has it)\n"
             "  --max-len N  (--chat) examples longer than N tokens are dropped (default: no limit)\n"
             "  --truncate   (--chat) cut examples longer than --max-len instead of dropping them\n"
-            "  --skip-bad   skip and count bad records (malformed JSON, bad roles, invalid UTF-8) instead of\n"
-            "               stopping at the first one\n"
+            "  --skip-bad   skip and count bad records (malformed JSON or CSV, bad roles, missing fields or\n"
+            "               columns, another format than the file's, invalid UTF-8) instead of stopping at the\n"
+            "               first one; the count is printed and stored in the dataset (skipped)\n"
             "  --threads N  worker threads (default: OMP_NUM_THREADS or all cores)\n"
             "  --print-ids FILE  print the token ids of FILE's whole text on one line; writes no dataset\n"
             "  --per-line   (--print-ids) one line of ids per line of FILE (each tokenized alone)\n");
@@ -46,6 +60,8 @@ static void help(FILE *f) {
 typedef struct {
     const char *tokenizer, *out, *print_ids, *chat_template;
     ChatTemplate *tmpl;
+    SftFormat format;
+    SftColumns cols;
     int chat, truncate, skip_bad, threads, per_line;
     size_t max_len;
     char **inputs;
@@ -75,6 +91,15 @@ static int parse_args(int argc, char **argv, Args *a) {
         else if ((v = arg_value(argc, argv, &i, "--out"))) a->out = v;
         else if ((v = arg_value(argc, argv, &i, "--print-ids"))) a->print_ids = v;
         else if ((v = arg_value(argc, argv, &i, "--chat-template"))) a->chat_template = v;
+        else if ((v = arg_value(argc, argv, &i, "--prompt-column"))) a->cols.prompt = v;
+        else if ((v = arg_value(argc, argv, &i, "--completion-column"))) a->cols.completion = v;
+        else if ((v = arg_value(argc, argv, &i, "--system-column"))) a->cols.system = v;
+        else if ((v = arg_value(argc, argv, &i, "--format"))) {
+            if (sft_format_parse(v, &a->format)) {
+                fprintf(stderr, "pocket tokenize: --format '%s' (want openai, sharegpt, alpaca, csv or tsv)\n", v);
+                return -1;
+            }
+        }
         else if (!strcmp(argv[i], "--chat")) a->chat = 1;
         else if (!strcmp(argv[i], "--truncate")) a->truncate = 1;
         else if (!strcmp(argv[i], "--skip-bad")) a->skip_bad = 1;
@@ -97,6 +122,10 @@ static int parse_args(int argc, char **argv, Args *a) {
     else if (!a->chat && (a->max_len || a->truncate)) problem = "--max-len and --truncate apply to --chat only";
     else if (a->truncate && !a->max_len) problem = "--truncate needs --max-len";
     else if (a->chat_template && !a->chat) problem = "--chat-template applies to --chat only";
+    else if ((a->format || a->cols.prompt || a->cols.completion || a->cols.system) && !a->chat)
+        problem = "--format and the --*-column flags apply to --chat only";
+    else if ((a->cols.prompt || a->cols.completion || a->cols.system) && a->format && a->format < SFT_FORMAT_CSV)
+        problem = "the --*-column flags name a table's columns, and --format names JSON lines";
     if (problem) {
         fprintf(stderr, "pocket tokenize: %s (see --help)\n", problem);
         return -1;
@@ -136,6 +165,7 @@ typedef struct {
     CorpusRecord rec;
     SftExample ex;         // CPT uses ids/n only
     JobStatus status;
+    SftFormat format;      // the record's SFT format, as found
     int truncated;
     PtError err;
 } Job;
@@ -168,14 +198,14 @@ static void run_cpt_job(const Tokenizer *tok, int eot, Job *j) {
 static void run_sft_job(const Tokenizer *tok, const Args *a, Job *j) {
     char where[1100];
     corpus_where(&j->rec, where, sizeof where);
-    if (j->rec.format != CORPUS_JSONL) {
-        pt_fail(&j->err, "%s: --chat reads chat .jsonl files, not .txt", where);
+    if (j->rec.format == CORPUS_TXT) {
+        pt_fail(&j->err, "%s: --chat reads chat .jsonl files (or .csv, .tsv tables), not .txt", where);
         j->status = JOB_FATAL;
         return;
     }
     // A token across a reply's edge is a bad record too: --skip-bad skips and
     // reports it (when every line fails, nothing is written).
-    if (sft_encode_line(tok, a->tmpl, j->rec.data, j->rec.len, where, &j->ex, &j->err)) {
+    if (sft_encode_record(tok, a->tmpl, &j->rec, a->format, &a->cols, where, &j->ex, &j->format, &j->err)) {
         j->status = JOB_BAD;
         return;
     }
@@ -203,7 +233,9 @@ static int tokenize_inputs(const Args *a, const Tokenizer *tok) {
         return 1;
     }
     Corpus *corpus;
-    if (corpus_open(&corpus, a->inputs, a->n_inputs, &e)) {
+    char table = a->format == SFT_FORMAT_CSV ? ',' : a->format == SFT_FORMAT_TSV ? '\t' : 0;
+    if (a->chat ? corpus_open_chat(&corpus, a->inputs, a->n_inputs, table, &e)
+                : corpus_open(&corpus, a->inputs, a->n_inputs, &e)) {
         fprintf(stderr, "pocket tokenize: %s\n", e.msg);
         return 1;
     }
@@ -221,6 +253,7 @@ static int tokenize_inputs(const Args *a, const Tokenizer *tok) {
     int shown = 0;   // a progress line is on the terminal
     Counts n = {0};
     PtError first_skip = {0};
+    SftFormatGuard guard = {0};
     Job *jobs = xcalloc(BLOCK_RECORDS, sizeof *jobs, "jobs");
     while (more && !rc) {
         int n_jobs = 0;
@@ -238,6 +271,8 @@ static int tokenize_inputs(const Args *a, const Tokenizer *tok) {
         }
         for (int i = 0; i < n_jobs; i++) {
             Job *j = &jobs[i];
+            if (a->chat && j->status != JOB_FATAL && sft_format_guard(&guard, &j->rec, j->format, &j->err))
+                j->status = JOB_BAD;   // one format per file
             if (!rc) {
                 if (j->status == JOB_FATAL || (j->status == JOB_BAD && !a->skip_bad)) {
                     e = j->err;
@@ -257,6 +292,7 @@ static int tokenize_inputs(const Args *a, const Tokenizer *tok) {
             j->rec.data = NULL;
             j->ex.n = 0;
             j->truncated = 0;
+            j->format = SFT_FORMAT_AUTO;
         }
         if (!rc && read_failed) {   // after the records read before it, in input order
             e = read_err;
@@ -322,6 +358,8 @@ static int load_template(Args *a, PtError *e) {
 int cmd_tokenize(int argc, char **argv) {
     Args a;
     int parsed = parse_args(argc, argv, &a);
+    if (!a.cols.prompt) a.cols.prompt = "prompt";
+    if (!a.cols.completion) a.cols.completion = "completion";
     if (parsed) {
         free(a.inputs);
         return parsed > 0 ? 0 : 2;

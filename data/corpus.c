@@ -6,12 +6,18 @@
 #include <jansson.h>
 #include <string.h>
 #include <zlib.h>
+#include "csv.h"
 
 enum { READ_CHUNK = 1 << 20, MAX_DIR_DEPTH = 64 };
 
 struct Corpus {
     char **files;
     int n_files, cap_files;
+    int tables;             // corpus_open_chat: .csv and .tsv files too
+    char force_sep;         // every file is a table with this separator (0: by the name)
+    char **headers;         // per file: a table's header row, once read
+    size_t *header_len;
+    uint64_t *header_line;
     int next_file;          // index of the next file to open
     int cur;                // index of the open file, -1 when none
     gzFile gz;
@@ -34,8 +40,12 @@ static int format_of(const char *name, int *is_gz) {
     *is_gz = ends_with(name, ".gz");
     if (ends_with(name, ".txt") || ends_with(name, ".txt.gz")) return CORPUS_TXT;
     if (ends_with(name, ".jsonl") || ends_with(name, ".jsonl.gz")) return CORPUS_JSONL;
+    if (ends_with(name, ".csv") || ends_with(name, ".csv.gz")) return CORPUS_CSV;
+    if (ends_with(name, ".tsv") || ends_with(name, ".tsv.gz")) return CORPUS_TSV;
     return -1;
 }
+
+static int usable(const Corpus *c, int format) { return format >= 0 && (c->tables || format <= CORPUS_JSONL); }
 
 static void add_file(Corpus *c, const char *path) {
     if (c->n_files == c->cap_files) {
@@ -74,7 +84,7 @@ static int walk_dir(Corpus *c, const char *dir, int depth, PtError *e) {
         char *path = path_join(dir, names[i]);
         int gz;
         if (!rc && path_is_dir(path)) rc = walk_dir(c, path, depth + 1, e);
-        else if (!rc && format_of(names[i], &gz) >= 0) add_file(c, path);
+        else if (!rc && usable(c, format_of(names[i], &gz))) add_file(c, path);
         free(path);
         free(names[i]);
     }
@@ -85,16 +95,22 @@ static int walk_dir(Corpus *c, const char *dir, int depth, PtError *e) {
 void corpus_close(Corpus *c) {
     if (!c) return;
     if (c->gz) gzclose_r(c->gz);
-    for (int i = 0; i < c->n_files; i++) free(c->files[i]);
+    for (int i = 0; i < c->n_files; i++) free(c->files[i]), free(c->headers ? c->headers[i] : NULL);
     free(c->files);
+    free(c->headers);
+    free(c->header_len);
+    free(c->header_line);
     free(c->buf);
     free(c);
 }
 
-int corpus_open(Corpus **out, char *const *inputs, int n_inputs, PtError *e) {
+static int open_inputs(Corpus **out, char *const *inputs, int n_inputs, int tables, char force_sep, PtError *e) {
     if (n_inputs <= 0) return pt_fail(e, "no input files given");
     Corpus *c = xcalloc(1, sizeof *c, "corpus");
     c->cur = -1;
+    c->tables = tables;
+    c->force_sep = force_sep;
+    const char *types = tables ? ".txt, .jsonl, .csv, .tsv or their .gz" : ".txt, .jsonl, .txt.gz or .jsonl.gz";
     for (int i = 0; i < n_inputs; i++) {
         const char *in = inputs[i];
         int gz, before = c->n_files;
@@ -109,17 +125,30 @@ int corpus_open(Corpus **out, char *const *inputs, int n_inputs, PtError *e) {
             }
             if (c->n_files == before) {
                 corpus_close(c);
-                return pt_fail(e, "%s: directory holds no .txt, .jsonl, .txt.gz or .jsonl.gz file", in);
+                return pt_fail(e, "%s: directory holds no %s file", in, types);
             }
-        } else if (format_of(in, &gz) < 0) {
+        } else if (!force_sep && !usable(c, format_of(in, &gz))) {
             corpus_close(c);
-            return pt_fail(e, "%s: unknown input type (want .txt, .jsonl, .txt.gz or .jsonl.gz)", in);
+            if (format_of(in, &gz) >= 0)
+                return pt_fail(e, "%s: a table of prompts and completions is SFT data: tokenize it with --chat", in);
+            return pt_fail(e, "%s: unknown input type (want %s)", in, types);
         } else {
             add_file(c, in);
         }
     }
+    c->headers = xcalloc((size_t)c->n_files, sizeof *c->headers, "table headers");
+    c->header_len = xcalloc((size_t)c->n_files, sizeof *c->header_len, "table headers");
+    c->header_line = xcalloc((size_t)c->n_files, sizeof *c->header_line, "table headers");
     *out = c;
     return 0;
+}
+
+int corpus_open(Corpus **out, char *const *inputs, int n_inputs, PtError *e) {
+    return open_inputs(out, inputs, n_inputs, 0, 0, e);
+}
+
+int corpus_open_chat(Corpus **out, char *const *inputs, int n_inputs, char table, PtError *e) {
+    return open_inputs(out, inputs, n_inputs, 1, table, e);
 }
 
 int corpus_n_files(const Corpus *c) { return c->n_files; }
@@ -153,6 +182,7 @@ static int open_next_file(Corpus *c, PtError *e) {
     c->cur = c->next_file++;
     const char *file = c->files[c->cur];
     c->format = (CorpusFormat)format_of(file, &c->is_gz);
+    if (c->force_sep) c->format = c->force_sep == ',' ? CORPUS_CSV : CORPUS_TSV;
     c->gz = gzopen(file, "rb");
     if (!c->gz) return pt_fail(e, "%s: cannot open: %s", file, errno ? strerror(errno) : "out of memory");
     gzbuffer(c->gz, 1 << 17);
@@ -181,11 +211,7 @@ static int read_whole(Corpus *c, CorpusRecord *rec, PtError *e) {
         len += got;
     }
     data[len] = 0;
-    rec->data = data;
-    rec->len = len;
-    rec->file = c->files[c->cur];
-    rec->line = 0;
-    rec->format = CORPUS_TXT;
+    *rec = (CorpusRecord){.data = data, .len = len, .file = c->files[c->cur], .format = CORPUS_TXT};
     return 0;
 }
 
@@ -195,33 +221,55 @@ static int all_blank(const char *s, size_t n) {
     return 1;
 }
 
-// Next non-blank line of the open JSONL file: 1 found, 0 end of file.
+// The end of the record at c->pos: 1 with *end (its newline), or 0 when
+// the buffer holds no end yet. A table's row may hold quoted newlines.
+static int record_end(Corpus *c, CsvScan *sc, size_t *end) {
+    if (c->format == CORPUS_JSONL) {
+        char *nl = c->len > c->pos + sc->at ? memchr(c->buf + c->pos + sc->at, '\n', c->len - c->pos - sc->at) : NULL;
+        sc->at = c->len - c->pos;   // bytes before this hold no newline
+        if (nl) *end = (size_t)(nl - c->buf);
+        return nl != NULL;
+    }
+    if (!csv_scan_row(sc, c->buf + c->pos, c->len - c->pos, c->format == CORPUS_CSV ? ',' : '\t', end)) return 0;
+    *end += c->pos;
+    return 1;
+}
+
+// Next non-blank line of the open JSONL file, or row of the open table (its
+// first is the header, kept): 1 found, 0 end of file.
 static int read_line(Corpus *c, CorpusRecord *rec, PtError *e) {
-    size_t scanned = c->pos;   // bytes before this offset hold no newline
+    CsvScan sc = {0};
     for (;;) {
-        char *nl = c->len > scanned ? memchr(c->buf + scanned, '\n', c->len - scanned) : NULL;
-        if (nl || (c->eof && c->len > c->pos)) {
-            size_t end = nl ? (size_t)(nl - c->buf) : c->len;
+        size_t end;
+        int found = record_end(c, &sc, &end);
+        if (found || (c->eof && c->len > c->pos)) {
+            if (!found) end = c->len;
             size_t start = c->pos, n = end - start;
-            c->pos = nl ? end + 1 : end;
-            scanned = c->pos;
-            c->line++;
+            if (c->line == 0 && c->format >= CORPUS_CSV && n >= 3 && !memcmp(c->buf + start, "\xef\xbb\xbf", 3))
+                start += 3, n -= 3;   // a UTF-8 byte order mark, as spreadsheets write it
+            c->pos = found ? end + 1 : end;
+            uint64_t first_line = ++c->line;
+            c->line += sc.newlines;
+            sc = (CsvScan){0};
             if (n && c->buf[start + n - 1] == '\r') n--;
             if (all_blank(c->buf + start, n)) continue;
-            rec->data = xmalloc(n + 1, "line");
-            memcpy(rec->data, c->buf + start, n);
-            rec->data[n] = 0;
-            rec->len = n;
-            rec->file = c->files[c->cur];
-            rec->line = c->line;
-            rec->format = CORPUS_JSONL;
+            char *data = xmalloc(n + 1, "line");
+            memcpy(data, c->buf + start, n);
+            data[n] = 0;
+            if (c->format >= CORPUS_CSV && !c->headers[c->cur]) {
+                c->headers[c->cur] = data;
+                c->header_len[c->cur] = n;
+                c->header_line[c->cur] = first_line;
+                continue;
+            }
+            *rec = (CorpusRecord){data, n, c->files[c->cur], first_line, c->format, c->headers[c->cur],
+                                  c->header_len[c->cur], c->header_line[c->cur]};
             return 1;
         }
         if (c->eof) return 0;
         // Keep the unread tail, then read more behind it.
         if (c->len > c->pos) memmove(c->buf, c->buf + c->pos, c->len - c->pos);
         c->len -= c->pos;
-        scanned = c->len;
         c->pos = 0;
         if (c->cap - c->len < READ_CHUNK) {
             c->cap = c->cap ? 2 * c->cap : 2 * READ_CHUNK;
@@ -279,7 +327,7 @@ int utf8_valid(const char *str, size_t n, size_t *bad_offset) {
 }
 
 const char *corpus_where(const CorpusRecord *rec, char *buf, size_t size) {
-    if (rec->format == CORPUS_JSONL) snprintf(buf, size, "%s:%" PRIu64, rec->file, rec->line);
+    if (rec->format != CORPUS_TXT) snprintf(buf, size, "%s:%" PRIu64, rec->file, rec->line);
     else snprintf(buf, size, "%s", rec->file);
     return buf;
 }

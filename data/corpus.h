@@ -5,20 +5,25 @@
 // .jsonl.gz files (others and dot-files are ignored). A .txt file is one
 // record (one document); a .jsonl file gives one record per non-blank line.
 // .gz files are decompressed with zlib; a truncated or corrupt stream is an
-// error naming the file.
+// error naming the file. corpus_open_chat also reads tables for SFT: .csv and
+// .tsv (and .gz) files give one record per row (data/csv.h) after the header
+// row, which every record of the file carries.
 #pragma once
 #include <stddef.h>
 #include <stdint.h>
 #include "../util/util.h"
 
-typedef enum { CORPUS_TXT = 0, CORPUS_JSONL = 1 } CorpusFormat;
+typedef enum { CORPUS_TXT = 0, CORPUS_JSONL = 1, CORPUS_CSV = 2, CORPUS_TSV = 3 } CorpusFormat;
 
 typedef struct {
     char *data;            // the record's bytes, NUL-terminated, malloc'd: the caller frees it
     size_t len;
     const char *file;      // the input file (valid until corpus_close)
-    uint64_t line;         // 1-based line of a JSONL record; 0 for a .txt file
+    uint64_t line;         // 1-based line of a JSONL record or the first line of a row; 0 for a .txt file
     CorpusFormat format;
+    const char *header;    // a table's header row (valid until corpus_close), without a UTF-8 BOM
+    size_t header_len;
+    uint64_t header_line;
 } CorpusRecord;
 
 typedef struct Corpus Corpus;
@@ -26,6 +31,10 @@ typedef struct Corpus Corpus;
 // Expands the inputs into the file list. Errors: a missing input, a file of
 // an unknown type, a directory with no usable file.
 int corpus_open(Corpus **out, char *const *inputs, int n_inputs, PtError *e);
+// The same, for SFT: directories also give .csv and .tsv files (and .gz);
+// table = ',' or '\t' reads every input as a table with that separator,
+// whatever its name (0: by the name).
+int corpus_open_chat(Corpus **out, char *const *inputs, int n_inputs, char table, PtError *e);
 // 1: *rec holds the next record; 0: end of the inputs; -1: error (e).
 int corpus_next(Corpus *c, CorpusRecord *rec, PtError *e);
 uint64_t corpus_bytes_read(const Corpus *c);   // decompressed bytes so far (progress)
@@ -37,7 +46,7 @@ void corpus_close(Corpus *c);
 // above U+10FFFF); otherwise 0 and *bad_offset is the first bad byte.
 int utf8_valid(const char *s, size_t n, size_t *bad_offset);
 
-// "FILE" for a .txt record, "FILE:LINE" for a JSONL record, into buf.
+// "FILE" for a .txt record, "FILE:LINE" for a JSONL record or a row, into buf.
 const char *corpus_where(const CorpusRecord *rec, char *buf, size_t size);
 
 // The text of a pre-training record: a .txt file's bytes, or the "text"

@@ -1,9 +1,9 @@
 // sft.c: chat JSONL line -> rendered chat -> token ids + loss mask.
 #include "sft.h"
-#include <jansson.h>
 #include <string.h>
 #include "chat.h"
 #include "corpus.h"
+#include "sft_formats.h"
 
 void sft_example_free(SftExample *ex) {
     free(ex->ids);
@@ -19,58 +19,20 @@ static int is_blank(const char *s) {
 
 static int known_role(const char *r) { return !strcmp(r, "system") || !strcmp(r, "user") || !strcmp(r, "assistant"); }
 
-// Fills msgs (pointers into root, which must outlive them) from either form.
-static int parse_messages(json_t *root, const char *where, ChatMessage **msgs, int *n, PtError *e) {
-    if (!json_is_object(root)) return pt_fail(e, "%s: expected a JSON object", where);
-    json_t *arr = json_object_get(root, "messages");
-    if (!arr) {
-        json_t *prompt = json_object_get(root, "prompt"), *completion = json_object_get(root, "completion");
-        json_t *system = json_object_get(root, "system");
-        if (!json_is_string(prompt) || !json_is_string(completion))
-            return pt_fail(e, "%s: no \"messages\" array (nor \"prompt\" and \"completion\" strings)", where);
-        if (system && !json_is_string(system)) return pt_fail(e, "%s: \"system\" must be a string", where);
-        *msgs = xcalloc(3, sizeof **msgs, "messages");
-        *n = 0;
-        if (system) (*msgs)[(*n)++] = (ChatMessage){"system", json_string_value(system)};
-        (*msgs)[(*n)++] = (ChatMessage){"user", json_string_value(prompt)};
-        (*msgs)[(*n)++] = (ChatMessage){"assistant", json_string_value(completion)};
-    } else {
-        if (!json_is_array(arr)) return pt_fail(e, "%s: \"messages\" must be an array", where);
-        size_t count = json_array_size(arr);
-        if (count == 0) return pt_fail(e, "%s: \"messages\" is empty", where);
-        *msgs = xcalloc(count, sizeof **msgs, "messages");
-        *n = (int)count;
-        for (size_t i = 0; i < count; i++) {
-            json_t *m = json_array_get(arr, i);
-            json_t *role = json_is_object(m) ? json_object_get(m, "role") : NULL;
-            json_t *content = json_is_object(m) ? json_object_get(m, "content") : NULL;
-            if (!json_is_string(role) || !json_is_string(content)) {
-                free(*msgs);
-                return pt_fail(e, "%s: message %zu needs string \"role\" and \"content\" fields", where, i);
-            }
-            (*msgs)[i] = (ChatMessage){json_string_value(role), json_string_value(content)};
-        }
-    }
+// The rules every format's messages keep.
+static int check_messages(const ChatMessage *m, int n, const char *where, PtError *e) {
     int assistants = 0;
-    for (int i = 0; i < *n; i++) {
-        const ChatMessage *m = &(*msgs)[i];
-        int bad = 0;
-        if (!known_role(m->role))
-            bad = pt_fail(e, "%s: message %d: unknown role \"%s\" (want system, user or assistant)", where, i, m->role);
-        else if (!strcmp(m->role, "assistant") && is_blank(m->content))
-            bad = pt_fail(e, "%s: message %d: empty assistant turn", where, i);
-        else if (!strcmp(m->role, "system") && i > 0)
-            bad = pt_fail(e, "%s: message %d: a system message must come first", where, i);
-        if (bad) {
-            free(*msgs);
-            return -1;
-        }
-        assistants += !strcmp(m->role, "assistant");
+    for (int i = 0; i < n; i++) {
+        if (!known_role(m[i].role))
+            return pt_fail(e, "%s: message %d: unknown role \"%s\" (want system, user or assistant)", where, i,
+                           m[i].role);
+        if (!strcmp(m[i].role, "assistant") && is_blank(m[i].content))
+            return pt_fail(e, "%s: message %d: empty assistant turn", where, i);
+        if (!strcmp(m[i].role, "system") && i > 0)
+            return pt_fail(e, "%s: message %d: a system message must come first", where, i);
+        assistants += !strcmp(m[i].role, "assistant");
     }
-    if (!assistants) {
-        free(*msgs);
-        return pt_fail(e, "%s: no assistant turn to train on", where);
-    }
+    if (!assistants) return pt_fail(e, "%s: no assistant turn to train on", where);
     return 0;
 }
 
@@ -137,26 +99,10 @@ static int mask_tokens(const Tokenizer *tok, const ChatText *c, const uint8_t *t
     return 0;
 }
 
-int sft_encode_line(const Tokenizer *tok, const ChatTemplate *tmpl, const char *line, size_t len, const char *where,
-                    SftExample *ex, PtError *e) {
+int sft_encode_messages(const Tokenizer *tok, const ChatTemplate *tmpl, const ChatMessage *msgs, int n_msgs,
+                        const char *where, SftExample *ex, PtError *e) {
     ex->n = 0;
-    size_t bad;
-    if (!utf8_valid(line, len, &bad)) {
-        pt_fail(e, "%s: invalid UTF-8 at byte %zu of the line", where, bad);
-        return SFT_BAD_RECORD;
-    }
-    json_error_t jerr;
-    json_t *root = json_loadb(line, len, 0, &jerr);
-    if (!root) {
-        pt_fail(e, "%s: malformed JSON: %s (column %d)", where, jerr.text, jerr.column);
-        return SFT_BAD_RECORD;
-    }
-    ChatMessage *msgs = NULL;
-    int n_msgs = 0;
-    if (parse_messages(root, where, &msgs, &n_msgs, e)) {
-        json_decref(root);
-        return SFT_BAD_RECORD;
-    }
+    if (check_messages(msgs, n_msgs, where, e)) return SFT_BAD_RECORD;
     ChatText c = {0};
     PtError ce;
     int rc = 0;
@@ -178,9 +124,26 @@ int sft_encode_line(const Tokenizer *tok, const ChatTemplate *tmpl, const char *
     }
     free(train);
     chat_text_free(&c);
-    free(msgs);
-    json_decref(root);
     return rc;
+}
+
+int sft_encode_record(const Tokenizer *tok, const ChatTemplate *tmpl, const CorpusRecord *rec, SftFormat format,
+                      const SftColumns *cols, const char *where, SftExample *ex, SftFormat *found, PtError *e) {
+    SftMessages m;
+    ex->n = 0;
+    int rc = SFT_BAD_RECORD;
+    if (sft_read_messages(rec, format, cols, where, &m, e) == 0)
+        rc = sft_encode_messages(tok, tmpl, m.m, m.n, where, ex, e);
+    *found = m.format;
+    sft_messages_free(&m);
+    return rc;
+}
+
+int sft_encode_line(const Tokenizer *tok, const ChatTemplate *tmpl, const char *line, size_t len, const char *where,
+                    SftExample *ex, PtError *e) {
+    CorpusRecord rec = {.data = (char *)line, .len = len, .file = where, .format = CORPUS_JSONL};
+    SftFormat found;
+    return sft_encode_record(tok, tmpl, &rec, SFT_FORMAT_AUTO, NULL, where, ex, &found, e);
 }
 
 SftFit sft_fit(SftExample *ex, size_t max_len, int truncate) {

@@ -1,15 +1,18 @@
-// sft.h: chat JSONL lines -> token ids + loss mask for supervised fine-tuning.
+// sft.h: SFT records -> token ids + loss mask for supervised fine-tuning.
 //
-// A line is {"messages": [{"role": "system"|"user"|"assistant", "content": "..."}, ...]}
-// (an optional system turn first) or {"prompt": "...", "completion": "..."}
-// (optionally with "system"). It is rendered with the model's chat template
-// (data/chat.h) and tokenized as one text; the mask is 1 on the tokens of the
-// assistant replies and the end-of-turn token after each.
+// A record in any format data/sft_formats.h reads becomes chat messages:
+// system (first only), user and assistant turns, at least one assistant turn,
+// none empty. They are rendered with the model's chat template (data/chat.h)
+// and tokenized as one text; the mask is 1 on the tokens of the assistant
+// replies and the end-of-turn token after each. Every format takes this one
+// path after its reader.
 #pragma once
 #include <stddef.h>
 #include <stdint.h>
 #include "../util/util.h"
 #include "chat.h"
+#include "corpus.h"
+#include "sft_formats.h"
 #include "tokenizer.h"
 
 typedef struct {
@@ -20,13 +23,21 @@ typedef struct {
 
 enum { SFT_BAD_RECORD = -1, SFT_BOUNDARY_MERGE = -2 };
 
-// Parses, renders (with tmpl) and tokenizes one line into ex (reset first).
-// where names the line ("file:line") in errors. Returns 0, SFT_BAD_RECORD for
-// a line the user must fix (malformed JSON, no "messages", unknown role,
-// empty assistant turn, no assistant turn, the template's own error, invalid
-// UTF-8), or SFT_BOUNDARY_MERGE when a token of the whole rendered text
-// covers both the template's text and a trained span (chat.h's
-// chat_train_bytes), so no mask is right for it.
+// Checks, renders (with tmpl) and tokenizes messages into ex (reset first).
+// where names the record ("file:line") in errors. Returns 0, SFT_BAD_RECORD
+// for messages the user must fix (unknown role, empty assistant turn, no
+// assistant turn, a late system turn, the template's own error), or
+// SFT_BOUNDARY_MERGE when a token of the whole rendered text covers both the
+// template's text and a trained span (chat.h's chat_train_bytes), so no mask
+// is right for it.
+int sft_encode_messages(const Tokenizer *tok, const ChatTemplate *tmpl, const ChatMessage *msgs, int n_msgs,
+                        const char *where, SftExample *ex, PtError *e);
+// One record as `pocket tokenize --chat` reads it: sft_read_messages (format
+// AUTO: found), then sft_encode_messages; a reader's error is SFT_BAD_RECORD.
+// *found: the record's format (sft_format_guard's input).
+int sft_encode_record(const Tokenizer *tok, const ChatTemplate *tmpl, const CorpusRecord *rec, SftFormat format,
+                      const SftColumns *cols, const char *where, SftExample *ex, SftFormat *found, PtError *e);
+// One JSON line of any JSON format, found from its keys.
 int sft_encode_line(const Tokenizer *tok, const ChatTemplate *tmpl, const char *line, size_t len, const char *where,
                     SftExample *ex, PtError *e);
 void sft_example_free(SftExample *ex);

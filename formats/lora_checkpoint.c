@@ -126,8 +126,8 @@ int lora_checkpoint_inspect(const char *path, FILE *out, PtError *e) {
     if (!rc && (p = h5_open_group(f, "params", path, e)) < 0) rc = -1;
     if (!rc) {
         lora_targets_format(lc.targets, targets, sizeof targets);
-        fprintf(out, "%s: LoRA adapter, rank %d, alpha %g (scale %g), dropout %g, targets %s\n", path, lc.rank, lc.alpha,
-                lc.alpha / lc.rank, lc.dropout, targets);
+        fprintf(out, "%s: LoRA adapter, rank %d, alpha %g (scale %g), dropout %g, targets %s\n", path, lc.rank,
+                lc.alpha, lc.alpha / lc.rank, lc.dropout, targets);
         fprintf(out, "base: %s weights with sha256 %s\n", base, hash);
         int n = h5_child_count(p);
         double floats = 0;

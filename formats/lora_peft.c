@@ -58,7 +58,8 @@ static int read_config(const char *path, LoraConfig *lc, PtError *e) {
     const json_t *r = json_object_get(root, "r"), *alpha = json_object_get(root, "lora_alpha");
     const json_t *dropout = json_object_get(root, "lora_dropout"), *targets = json_object_get(root, "target_modules");
     if (!json_is_string(type) || strcmp(json_string_value(type), "LORA"))
-        rc = pt_fail(e, "%s: peft_type is %s, not \"LORA\"", path, json_is_string(type) ? json_string_value(type) : "missing");
+        rc = pt_fail(e, "%s: peft_type is %s, not \"LORA\"", path,
+                     json_is_string(type) ? json_string_value(type) : "missing");
     for (size_t i = 0; !rc && i < sizeof UNSUPPORTED / sizeof UNSUPPORTED[0]; i++)
         if (is_set(json_object_get(root, UNSUPPORTED[i].key)))
             rc = pt_fail(e, "%s: %s is not supported", path, UNSUPPORTED[i].what);
@@ -112,8 +113,9 @@ static int read_weights(const char *path, LoraAdapter *a, PtError *e) {
                          "adapter_config.json, its layers)", path, s->name, a->cfg.rank);
         } else if (s->ndim != 2 || s->shape[0] != t->shape[0] || s->shape[1] != t->shape[1]) {
             rc = pt_fail(e, "%s: tensor %s has shape [%lld, %lld], the base and r = %d imply [%lld, %lld]", path,
-                         s->name, s->ndim > 0 ? (long long)s->shape[0] : 0LL, s->ndim > 1 ? (long long)s->shape[1] : 0LL,
-                         a->cfg.rank, (long long)t->shape[0], (long long)t->shape[1]);
+                         s->name, s->ndim > 0 ? (long long)s->shape[0] : 0LL,
+                         s->ndim > 1 ? (long long)s->shape[1] : 0LL, a->cfg.rank, (long long)t->shape[0],
+                         (long long)t->shape[1]);
         } else {
             rc = st_read_f32(&f, s, a->params + t->offset, e);
         }

@@ -45,9 +45,12 @@ void lora_targets_format(unsigned mask, char *out, size_t cap) {
 
 int lora_config_check(const LoraConfig *c, const char *src, PtError *e) {
     if (c->rank < 1) return pt_fail(e, "%s: LoRA rank %d is below 1", src, c->rank);
-    if (!c->targets || c->targets >> LORA_N_TARGETS) return pt_fail(e, "%s: LoRA target mask 0x%x is empty or unknown", src, c->targets);
-    if (!isfinite(c->alpha) || c->alpha == 0) return pt_fail(e, "%s: LoRA alpha %g is zero or not finite", src, c->alpha);
-    if (!(c->dropout >= 0 && c->dropout < 1)) return pt_fail(e, "%s: LoRA dropout %g is outside [0, 1)", src, c->dropout);
+    if (!c->targets || c->targets >> LORA_N_TARGETS)
+        return pt_fail(e, "%s: LoRA target mask 0x%x is empty or unknown", src, c->targets);
+    if (!isfinite(c->alpha) || c->alpha == 0)
+        return pt_fail(e, "%s: LoRA alpha %g is zero or not finite", src, c->alpha);
+    if (!(c->dropout >= 0 && c->dropout < 1))
+        return pt_fail(e, "%s: LoRA dropout %g is outside [0, 1)", src, c->dropout);
     return 0;
 }
 

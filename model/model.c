@@ -150,7 +150,8 @@ static size_t allocate_plan(Model *m, int B, int T, int training, int cache_len)
     plan_buffers(m, &c);
     m->host_pos = xmalloc((size_t)B * T * sizeof(int), "positions");
     if (training && !m->grads) {
-        m->grads = d->be->alloc(d, model_grad_table(m)->total * sizeof(float), m->lora ? "adapter gradients" : "gradients");
+        m->grads = d->be->alloc(d, model_grad_table(m)->total * sizeof(float),
+                                m->lora ? "adapter gradients" : "gradients");
         model_use_grads(m, NULL);
     }
     dev_reserve(d, d->be->workspace_bytes(d, &m->cfg, B, T, m->tt->total));

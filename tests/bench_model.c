@@ -105,7 +105,8 @@ static RunResult run(const char *preset, const RunSpec *r, double peak, int rss_
     RunResult res = {T / best, flops / best / 1e9, best, peak_rss_gb()};
     printf("%s %s B=1 T=%d matmul=%s recompute=%s: %.1f tokens/s, %.1f GFLOP/s = %.1f%% of fp32 peak, step %.2f s "
            "(best of %d), peak RSS %.2f GB\n",
-           preset, r->qat ? "QAT fwd+bwd (int4 fake-quant + STE)" : r->lora ? "LoRA r=16 fwd+bwd" : "fwd+bwd", T, r->bf16 ? "bf16" : "fp32",
+           preset, r->qat ? "QAT fwd+bwd (int4 fake-quant + STE)" : r->lora ? "LoRA r=16 fwd+bwd" : "fwd+bwd", T,
+           r->bf16 ? "bf16" : "fp32",
            r->recompute ? "on" : "off", res.tok_s, res.gflops, 100 * res.gflops / peak, best, r->steps, res.rss_gb);
     if (r->qat) {
         qat_free(&q);
@@ -133,10 +134,7 @@ int main(int argc, char **argv) {
     if (note) printf("%s\n", note);
     dev_free(&dev);
     RunResult fp32 = run(preset, &(RunSpec){T, steps, 0, 0, 0, 0}, peak, rss_reset);
-    RunResult bf16 = run(preset, &(RunSpec){T, steps, 0, 1, 0, 0}, peak, rss_reset);
-    RunResult qat = run(preset, &(RunSpec){T, steps, 1, 0, 0, 0}, peak, rss_reset);
-    printf("bf16 step throughput: %.2fx the fp32 step (T=%d)\n", bf16.tok_s / fp32.tok_s, T);
-    printf("QAT step throughput: %.1f%% of the plain step (same batch)\n", 100 * qat.tok_s / fp32.tok_s);
+    // right after the full step, so that both meet the same machine
     ModelConfig cfg;
     PtError e;
     if (config_preset(&cfg, preset, &e)) die("%s", e.msg);
@@ -145,6 +143,10 @@ int main(int argc, char **argv) {
     printf("LoRA r=16 step (every projection, fp32): %.2f s vs %.2f s full (%.0f%% of the time), peak RSS %.2f GB vs "
            "%.2f GB; a training run also keeps no AdamW moments for the base (2 x %.2f GB)\n",
            lora.step_s, fp32.step_s, 100 * lora.step_s / fp32.step_s, lora.rss_gb, fp32.rss_gb, params_gb);
+    RunResult bf16 = run(preset, &(RunSpec){T, steps, 0, 1, 0, 0}, peak, rss_reset);
+    RunResult qat = run(preset, &(RunSpec){T, steps, 1, 0, 0, 0}, peak, rss_reset);
+    printf("bf16 step throughput: %.2fx the fp32 step (T=%d)\n", bf16.tok_s / fp32.tok_s, T);
+    printf("QAT step throughput: %.1f%% of the plain step (same batch)\n", 100 * qat.tok_s / fp32.tok_s);
     if (argc <= 2) {   // the memory figures at T=1024
         RunResult off = run(preset, &(RunSpec){1024, 2, 0, 0, 0, 0}, peak, rss_reset);
         RunResult on = run(preset, &(RunSpec){1024, 2, 0, 0, 1, 0}, peak, rss_reset);

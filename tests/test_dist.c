@@ -123,7 +123,9 @@ static double tensor_rel_diff(const char *run_a, const char *run_b, int step) {
 
 // An adapter checkpoint: 0 when the two runs' adapters have the same bits.
 static double adapter_diff(const char *run_a, const char *run_b, int step) {
-    return sh("h5diff %s/%s/ckpt-%08d.h5 %s/%s/ckpt-%08d.h5 /params >/dev/null", g_dir, run_a, step, g_dir, run_b, step) == 0 ? 0.0 : 1.0;
+    int differ = sh("h5diff %s/%s/ckpt-%08d.h5 %s/%s/ckpt-%08d.h5 /params >/dev/null", g_dir, run_a, step, g_dir, run_b,
+                    step);
+    return differ ? 1.0 : 0.0;
 }
 
 static void two_ranks_equal_accumulation(const char *mode) {

@@ -119,7 +119,8 @@ static void test_zero_b_is_the_base(void **s) {
     int *tokens = random_tokens(T, V, 8), *targets = random_tokens(T, V, 9);
     ModelInput in = {.B = 1, .T = T, .tokens = tokens, .targets = targets};
     PtError e;
-    float *with = xmalloc((size_t)T * V * sizeof(float), "logits"), *without = xmalloc((size_t)T * V * sizeof(float), "l");
+    float *with = xmalloc((size_t)T * V * sizeof(float), "logits");
+    float *without = xmalloc((size_t)T * V * sizeof(float), "logits");
     assert_int_equal(model_plan(&x.tm.m, 1, T, 1, NULL, &e), 0);
     model_zero_grads(&x.tm.m);
     model_forward_backward(&x.tm.m, &in, 1.0f / T, with, NULL);

@@ -144,8 +144,9 @@ static void test_train_and_resume(void **s) {
     (void)s;
     assert_int_equal(sh("cp %s/init.h5 %s/init.copy", g_dir, g_dir), 0);
     assert_int_equal(sh("%s train %s/lora.ini --set train.run_dir=%s/full >/dev/null", pocket(), g_dir, g_dir), 0);
-    assert_int_equal(sh("%s train %s/lora.ini --set train.run_dir=%s/split --set train.stop_after=3 >/dev/null", pocket(),
-                        g_dir, g_dir), 0);
+    assert_int_equal(
+        sh("%s train %s/lora.ini --set train.run_dir=%s/split --set train.stop_after=3 >/dev/null", pocket(), g_dir, g_dir),
+        0);
     assert_int_equal(sh("%s train %s/lora.ini --set train.run_dir=%s/split >/dev/null", pocket(), g_dir, g_dir), 0);
     char a[400], b[400], la[4096], lb[4096];
     snprintf(a, sizeof a, "%s/full", g_dir);
@@ -171,7 +172,8 @@ static void test_train_and_resume(void **s) {
     snprintf(base, sizeof base, "%s/init.h5", g_dir);
     assert_true(sh("cmp -s %s %s/init.copy", base, g_dir) == 0);
     assert_int_equal(sh("h5ls -r %s | grep -q model.embed_tokens", ca), 1);
-    assert_int_equal(sh("h5ls -r %s | grep -q 'optim/m/base_model.model.model.layers.1.mlp.down_proj.lora_B.weight'", ca), 0);
+    assert_int_equal(sh("h5ls -r %s | grep -q 'optim/m/base_model.model.model.layers.1.mlp.down_proj.lora_B.weight'", ca),
+                     0);
     // pocket forward --lora runs it, and another seed's adapter differs from it
     assert_int_equal(sh("echo 5 6 7 8 9 > %s/t.txt && %s forward --ckpt %s --lora %s --tokens-file %s/t.txt --dump "
                         "%s/f.safetensors >/dev/null 2>&1", g_dir, pocket(), base, ca, g_dir, g_dir), 0);
@@ -200,8 +202,8 @@ static void test_qlora(void **s) {
 // Import -> export -> import keeps every bit; the export loads as PEFT wrote it.
 static void test_round_trip(void **s) {
     (void)s;
-    assert_int_equal(sh("%s import tests/fixtures/lora/qwen3-untied-all --base %s/untied.h5 --out %s/a1.h5 >/dev/null &&"
-                        " %s export --ckpt %s/untied.h5 --lora %s/a1.h5 --format peft --out %s/peft >/dev/null && "
+    assert_int_equal(sh("%s import tests/fixtures/lora/qwen3-untied-all --base %s/untied.h5 --out %s/a1.h5 "
+                        ">/dev/null && %s export --ckpt %s/untied.h5 --lora %s/a1.h5 --format peft --out %s/peft >/dev/null && "
                         "%s import %s/peft --base %s/untied.h5 --out %s/a2.h5 >/dev/null", pocket(), g_dir, g_dir,
                         pocket(), g_dir, g_dir, g_dir, pocket(), g_dir, g_dir, g_dir), 0);
     char a1[300], a2[300];
@@ -258,8 +260,8 @@ static void test_bad_input(void **s) {
     // another base's adapter: forward refuses it, naming both hashes
     assert_int_equal(sh("%s import tests/fixtures/lora/qwen3-untied-all --base %s/untied.h5 --out %s/ok.h5 >/dev/null",
                         pocket(), g_dir, g_dir), 0);
-    assert_int_equal(sh("%s train %s/lora.ini --set train.run_dir=%s/other --set train.steps=1 --set optim.warmup=0 >/dev/null 2>&1",
-                        pocket(), g_dir, g_dir), 0);
+    assert_int_equal(sh("%s train %s/lora.ini --set train.run_dir=%s/other --set train.steps=1 --set optim.warmup=0 "
+                        ">/dev/null 2>&1", pocket(), g_dir, g_dir), 0);
     snprintf(cmd, sizeof cmd, "%s forward --ckpt %s/untied.h5 --lora %s/other/ckpt-00000001.h5 --tokens-file %s/t.txt "
              "--dump %s/x.safetensors", pocket(), g_dir, g_dir, g_dir, g_dir);
     assert_int_equal(sh("echo 5 6 7 > %s/t.txt", g_dir), 0);
@@ -286,8 +288,9 @@ static void test_bad_input(void **s) {
     }
     // a tensor missing: the adapter claims one more target than it holds
     assert_int_equal(sh("rm -rf %s/miss && mkdir %s/miss && sed 's/\"q_proj\"/\"q_proj\", \"k_proj\"/' "
-                        "tests/fixtures/lora/qwen3-tied-qvdown/adapter_config.json > %s/miss/adapter_config.json && cp tests/fixtures/lora/qwen3-tied-qvdown/adapter_model.safetensors %s/miss/", g_dir, g_dir,
-                        g_dir, g_dir), 0);
+                        "tests/fixtures/lora/qwen3-tied-qvdown/adapter_config.json > %s/miss/adapter_config.json && "
+                        "cp tests/fixtures/lora/qwen3-tied-qvdown/adapter_model.safetensors %s/miss/",
+                        g_dir, g_dir, g_dir, g_dir), 0);
     snprintf(cmd, sizeof cmd, "%s import %s/miss --base %s/tied.h5 --out %s", pocket(), g_dir, g_dir, out);
     assert_refused(cmd, out, "k_proj.lora_A.weight is missing");
     // the adapter of one base given to another of other shapes

@@ -461,6 +461,15 @@ static void test_bad_inputs(void **state) {
     free(big);
 }
 
+// The dataset at path holds docs documents and says skipped were skipped.
+static void expect_skipped(const char *path, uint64_t skipped, uint64_t docs) {
+    Dataset ds;
+    open_ok(&ds, path);
+    assert_int_equal(ds.n_skipped, skipped);
+    assert_int_equal(ds.n_docs, docs);
+    dataset_close(&ds);
+}
+
 static void test_skip_bad_counts(void **state) {
     Env *v = *state;
     NEED_TOKENIZER(v);
@@ -471,11 +480,7 @@ static void test_skip_bad_counts(void **state) {
     assert_non_null(strstr(err, "malformed.jsonl:2"));   // each skip is reported
     assert_non_null(strstr(err, "unknown_role.jsonl:2"));
     free(err);
-    Dataset ds;
-    open_ok(&ds, out);
-    assert_int_equal(ds.n_skipped, 2);
-    assert_int_equal(ds.n_docs, 3);
-    dataset_close(&ds);
+    expect_skipped(out, 2, 3);
     free(out);
 }
 
@@ -493,6 +498,134 @@ static void test_usage_errors(void **state) {
     assert_false(path_exists("x.h5"));
 }
 
+#define FMT FIX "/formats/"
+
+// Two datasets hold the same tokens, documents and loss masks.
+static void expect_same_datasets(const char *a_path, const char *b_path) {
+    Dataset a, b;
+    open_ok(&a, a_path);
+    open_ok(&b, b_path);
+    assert_int_equal(a.kind, DATASET_SFT);
+    assert_int_equal(b.kind, DATASET_SFT);
+    assert_true(a.n_docs >= 3);
+    assert_int_equal(a.n_docs, b.n_docs);
+    assert_memory_equal(a.doc_offsets, b.doc_offsets, (a.n_docs + 1) * sizeof *a.doc_offsets);
+    uint64_t n = a.doc_offsets[a.n_docs];
+    for (uint64_t i = 0; i < n; i++) assert_int_equal(dataset_token(&a, i), dataset_token(&b, i));
+    assert_memory_equal(a.loss_mask, b.loss_mask, n);
+    dataset_close(&a);
+    dataset_close(&b);
+}
+
+// `tokenize --chat FLAGS INPUTS` and `tokenize --chat OPENAI` write the same dataset.
+static void expect_same_as_openai(const Env *v, const char *flags, const char *inputs, const char *openai) {
+    char *a = tmp(v, "format.h5"), *b = tmp(v, "openai.h5"), args[1024], *err;
+    snprintf(args, sizeof args, "--chat %s %s --out %s", flags, inputs, a);
+    if (run_tokenize(v, NULL, args, NULL, &err)) fail_msg("%s: %s", args, err);
+    free(err);
+    snprintf(args, sizeof args, "--chat %s --out %s", openai, b);
+    assert_int_equal(run_tokenize(v, NULL, args, NULL, NULL), 0);
+    expect_same_datasets(a, b);
+    free(a);
+    free(b);
+}
+
+// Each format, found per file in one run, gives what its OpenAI-messages
+// equivalent gives; --format and the column flags do the same for files
+// their names do not describe.
+static void test_sft_formats_end_to_end(void **state) {
+    Env *v = *state;
+    NEED_TOKENIZER(v);
+    expect_same_as_openai(v, "", FMT "sharegpt.jsonl", FMT "sharegpt.openai.jsonl");
+    expect_same_as_openai(v, "", FMT "alpaca.jsonl", FMT "alpaca.openai.jsonl");
+    expect_same_as_openai(v, "", FMT "table.csv", FMT "table.openai.jsonl");
+    expect_same_as_openai(v, "", FMT "table.tsv", FMT "table.tsv.openai.jsonl");
+    expect_same_as_openai(v, "--threads 1", FMT "sharegpt.jsonl " FMT "alpaca.jsonl " FMT "table.csv " FMT "table.tsv",
+                          FMT "sharegpt.openai.jsonl " FMT "alpaca.openai.jsonl " FMT "table.openai.jsonl "
+                          FMT "table.tsv.openai.jsonl");
+    expect_same_as_openai(v, "--prompt-column question --completion-column answer", FMT "named.csv",
+                          FMT "named.openai.jsonl");
+    char *txt = tmp(v, "export.txt"), *gz = tmp(v, "table.csv.gz"), flags[700];
+    snprintf(flags, sizeof flags, "cp " FMT "table.tsv %s", txt);
+    assert_int_equal(system(flags), 0);
+    expect_same_as_openai(v, "--format tsv", txt, FMT "table.tsv.openai.jsonl");
+    gzip_file(FMT "table.csv", gz, 0);
+    expect_same_as_openai(v, "", gz, FMT "table.openai.jsonl");   // .csv.gz: a table by its name
+    expect_same_as_openai(v, "--format alpaca", FMT "alpaca.jsonl", FMT "alpaca.openai.jsonl");
+    // A directory gives its tables too, in name order.
+    char *dir = tmp(v, "sft_dir");
+    snprintf(flags, sizeof flags, "mkdir %s && cp " FMT "table.tsv " FMT "alpaca.jsonl %s/", dir, dir);
+    assert_int_equal(system(flags), 0);
+    expect_same_as_openai(v, "", dir, FMT "alpaca.openai.jsonl " FMT "table.tsv.openai.jsonl");
+    free(dir);
+    free(txt);
+    free(gz);
+}
+
+static void test_sft_format_bad_inputs(void **state) {
+    Env *v = *state;
+    char *help;
+    assert_int_equal(run_tokenize(v, NULL, "--help", &help, NULL), 0);
+    const char *listed[] = {"openai", "sharegpt", "alpaca", "csv, tsv", "--format F", "--prompt-column C",
+                            "--completion-column C", "--system-column C", "--skip-bad"};
+    for (int i = 0; i < 9; i++)
+        if (!strstr(help, listed[i])) fail_msg("--help does not list %s", listed[i]);
+    free(help);
+    NEED_TOKENIZER(v);
+    expect_failure(v, FIX "/bad/table_no_column.csv", "--chat",
+                   "table_no_column.csv:2: the header (line 1) has no column \"prompt\" "
+                   "(it has \"question\", \"answer\")");
+    expect_failure(v, FIX "/bad/table_no_column.csv", "--chat --prompt-column question --completion-column reply",
+                   "table_no_column.csv:2: the header (line 1) has no column \"reply\"");
+    expect_failure(v, FIX "/bad/sharegpt_role.jsonl", "--chat", "sharegpt_role.jsonl:2: turn 1: unknown role \"bot\"");
+    expect_failure(v, FIX "/bad/alpaca_no_output.jsonl", "--chat", "alpaca_no_output.jsonl:2: no \"output\" string");
+    expect_failure(v, FIX "/bad/mixed_formats.jsonl", "--chat",
+                   "mixed_formats.jsonl:2: a sharegpt record in a file of alpaca records (from line 1)");
+    expect_failure(v, FIX "/bad/no_messages.jsonl", "--chat", "no_messages.jsonl:1: no \"messages\"");
+    expect_failure(v, FIX "/bad/table_bad_quote.csv", "--chat",
+                   "table_bad_quote.csv:4: field 2: text after its closing quote");
+    expect_failure(v, FIX "/bad/table_fields.csv", "--chat", "table_fields.csv:2: the row has 3 fields, the header");
+    expect_failure(v, FIX "/bad/malformed.jsonl", "--chat --format sharegpt", "malformed.jsonl:1: \"conversations\"");
+    expect_failure(v, FMT "table.csv", "--chat --format alpaca", "table.csv:2: --format alpaca reads JSON lines");
+    expect_failure(v, FMT "table.csv", "", "table.csv: a table of prompts and completions is SFT data");
+    char *bad = tmp(v, "bad_utf8.csv");
+    FILE *f = fopen(bad, "wb");
+    fputs("prompt,completion\nHi,Hello!\n\"Two\nlines\",ok \xe2\x28\xa1\n", f);   // the bad row starts on line 3
+    fclose(f);
+    expect_failure(v, bad, "--chat", "bad_utf8.csv:3: invalid UTF-8 at byte 15 of the row");
+    free(bad);
+    char *err;
+    assert_int_equal(run_tokenize(v, NULL, "--chat --format yaml " FMT "table.csv --out x.h5", NULL, &err), 2);
+    assert_non_null(strstr(err, "--format 'yaml' (want openai, sharegpt, alpaca, csv or tsv)"));
+    free(err);
+    assert_int_equal(run_tokenize(v, NULL, "--prompt-column q " FMT "table.csv --out x.h5", NULL, &err), 2);
+    assert_non_null(strstr(err, "apply to --chat only"));
+    free(err);
+    assert_int_equal(run_tokenize(v, NULL, "--chat --format sharegpt --prompt-column q " FMT "table.csv --out x.h5",
+                                  NULL, &err), 2);
+    free(err);
+    assert_false(path_exists("x.h5"));
+}
+
+// --skip-bad skips each bad record of any format, prints the count and stores it.
+static void test_sft_format_skip_bad(void **state) {
+    Env *v = *state;
+    NEED_TOKENIZER(v);
+    char *out = tmp(v, "skip_formats.h5"), args[1024], *so, *err;
+    snprintf(args, sizeof args, "--chat --skip-bad " FIX "/bad/sharegpt_role.jsonl " FIX "/bad/alpaca_no_output.jsonl "
+             FIX "/bad/mixed_formats.jsonl " FIX "/bad/table_fields.csv --out %s", out);
+    assert_int_equal(run_tokenize(v, NULL, args, &so, &err), 0);
+    const char *where[] = {"sharegpt_role.jsonl:2", "alpaca_no_output.jsonl:2", "mixed_formats.jsonl:2",
+                           "table_fields.csv:2"};
+    for (int i = 0; i < 4; i++)
+        if (!strstr(err, where[i])) fail_msg("stderr does not report %s: %s", where[i], err);
+    assert_non_null(strstr(so, "skipped 4,"));
+    expect_skipped(out, 4, 5);
+    free(so);
+    free(err);
+    free(out);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_directory_input),
@@ -505,6 +638,9 @@ int main(void) {
         cmocka_unit_test(test_bad_inputs),
         cmocka_unit_test(test_skip_bad_counts),
         cmocka_unit_test(test_usage_errors),
+        cmocka_unit_test(test_sft_formats_end_to_end),
+        cmocka_unit_test(test_sft_format_bad_inputs),
+        cmocka_unit_test(test_sft_format_skip_bad),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

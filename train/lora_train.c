@@ -3,32 +3,35 @@
 #include <string.h>
 #include "../formats/int4_weights.h"
 
-int lora_train_init(LoraTrain *lt, const Recipe *r, Device *d, const ModelBundle *b, float *base_params,
+int lora_train_init(LoraTrain *lt, const Recipe *r, Device *d, ModelBundle *b, float *base_params,
                     const char *resume_path, FILE *log, PtError *e) {
     memset(lt, 0, sizeof *lt);
     lt->dev = d;
     const TensorTable *tt = &b->tt;
-    const float *base_weights = b->params;
     const int int4 = r->lora.base == LORA_BASE_INT4;
+    lt->base = base_params;
     if (int4) {   // QLoRA: exactly the weights `--int4` runs and the packages ship
         QatState q;
         int from_qat;
         if (int4_load_state(b, r->model.init, NULL, &q, &from_qat, e)) return -1;
-        lt->base_host = xaligned(tt->total * sizeof(float), "int4 base");
-        int4_weights(&q, b, r->train.threads, lt->base_host);
+        // They replace the float weights, which a frozen base never needs
+        // again: the run holds one copy of the base.
+        const size_t bytes = tt->total * sizeof(float);
+        float *w = xaligned(bytes, "int4 base");
+        int4_weights(&q, b, r->train.threads, w);
+        memcpy(b->params, w, bytes);
+        free(w);
+        OP(d, upload, base_params, b->params, bytes);
         if (log)
             fprintf(log, "LoRA base: the int4 model of %s (%s, group %d %s)\n", r->model.init,
                     from_qat ? "its QAT scales" : "round-to-nearest", q.spec.group,
                     q.spec.symmetric ? "symmetric" : "asymmetric");
         qat_free(&q);
-        base_weights = lt->base_host;
-        lt->base = dev_mirror(d, lt->base_host, tt->total * sizeof(float), "int4 base");
-    } else {
-        lt->base = base_params;
-        if (log) fprintf(log, "LoRA base: the float weights of %s\n", r->model.init);
+    } else if (log) {
+        fprintf(log, "LoRA base: the float weights of %s\n", r->model.init);
     }
     char hash[65];
-    lora_base_hash(tt, base_weights, hash);
+    lora_base_hash(tt, b->params, hash);
     if (resume_path) {
         if (lora_checkpoint_load(resume_path, &b->cfg, hash, r->model.init, &lt->ad, e)) return -1;
         LoraConfig want;
@@ -53,8 +56,6 @@ int lora_train_init(LoraTrain *lt, const Recipe *r, Device *d, const ModelBundle
 void lora_train_free(LoraTrain *lt) {
     if (!lt->dev) return;
     if (lt->params) dev_unmirror(lt->dev, lt->params, lt->ad.params);
-    if (lt->base_host) dev_unmirror(lt->dev, lt->base, lt->base_host);
-    free(lt->base_host);
     lora_adapter_free(&lt->ad);
     memset(lt, 0, sizeof *lt);
 }

@@ -13,15 +13,17 @@
 typedef struct {
     LoraAdapter ad;           // host: the adapter, as checkpoints write it
     float *params;            // the adapter on the device (dev_mirror of ad.params)
-    float *base_host;         // QLoRA: the int4 model's weights (host); NULL for a float base
-    float *base;              // the frozen base the model runs on (device memory)
+    float *base;              // the frozen base the model runs on (device memory): the run's parameter
+                              // buffer, which with base = int4 holds the int4 model's weights
     Device *dev;
 } LoraTrain;
 
 // The base (b, already on the device as base_params) and the adapter:
 // resume_path's when resuming (its base hash must be the base's), else a
-// fresh one from the recipe with seed. log: one line saying what the base is.
-int lora_train_init(LoraTrain *lt, const Recipe *r, Device *d, const ModelBundle *b, float *base_params,
+// fresh one from the recipe with seed. With [lora] base = int4 the int4
+// model's weights replace b's float ones (and base_params'). log: one line
+// saying what the base is.
+int lora_train_init(LoraTrain *lt, const Recipe *r, Device *d, ModelBundle *b, float *base_params,
                     const char *resume_path, FILE *log, PtError *e);
 void lora_train_free(LoraTrain *lt);
 // The adapter checkpoint at path: with st, the AdamW moments of dp and the

@@ -354,7 +354,8 @@ static double train_step(Trainer *t, int stop, double *norm_out, int *finite, in
     *finite = isfinite(loss) && isfinite(norm);
     if (*finite) {
         float lr = schedule_lr(&t->sched, t->adam.lr, step);
-        dp_update(&t->dp, trained_params(t), t->m.grads, grad_clip_factor(norm, t->adam.grad_clip), &t->adam, lr, step + 1);
+        dp_update(&t->dp, trained_params(t), t->m.grads, grad_clip_factor(norm, t->adam.grad_clip), &t->adam, lr,
+                  step + 1);
         if (t->qat_on) {
             if (qat_run_update(&t->qat, step)) dp_share_qat_scales(&t->dp, &t->qat.dq);
             qat_run_sync(&t->qat, step, t->params);
@@ -440,7 +441,10 @@ int train_run(const Recipe *r, Comm *comm, volatile sig_atomic_t *stop, PtError 
     if (agree(&t, rc, e)) goto out;
     rc = load_bundle(&t, &resumed, e);
     if (rc == 0) place_on_device(&t);
-    rc = rc || lora_setup(&t, resumed, e) || qat_setup(&t, resumed, e) || optimizer_setup(&t, resumed, e) || open_data(&t, e) ? -1 : 0;
+    rc = rc || lora_setup(&t, resumed, e) || qat_setup(&t, resumed, e) || optimizer_setup(&t, resumed, e) ||
+                 open_data(&t, e)
+             ? -1
+             : 0;
     const int B = r->train.micro_batch, T = r->train.seq_len, accum = r->train.grad_accum;
     const long tokens_per_step = (long)B * T * accum * comm->world;
     // steps, else tokens, else epochs over the training set's tokens
