@@ -9,6 +9,7 @@
 #include "../export/mnn_export.h"
 #include "../data/chat.h"
 #include "commands.h"
+#include "export_lora.h"
 #include "open_model.h"
 
 typedef struct {
@@ -19,8 +20,8 @@ typedef struct {
     const char *graph;   // mnn graph form: "fused" (default) or "plain"
     const char *memory;  // mnn config.json "memory": "low" (default) or "normal"
     const char *sampler; // mnn config.json sampling: "mixed" (default) or "greedy"
-    const char *lora;    // an adapter checkpoint (formats peft)
-    int force;
+    const char *lora;    // an adapter checkpoint: peft, or for the runtimes cli/export_lora.h (mnn, gguf)
+    int force, merge;
 } ExportOptions;
 
 // Each format gets the checkpoint opened as `pocket forward` opens it; with
@@ -39,6 +40,8 @@ static int export_hf(const OpenModel *om, const ExportOptions *o, PtError *e) {
 static int export_gguf(const OpenModel *om, const ExportOptions *o, PtError *e) {
     if (o->dtype) return pt_fail(e, "--dtype is for hf; gguf takes --quant f32|f16|bf16|q8_0|q4_0|q4_1");
     if (!om) return 0;
+    LoraExportArgs la = {o->lora, "gguf", o->out, o->quant, 0, o->force, NULL};
+    if (o->lora) return export_lora(om, &la, e);
     GgufExportStats st;
     const char *quant = o->quant ? o->quant : "f16";
     const QatState *q = om->int4 ? &om->q : NULL;
@@ -62,6 +65,8 @@ static int export_gguf(const OpenModel *om, const ExportOptions *o, PtError *e) 
 }
 
 static int export_mnn(const OpenModel *om, const ExportOptions *o, PtError *e) {
+    if (o->lora && !o->merge && (o->graph || o->memory || o->sampler))
+        return pt_fail(e, "--graph, --memory and --sampler are the base package's: lora.mnn follows the package in --out");
     if (o->dtype || o->quant) return pt_fail(e, "--dtype and --quant are not for mnn: it is always int4 (group of the checkpoint's QAT state, else 64)");
     const char *graph = o->graph ? o->graph : "fused", *memory = o->memory ? o->memory : "low";
     if (strcmp(graph, "fused") != 0 && strcmp(graph, "plain") != 0)
@@ -75,6 +80,8 @@ static int export_mnn(const OpenModel *om, const ExportOptions *o, PtError *e) {
     if (!om) return 0;
     MnnExportOptions mo = {.fused = strcmp(graph, "fused") == 0, .memory = memory, .force = o->force,
                            .greedy = !strcmp(sampler, "greedy")};
+    LoraExportArgs la = {o->lora, "mnn", o->out, NULL, o->merge, o->force, &mo};
+    if (o->lora) return export_lora(om, &la, e);
     MnnExportStats st;
     int rc = mnn_export(&om->b, q, o->out, &mo, &st, e);
     if (rc == 0)
@@ -118,7 +125,8 @@ static const struct {
 
 static void help(FILE *f) {
     fprintf(f, "usage: pocket export --ckpt CKPT.h5 --format FORMAT --out PATH [--dtype f32|bf16] [--quant Q]\n"
-                 "                     [--graph fused|plain] [--memory low|normal] [--sampler mixed|greedy] [--force]\n\n");
+                 "                     [--graph fused|plain] [--memory low|normal] [--sampler mixed|greedy] [--force]\n"
+                 "                     [--lora ADAPTER.h5 [--merge]]\n\n");
     for (int i = 0; i < N_FORMATS; i++)
         fprintf(f, "  --format %-5s %s\n", FORMATS[i].name, FORMATS[i].what);
     fprintf(f,
@@ -143,7 +151,13 @@ static void help(FILE *f) {
             "  --sampler S      mnn config.json sampling: mixed (default, as MNN's exporter: temperature 0.8,\n"
             "                   top_k 40, top_p 0.9, min_p 0.05) or greedy (the most likely token, as\n"
             "                   `pocket generate` does by default)\n"
-            "  --lora ADAPTER   peft: the adapter checkpoint to write (it must be CKPT's: its base hash)\n"
+            "  --lora ADAPTER   the adapter checkpoint to export (it must be CKPT's: its base hash) as\n"
+            "                   peft: a PEFT folder; mnn: lora.mnn for MNN's Llm::create_lora, written into\n"
+            "                   the package --out DIR made by --format mnn from CKPT (or --out DIR/NAME.mnn;\n"
+            "                   a QLoRA adapter: MNN runs the int4 model); gguf: a llama.cpp adapter file\n"
+            "                   (--quant f32, the default, or f16) for any GGUF of CKPT\n"
+            "  --merge          with --lora and mnn: a whole package with the adapter folded into the\n"
+            "                   weights (codes re-derived on the base's int4 grid, see the README)\n"
             "  --force          replace an existing non-empty output directory\n");
 }
 
@@ -191,6 +205,8 @@ int cmd_export(int argc, char **argv) {
             o.sampler = v;
         } else if ((v = arg_value(argc, argv, &i, "--lora"))) {
             o.lora = v;
+        } else if (!strcmp(argv[i], "--merge")) {
+            o.merge = 1;
         } else if (!strcmp(argv[i], "--force")) {
             o.force = 1;
         } else {
@@ -217,18 +233,19 @@ int cmd_export(int argc, char **argv) {
     const int q4_0 = o.quant && !strcmp(o.quant, "q4_0"), q4_1 = o.quant && !strcmp(o.quant, "q4_1");
     QuantSpec grid = {QUANT_GROUP_DEFAULT, q4_0};
     OpenOptions oo = {.int4 = !strcmp(format, "mnn") || (!strcmp(format, "gguf") && (q4_0 || q4_1)), .grid = &grid};
-    if (o.lora && strcmp(format, "peft")) {
-        fprintf(stderr, "pocket export: --lora is for --format peft\n");
+    if ((o.lora && !strcmp(format, "hf")) || (o.merge && (!o.lora || strcmp(format, "mnn")))) {
+        fprintf(stderr, "pocket export: %s\n", o.merge ? "--merge needs --lora and --format mnn"
+                                                      : "--lora exports to peft, mnn or gguf");
         return 1;
     }
     oo.lora = o.lora;
     if (o.lora) {   // the adapter is checked against the base it was trained on: the int4 one for QLoRA
         int q = lora_checkpoint_base_int4(o.lora, &err);
-        if (q < 0) {
-            fprintf(stderr, "pocket export: %s\n", err.msg);
+        if (q < 0 || (q == 0 && !strcmp(format, "mnn"))) {
+            fprintf(stderr, "pocket export: %s\n", q < 0 ? err.msg : "--lora with mnn needs a QLoRA adapter ([lora] base = int4): MNN runs the int4 model, and this one was trained on the float weights");
             return 1;
         }
-        if (!strcmp(format, "peft")) oo.int4 = q;
+        if (strcmp(format, "mnn")) oo.int4 = q;   // peft, gguf: the files do not depend on it
     }
     OpenModel om;
     if (FORMATS[f].run(NULL, &o, &err) || open_model(&om, ckpt, &oo, &err)) {

@@ -3,6 +3,7 @@
 #include <jansson.h>
 #include <stdint.h>
 #include <string.h>
+#include "mnn_lora.h"
 #include "mnn_tokenizer.h"
 #include "mnn_weights.h"
 #include <math.h>
@@ -15,6 +16,7 @@ typedef struct {
     MnnGraph g;
     MnnWeightFile wf;
     int fused;                   // MnnExportOptions.fused
+    const LoraWeightsView *lora; // a LoRA graph (lora.mnn): the adapter's ops after each targeted projection
     int mask, cos, sin;          // tensors shared by all layers: cos/sin [1, S, 1, D]
     int cos_rows, sin_rows;      // the same as [S, D] rows, for the fused RoPE op
     int n_linears;
@@ -63,6 +65,7 @@ static int conv(Writer *w, const char *name, int x_c4, const float *weight, int 
     w->n_linears++;
     MnnQuantLinear ql = {ic, oc, w->q->spec.group, w->q->spec.symmetric};
     *y_c4 = mnn_conv_int4(&w->g, name, x_c4, &ql, &ext);
+    if (w->lora && layer >= 0) *y_c4 = mnn_lora_ops(&w->g, w->lora, name, layer, kind, x_c4, *y_c4, ic, oc);
     return 0;
 }
 
@@ -368,6 +371,17 @@ static int check_exportable(const ModelBundle *b, const QatState *q, PtError *e)
         return pt_fail(e, "the model is tied but its int4 state leaves the embedding in float: MNN reads the input "
                           "embedding from the int4 lm_head ([qat] quant_embedding = 1)");
     return 0;
+}
+
+int mnn_export_graph(const ModelBundle *b, const QatState *q, int fused, const LoraWeightsView *lora, MnnWeightFile *wf,
+                     uint8_t **graph, size_t *len, PtError *e) {
+    Writer w = {.b = b, .q = q, .fused = fused, .lora = lora, .wf = *wf, .e = e};
+    mnn_graph_init(&w.g);
+    int rc = check_exportable(b, q, e) || build_graph(&w) ? -1 : 0;
+    *graph = rc ? NULL : mnn_graph_serialize(&w.g, len);
+    wf->offset = w.wf.offset;
+    mnn_graph_free(&w.g);
+    return rc;
 }
 
 int mnn_export(const ModelBundle *b, const QatState *q, const char *dir, const MnnExportOptions *o, MnnExportStats *st,

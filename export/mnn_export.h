@@ -11,6 +11,8 @@
 #pragma once
 #include "../model/bundle.h"
 #include "../qat/qat.h"
+#include "../model/lora_view.h"
+#include "mnn_weights.h"
 
 typedef struct {
     int fused;              // 1: RoPE op, attention output in NC4HW4, MUL_SILU (MNN >= 3.6.1); 0: plain ops
@@ -26,3 +28,11 @@ typedef struct {
 
 int mnn_export(const ModelBundle *b, const QatState *q, const char *dir, const MnnExportOptions *o, MnnExportStats *st,
                PtError *e);
+
+// The graph alone (llm.mnn's bytes, malloc'd) of the package mnn_export
+// writes with `fused`, or with lora its LoRA copy (lora.mnn, mnn_lora.h). The
+// weights go through wf as they would to llm.mnn.weight: written, compared
+// with wf->expect, or (both NULL) only counted, since the graph holds their
+// offsets.
+int mnn_export_graph(const ModelBundle *b, const QatState *q, int fused, const LoraWeightsView *lora, MnnWeightFile *wf,
+                     uint8_t **graph, size_t *len, PtError *e);

@@ -113,18 +113,34 @@ int mnn_cast(MnnGraph *g, const char *name, int in, int src_type, int dst_type) 
     return op1(g, name, MNN_OP_CAST, MNN_P_CAST, p, &in, 1);
 }
 
-int mnn_conv_int4(MnnGraph *g, const char *name, int in, const MnnQuantLinear *q, const MnnExternal *ext) {
-    FbNode *common = fb_table(&g->fb);   // Convolution2DCommon, every field as llmexport writes it
+// Convolution2DCommon of a 1x1 convolution, every field as llmexport writes it.
+static FbNode *conv_common(MnnGraph *g, int ic, int oc) {
+    FbNode *common = fb_table(&g->fb);
     int32_t one_fields[] = {2, 3, 4, 5, 6, 7, 9};   // kernelX/Y, strideX/Y, dilateX/Y, group
     fb_i32(common, 0, 0);
     fb_i32(common, 1, 0);
     for (int i = 0; i < 7; i++) fb_i32(common, one_fields[i], 1);
     fb_i8(common, 8, 0);   // padMode CAFFE
-    fb_i32(common, 10, q->oc);
-    fb_i32(common, 11, q->ic);
+    fb_i32(common, 10, oc);
+    fb_i32(common, 11, ic);
     fb_u8(common, 12, 0);
     fb_u8(common, 13, 0);
     fb_u8(common, 16, 0);
+    return common;
+}
+
+int mnn_conv_f32(MnnGraph *g, const char *name, int in, int ic, int oc, const float *w) {
+    float *bias = xcalloc((size_t)oc, sizeof(float), "convolution bias");
+    FbNode *conv = fb_table(&g->fb);   // Convolution2D: 0 common, 1 weight, 2 bias
+    fb_ref(conv, 0, conv_common(g, ic, oc));
+    fb_ref(conv, 1, fb_vec_f32(&g->fb, w, (size_t)ic * (size_t)oc));
+    fb_ref(conv, 2, fb_vec_f32(&g->fb, bias, (size_t)oc));
+    free(bias);
+    return op1(g, name, MNN_OP_CONV, MNN_P_CONV, conv, &in, 1);
+}
+
+int mnn_conv_int4(MnnGraph *g, const char *name, int in, const MnnQuantLinear *q, const MnnExternal *ext) {
+    FbNode *common = conv_common(g, q->ic, q->oc);
     FbNode *quan = fb_table(&g->fb);   // IDSTQuan
     fb_i32(quan, 2, 1);                // type 1: IDST header + packed codes
     fb_u8(quan, 3, 0);                 // useInt32

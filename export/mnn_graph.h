@@ -59,6 +59,9 @@ int mnn_reshape(MnnGraph *g, const char *name, int in, const int32_t *dims, int 
 int mnn_convert(MnnGraph *g, const char *name, int in, int src_format, int dst_format);
 int mnn_cast(MnnGraph *g, const char *name, int in, int src_type, int dst_type);
 int mnn_conv_int4(MnnGraph *g, const char *name, int in, const MnnQuantLinear *q, const MnnExternal *ext);
+// A 1x1 convolution with fp32 weights [oc, ic] (row-major) and a zero bias
+// inline in the graph (a LoRA factor).
+int mnn_conv_f32(MnnGraph *g, const char *name, int in, int ic, int oc, const float *w);
 // RMSNorm over the last axis, gamma and beta from the weight file.
 int mnn_rmsnorm(MnnGraph *g, const char *name, int in, float eps, const MnnExternal *ext);
 int mnn_binary(MnnGraph *g, const char *name, int a, int b, int op);

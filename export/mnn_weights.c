@@ -2,9 +2,26 @@
 #include <errno.h>
 #include <string.h>
 
+// Compares n bytes with the next ones of wf->expect.
+static int same(MnnWeightFile *wf, const uint8_t *p, size_t n, PtError *e) {
+    uint8_t buf[4096];
+    for (size_t done = 0; done < n;) {
+        size_t k = n - done < sizeof buf ? n - done : sizeof buf;
+        size_t got = fread(buf, 1, k, wf->expect);
+        size_t i = 0;
+        while (i < got && buf[i] == p[done + i]) i++;
+        if (i < k)
+            return pt_fail(e, "%s: %s at byte %lld", wf->path, i < got ? "differs" : "ends",
+                           (long long)(wf->offset + (int64_t)(done + i)));
+        done += k;
+    }
+    return 0;
+}
+
 static int put(MnnWeightFile *wf, const void *p, size_t n, PtError *e) {
-    if (n && fwrite(p, 1, n, wf->f) != n) return pt_fail(e, "%s: write failed at byte %lld: %s", wf->path,
-                                                         (long long)wf->offset, strerror(errno));
+    if (n && wf->f && fwrite(p, 1, n, wf->f) != n) return pt_fail(e, "%s: write failed at byte %lld: %s", wf->path,
+                                                                  (long long)wf->offset, strerror(errno));
+    if (n && !wf->f && wf->expect && same(wf, p, n, e)) return -1;
     wf->offset += (int64_t)n;
     return 0;
 }
@@ -26,16 +43,12 @@ static size_t idst_header(int64_t rows, int64_t cols, uint8_t *h) {
     return n;
 }
 
-int mnn_write_linear(MnnWeightFile *wf, const QuantSpec *spec, const float *w, int64_t rows, int64_t cols,
-                     const float *scale, const float *zero, MnnExternal *ext, PtError *e) {
-    if (quant_check(spec, rows, cols, wf->path, e)) return -1;
-    int64_t start = wf->offset;
-    uint8_t header[26];
-    size_t hn = idst_header(rows, cols, header);
+// The packed codes and fp16 alpha of one linear, written (or compared) after its header.
+static int put_int4(MnnWeightFile *wf, const QuantSpec *spec, const float *w, int64_t rows, int64_t cols,
+                    const float *scale, const float *zero, size_t alpha_n, PtError *e) {
     size_t n = (size_t)rows * (size_t)cols, n_groups = quant_n_groups(spec, rows, cols);
     uint8_t *codes = xmalloc(n, "int4 codes");
     uint8_t *packed = xmalloc((n + 1) / 2, "packed int4 codes");
-    size_t alpha_n = spec->symmetric ? n_groups : 2 * n_groups;
     uint16_t *alpha = xmalloc(alpha_n * sizeof(uint16_t), "int4 alpha");
     quant_codes(spec, w, rows, cols, scale, zero, codes);
     size_t packed_n = quant_pack4(codes, n, packed);
@@ -47,11 +60,24 @@ int mnn_write_linear(MnnWeightFile *wf, const QuantSpec *spec, const float *w, i
             alpha[2 * g + 1] = f32_to_f16(scale[g]);
         }
     }
-    int rc = put(wf, header, hn, e) || put(wf, packed, packed_n, e) || put(wf, alpha, alpha_n * 2, e) ? -1 : 0;
+    int rc = put(wf, packed, packed_n, e) || put(wf, alpha, alpha_n * 2, e) ? -1 : 0;
     free(codes);
     free(packed);
     free(alpha);
-    if (rc) return -1;
+    return rc;
+}
+
+int mnn_write_linear(MnnWeightFile *wf, const QuantSpec *spec, const float *w, int64_t rows, int64_t cols,
+                     const float *scale, const float *zero, MnnExternal *ext, PtError *e) {
+    if (quant_check(spec, rows, cols, wf->path, e)) return -1;
+    int64_t start = wf->offset;
+    uint8_t header[26];
+    size_t hn = idst_header(rows, cols, header);
+    size_t packed_n = ((size_t)rows * (size_t)cols + 1) / 2;
+    size_t alpha_n = spec->symmetric ? quant_n_groups(spec, rows, cols) : 2 * quant_n_groups(spec, rows, cols);
+    if (put(wf, header, hn, e)) return -1;
+    if (!wf->f && !wf->expect) wf->offset += (int64_t)(packed_n + alpha_n * 2);   // offsets only
+    else if (put_int4(wf, spec, w, rows, cols, scale, zero, alpha_n, e)) return -1;
     ext->n_ext = 5;
     ext->ext[0] = start;
     ext->ext[1] = (int64_t)(hn + packed_n);

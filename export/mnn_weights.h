@@ -9,9 +9,10 @@
 #include "mnn_graph.h"
 
 typedef struct {
-    FILE *f;
+    FILE *f;             // NULL: nothing is written (a LoRA graph only needs the offsets)
     const char *path;    // for errors
     int64_t offset;      // bytes written so far = the next blob's offset
+    FILE *expect;        // with f NULL: the blobs are compared with this file's bytes instead
 } MnnWeightFile;
 
 // IDST header size for a [rows, cols] 4-bit matrix: 22 bytes, or 26 when a

@@ -461,17 +461,25 @@ static int add_int4_tensor(GgufWriter *w, const char *path, const char *name, co
     return 0;
 }
 
+int gguf_arch(const ModelConfig *c, const char **arch, PtError *e) {
+    int llama = strcmp(c->model_type, "llama") == 0;
+    if (!llama && strcmp(c->model_type, "qwen3") != 0)
+        return pt_fail(e, "model_type \"%s\" has no GGUF architecture here (qwen3, llama)", c->model_type);
+    if (llama && c->qk_norm) return pt_fail(e, "a llama model with q/k norms has no llama.cpp architecture");
+    if (!llama && !c->qk_norm) return pt_fail(e, "a qwen3 model without q/k norms has no llama.cpp architecture");
+    *arch = llama ? "llama" : "qwen3";
+    return 0;
+}
+
 int gguf_export(const ModelBundle *b, const char *path, const char *quant, const QatState *int4,
                 GgufExportStats *st, PtError *e) {
     int q = 0;
     while (q < N_QUANTS && strcmp(QUANTS[q].name, quant) != 0) q++;
     if (q == N_QUANTS) return pt_fail(e, "unknown GGUF quantization '%s' (f32, f16, bf16, q8_0, q4_0, q4_1)", quant);
     const ModelConfig *c = &b->cfg;
-    int llama = strcmp(c->model_type, "llama") == 0;
-    if (!llama && strcmp(c->model_type, "qwen3") != 0)
-        return pt_fail(e, "model_type \"%s\" has no GGUF architecture here (qwen3, llama)", c->model_type);
-    if (llama && c->qk_norm) return pt_fail(e, "a llama model with q/k norms has no llama.cpp architecture");
-    if (!llama && !c->qk_norm) return pt_fail(e, "a qwen3 model without q/k norms has no llama.cpp architecture");
+    const char *arch;
+    if (gguf_arch(c, &arch, e)) return -1;
+    int llama = strcmp(arch, "llama") == 0;
     const uint32_t qtype = QUANTS[q].type;
     const int is_int4 = qtype == GGML_TYPE_Q4_0 || qtype == GGML_TYPE_Q4_1;
     if (is_int4 && check_int4(b, int4, qtype, path, e)) return -1;
@@ -479,7 +487,7 @@ int gguf_export(const ModelBundle *b, const char *path, const char *quant, const
     if (!st) st = &local;
     memset(st, 0, sizeof *st);
     GgufWriter *w = gguf_writer_new();
-    put_hparams(w, c, llama ? "llama" : "qwen3", QUANTS[q].file_type);
+    put_hparams(w, c, arch, QUANTS[q].file_type);
     float *permuted = NULL, *perm_scale = NULL, *perm_zero = NULL;
     uint8_t **blocks = xcalloc((size_t)b->tt.n, sizeof *blocks, "Q4 tensor list");
     uint16_t *zero_hint = is_int4 ? xmalloc((int4->total + 1) * sizeof(uint16_t), "zero points") : NULL;

@@ -111,5 +111,8 @@ typedef struct {
 // llama.cpp's interleaved RoPE.
 int gguf_export(const ModelBundle *b, const char *path, const char *quant, const QatState *int4,
                 GgufExportStats *st, PtError *e);
+// llama.cpp's architecture for the config: "qwen3" (with q/k norms) or
+// "llama" (without); an error for anything else.
+int gguf_arch(const ModelConfig *c, const char **arch, PtError *e);
 // The ggml type of a --quant name; -1 when unknown.
 int gguf_quant_type(const char *quant);

@@ -82,7 +82,7 @@ static void weight_blob_matches_spec_example(void **state) {
     assert_non_null(f);
     uint8_t pad[7] = {0};
     fwrite(pad, 1, sizeof pad, f);   // the blob need not start at 0: offsets are absolute
-    MnnWeightFile wf = {f, path, sizeof pad};
+    MnnWeightFile wf = {.f = f, .path = path, .offset = sizeof pad};
     MnnExternal ext;
     assert_int_equal(mnn_write_linear(&wf, &spec, w, ROWS, COLS, scale, zero, &ext, &e), 0);
     assert_int_equal(ext.n_ext, 5);

@@ -134,13 +134,15 @@ def example(rng, lang):
                                 {"role": "assistant", "content": answer}]}
 
 
-def generate(n_train, n_val, seed):
+def generate(n_train, n_val, seed, make=None):
+    """make(rng, lang) -> (title, chat row): example by default (multi-lora/ makes another task)."""
+    make = make or example
     rng = random.Random(seed)
     seen, train, val = set(), [], []
     # Validation first, so its titles are reserved before training is drawn.
     for target, out in ((n_val, val), (n_train, train)):
         while len(out) < target:
-            title, ex = example(rng, "zh" if rng.random() < 0.5 else "en")
+            title, ex = make(rng, "zh" if rng.random() < 0.5 else "en")
             if title in seen:
                 continue
             seen.add(title)

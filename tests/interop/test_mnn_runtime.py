@@ -121,15 +121,34 @@ def add_shifted_qat_state(ckpt, group=64):
             t["zero"] = fp16(zero + np.float32(0.25) * scale)
 
 
-def run_mnn(package, tmp, **job):
+def run_mnn(package, tmp, runner=RUNNER, **job):
+    """Runs a job in a fresh process (runner: mnn_run.py, or mnn_lora_run.py for adapters)."""
     job = {"package": str(package), "config": RUNTIME, **job}
     path = tmp / f"job-{os.getpid()}-{abs(hash(str(job))) % 10**8}.json"
     path.write_text(json.dumps(job))
     result = path.with_suffix(".out.json")
-    proc = subprocess.run([sys.executable, str(RUNNER), str(path), str(result)], capture_output=True, text=True,
+    proc = subprocess.run([sys.executable, str(runner), str(path), str(result)], capture_output=True, text=True,
                           timeout=300)
     assert proc.returncode == 0 and result.exists(), f"MNN runtime failed on {package}:\n{proc.stderr[-3000:]}"
     return json.loads(result.read_text())
+
+
+def make_checkpoint(d, name, cfg, run_pocket):
+    """A random checkpoint of config cfg with the fixture tokenizer and the Qwen3 chat template: (ckpt, its HF dir)."""
+    (d / f"{name}.json").write_text(json.dumps(cfg))
+    init = d / f"{name}-init.h5"
+    run_pocket("init", "--model", d / f"{name}.json", "--tokenizer", TOK / "tokenizer.json", "--seed", 11,
+               "--out", init)
+    # Through an HF directory, so the checkpoint also stores tokenizer_config.json with the template.
+    hf = d / f"{name}-hf"
+    run_pocket("export", "--ckpt", init, "--format", "hf", "--out", hf)
+    (hf / "tokenizer.json").write_bytes((TOK / "tokenizer.json").read_bytes())
+    (hf / "tokenizer_config.json").write_text(json.dumps({
+        "chat_template": (TOK / "qwen3_chat_template.jinja").read_text(), "eos_token": "<|im_end|>",
+        "pad_token": "<|endoftext|>", "bos_token": None}))
+    ckpt = d / f"{name}.h5"
+    run_pocket("import", hf, "--out", ckpt)
+    return ckpt, hf
 
 
 @pytest.fixture(scope="module")
@@ -139,19 +158,7 @@ def models(tmp_path_factory, run_pocket):
     out = {}
     for name, over in MODELS.items():
         cfg = {**BASE, **over}
-        (d / f"{name}.json").write_text(json.dumps(cfg))
-        init = d / f"{name}-init.h5"
-        run_pocket("init", "--model", d / f"{name}.json", "--tokenizer", TOK / "tokenizer.json", "--seed", 11,
-                   "--out", init)
-        # Through an HF directory, so the checkpoint also stores tokenizer_config.json with the template.
-        hf = d / f"{name}-hf"
-        run_pocket("export", "--ckpt", init, "--format", "hf", "--out", hf)
-        (hf / "tokenizer.json").write_bytes((TOK / "tokenizer.json").read_bytes())
-        (hf / "tokenizer_config.json").write_text(json.dumps({
-            "chat_template": (TOK / "qwen3_chat_template.jinja").read_text(), "eos_token": "<|im_end|>",
-            "pad_token": "<|endoftext|>", "bos_token": None}))
-        ckpt = d / f"{name}.h5"
-        run_pocket("import", hf, "--out", ckpt)
+        ckpt, _ = make_checkpoint(d, name, cfg, run_pocket)
         if name == "qat":
             add_shifted_qat_state(ckpt)
         pk = {}
