@@ -8,7 +8,8 @@
 
 void choice_softmax(const float *scores, int n, double *p) {
     double mx = -INFINITY, sum = 0;
-    for (int k = 0; k < n; k++) mx = fmax(mx, scores[k]);
+    for (int k = 0; k < n; k++)   // a compare, not fmax: gcc 12's aarch64 vectoriser fails on an fmax reduction
+        if (scores[k] > mx) mx = scores[k];
     for (int k = 0; k < n; k++) sum += p[k] = exp((double)scores[k] - mx);
     for (int k = 0; k < n; k++) p[k] /= sum;
 }
