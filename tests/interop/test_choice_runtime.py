@@ -145,3 +145,51 @@ def test_eval_accuracy_and_ece_match_numpy(trained, run_pocket):
     acc = right.mean()
     assert f"accuracy {100 * acc:.1f}% ({int(right.sum())} of {len(rows)} groups)" in out, out
     assert f"ECE {ece:.4f}" in out, (out, ece)
+
+
+def test_mnn_runtime_scores_with_qlora_adapter(trained, run_pocket, tmp_path):
+    """Dec with LoRA: the head row is frozen with the base, so the adapter ships
+    as any other (lora.mnn beside the base package) and the phone reads the same
+    logit. A QLoRA adapter (against the int4 model) taught another rule (the next
+    colour in the list) on the Dec base: MNN with lora.mnn gives `pocket choose
+    --int4 --lora`'s scores within 2e-4 and the same pick, on every held-out
+    example, and the adapter moves the scores (else the check would be the
+    base's)."""
+    d = trained["dir"]
+    nxt = [{**r, "label": COLOURS[(COLOURS.index(r["label"]) + 1) % len(COLOURS)]}
+           for r in (json.loads(x) for x in (d / "train.jsonl").read_text().splitlines())]
+    (tmp_path / "next.jsonl").write_text("".join(json.dumps(r) + "\n" for r in nxt))
+    run_pocket("tokenize", "--tokenizer", trained["ckpt"], "--choice", tmp_path / "next.jsonl", "--out",
+               tmp_path / "next.h5")
+    (tmp_path / "lora.ini").write_text(
+        f"[model]\ninit = {trained['ckpt']}\n[data]\ntrain = {tmp_path}/next.h5\n[train]\nmode = choice\n"
+        f"micro_batch = 4\nseq_len = 256\nsteps = 40\neval_interval = 0\nsave_interval = 0\nrun_dir = {tmp_path}/run\n"
+        "seed = 3\n[optim]\nlr = 1e-2\nwarmup = 5\n[lora]\nenabled = 1\nrank = 4\nalpha = 8\nbase = int4\n")
+    run_pocket("train", tmp_path / "lora.ini", timeout=600)
+    adapter = tmp_path / "run/ckpt-00000040.h5"
+    pkg = tmp_path / "pkg"
+    run_pocket("export", "--ckpt", trained["ckpt"], "--format", "mnn", "--out", pkg)
+    run_pocket("export", "--ckpt", trained["ckpt"], "--format", "mnn", "--lora", adapter, "--out", pkg, "--force")
+    assert (pkg / "lora.mnn").exists()
+    refs = [choose(run_pocket, trained["ckpt"], row, "--int4", "--lora", adapter) for row in trained["held"]]
+    seqs = [ref["prompt_ids"] + c for ref in refs for c in ref["candidate_ids"]]
+    job = tmp_path / "job.json"
+    job.write_text(json.dumps({"package": str(pkg), "config": RUNTIME, "loras": ["lora.mnn"],
+                               "runs": [[1, "logits", s] for s in seqs]}))
+    result = tmp_path / "job.out.json"
+    proc = subprocess.run([sys.executable, str(RUNNER.with_name("mnn_lora_run.py")), str(job), str(result)],
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0 and result.exists(), f"MNN runtime failed:\n{proc.stderr[-3000:]}"
+    last = [np.array(r[-1], np.float32)[trained["head"]] for r in json.loads(result.read_text())["runs"]]
+    worst, moved, at = 0.0, 0.0, 0
+    for row, ref in zip(trained["held"], refs):
+        have = np.array(last[at:at + len(ref["scores"])])
+        at += len(ref["scores"])
+        want = np.array(ref["scores"])
+        base = np.array(choose(run_pocket, trained["ckpt"], row, "--int4")["scores"])
+        worst, moved = max(worst, float(np.abs(have - want).max())), max(moved, float(np.abs(want - base).max()))
+        assert np.abs(have - want).max() <= 2e-4, (row, want, have)
+        assert int(np.argmax(have)) == ref["pick"], (row, want, have)
+    print(f"MNN with lora.mnn vs pocket choose --int4 --lora: max |score diff| {worst:.2e} (the adapter moves the "
+          f"scores by up to {moved:.2f})")
+    assert moved > 0.1
