@@ -13,7 +13,13 @@
 // - `pocket train` with mode = choice (and with QAT) learns a toy task that
 //   `pocket eval` then scores (fp32 and int4) and `pocket choose` picks; the
 //   head survives the HF and GGUF round trips (the same scores, bit for bit),
-//   and a run stopped and resumed ends with the uninterrupted run's model.
+//   and a run stopped and resumed ends with the uninterrupted run's model;
+// - with LoRA (the head row frozen with the base): the adapter's gradients
+//   under the choice loss against finite differences; a LoRA choice run on a
+//   Dec base made by a short full fine-tuning run trains only the adapter and
+//   beats the base on held-out groups of a new rule; `pocket choose --lora`
+//   gives `pocket eval --lora`'s scores; a base without a head or with an
+//   all-zero head row is refused.
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -68,6 +74,58 @@ static Model *load_with_head(uint64_t seed, TestModel *tm) {
     load_preset("tiny", seed, tm);
     tm->m.cfg.choice_id = HEAD;
     return &tm->m;
+}
+
+// Under LoRA the head row is frozen with the rest of the base: the choice
+// loss reaches the adapter through the hidden state alone. Every adapter
+// tensor's gradient against the five-point finite difference of the loss.
+static void test_adapter_gradients_vs_finite_differences(void **state) {
+    (void)state;
+    TestModel tm;
+    Model *m = load_with_head(7, &tm);
+    LoraConfig lc = {.rank = 3, .alpha = 6.0f, .targets = (1u << LORA_N_TARGETS) - 1};
+    LoraAdapter ad;
+    lora_adapter_alloc(&ad, &tm.b.cfg, &lc);
+    Rng r;
+    rng_seed(&r, 99);
+    for (size_t i = 0; i < ad.tt.total; i++) ad.params[i] = (float)(0.3 * rng_normal(&r));   // B = 0 leaves dA 0
+    model_use_lora(m, &ad.cfg, &ad.tt, ad.params);
+    PtError e;
+    assert_int_equal(model_plan(m, 1, 40, 1, NULL, &e), 0);
+    assert_ptr_equal(model_grad_table(m), &ad.tt);
+    Packed p;
+    make_groups(&p);
+    model_zero_grads(m);
+    ModelInput in = {.B = 1, .T = 40, .tokens = p.tokens, .pos = p.pos, .seg = p.seg, .choice = &p.g};
+    int count;
+    model_forward_backward(m, &in, 1.0f, NULL, &count);
+    assert_int_equal(count, 2);
+    assert_null(m->g.lm_head);   // the head row is the base's: no gradient for it
+    float *grads = xmalloc(ad.tt.total * sizeof(float), "grads");
+    memcpy(grads, m->grads, ad.tt.total * sizeof(float));
+    double worst = 0;
+    for (int i = 0; i < ad.tt.n; i++) {
+        const TensorInfo *t = &ad.tt.t[i];
+        double d2 = 0, g2 = 0;
+        for (int k = 0; k < 6; k++) {
+            float *w = ad.params + t->offset + rng_next(&r) % t->numel, keep = *w;
+            const float h = 1e-2f, at[4] = {keep + h, keep - h, keep + 2 * h, keep - 2 * h};
+            double f[4];
+            for (int q = 0; q < 4; q++) *w = at[q], f[q] = loss_of(m, &p);
+            *w = keep;
+            double fd = (8 * (f[0] - f[1]) - (f[2] - f[3])) / (12.0 * h), an = grads[w - ad.params];
+            d2 += (fd - an) * (fd - an);
+            g2 += fd * fd;
+        }
+        double rel = sqrt(d2) / fmax(sqrt(g2), 1e-6);
+        if (rel > 5e-3) fail_msg("%s: gradient off finite differences by %.2e relative", t->name, rel);
+        assert_true(sqrt(g2) > 1e-5);   // a tensor the loss does not move checks nothing
+        worst = fmax(worst, rel);
+    }
+    printf("adapter gradients under the choice loss: %d tensors, worst relative error %.2e\n", ad.tt.n, worst);
+    free(grads);
+    test_model_free(&tm);
+    lora_adapter_free(&ad);
 }
 
 static void test_head_gradients_vs_finite_differences(void **state) {
@@ -433,14 +491,147 @@ static void test_train_and_eval(void **state) {
                         pocket(), v->dir), 0);
 }
 
+// The scores after `"scores": [` in the first line of a file holding it.
+static int read_scores(const char *path, float *out, int cap) {
+    char line[4096];
+    FILE *f = fopen(path, "r");
+    assert_non_null(f);
+    char *at = NULL;
+    while (!at && fgets(line, sizeof line, f)) at = strstr(line, "\"scores\": [");
+    fclose(f);
+    assert_non_null(at);
+    int n = 0;
+    for (char *c = at + 11, *end; n < cap; c = end + 1) {
+        out[n++] = strtof(c, &end);
+        if (*end != ',') break;
+    }
+    return n;
+}
+
+// "accuracy X%" and "choice loss Y" of a `pocket eval` report (the line with them).
+static void read_eval(const char *path, double *accuracy, double *loss) {
+    char line[1024] = "";
+    FILE *f = fopen(path, "r");
+    assert_non_null(f);
+    const char *a = NULL, *l = NULL;
+    while (!a && fgets(line, sizeof line, f)) a = strstr(line, "accuracy "), l = strstr(line, "choice loss ");
+    fclose(f);
+    assert_non_null(a);
+    assert_non_null(l);
+    *accuracy = strtod(a + 9, NULL);
+    *loss = strtod(l + 12, NULL);
+}
+
+// Dec with LoRA: a base taught one rule by a short full fine-tuning run (the
+// candidate named in the prompt), an adapter taught another on it (the next
+// colour in the list). The adapter run leaves the base file as it was, its
+// loss falls and its held-out accuracy beats the base's; `pocket choose
+// --lora` gives `pocket eval --lora`'s scores; a base with no head, or an
+// all-zero one, is refused with the way out.
+static void test_lora_on_a_dec_base(void **state) {
+    Env *v = *state;
+    const char *d = v->dir;
+    assert_int_equal(make_tiny_checkpoint(d), 0);
+    const char *colours[4] = {"red", "blue", "green", "black"};
+    const struct { const char *name; int lo, hi, shift; } sets[] = {
+        {"same", 0, 16, 0}, {"next", 0, 16, 1}, {"nextval", 16, 24, 1}};
+    char path[256];
+    for (int s = 0; s < 3; s++) {
+        snprintf(path, sizeof path, "%s/%s.jsonl", d, sets[s].name);
+        FILE *f = fopen(path, "w");
+        for (int i = sets[s].lo; i < sets[s].hi; i++)
+            fprintf(f, "{\"prompt\": \"%s %d\", \"candidates\": [\"red\", \"blue\", \"green\", \"black\"], "
+                       "\"label\": \"%s\"}\n", colours[i % 4], i, colours[(i + sets[s].shift) % 4]);
+        fclose(f);
+        assert_int_equal(sh("%s tokenize --tokenizer %s/init.h5 --choice %s/%s.jsonl --out %s/%s.h5 >/dev/null",
+                            pocket(), d, d, sets[s].name, d, sets[s].name), 0);
+    }
+    snprintf(path, sizeof path, "%s/dec.ini", d);
+    FILE *f = fopen(path, "w");
+    fprintf(f, "[model]\ninit = %s/init.h5\n[data]\ntrain = %s/same.h5\nval = %s/same.h5\n[train]\nmode = choice\n"
+               "micro_batch = 2\nseq_len = 128\nsteps = 30\neval_interval = 0\nsave_interval = 0\nthreads = 1\n"
+               "[optim]\nlr = 3e-3\nwarmup = 5\n", d, d, d);
+    fclose(f);
+    assert_int_equal(sh("%s train %s/dec.ini --set train.run_dir=%s/dec >/dev/null", pocket(), d, d), 0);
+    char base[300];
+    snprintf(base, sizeof base, "%s/dec/ckpt-00000030.h5", d);
+    assert_int_equal(sh("sha256sum %s > %s/base.sum", base, d), 0);
+    snprintf(path, sizeof path, "%s/lora.ini", d);
+    f = fopen(path, "w");
+    fprintf(f, "[model]\ninit = %s\n[data]\ntrain = %s/next.h5\nval = %s/nextval.h5\n[train]\nmode = choice\n"
+               "micro_batch = 8\nseq_len = 128\nsteps = 300\neval_interval = 300\nsave_interval = 0\nthreads = 1\n"
+               "[optim]\nlr = 1e-2\nwarmup = 5\n[lora]\nenabled = 1\nrank = 4\nalpha = 8\n"
+               "targets = q,k,v,o,gate,up,down\n", base, d, d);
+    fclose(f);
+    int rc = sh("%s train %s/lora.ini --set train.run_dir=%s/lora > %s/lora.log 2>&1", pocket(), d, d, d);
+    if (rc) sh("cat %s/lora.log", d);
+    assert_int_equal(rc, 0);
+    assert_int_equal(sh("grep -q 'decision head (Dec): lm_head row 1505' %s/lora.log", d), 0);
+    assert_int_equal(sh("sha256sum -c --quiet %s/base.sum", d), 0);   // the base file is untouched
+    // Only the adapter was trained: the run saves an adapter, not a model.
+    assert_int_equal(sh("%s eval --ckpt %s/lora/best.h5 --data %s/nextval.h5 2>&1 | grep -q 'not a pocket checkpoint'",
+                        pocket(), d, d), 0);
+    // The loss falls: the mean of the last 30 steps against the first 30.
+    assert_int_equal(sh("awk -F'\"loss\":' '/\"loss\"/ {split($2, a, \",\"); n++; l[n] = a[1]} END {for (i = 1; i <= 30; i++) "
+                        "{f += l[i]; e += l[n - 30 + i]} exit !(e < 0.8 * f)}' %s/lora/metrics.jsonl", d), 0);
+    double acc_base, loss_base, acc_lora, loss_lora;
+    snprintf(path, sizeof path, "%s/base_eval.txt", d);
+    assert_int_equal(sh("%s eval --ckpt %s --data %s/nextval.h5 > %s", pocket(), base, d, path), 0);
+    read_eval(path, &acc_base, &loss_base);
+    snprintf(path, sizeof path, "%s/lora_eval.txt", d);
+    assert_int_equal(sh("%s eval --ckpt %s --lora %s/lora/best.h5 --data %s/nextval.h5 --dump-scores %s/dump.jsonl > %s",
+                        pocket(), base, d, d, d, path), 0);
+    read_eval(path, &acc_lora, &loss_lora);
+    printf("held-out (8 groups): base accuracy %.1f%% loss %.4f; with the adapter %.1f%% loss %.4f\n", acc_base,
+           loss_base, acc_lora, loss_lora);
+    assert_true(acc_lora >= acc_base + 25);
+    assert_true(loss_lora < loss_base);
+    // choose --lora scores a dumped group as eval --lora does (the KV cache against the packed batch).
+    assert_int_equal(sh("head -1 %s/dump.jsonl > %s/first.jsonl", d, d), 0);
+    snprintf(path, sizeof path, "%s/first.jsonl", d);
+    float from_eval[4], from_choose[4];
+    assert_int_equal(read_scores(path, from_eval, 4), 4);
+    int group = -1;
+    f = fopen(path, "r");
+    assert_int_equal(fscanf(f, "{\"group\": %d", &group), 1);
+    fclose(f);
+    assert_int_equal(sh("%s choose --ckpt %s --lora %s/lora/best.h5 --prompt '%s %d' --candidates red blue green black "
+                        "--json > %s/choose.json", pocket(), base, d, colours[(16 + group) % 4], 16 + group, d), 0);
+    snprintf(path, sizeof path, "%s/choose.json", d);
+    assert_int_equal(read_scores(path, from_choose, 4), 4);
+    for (int k = 0; k < 4; k++)
+        if (fabsf(from_eval[k] - from_choose[k]) > 1e-4f)
+            fail_msg("candidate %d: eval --lora %g, choose --lora %g", k, from_eval[k], from_choose[k]);
+    // Refused: a base without a head (the row would be new), and one whose row is all zeros
+    // (lr 0 for the one step of warmup: the appended row stays 0).
+    assert_int_equal(sh("%s train %s/dec.ini --set train.run_dir=%s/zero --set train.steps=1 --set optim.warmup=1 "
+                        ">/dev/null", pocket(), d, d), 0);
+    const struct { const char *init, *says; } bad[] = {
+        {"init.h5", "needs a base with a decision head, and this one has none"},
+        {"zero/ckpt-00000001.h5", "the decision head (lm_head row 1505) is all zeros"}};
+    for (int i = 0; i < 2; i++) {
+        rc = sh("%s train %s/lora.ini --set model.init=%s/%s --set train.run_dir=%s/bad > %s/bad.txt 2>&1", pocket(), d,
+                d, bad[i].init, d, d);
+        assert_int_not_equal(rc, 0);
+        if (sh("grep -q '%s' %s/bad.txt && grep -q 'train the head first with full fine-tuning' %s/bad.txt && "
+               "test $(wc -l < %s/bad.txt) -eq 1", bad[i].says, d, d, d)) {
+            sh("cat %s/bad.txt", d);
+            fail_msg("%s: not refused as expected", bad[i].init);
+        }
+        assert_int_not_equal(sh("test -e %s/bad/best.h5", d), 0);
+    }
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_head_gradients_vs_finite_differences),
+        cmocka_unit_test(test_adapter_gradients_vs_finite_differences),
         cmocka_unit_test(test_shared_prompt_scores_equal_alone),
         cmocka_unit_test(test_accuracy_and_ece_by_hand),
         cmocka_unit_test(test_tokenize_round_trip),
         cmocka_unit_test(test_bad_lines),
         cmocka_unit_test(test_train_and_eval),
+        cmocka_unit_test(test_lora_on_a_dec_base),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

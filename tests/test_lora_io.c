@@ -304,9 +304,10 @@ static void test_bad_input(void **s) {
     snprintf(cmd, sizeof cmd, "%s train %s/lora.ini --set lora.targets=q,lm_head --set train.run_dir=%s/bad", pocket(),
              g_dir, g_dir);
     assert_refused(cmd, NULL, "unknown LoRA target 'lm_head'");
+    // mode = choice on a base without a decision head (the head row is frozen with the base)
     snprintf(cmd, sizeof cmd, "%s train %s/lora.ini --set train.mode=choice --set train.run_dir=%s/bad", pocket(), g_dir,
              g_dir);
-    assert_refused(cmd, NULL, "[lora] enabled with [train] mode = choice is not supported");
+    assert_refused(cmd, NULL, "[lora] with mode = choice needs a base with a decision head, and this one has none");
 }
 
 int main(void) {

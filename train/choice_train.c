@@ -53,6 +53,24 @@ int choice_head_setup(ModelBundle *b, int requested, FILE *log, PtError *e) {
     return 0;
 }
 
+int choice_head_frozen_check(const ModelBundle *b, int requested, const char *src, PtError *e) {
+    const ModelConfig *c = &b->cfg;
+    const char *instead = "train the head first with full fine-tuning ([train] mode = choice without [lora]), then "
+                          "train the adapter on that checkpoint";
+    if (c->choice_id <= 0)
+        return pt_fail(e, "%s: [lora] with mode = choice needs a base with a decision head, and this one has none (its "
+                          "row would be new and LoRA freezes lm_head): %s", src, instead);
+    if (requested && requested != c->choice_id)
+        return pt_fail(e, "train.choice_token = %d, but the model's decision head is row %d", requested, c->choice_id);
+    ParamViews w;
+    param_views(&w, &b->tt, b->params);
+    const float *row = w.lm_head + (size_t)c->choice_id * c->d_model;
+    for (int i = 0; i < c->d_model; i++)
+        if (row[i] != 0) return 0;
+    return pt_fail(e, "%s: [lora] with mode = choice: the decision head (lm_head row %d) is all zeros, so every score "
+                      "is 0 and no gradient reaches the adapter: %s", src, c->choice_id, instead);
+}
+
 int choice_check_data(const Dataset *d, int choice_id, PtError *e) {
     for (uint64_t i = 0; i < d->n_tokens; i++)
         if (dataset_token(d, i) == (uint32_t)choice_id)

@@ -13,6 +13,11 @@
 // at 0). A head the bundle already has is kept (requested must then be 0 or
 // the same). Prints the choice to log.
 int choice_head_setup(ModelBundle *b, int requested, FILE *log, PtError *e);
+// Under LoRA the head row is part of the frozen base: the adapter learns to
+// move the hidden state along it. Refuses a base whose head is missing (the
+// row would be new: another base, and no learning) or all zeros (every score
+// 0 whatever the hidden state: no gradient reaches the adapter).
+int choice_head_frozen_check(const ModelBundle *b, int requested, const char *src, PtError *e);
 // Refuses data in which the head's token is an input (its row is then not
 // free to be the head).
 int choice_check_data(const Dataset *d, int choice_id, PtError *e);

@@ -463,10 +463,6 @@ static int lora_check(const Recipe *r, const char *src, PtError *e) {
     if (r->lora.enabled && r->qat.enabled)
         return pt_fail(e, "%s: [lora] enabled with [qat] enabled is not supported (the base is frozen: train the "
                        "adapter on the int4 model with [lora] base = int4 instead)", src);
-    // The decision head is a row of lm_head, which a LoRA run freezes: the head would never learn.
-    if (r->lora.enabled && r->train.mode == TRAIN_MODE_CHOICE)
-        return pt_fail(e, "%s: [lora] enabled with [train] mode = choice is not supported (the decision head is an "
-                       "lm_head row and LoRA freezes lm_head: train the head with full fine-tuning)", src);
     return 0;
 }
 

@@ -449,7 +449,8 @@ int train_run(const Recipe *r, Comm *comm, volatile sig_atomic_t *stop, PtError 
         const int vocab = t.b.cfg.vocab_size;
         QuantSpec spec;
         int qe;
-        rc = choice_head_setup(&t.b, r->train.choice_token, t.lead ? stdout : NULL, e);
+        rc = r->lora.enabled ? choice_head_frozen_check(&t.b, r->train.choice_token, r->model.init, e)
+                             : choice_head_setup(&t.b, r->train.choice_token, t.lead ? stdout : NULL, e);
         // An appended row has no int4 scales in a QAT checkpoint made without it.
         if (rc == 0 && t.b.cfg.vocab_size != vocab && r->qat.enabled &&
             checkpoint_read_qat_spec(r->model.init, &spec, &qe, e) == 0)

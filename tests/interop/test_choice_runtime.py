@@ -11,7 +11,12 @@ prompt names, among 5 candidates); then on every held-out example:
       1e-4 (its config.json carries pocket_choice_token_id);
   (c) `pocket eval`'s accuracy and expected calibration error equal numpy's,
       computed here from the per-group scores `--dump-scores` writes (10
-      equal-width bins of the top probability, (b/10, (b+1)/10]).
+      equal-width bins of the top probability, (b/10, (b+1)/10]);
+  (d) with LoRA (the head row frozen with the base): an adapter taught another
+      rule on the Dec model, exported as lora.mnn beside the base package (a
+      QLoRA adapter) and as a PEFT folder (a float one): MNN 3.6.1 gives
+      `pocket choose --int4 --lora`'s scores within 2e-4 and the same pick,
+      PeftModel on the HF export `pocket choose --lora`'s within 1e-4.
 
 Two vocabularies: one with rows past the tokenizer's 1505 tokens (the head takes
 the first), and one the tokenizer fills (the trainer appends a row).
@@ -145,3 +150,79 @@ def test_eval_accuracy_and_ece_match_numpy(trained, run_pocket):
     acc = right.mean()
     assert f"accuracy {100 * acc:.1f}% ({int(right.sum())} of {len(rows)} groups)" in out, out
     assert f"ECE {ece:.4f}" in out, (out, ece)
+
+
+def next_colour_adapter(trained, run_pocket, tmp, base):
+    """An adapter taught another rule (the next colour in the list) on the Dec
+    base by a short LoRA choice run; base: fp32 or int4 (QLoRA)."""
+    d = trained["dir"]
+    nxt = [{**r, "label": COLOURS[(COLOURS.index(r["label"]) + 1) % len(COLOURS)]}
+           for r in (json.loads(x) for x in (d / "train.jsonl").read_text().splitlines())]
+    (tmp / "next.jsonl").write_text("".join(json.dumps(r) + "\n" for r in nxt))
+    run_pocket("tokenize", "--tokenizer", trained["ckpt"], "--choice", tmp / "next.jsonl", "--out", tmp / "next.h5")
+    (tmp / "lora.ini").write_text(
+        f"[model]\ninit = {trained['ckpt']}\n[data]\ntrain = {tmp}/next.h5\n[train]\nmode = choice\n"
+        f"micro_batch = 4\nseq_len = 256\nsteps = 40\neval_interval = 0\nsave_interval = 0\nrun_dir = {tmp}/run\n"
+        f"seed = 3\n[optim]\nlr = 1e-2\nwarmup = 5\n[lora]\nenabled = 1\nrank = 4\nalpha = 8\nbase = {base}\n")
+    run_pocket("train", tmp / "lora.ini", timeout=600)
+    return tmp / "run/ckpt-00000040.h5"
+
+
+def test_mnn_runtime_scores_with_qlora_adapter(trained, run_pocket, tmp_path):
+    """Dec with LoRA: the head row is frozen with the base, so the adapter ships
+    as any other (lora.mnn beside the base package) and the phone reads the same
+    logit. A QLoRA adapter (against the int4 model) taught another rule (the next
+    colour in the list) on the Dec base: MNN with lora.mnn gives `pocket choose
+    --int4 --lora`'s scores within 2e-4 and the same pick, on every held-out
+    example, and the adapter moves the scores (else the check would be the
+    base's)."""
+    adapter = next_colour_adapter(trained, run_pocket, tmp_path, "int4")
+    pkg = tmp_path / "pkg"
+    run_pocket("export", "--ckpt", trained["ckpt"], "--format", "mnn", "--out", pkg)
+    run_pocket("export", "--ckpt", trained["ckpt"], "--format", "mnn", "--lora", adapter, "--out", pkg, "--force")
+    assert (pkg / "lora.mnn").exists()
+    refs = [choose(run_pocket, trained["ckpt"], row, "--int4", "--lora", adapter) for row in trained["held"]]
+    seqs = [ref["prompt_ids"] + c for ref in refs for c in ref["candidate_ids"]]
+    job = tmp_path / "job.json"
+    job.write_text(json.dumps({"package": str(pkg), "config": RUNTIME, "loras": ["lora.mnn"],
+                               "runs": [[1, "logits", s] for s in seqs]}))
+    result = tmp_path / "job.out.json"
+    proc = subprocess.run([sys.executable, str(RUNNER.with_name("mnn_lora_run.py")), str(job), str(result)],
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0 and result.exists(), f"MNN runtime failed:\n{proc.stderr[-3000:]}"
+    last = [np.array(r[-1], np.float32)[trained["head"]] for r in json.loads(result.read_text())["runs"]]
+    worst, moved, at = 0.0, 0.0, 0
+    for row, ref in zip(trained["held"], refs):
+        have = np.array(last[at:at + len(ref["scores"])])
+        at += len(ref["scores"])
+        want = np.array(ref["scores"])
+        base = np.array(choose(run_pocket, trained["ckpt"], row, "--int4")["scores"])
+        worst, moved = max(worst, float(np.abs(have - want).max())), max(moved, float(np.abs(want - base).max()))
+        assert np.abs(have - want).max() <= 2e-4, (row, want, have)
+        assert int(np.argmax(have)) == ref["pick"], (row, want, have)
+    print(f"MNN with lora.mnn vs pocket choose --int4 --lora: max |score diff| {worst:.2e} (the adapter moves the "
+          f"scores by up to {moved:.2f})")
+    assert moved > 0.1
+
+
+def test_peft_scores_with_adapter(trained, run_pocket, tmp_path):
+    """The same with a float adapter exported for PEFT: PeftModel on the HF
+    export of the Dec base gives `pocket choose --lora`'s scores (its logit of
+    the head row) within 1e-4."""
+    peft = pytest.importorskip("peft")
+    adapter = next_colour_adapter(trained, run_pocket, tmp_path, "fp32")
+    run_pocket("export", "--ckpt", trained["ckpt"], "--lora", adapter, "--format", "peft", "--out", tmp_path / "peft")
+    base = transformers.AutoModelForCausalLM.from_pretrained(str(trained["dir"] / "hf"), torch_dtype=torch.float32)
+    model = peft.PeftModel.from_pretrained(base, str(tmp_path / "peft")).eval()
+    worst, moved = 0.0, 0.0
+    for row in trained["held"][:6]:
+        ref = choose(run_pocket, trained["ckpt"], row, "--alone", "--lora", adapter)
+        plain = choose(run_pocket, trained["ckpt"], row, "--alone")
+        for c, want, was in zip(ref["candidate_ids"], ref["scores"], plain["scores"]):
+            with torch.no_grad():
+                have = float(model(torch.tensor([ref["prompt_ids"] + c])).logits[0, -1, trained["head"]])
+            worst, moved = max(worst, abs(have - want)), max(moved, abs(want - was))
+            assert abs(have - want) <= 1e-4, (row, c, want, have)
+    print(f"PEFT vs pocket choose --lora: max |score diff| {worst:.2e} (the adapter moves the scores by up to "
+          f"{moved:.2f})")
+    assert moved > 0.1
