@@ -2,7 +2,8 @@
 // - PEFT + transformers parity: the fixture adapters (tests/ref/make_lora_fixtures.py,
 //   folders exactly as PEFT saves them) read by the import code onto the HF
 //   fixture models: logits within 1e-4, loss within 1e-5 relative, every
-//   dA / dB within 1e-4 relative of PEFT's;
+//   dA / dB within 1e-4 relative of PEFT's; with dropout 0.25 too, PEFT
+//   running pocket's masks (torch's RNG cannot be matched: PEFT's formula is);
 // - pocket train with [lora]: only the adapter changes (the base file is
 //   untouched, the checkpoint holds the adapter only), a run stopped and
 //   resumed gives the same losses and the same adapter bits, with [lora]
@@ -57,6 +58,9 @@ static int teardown(void **state) {
     return sh("rm -rf %s", g_dir);
 }
 
+// With a dropout adapter, PEFT ran with pocket's masks of micro-batch seed
+// 0x5eed (tests/ref/make_lora_fixtures.py: its own numpy splitmix64): the
+// training pass must match PEFT's formula with those masks.
 static void check_peft_fixture(const char *base, const char *adapter) {
     char dir[256], path[300];
     PtError e;
@@ -77,6 +81,7 @@ static void check_peft_fixture(const char *base, const char *adapter) {
     if (lora_peft_import(dir, &tm.b.cfg, &ad, &e)) fail_msg("%s", e.msg);
     model_use_lora(&tm.m, &ad.cfg, &ad.tt, ad.params);
     assert_int_equal(model_plan(&tm.m, 1, N, 1, NULL, &e), 0);
+    model_set_dropout_seed(&tm.m, 0x5eed);
     const int V = tm.b.cfg.vocab_size;
     float *logits = malloc((size_t)N * V * sizeof(float));
     ModelInput in = {.B = 1, .T = N, .tokens = ids, .targets = targets};
@@ -106,8 +111,8 @@ static void check_peft_fixture(const char *base, const char *adapter) {
         worst = fmax(worst, rel);
         free(g);
     }
-    printf("  %s on %s: logits max|err| %.2e, loss %.7f vs %.7f, %d adapter gradients, worst relative error %.2e\n",
-           adapter, base, err, loss, rloss[0], ad.tt.n, worst);
+    printf("  %s on %s (dropout %g): logits max|err| %.2e, loss %.7f vs %.7f, %d adapter gradients, worst relative "
+           "error %.2e\n", adapter, base, ad.cfg.dropout, err, loss, rloss[0], ad.tt.n, worst);
     st_close(&ref);
     free(rl);
     free(rloss);
@@ -120,6 +125,7 @@ static void test_peft_parity(void **s) {
     (void)s;
     check_peft_fixture("qwen3-untied", "qwen3-untied-all");
     check_peft_fixture("qwen3-tied", "qwen3-tied-qvdown");
+    check_peft_fixture("qwen3-tied", "qwen3-tied-qvdown-dropout");
 }
 
 
