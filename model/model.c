@@ -181,8 +181,8 @@ int model_plan(Model *m, int B, int T, int training, FILE *log, PtError *e) {
             char targets[64];
             lora_targets_format(m->lora->targets, targets, sizeof targets);
             size_t kept = (size_t)n_slots(m) * LORA_N_TARGETS * B * T * m->lora->rank * 4;
-            fprintf(log, "  LoRA r=%d alpha=%g on %s: adapter %.2f MiB, its activations %.1f MiB of the above%s\n",
-                    m->lora->rank, m->lora->alpha, targets, m->lora_tt->total * 4.0 * mb, kept * mb,
+            fprintf(log, "  LoRA r=%d alpha=%g dropout %g on %s: adapter %.2f MiB, its activations %.1f MiB of the "
+                    "above%s\n", m->lora->rank, m->lora->alpha, m->lora->dropout, targets, m->lora_tt->total * 4.0 * mb, kept * mb,
                     training ? "; the base is frozen (no gradients, no AdamW state for it)" : "");
         }
         double diff = ((double)other - (double)m->arena_bytes) * mb;
@@ -272,7 +272,8 @@ static void lora_out(Model *m, int l, int t, int slot, float *y, int N) {
 }
 
 // The adapter's part of a projection's backward, from dy (dL/dy, [N, out]):
-// dB += dy^T u, dA += (alpha/r) (dy B)^T x, dx += (alpha/r) (dy B) A.
+// dB += dy^T u, dA += (alpha/r) (dy B)^T x, dx += (alpha/r) (dy B) A; with
+// dropout, x is dropout(x) and dx passes through the same mask.
 static void lora_backward(Model *m, int l, int t, int slot, const float *x, const float *dy, float *dx, int N) {
     const LoraLayerViews *a = lora_layer(m, l, t);
     if (!a) return;
@@ -463,6 +464,7 @@ static double run(Model *m, const ModelInput *in, int backward, float grad_scale
     const size_t ints = (size_t)N * sizeof(int);
     Pass ps = {m->B, m->T, N, 0, in->seg ? m->seg : NULL};
     m->dropping = backward && m->lora && m->lora->dropout > 0;
+    if (m->dropping && !m->lora_drop) die("model_forward_backward: LoRA dropout set after a plan made without it");
     if (in->seg) OP(d, upload, m->seg, in->seg, ints);
     if (in->targets) OP(d, upload, m->targets, in->targets, ints);
     if (in->mask) OP(d, upload, m->mask, in->mask, (size_t)N);
