@@ -117,6 +117,8 @@ void cu_swiglu_forward(Device *d, float *out, const float *gate, const float *up
 void cu_swiglu_backward(Device *d, float *dgate, float *dup, const float *dout, const float *gate, const float *up,
                         size_t n);
 void cu_residual_forward(Device *d, float *out, const float *a, const float *b, size_t n);
+void cu_dropout_forward(Device *d, float *out, const float *x, size_t n, float p, uint64_t seed);
+void cu_dropout_backward(Device *d, float *dx, const float *dout, size_t n, float p, uint64_t seed);
 void cu_a16_round(Device *d, float *x, size_t n, int mode);
 // attention.cu, attention_backward.cu
 size_t cu_attention_workspace_bytes(int B, int T, int nq);

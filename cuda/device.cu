@@ -123,6 +123,8 @@ static Backend make_table(void) {
     b.attention_cached = cu_attention_cached;
     b.swiglu_forward = cu_swiglu_forward;
     b.swiglu_backward = cu_swiglu_backward;
+    b.dropout_forward = cu_dropout_forward;
+    b.dropout_backward = cu_dropout_backward;
     b.residual_forward = cu_residual_forward;
     b.classifier = cu_classifier;
     b.a16_round = cu_a16_round;

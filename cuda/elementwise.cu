@@ -2,6 +2,7 @@
 // residual add, A16 rounding. One thread per value (or RoPE pair), the
 // arithmetic from kernel_math.h where it must give the CPU's bits.
 #include "cuda_impl.cuh"
+#include "../model/ops/dropout_mask.h"
 
 // ---- RoPE (rope.c): rotate-half pairs (i, i + hd/2) of every head, by the
 // table's angle at the row's position; the backward rotates by minus the
@@ -87,6 +88,31 @@ __global__ void residual_kernel(float *out, const float *a, const float *b, size
 void cu_residual_forward(Device *d, float *out, const float *a, const float *b, size_t n) {
     if (!n) return;
     residual_kernel<<<cu_blocks(n, 256), 256, 0, cu_stream(d)>>>(out, a, b, n);
+    CU_LAUNCHED();
+}
+
+// ---- dropout (dropout.c): the mask from (seed, i) by dropout_mask.h's
+// integer hash, one multiply by the float 1/(1-p): the CPU's bits.
+__global__ void dropout_forward_kernel(float *out, const float *x, size_t n, uint32_t thr, float s, uint64_t seed) {
+    CU_FOR(i, n) out[i] = dropout_keep(seed, i, thr) ? __fmul_rn(x[i], s) : 0.0f;
+}
+
+__global__ void dropout_backward_kernel(float *dx, const float *dout, size_t n, uint32_t thr, float s,
+                                        uint64_t seed) {
+    CU_FOR(i, n) if (dropout_keep(seed, i, thr)) dx[i] = __fadd_rn(dx[i], __fmul_rn(dout[i], s));
+}
+
+void cu_dropout_forward(Device *d, float *out, const float *x, size_t n, float p, uint64_t seed) {
+    if (!n) return;
+    dropout_forward_kernel<<<cu_blocks(n, 256), 256, 0, cu_stream(d)>>>(out, x, n, dropout_threshold(p),
+                                                                        dropout_scale(p), seed);
+    CU_LAUNCHED();
+}
+
+void cu_dropout_backward(Device *d, float *dx, const float *dout, size_t n, float p, uint64_t seed) {
+    if (!n) return;
+    dropout_backward_kernel<<<cu_blocks(n, 256), 256, 0, cu_stream(d)>>>(dx, dout, n, dropout_threshold(p),
+                                                                         dropout_scale(p), seed);
     CU_LAUNCHED();
 }
 

@@ -78,6 +78,8 @@ typedef struct {
     void (*swiglu_backward)(Device *d, float *dgate, float *dup, const float *dout, const float *gate,
                             const float *up, size_t n);
     void (*residual_forward)(Device *d, float *out, const float *a, const float *b, size_t n);
+    void (*dropout_forward)(Device *d, float *out, const float *x, size_t n, float p, uint64_t seed);
+    void (*dropout_backward)(Device *d, float *dx, const float *dout, size_t n, float p, uint64_t seed);
     double (*classifier)(Device *d, float *dh, float *dW, float *logits_out, const float *h, const float *W,
                          const int *targets, const uint8_t *mask, int N, int C, int V, float scale, int *count,
                          MatmulPrecision p);

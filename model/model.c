@@ -3,6 +3,7 @@
 // the device's backend (OP).
 #include "model.h"
 #include "choice_head.h"
+#include "ops/dropout_mask.h"
 #include <string.h>
 
 void model_init(Model *m, Device *dev, const ModelConfig *cfg, const TensorTable *tt, float *weights,
@@ -106,6 +107,9 @@ static void plan_buffers(Model *m, Carver *c) {
         widest = widest > H ? widest : H;
         m->lora_u = carve_floats(c, S * LORA_N_TARGETS * N * m->lora->rank);
         m->lora_out = carve_floats(c, N * widest);
+        size_t widest_in = Q > F ? Q : F;   // o_proj reads Q, down_proj F, the others H
+        widest_in = widest_in > H ? widest_in : H;
+        m->lora_drop = m->training && m->lora->dropout > 0 ? carve_floats(c, N * widest_in) : NULL;
     }
     if (m->cache_len) {
         m->k_cache = carve_floats(c, L * m->cache_len * KV);
@@ -177,8 +181,8 @@ int model_plan(Model *m, int B, int T, int training, FILE *log, PtError *e) {
             char targets[64];
             lora_targets_format(m->lora->targets, targets, sizeof targets);
             size_t kept = (size_t)n_slots(m) * LORA_N_TARGETS * B * T * m->lora->rank * 4;
-            fprintf(log, "  LoRA r=%d alpha=%g on %s: adapter %.2f MiB, its activations %.1f MiB of the above%s\n",
-                    m->lora->rank, m->lora->alpha, targets, m->lora_tt->total * 4.0 * mb, kept * mb,
+            fprintf(log, "  LoRA r=%d alpha=%g dropout %g on %s: adapter %.2f MiB, its activations %.1f MiB of the "
+                    "above%s\n", m->lora->rank, m->lora->alpha, m->lora->dropout, targets, m->lora_tt->total * 4.0 * mb, kept * mb,
                     training ? "; the base is frozen (no gradients, no AdamW state for it)" : "");
         }
         double diff = ((double)other - (double)m->arena_bytes) * mb;
@@ -221,6 +225,10 @@ static const LoraLayerViews *lora_layer(const Model *m, int l, int t) {
     return m->lora && m->la.layer[l].a[t] ? &m->la.layer[l] : NULL;
 }
 
+static uint64_t lora_dropout_seed(const Model *m, int l, int t) {
+    return dropout_child_seed(m->dropout_seed, (uint64_t)l * LORA_N_TARGETS + t);
+}
+
 static float *lora_u_of(const Model *m, int slot, int t) {
     return m->lora_u + ((size_t)slot * LORA_N_TARGETS + t) * m->B * m->T * m->lora->rank;
 }
@@ -231,12 +239,23 @@ static void scale_floats(Device *d, float *x, size_t n, float s) {
     OP(d, grad_scale, x, &span, s);
 }
 
+// With dropout on, the adapter reads dropout(x) into lora_drop, the mask of
+// (layer, target) from the micro-batch's seed: q, k and v, which share x, get
+// masks of their own (PEFT has one dropout module per projection). The
+// backward calls it again for the same bits.
+static const float *lora_input(Model *m, int l, int t, const float *x, size_t n) {
+    if (!m->dropping) return x;
+    OP(m->dev, dropout_forward, m->lora_drop, x, n, m->lora->dropout, lora_dropout_seed(m, l, t));
+    return m->lora_drop;
+}
+
 static void lora_in(Model *m, int l, int t, int slot, const float *x, int N) {
     const LoraLayerViews *a = lora_layer(m, l, t);
     if (!a) return;
     int in, out, r = m->lora->rank;
     lora_target_dims(&m->cfg, t, &in, &out);
     float *u = lora_u_of(m, slot, t);
+    x = lora_input(m, l, t, x, (size_t)N * in);
     OP(m->dev, matmul_forward, u, x, a->a[t], N, in, r, m->opt.matmul);
     OP(m->dev, a16_round, u, (size_t)N * r, m->opt.a16);
     scale_floats(m->dev, u, (size_t)N * r, lora_scale(m->lora));
@@ -253,7 +272,8 @@ static void lora_out(Model *m, int l, int t, int slot, float *y, int N) {
 }
 
 // The adapter's part of a projection's backward, from dy (dL/dy, [N, out]):
-// dB += dy^T u, dA += (alpha/r) (dy B)^T x, dx += (alpha/r) (dy B) A.
+// dB += dy^T u, dA += (alpha/r) (dy B)^T x, dx += (alpha/r) (dy B) A; with
+// dropout, x is dropout(x) and dx passes through the same mask.
 static void lora_backward(Model *m, int l, int t, int slot, const float *x, const float *dy, float *dx, int N) {
     const LoraLayerViews *a = lora_layer(m, l, t);
     if (!a) return;
@@ -265,7 +285,16 @@ static void lora_backward(Model *m, int l, int t, int slot, const float *x, cons
     OP(d, zero, du, (size_t)N * r * sizeof(float));
     OP(d, matmul_backward, du, m->lg.layer[l].b[t], dy, lora_u_of(m, slot, t), a->b[t], N, r, out, p);
     scale_floats(d, du, (size_t)N * r, lora_scale(m->lora));
-    OP(d, matmul_backward, dx, m->lg.layer[l].a[t], du, x, a->a[t], N, in, r, p);
+    if (!m->dropping) {
+        OP(d, matmul_backward, dx, m->lg.layer[l].a[t], du, x, a->a[t], N, in, r, p);
+        return;
+    }
+    // dA from the regenerated dropout(x); dx through the mask: dx += dropout_backward(du A).
+    const size_t n = (size_t)N * in;
+    OP(d, matmul_backward, NULL, m->lg.layer[l].a[t], du, lora_input(m, l, t, x, n), a->a[t], N, in, r, p);
+    OP(d, zero, m->lora_drop, n * sizeof(float));
+    OP(d, matmul_backward, m->lora_drop, NULL, du, x, a->a[t], N, in, r, p);
+    OP(d, dropout_backward, dx, m->lora_drop, n, m->lora->dropout, lora_dropout_seed(m, l, t));
 }
 
 // One decoder block, forward. Reads x_in, writes x_out; `slot` selects the
@@ -434,6 +463,8 @@ static double run(Model *m, const ModelInput *in, int backward, float grad_scale
     const int N = m->B * m->T, H = c->d_model, L = c->n_layer;
     const size_t ints = (size_t)N * sizeof(int);
     Pass ps = {m->B, m->T, N, 0, in->seg ? m->seg : NULL};
+    m->dropping = backward && m->lora && m->lora->dropout > 0;
+    if (m->dropping && !m->lora_drop) die("model_forward_backward: LoRA dropout set after a plan made without it");
     if (in->seg) OP(d, upload, m->seg, in->seg, ints);
     if (in->targets) OP(d, upload, m->targets, in->targets, ints);
     if (in->mask) OP(d, upload, m->mask, in->mask, (size_t)N);
@@ -463,6 +494,7 @@ static double run(Model *m, const ModelInput *in, int backward, float grad_scale
         }
         if (m->g.embed) OP(d, embedding_backward, m->g.embed, m->bw.dx, m->tokens, N, H, c->pad_id);
     }
+    m->dropping = 0;
     if (count) *count = counted;
     return loss;
 }

@@ -77,6 +77,12 @@ typedef struct {
     LoraViews la, lg;           // views of lora_weights and of the adapter's gradients
     float *lora_u;              // [slots][LORA_N_TARGETS][B*T, r]: (alpha/r) x A^T, kept for dB
     float *lora_out;            // [B*T, widest projection]: (alpha/r) x A^T B^T before it is added
+    // LoRA dropout (a training plan with lora->dropout > 0): the adapter's A
+    // reads dropout(x), with the mask of dropout_seed's child for (layer, target);
+    // only model_forward_backward drops (forward and evaluation never do).
+    float *lora_drop;           // [B*T, widest projection input]: dropout(x), rebuilt in the backward
+    uint64_t dropout_seed;      // this micro-batch's (model_set_dropout_seed)
+    int dropping;               // set while model_forward_backward runs with dropout > 0
     // The plan (model_plan / model_plan_cache).
     int B, T, training;
     int cache_len, n_past;      // KV cache: capacity in positions (0 = no cache) and positions held
@@ -119,6 +125,10 @@ void model_zero_grads(Model *m);
 void model_use_grads(Model *m, float *grads);
 // The table the gradients are laid out by: the adapter's with LoRA, else the model's.
 static inline const TensorTable *model_grad_table(const Model *m) { return m->lora ? m->lora_tt : m->tt; }
+
+// The seed of the next model_forward_backward's LoRA dropout masks (the
+// trainer's, from the run seed and the micro-batch's place in the data stream).
+static inline void model_set_dropout_seed(Model *m, uint64_t seed) { m->dropout_seed = seed; }
 
 // Forward only. Returns the SUM of the per-token losses over counted targets
 // (0 when targets is NULL) and their number in *count. logits_out [N,V]

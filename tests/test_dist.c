@@ -8,7 +8,8 @@
 //   two, two ranks add the same two gradients (the other way round, which
 //   for two floats is the same sum), the norm adds the same chunk partials in
 //   the same order, and QAT takes its scale gradients from the summed one;
-//   and for a LoRA adapter, whose buffer is then what the ranks reduce;
+//   and for a LoRA adapter (with dropout: each rank draws the masks of its
+//   micro-batch on one rank), whose buffer is then what the ranks reduce;
 // - resuming across world sizes: 10 updates on 2 ranks then 10 on 1, and 1
 //   then 2, equal 20 uninterrupted updates, bit for bit;
 // - SIGKILL of one rank mid-run ends every rank within 60 s with a message
@@ -97,7 +98,8 @@ static int setup(void **state) {
         if (i == 2)   // learned scales from update 5, frozen codes from 12
             fprintf(f, "[qat]\nenabled = 1\ngroup = 4\nstart_step = 5\nlearn_scales = 1\nscale_lr = 1e-3\n"
                        "freeze_codes_step = 12\n");
-        if (i == 4) fprintf(f, "[lora]\nenabled = 1\nrank = 4\nalpha = 8\n");
+        if (i == 4)   // dropout on: each rank's masks must be those of its micro-batch on one rank
+            fprintf(f, "[lora]\nenabled = 1\nrank = 4\nalpha = 8\ndropout = 0.1\n");
         fclose(f);
     }
     return 0;

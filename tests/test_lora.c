@@ -5,6 +5,9 @@
 // - the base is frozen: the gradients are laid out by the adapter's table and
 //   the base weights get none;
 // - with B = 0 (PEFT's init) the adapter changes no bit of the base's logits;
+// - with LoRA dropout: the gradients against finite differences at fixed
+//   masks; only the training pass drops; a seed gives the same bits again and
+//   with recompute;
 // - recompute gives the same gradient bits; the KV cache fed in one pass the
 //   full forward's logit bits with the adapter on;
 // - logits and dA/dB against PEFT + transformers (tests/ref/make_lora_fixtures.py)
@@ -45,16 +48,24 @@ static void adapted_free(Adapted *x) {
     lora_adapter_free(&x->ad);
 }
 
+// The mean loss; with dropout on, the loss model_forward_backward sees (the
+// forward alone never drops): its masks are the seed's, so finite
+// differences hold them fixed (the gradients it adds are not read).
 static double mean_loss(Model *m, const ModelInput *in) {
     int count;
-    double s = model_forward(m, in, NULL, &count);
+    double s = m->lora->dropout > 0 ? model_forward_backward(m, in, 0.0f, NULL, &count)
+                                    : model_forward(m, in, NULL, &count);
     return s / count;
 }
 
-static void check_finite_differences(const char *preset) {
+// dropout > 0: the gradients of the loss with y = base(x) + s B A dropout(x)
+// (PEFT's formula; the masks fixed by the seed, every target its own).
+static void check_finite_differences(const char *preset, float dropout) {
     Adapted x;
     adapted_init(&x, preset, (1u << LORA_N_TARGETS) - 1, NULL);
+    x.ad.cfg.dropout = dropout;
     Model *m = &x.tm.m;
+    model_set_dropout_seed(m, 0xfeedu);
     const int B = 2, T = 8, N = B * T;
     PtError e;
     assert_int_equal(model_plan(m, B, T, 1, NULL, &e), 0);
@@ -97,16 +108,21 @@ static void check_finite_differences(const char *preset) {
         if (rel > 5e-3) fail_msg("%s: %s: gradient off finite differences by %.2e relative", preset, t->name, rel);
         worst = fmax(worst, rel);
     }
-    printf("  %s: %d adapter tensors, worst relative error against finite differences %.2e\n", preset, x.ad.tt.n,
-           worst);
+    printf("  %s, dropout %g: %d adapter tensors, worst relative error against finite differences %.2e\n", preset,
+           dropout, x.ad.tt.n, worst);
     free(grads);
     free(tokens);
     free(targets);
     adapted_free(&x);
 }
 
-static void test_finite_differences_qwen3(void **s) { (void)s; check_finite_differences("tiny"); }
-static void test_finite_differences_llama(void **s) { (void)s; check_finite_differences("tiny-llama"); }
+static void test_finite_differences_qwen3(void **s) { (void)s; check_finite_differences("tiny", 0.0f); }
+static void test_finite_differences_llama(void **s) { (void)s; check_finite_differences("tiny-llama", 0.0f); }
+static void test_finite_differences_dropout(void **s) {
+    (void)s;
+    check_finite_differences("tiny", 0.3f);
+    check_finite_differences("tiny-llama", 0.2f);
+}
 
 // With B = 0 the adapter adds exact zeros: the base's logits, bit for bit;
 // dA is zero and dB is not.
@@ -193,6 +209,50 @@ static void test_recompute_and_cache(void **s) {
     free(g[1]);
 }
 
+// LoRA dropout in the decoder: model_forward_backward drops (its loss is not
+// the forward's), the forward and evaluation never do; one seed gives the same
+// bits twice and with recompute on; another seed other masks.
+static void test_dropout_in_the_decoder(void **s) {
+    (void)s;
+    const int T = 10;
+    float *g[3];
+    double dropped[3], plain[3];
+    size_t n = 0;
+    for (int k = 0; k < 3; k++) {
+        ModelOptions opt = {k == 1, MATMUL_FP32, 0};
+        Adapted x;
+        adapted_init(&x, "tiny", (1u << LORA_N_TARGETS) - 1, &opt);
+        x.ad.cfg.dropout = 0.25f;
+        int V = x.tm.b.cfg.vocab_size, *tokens = random_tokens(T, V, 11), *targets = random_tokens(T, V, 12);
+        ModelInput in = {.B = 1, .T = T, .tokens = tokens, .targets = targets};
+        PtError e;
+        assert_int_equal(model_plan(&x.tm.m, 1, T, 1, NULL, &e), 0);
+        plain[k] = model_forward(&x.tm.m, &in, NULL, NULL);
+        model_set_dropout_seed(&x.tm.m, k == 2 ? 77u : 76u);
+        model_zero_grads(&x.tm.m);
+        dropped[k] = model_forward_backward(&x.tm.m, &in, 1.0f / T, NULL, NULL);
+        assert_true(model_forward(&x.tm.m, &in, NULL, NULL) == plain[k]);
+        n = x.ad.tt.total;
+        g[k] = xmalloc(n * sizeof(float), "grads");
+        memcpy(g[k], x.tm.m.grads, n * sizeof(float));
+        if (k == 0) {   // the same seed again: the same bits
+            model_zero_grads(&x.tm.m);
+            assert_true(model_forward_backward(&x.tm.m, &in, 1.0f / T, NULL, NULL) == dropped[0]);
+            assert_memory_equal(x.tm.m.grads, g[0], n * sizeof(float));
+        }
+        free(tokens);
+        free(targets);
+        adapted_free(&x);
+    }
+    assert_true(plain[0] == plain[1] && plain[0] == plain[2]);
+    assert_true(dropped[0] != plain[0]);
+    assert_true(dropped[1] == dropped[0]);
+    assert_memory_equal(g[0], g[1], n * sizeof(float));   // recompute: the same gradient bits
+    assert_true(dropped[2] != dropped[0]);
+    assert_true(memcmp(g[0], g[2], n * sizeof(float)) != 0);
+    for (int k = 0; k < 3; k++) free(g[k]);
+}
+
 static void test_targets_and_checks(void **s) {
     (void)s;
     PtError e;
@@ -230,6 +290,8 @@ int main(void) {
         cmocka_unit_test(test_targets_and_checks),
         cmocka_unit_test(test_finite_differences_qwen3),
         cmocka_unit_test(test_finite_differences_llama),
+        cmocka_unit_test(test_finite_differences_dropout),
+        cmocka_unit_test(test_dropout_in_the_decoder),
         cmocka_unit_test(test_zero_b_is_the_base),
         cmocka_unit_test(test_recompute_and_cache),
     };

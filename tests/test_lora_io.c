@@ -2,10 +2,12 @@
 // - PEFT + transformers parity: the fixture adapters (tests/ref/make_lora_fixtures.py,
 //   folders exactly as PEFT saves them) read by the import code onto the HF
 //   fixture models: logits within 1e-4, loss within 1e-5 relative, every
-//   dA / dB within 1e-4 relative of PEFT's;
+//   dA / dB within 1e-4 relative of PEFT's; with dropout 0.25 too, PEFT
+//   running pocket's masks (torch's RNG cannot be matched: PEFT's formula is);
 // - pocket train with [lora]: only the adapter changes (the base file is
 //   untouched, the checkpoint holds the adapter only), a run stopped and
-//   resumed gives the same losses and the same adapter bits; QLoRA on a
+//   resumed gives the same losses and the same adapter bits, with [lora]
+//   dropout on too (its losses differ from dropout 0's); QLoRA on a
 //   model's int4 state (a QAT checkpoint) trains and runs with --int4;
 // - import -> export -> import round trip keeps every bit;
 // - bad input: another base's adapter, the float adapter with --int4, a PEFT
@@ -56,6 +58,9 @@ static int teardown(void **state) {
     return sh("rm -rf %s", g_dir);
 }
 
+// With a dropout adapter, PEFT ran with pocket's masks of micro-batch seed
+// 0x5eed (tests/ref/make_lora_fixtures.py: its own numpy splitmix64): the
+// training pass must match PEFT's formula with those masks.
 static void check_peft_fixture(const char *base, const char *adapter) {
     char dir[256], path[300];
     PtError e;
@@ -76,6 +81,7 @@ static void check_peft_fixture(const char *base, const char *adapter) {
     if (lora_peft_import(dir, &tm.b.cfg, &ad, &e)) fail_msg("%s", e.msg);
     model_use_lora(&tm.m, &ad.cfg, &ad.tt, ad.params);
     assert_int_equal(model_plan(&tm.m, 1, N, 1, NULL, &e), 0);
+    model_set_dropout_seed(&tm.m, 0x5eed);
     const int V = tm.b.cfg.vocab_size;
     float *logits = malloc((size_t)N * V * sizeof(float));
     ModelInput in = {.B = 1, .T = N, .tokens = ids, .targets = targets};
@@ -105,8 +111,8 @@ static void check_peft_fixture(const char *base, const char *adapter) {
         worst = fmax(worst, rel);
         free(g);
     }
-    printf("  %s on %s: logits max|err| %.2e, loss %.7f vs %.7f, %d adapter gradients, worst relative error %.2e\n",
-           adapter, base, err, loss, rloss[0], ad.tt.n, worst);
+    printf("  %s on %s (dropout %g): logits max|err| %.2e, loss %.7f vs %.7f, %d adapter gradients, worst relative "
+           "error %.2e\n", adapter, base, ad.cfg.dropout, err, loss, rloss[0], ad.tt.n, worst);
     st_close(&ref);
     free(rl);
     free(rloss);
@@ -119,6 +125,7 @@ static void test_peft_parity(void **s) {
     (void)s;
     check_peft_fixture("qwen3-untied", "qwen3-untied-all");
     check_peft_fixture("qwen3-tied", "qwen3-tied-qvdown");
+    check_peft_fixture("qwen3-tied", "qwen3-tied-qvdown-dropout");
 }
 
 
@@ -139,30 +146,46 @@ static void load_adapter(const char *path, LoraAdapter *ad) {
     if (config_load(&c, cfg, &e) || lora_checkpoint_load(path, &c, NULL, NULL, ad, &e)) fail_msg("%s", e.msg);
 }
 
-// Trains the adapter only, and resumes bit for bit.
-static void test_train_and_resume(void **s) {
-    (void)s;
-    assert_int_equal(sh("cp %s/init.h5 %s/init.copy", g_dir, g_dir), 0);
-    assert_int_equal(sh("%s train %s/lora.ini --set train.run_dir=%s/full >/dev/null", pocket(), g_dir, g_dir), 0);
-    assert_int_equal(
-        sh("%s train %s/lora.ini --set train.run_dir=%s/split --set train.stop_after=3 >/dev/null", pocket(), g_dir, g_dir),
-        0);
-    assert_int_equal(sh("%s train %s/lora.ini --set train.run_dir=%s/split >/dev/null", pocket(), g_dir, g_dir), 0);
-    char a[400], b[400], la[4096], lb[4096];
-    snprintf(a, sizeof a, "%s/full", g_dir);
-    snprintf(b, sizeof b, "%s/split", g_dir);
-    read_losses(a, la, sizeof la);
+// Trains the adapter only (with [lora] dropout `dropout`) in run dirs
+// <tag>full and <tag>split, stopped after 3 steps and resumed: the same losses
+// (into `losses`) and adapter bits; the full run's checkpoint into `ckpt`.
+static void train_and_resume(const char *tag, const char *dropout, char *losses, size_t cap, char *ckpt, size_t ccap) {
+    assert_int_equal(sh("%s train %s/lora.ini --set lora.dropout=%s --set train.run_dir=%s/%sfull >/dev/null", pocket(),
+                        g_dir, dropout, g_dir, tag), 0);
+    assert_int_equal(sh("%s train %s/lora.ini --set lora.dropout=%s --set train.run_dir=%s/%ssplit "
+                        "--set train.stop_after=3 >/dev/null", pocket(), g_dir, dropout, g_dir, tag), 0);
+    assert_int_equal(sh("%s train %s/lora.ini --set lora.dropout=%s --set train.run_dir=%s/%ssplit >/dev/null", pocket(),
+                        g_dir, dropout, g_dir, tag), 0);
+    char a[400], b[400], lb[4096], cb[400];
+    snprintf(a, sizeof a, "%s/%sfull", g_dir, tag);
+    snprintf(b, sizeof b, "%s/%ssplit", g_dir, tag);
+    read_losses(a, losses, cap);
     read_losses(b, lb, sizeof lb);
-    assert_true(strlen(la) > 0);
-    assert_string_equal(la, lb);
-    char ca[400], cb[400], base[300];
-    snprintf(ca, sizeof ca, "%s/full/ckpt-00000006.h5", g_dir);
-    snprintf(cb, sizeof cb, "%s/split/ckpt-00000006.h5", g_dir);
+    assert_true(strlen(losses) > 0);
+    assert_string_equal(losses, lb);
+    snprintf(ckpt, ccap, "%s/%sfull/ckpt-00000006.h5", g_dir, tag);
+    snprintf(cb, sizeof cb, "%s/%ssplit/ckpt-00000006.h5", g_dir, tag);
     LoraAdapter x, y;
-    load_adapter(ca, &x);
+    load_adapter(ckpt, &x);
     load_adapter(cb, &y);
     assert_int_equal(x.tt.total, y.tt.total);
     assert_memory_equal(x.params, y.params, x.tt.total * sizeof(float));
+    lora_adapter_free(&x);
+    lora_adapter_free(&y);
+}
+
+// Trains the adapter only, and resumes bit for bit, with dropout too (its
+// masks from train.seed and the step: a resumed run draws the same ones).
+static void test_train_and_resume(void **s) {
+    (void)s;
+    assert_int_equal(sh("cp %s/init.h5 %s/init.copy", g_dir, g_dir), 0);
+    char la[4096], ld[4096], ca[400], cd[400], base[300];
+    train_and_resume("", "0", la, sizeof la, ca, sizeof ca);
+    train_and_resume("dropout-", "0.2", ld, sizeof ld, cd, sizeof cd);
+    assert_string_not_equal(la, ld);   // the masks change the training losses
+    LoraAdapter x;
+    load_adapter(ca, &x);
+    assert_float_equal(x.cfg.dropout, 0.0f, 0);
     // B moved away from PEFT's zeros; the base file is untouched; the checkpoint holds no base tensor.
     double b2 = 0;
     for (int i = 0; i < x.tt.n; i++)
@@ -178,7 +201,9 @@ static void test_train_and_resume(void **s) {
     assert_int_equal(sh("echo 5 6 7 8 9 > %s/t.txt && %s forward --ckpt %s --lora %s --tokens-file %s/t.txt --dump "
                         "%s/f.safetensors >/dev/null 2>&1", g_dir, pocket(), base, ca, g_dir, g_dir), 0);
     lora_adapter_free(&x);
-    lora_adapter_free(&y);
+    load_adapter(cd, &x);   // the checkpoint records the rate
+    assert_float_equal(x.cfg.dropout, 0.2f, 0);
+    lora_adapter_free(&x);
 }
 
 // QLoRA: the base is the int4 model of a QAT checkpoint (group 4); the
@@ -297,10 +322,10 @@ static void test_bad_input(void **s) {
     snprintf(cmd, sizeof cmd, "%s import tests/fixtures/lora/qwen3-untied-all --base %s/tied.h5 --out %s", pocket(),
              g_dir, out);
     assert_refused(cmd, out, "has shape");
-    // a recipe asking for what training does not run
-    snprintf(cmd, sizeof cmd, "%s train %s/lora.ini --set lora.dropout=0.1 --set train.run_dir=%s/bad", pocket(), g_dir,
+    // a recipe asking for what training does not run (dropout 1 would drop everything)
+    snprintf(cmd, sizeof cmd, "%s train %s/lora.ini --set lora.dropout=1 --set train.run_dir=%s/bad", pocket(), g_dir,
              g_dir);
-    assert_refused(cmd, NULL, "[lora] dropout 0.1 is not supported yet");
+    assert_refused(cmd, NULL, "[lora] dropout: 1 is out of range [0, 1)");
     snprintf(cmd, sizeof cmd, "%s train %s/lora.ini --set lora.targets=q,lm_head --set train.run_dir=%s/bad", pocket(),
              g_dir, g_dir);
     assert_refused(cmd, NULL, "unknown LoRA target 'lm_head'");

@@ -202,12 +202,92 @@ static void test_elementwise_fast(void **state) {
     free(doutf); free(da0); free(db0);
 }
 
+// Dropout against its reference on every device, the same bits on each (the
+// mask is a hash of (seed, i), integer arithmetic everywhere), and with p = 0
+// the identity.
+static void test_dropout_fast(void **state) {
+    (void)state;
+    Rng r;
+    rng_seed(&r, 25);
+    const size_t n = 4099;
+    const double p = 0.25;
+    const uint64_t seed = 0x5eedull;
+    double *x = rand_d(&r, n, 2.0), *dout = rand_d(&r, n, 1.0), *out = zeros_d(n), *dx = zeros_d(n);
+    float *xf = to_float_exact(x, n), *doutf = to_float_exact(dout, n), *dx0 = rand_f(&r, n, 0.5);
+    dropout_forward_ref(out, x, n, p, seed);
+    dropout_backward_ref(dx, dout, n, p, seed);
+    float *first_out = NULL, *first_dx = NULL;
+    for (int i = 0; i < n_devs; i++) {
+        Device *d = &devs[i].dev;
+        const size_t nb = n * sizeof(float);
+        float *outf = zeros_f(n), *dxf = copy_f(dx0, n), *same = zeros_f(n);
+        Mirrors mr = mirrors_on(d);
+        float *x_d = mirror(&mr, xf, nb), *dout_d = mirror(&mr, doutf, nb), *out_d = mirror(&mr, outf, nb);
+        float *dx_d = mirror(&mr, dxf, nb), *same_d = mirror(&mr, same, nb);
+        OP(d, dropout_forward, out_d, x_d, n, (float)p, seed);
+        fetch(d, outf, out_d, nb);
+        check(&devs[i], "dropout out", rel_err_f(outf, out, n), 5e-7);
+        OP(d, dropout_backward, dx_d, dout_d, n, (float)p, seed);
+        fetch(d, dxf, dx_d, nb);
+        check(&devs[i], "dropout dx", rel_err_delta_f(dxf, dx0, dx, n), 5e-7);
+        if (!first_out) {
+            first_out = copy_f(outf, n);
+            first_dx = copy_f(dxf, n);
+        } else {   // every device and thread count: the first one's bits
+            assert_memory_equal(outf, first_out, nb);
+            assert_memory_equal(dxf, first_dx, nb);
+        }
+        OP(d, dropout_forward, same_d, x_d, n, 0.0f, seed);
+        fetch(d, same, same_d, nb);
+        assert_memory_equal(same, xf, nb);
+        mirrors_free(&mr);
+        free(outf); free(dxf); free(same);
+    }
+    free(first_out); free(first_dx);
+    free(x); free(dout); free(out); free(dx); free(xf); free(doutf); free(dx0);
+}
+
+// The mask's statistics over 2^20 values: the kept fraction within 5 sigma of
+// 1 - p, kept values x * (float)(1/(1-p)) exactly, dropped ones 0; another
+// seed (q, k and v's masks over one input) draws an independent mask: both
+// keep within 5 sigma of (1-p)^2.
+static void test_dropout_statistics(void **state) {
+    (void)state;
+    const size_t n = (size_t)1 << 20;
+    Device *d = &devs[0].dev;
+    float *x = xaligned(n * sizeof(float), "x"), *o1 = xaligned(n * sizeof(float), "o1");
+    float *o2 = xaligned(n * sizeof(float), "o2");
+    for (size_t i = 0; i < n; i++) x[i] = 1.0f + (float)(i % 97) * 0.01f;
+    const float ps[] = {0.05f, 0.1f, 0.5f, 0.9f};
+    for (int k = 0; k < 4; k++) {
+        const double p = ps[k], q = 1.0 - p;
+        const float s = 1.0f / (1.0f - ps[k]);
+        OP(d, dropout_forward, o1, x, n, ps[k], 1234u + k);
+        OP(d, dropout_forward, o2, x, n, ps[k], 98765u + k);
+        size_t kept = 0, both = 0;
+        for (size_t i = 0; i < n; i++) {
+            if (o1[i] != 0.0f) {
+                assert_true(o1[i] == x[i] * s);
+                kept++;
+                both += o2[i] != 0.0f;
+            }
+        }
+        const double sigma = sqrt(n * p * q), sigma2 = sqrt(n * q * q * (1 - q * q));
+        assert_true(fabs((double)kept - n * q) < 5 * sigma);
+        assert_true(fabs((double)both - n * q * q) < 5 * sigma2);
+        assert_true(kept < n || ps[k] == 0.0f);
+    }
+    free(x); free(o1); free(o2);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_embedding_fast),
         cmocka_unit_test(test_rmsnorm_fast),
         cmocka_unit_test(test_rope_fast),
         cmocka_unit_test(test_elementwise_fast),
+        cmocka_unit_test(test_dropout_fast),
+        cmocka_unit_test(test_dropout_statistics),
     };
     return cmocka_run_group_tests(tests, devices_setup, devices_teardown);
 }

@@ -127,7 +127,7 @@ static const KeySpec KEYS[] = {
     {"lora", "rank", KT_INT, F(lora.rank), "16", "[1, 4096]", NULL, 0, "adapter rank r"},
     {"lora", "alpha", KT_FLOAT, F(lora.alpha), "32", "(0, 1e6]", NULL, 0, "the update is scaled by alpha / rank"},
     {"lora", "dropout", KT_FLOAT, F(lora.dropout), "0", "[0, 1)", NULL, 0,
-     "dropout on the adapter's input (only 0 is supported for now)"},
+     "dropout rate on the adapter's input in training (PEFT's lora_dropout; masks from train.seed)"},
     {"lora", "targets", KT_STR, F(lora.targets), "q,k,v,o,gate,up,down", NULL, NULL, 0,
      "adapted projections, any of q, k, v, o, gate, up, down (or q_proj, ...), comma-separated"},
     // choice order = LORA_INIT_* in model/lora.h
@@ -457,9 +457,6 @@ static int lora_check(const Recipe *r, const char *src, PtError *e) {
     if (lora_targets_parse(r->lora.targets, &mask, where, e)) return -1;
     recipe_lora(r, &lc);
     if (lora_config_check(&lc, where, e)) return -1;
-    // Dropout needs an elementwise mask op the backends do not have yet.
-    if (r->lora.enabled && lc.dropout > 0)
-        return pt_fail(e, "%s: [lora] dropout %g is not supported yet (only 0)", src, lc.dropout);
     if (r->lora.enabled && r->qat.enabled)
         return pt_fail(e, "%s: [lora] enabled with [qat] enabled is not supported (the base is frozen: train the "
                        "adapter on the int4 model with [lora] base = int4 instead)", src);

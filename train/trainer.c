@@ -12,6 +12,7 @@
 #include "../formats/checkpoint.h"
 #include "../model/generate.h"
 #include "../model/model.h"
+#include "../model/ops/dropout_mask.h"
 #include "../model/ops/ops.h"
 #include "../util/cpu.h"
 #include "choice_train.h"
@@ -315,6 +316,16 @@ static int evaluate(Trainer *t, PtError *e) {
     return rc;
 }
 
+// LoRA dropout's seed for this rank's micro-batch a of the step: from the run
+// seed and the micro-batch's index in the loader's one stream (rank r reads
+// r, r + world, ...), so a resumed run draws the same masks, and two ranks
+// those of one rank accumulating their two micro-batches.
+static uint64_t dropout_seed(const Trainer *t, int a) {
+    const uint64_t accum = (uint64_t)t->r->train.grad_accum, world = (uint64_t)t->comm->world;
+    const uint64_t index = ((uint64_t)t->st.step * accum + (uint64_t)a) * world + (uint64_t)t->comm->rank;
+    return dropout_child_seed((uint64_t)t->r->train.seed ^ 0xd50f0a7ull, index);
+}
+
 // ---- one optimizer step over grad_accum micro-batches of every rank. The
 // loss is the mean over every counted token of the step, on all ranks alike;
 // *stop_all says whether any rank was asked to stop.
@@ -341,6 +352,7 @@ static double train_step(Trainer *t, int stop, double *norm_out, int *finite, in
         int c;
         model_use_grads(&t->m, a ? t->micro_grads : NULL);
         model_zero_grads(&t->m);
+        model_set_dropout_seed(&t->m, dropout_seed(t, a));
         local += model_forward_backward(&t->m, &in, scale, NULL, &c);
         if (a) OP(&t->dev, residual_forward, t->m.grads, t->m.grads, t->micro_grads, model_grad_table(&t->m)->total);
     }

@@ -131,6 +131,17 @@ void swiglu_backward_ref(double *dgate, double *dup, const double *dout, const d
 void residual_forward(Device *d, float *out, const float *a, const float *b, size_t n);
 void residual_forward_ref(double *out, const double *a, const double *b, size_t n);
 
+// ---- dropout (inverted): out[i] = x[i] / (1 - p) where element i is kept,
+// else 0, p in [0, 1). The mask is never stored: element i is kept iff the top
+// 32 bits of splitmix64's i-th output from `seed` are >= p * 2^32
+// (dropout_mask.h), the same bits on every device and thread count, so the
+// backward regenerates it: dx[i] += dout[i] / (1 - p) where kept. 1/(1-p) is
+// rounded to float once and multiplied in (one rounding, exact across devices).
+void dropout_forward(Device *d, float *out, const float *x, size_t n, float p, uint64_t seed);
+void dropout_backward(Device *d, float *dx, const float *dout, size_t n, float p, uint64_t seed);
+void dropout_forward_ref(double *out, const double *x, size_t n, double p, uint64_t seed);
+void dropout_backward_ref(double *dx, const double *dout, size_t n, double p, uint64_t seed);
+
 // ---- classifier: logits = h[N,C] W[V,C]^T, cross-entropy against targets.
 // Position n counts iff targets != NULL, targets[n] >= 0 and (mask == NULL ||
 // mask[n] != 0). Works on classifier_rows token rows at a time (CpuKernels);

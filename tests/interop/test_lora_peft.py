@@ -4,7 +4,8 @@ of its base, and give the logits of `pocket forward --lora` within 1e-4.
 
 Two adapters: one trained by `pocket train` ([lora], a tiny Qwen3 with the
 fixture tokenizer, every target, enough steps that B is far from PEFT's
-zeros), and the PEFT fixture adapter (tests/fixtures/lora, written by PEFT
+zeros; with [lora] dropout 0 and 0.1: PEFT's eval mode and pocket forward
+never drop), and the PEFT fixture adapter (tests/fixtures/lora, written by PEFT
 itself) imported with `pocket import` and exported again.
 """
 import json
@@ -51,6 +52,7 @@ def check(run_pocket, workdir, ckpt, adapter, tokens):
     run_pocket("export", "--ckpt", ckpt, "--lora", adapter, "--format", "peft", "--out", workdir / "peft")
     cfg = json.loads((workdir / "peft" / "adapter_config.json").read_text())
     assert cfg["peft_type"] == "LORA" and not cfg["use_dora"]
+    print(f"lora_dropout {cfg['lora_dropout']} (PEFT in eval mode and pocket forward do not drop)")
     want, _ = peft_logits(str(workdir / "hf"), str(workdir / "peft"), tokens)
     got = pocket_logits(run_pocket, workdir, ckpt, adapter, tokens)
     base = pocket_logits(run_pocket, workdir, ckpt, None, tokens)
@@ -60,7 +62,8 @@ def check(run_pocket, workdir, ckpt, adapter, tokens):
     assert effect > 100 * max(err, 1e-6)   # the comparison sees the adapter, not just the base
 
 
-def test_trained_adapter(run_pocket, workdir):
+@pytest.mark.parametrize("dropout", [0.0, 0.1])
+def test_trained_adapter(run_pocket, workdir, dropout):
     (workdir / "config.json").write_text(json.dumps(CONFIG))
     tok = ROOT / "tests/fixtures/tok/tokenizer.json"
     run_pocket("init", "--model", workdir / "config.json", "--tokenizer", tok, "--out", workdir / "init.h5")
@@ -69,7 +72,7 @@ def test_trained_adapter(run_pocket, workdir):
     (workdir / "lora.ini").write_text(
         f"[model]\ninit = {workdir}/init.h5\n[data]\ntrain = {workdir}/cpt.h5\n[train]\nmode = cpt\nmicro_batch = 4\n"
         f"seq_len = 32\nsteps = 20\neval_interval = 0\nthreads = 2\nrun_dir = {workdir}/run\n[optim]\nlr = 0.02\n"
-        "warmup = 0\n[lora]\nenabled = 1\nrank = 8\nalpha = 16\n")
+        f"warmup = 0\n[lora]\nenabled = 1\nrank = 8\nalpha = 16\ndropout = {dropout}\n")
     run_pocket("train", workdir / "lora.ini")
     check(run_pocket, workdir, workdir / "init.h5", workdir / "run/ckpt-00000020.h5", TOKENS)
 
