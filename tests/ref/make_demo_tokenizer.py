@@ -9,8 +9,8 @@ tokenizers on the demo corpus's training split and the SFT training set,
 which recipes/demo/run.sh writes under runs/demo/ (run it up to the SFT data
 step first, or run get_corpus.sh and make_sft_data.py by hand).
 
-    /work/venv/bin/python tests/ref/make_demo_tokenizer.py [--vocab 6144]
-    /work/venv/bin/python tests/ref/make_demo_tokenizer.py --verify ./pocket
+    tests/.venv/bin/python tests/ref/make_demo_tokenizer.py [--vocab 6144]
+    tests/.venv/bin/python tests/ref/make_demo_tokenizer.py --verify ./pocket
 
 --verify encodes held-out documents and SFT examples with HF tokenizers and
 with `pocket tokenize --print-ids`, and fails on the first difference.

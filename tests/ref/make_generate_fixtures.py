@@ -34,7 +34,7 @@ second-best logit over its steps. Prompts are drawn until that gap is at
 least MIN_GAP, so float rounding cannot flip a greedy choice.
 
 Run from the repo root with the developers' venv (after make_model_fixtures.py):
-    /work/venv/bin/python tests/ref/make_generate_fixtures.py [--out tests/fixtures/gen]
+    tests/.venv/bin/python tests/ref/make_generate_fixtures.py [--out tests/fixtures/gen]
 """
 import argparse
 import json

@@ -16,7 +16,7 @@ bf16/fp16 checkpoints: the rounded weights upcast to fp32), so a C importer
 that reads the same files must reproduce these numbers.
 
 Run from the repo root with the developers' venv:
-    /work/venv/bin/python tests/ref/make_model_fixtures.py [--out tests/fixtures/hf]
+    tests/.venv/bin/python tests/ref/make_model_fixtures.py [--out tests/fixtures/hf]
 """
 import argparse
 import json

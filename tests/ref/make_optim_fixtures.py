@@ -4,7 +4,7 @@ Writes (small JSON, committed):
   tests/fixtures/optim/adamw.json      torch.optim.AdamW steps and clip_grad_norm_
   tests/fixtures/optim/schedules.json  transformers' LR schedulers, lr at every step
 
-Run from the repo root:  /work/venv/bin/python tests/ref/make_optim_fixtures.py [--out DIR]
+Run from the repo root:  tests/.venv/bin/python tests/ref/make_optim_fixtures.py [--out DIR]
 Single-threaded, fixed seeds: a rerun with the pinned versions (tests/ref/README.md)
 gives byte-identical files.
 

@@ -18,7 +18,7 @@ s = (mx - mn) / 15 in float32; scale = fp16(s); zero = fp16(mn + 8 * s);
 u = clamp(round_half_even((x - zero) / scale) + 8, 0, 15) with the fp16 values;
 scale 0 -> u = 8. Symmetric: scale = fp16(max|x| / 7), zero 0, u clamped to 1..15.
 
-Run from the repo root:  /work/venv/bin/python tests/ref/make_quant_fixtures.py
+Run from the repo root:  tests/.venv/bin/python tests/ref/make_quant_fixtures.py
 Deterministic (fixed seed, single thread): a rerun rewrites identical bytes.
 """
 import os

