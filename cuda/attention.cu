@@ -121,19 +121,6 @@ void cu_attention_forward(Device *d, float *out, float *lse, const float *q, con
 // online like the forward.
 enum { CACHED_THREADS = 128 };
 
-__device__ float block_reduce(float v, float *red, bool is_max) {
-    const int tid = threadIdx.x;
-    red[tid] = v;
-    __syncthreads();
-    for (int o = CACHED_THREADS / 2; o > 0; o >>= 1) {
-        if (tid < o) red[tid] = is_max ? fmaxf(red[tid], red[tid + o]) : red[tid] + red[tid + o];
-        __syncthreads();
-    }
-    const float r = red[0];
-    __syncthreads();
-    return r;
-}
-
 __global__ void __launch_bounds__(CACHED_THREADS) attention_cached_kernel(float *out, const float *q, const float *K,
                                                                           const float *V, int p0, int nq, int nkv,
                                                                           int hd, float scale) {
@@ -152,10 +139,10 @@ __global__ void __launch_bounds__(CACHED_THREADS) attention_cached_kernel(float 
             for (int c = 0; c < hd; c++) dot = fmaf(qsh[c], ku[c], dot);
             s = dot * scale;
         }
-        const float m_new = fmaxf(m, block_reduce(s, red, true));   // key u0 is always visible: finite
+        const float m_new = fmaxf(m, cu_block_reduce<CACHED_THREADS>(s, red, CuMax()));   // key u0 is always visible: finite
         const float corr = expf(m - m_new), p = u <= last ? expf(s - m_new) : 0.0f;
         psh[tid] = p;
-        l = l * corr + block_reduce(p, red, false);   // also the barrier before psh is read
+        l = l * corr + cu_block_reduce<CACHED_THREADS>(p, red, CuAdd());   // also the barrier before psh is read
         const int n_keys = last - u0 + 1 < CACHED_THREADS ? last - u0 + 1 : CACHED_THREADS;
         for (int r = 0; r < 2; r++) {
             const int c = tid + r * CACHED_THREADS;

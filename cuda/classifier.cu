@@ -15,32 +15,6 @@
 
 enum { CLS_ROWS = 1024, CLS_THREADS = 512 };
 
-__device__ float block_max(float v, float *red) {
-    const int tid = threadIdx.x;
-    red[tid] = v;
-    __syncthreads();
-    for (int o = CLS_THREADS / 2; o > 0; o >>= 1) {
-        if (tid < o) red[tid] = fmaxf(red[tid], red[tid + o]);
-        __syncthreads();
-    }
-    const float r = red[0];
-    __syncthreads();
-    return r;
-}
-
-__device__ double block_sum_d(double v, double *red) {
-    const int tid = threadIdx.x;
-    red[tid] = v;
-    __syncthreads();
-    for (int o = CLS_THREADS / 2; o > 0; o >>= 1) {
-        if (tid < o) red[tid] += red[tid + o];
-        __syncthreads();
-    }
-    const double r = red[0];
-    __syncthreads();
-    return r;
-}
-
 // Row r of the chunk (token row n0 + r): z[V] in place.
 __global__ void __launch_bounds__(CLS_THREADS) classifier_rows_kernel(float *logits, double *row_loss,
                                                                         int *row_counted, const int *targets,
@@ -64,10 +38,10 @@ __global__ void __launch_bounds__(CLS_THREADS) classifier_rows_kernel(float *log
     }
     float mx = -INFINITY;
     for (int i = tid; i < V; i += CLS_THREADS) mx = fmaxf(mx, z[i]);
-    const float z_max = block_max(mx, red_f), z_target = z[target];
+    const float z_max = cu_block_reduce<CLS_THREADS>(mx, red_f, CuMax()), z_target = z[target];
     double part = 0.0;
     for (int i = tid; i < V; i += CLS_THREADS) part += (double)expf(z[i] - z_max);
-    const double sum = block_sum_d(part, red_d);   // its barriers order the reads above before the writes below
+    const double sum = cu_block_reduce<CLS_THREADS>(part, red_d, CuAdd());   // its barriers order the reads above before the writes below
     if (make_grad) {
         const float p_scale = (float)(scale / sum);
         for (int i = tid; i < V; i += CLS_THREADS) z[i] = expf(z[i] - z_max) * p_scale;

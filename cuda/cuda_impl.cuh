@@ -88,6 +88,25 @@ __device__ __forceinline__ float cu_warp_max(float v) {
     return v;
 }
 
+// A reduction over the block's THREADS threads (a power of two) in a fixed
+// tree through shared red[THREADS]: every thread gets the result, and red may
+// be reused as soon as it returns (the last barrier orders the reads).
+struct CuAdd { template <typename T> __device__ T operator()(T a, T b) const { return a + b; } };
+struct CuMax { __device__ float operator()(float a, float b) const { return fmaxf(a, b); } };
+template <int THREADS, typename T, typename Op>
+__device__ T cu_block_reduce(T v, T *red, Op op) {
+    const int tid = threadIdx.x;
+    red[tid] = v;
+    __syncthreads();
+    for (int o = THREADS / 2; o > 0; o >>= 1) {
+        if (tid < o) red[tid] = op(red[tid], red[tid + o]);
+        __syncthreads();
+    }
+    const T r = red[0];
+    __syncthreads();
+    return r;
+}
+
 // Records the first bad input (code, where) in the device's error word.
 __device__ __forceinline__ void cu_report(int *err, int code, int where) {
     if (atomicCAS(err, CU_ERR_NONE, code) == CU_ERR_NONE) err[1] = where;

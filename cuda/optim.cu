@@ -32,18 +32,6 @@ void cu_adamw_step(Device *d, float *params, const float *grads, float *m, float
 
 enum { NORM_THREADS = 256 };
 
-template <int THREADS>
-__device__ double block_sum(double v, double *red) {
-    const int tid = threadIdx.x;
-    red[tid] = v;
-    __syncthreads();
-    for (int o = THREADS / 2; o > 0; o >>= 1) {
-        if (tid < o) red[tid] += red[tid + o];
-        __syncthreads();
-    }
-    return red[0];
-}
-
 __global__ void __launch_bounds__(NORM_THREADS) norm_chunks_kernel(double *partial, const float *g, size_t total) {
     __shared__ double red[NORM_THREADS];
     const size_t lo = (size_t)blockIdx.x * GRAD_NORM_CHUNK, hi = lo + GRAD_NORM_CHUNK < total ? lo + GRAD_NORM_CHUNK : total;
@@ -52,7 +40,7 @@ __global__ void __launch_bounds__(NORM_THREADS) norm_chunks_kernel(double *parti
         const double x = g[i];
         acc += x * x;
     }
-    const double s = block_sum<NORM_THREADS>(acc, red);
+    const double s = cu_block_reduce<NORM_THREADS>(acc, red, CuAdd());
     if (threadIdx.x == 0) partial[blockIdx.x] = s;
 }
 
