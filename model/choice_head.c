@@ -29,8 +29,8 @@ double choice_head_loss(Model *m, const ChoiceGroups *g, float *dh, float grad_s
     float *s_dev = m->choice_scores, *ds_dev = m->choice_scores + N;
     // One output column: every row's score (N x H, cheap next to the trunk).
     OP(d, matmul_forward, s_dev, m->a.lnf, w, N, H, 1, m->opt.matmul);
-    float *s = xmalloc((size_t)N * sizeof(float), "choice scores");
-    float *ds = dh ? xcalloc((size_t)N, sizeof(float), "choice score gradients") : NULL;
+    float *s = m->host_choice, *ds = dh ? m->host_choice + N : NULL;
+    if (ds) memset(ds, 0, (size_t)N * sizeof(float));
     OP(d, download, s, s_dev, (size_t)N * sizeof(float));
     double loss = 0;
     float cand[256];
@@ -53,8 +53,6 @@ double choice_head_loss(Model *m, const ChoiceGroups *g, float *dh, float grad_s
         float *gw = m->g.lm_head ? m->g.lm_head + (size_t)m->cfg.choice_id * H : NULL;
         OP(d, matmul_backward, dh, gw, ds_dev, m->a.lnf, w, N, H, 1, m->opt.matmul);
     }
-    free(s);
-    free(ds);
     if (count) *count = g->n_groups;
     return loss;
 }

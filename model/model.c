@@ -24,6 +24,7 @@ void model_free(Model *m) {
     if (m->grads) d->be->release(d, m->grads);
     rope_table_free(&m->rope, d);
     free(m->host_pos);
+    free(m->host_choice);
     memset(m, 0, sizeof *m);
 }
 
@@ -138,6 +139,7 @@ static size_t allocate_plan(Model *m, int B, int T, int training, int cache_len)
     Device *d = m->dev;
     if (m->arena) d->be->release(d, m->arena);
     free(m->host_pos);
+    free(m->host_choice);
     m->B = B;
     m->T = T;
     m->training = training;
@@ -155,6 +157,7 @@ static size_t allocate_plan(Model *m, int B, int T, int training, int cache_len)
     c.used = 0;
     plan_buffers(m, &c);
     m->host_pos = xmalloc((size_t)B * T * sizeof(int), "positions");
+    m->host_choice = xmalloc((size_t)2 * B * T * sizeof(float), "choice scores");
     if (training && !m->grads) {
         m->grads = d->be->alloc(d, model_grad_table(m)->total * sizeof(float),
                                 m->lora ? "adapter gradients" : "gradients");

@@ -94,6 +94,7 @@ typedef struct {
     float *last_logits;         // [V]: a cache plan's logits of the last fed row
     float *choice_scores;       // [2N]: the decision head's scores and their gradients (choice_head.c)
     int *host_pos;              // positions built on the host, [B*T]
+    float *host_choice;         // [2N]: choice_scores' host copy (scores, then their gradients)
     void *arena;                // one device allocation behind all of the plan
     size_t arena_bytes;
 } Model;
