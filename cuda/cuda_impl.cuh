@@ -158,7 +158,7 @@ size_t cu_grad_norm_workspace_bytes(size_t n_params);
 void cu_adamw_step(Device *d, float *params, const float *grads, float *m, float *v, const TensorTable *tt,
                    const AdamWConfig *c, float lr, long step);
 void cu_grad_sumsq(Device *d, const float *grads, size_t n, double *partials);
-void cu_grad_scale(Device *d, float *grads, const TensorTable *tt, float s);
+void cu_grad_scale(Device *d, float *grads, size_t n, float s);
 // quant.cu
 void cu_quant_fake(Device *d, const QuantSpec *q, const float *w, int64_t rows, int64_t cols, const float *scale,
                    const float *zero, float *out);

@@ -59,8 +59,8 @@ void cu_grad_sumsq(Device *d, const float *grads, size_t n, double *partials) {
 
 __global__ void scale_kernel(float *g, size_t n, float s) { CU_FOR(i, n) g[i] *= s; }
 
-void cu_grad_scale(Device *d, float *grads, const TensorTable *tt, float s) {
-    if (!tt->total) return;
-    scale_kernel<<<cu_blocks(tt->total, 256), 256, 0, cu_stream(d)>>>(grads, tt->total, s);
+void cu_grad_scale(Device *d, float *grads, size_t n, float s) {
+    if (!n) return;
+    scale_kernel<<<cu_blocks(n, 256), 256, 0, cu_stream(d)>>>(grads, n, s);
     CU_LAUNCHED();
 }

@@ -88,7 +88,7 @@ typedef struct {
     void (*adamw_step)(Device *d, float *params, const float *grads, float *m, float *v, const TensorTable *tt,
                        const AdamWConfig *c, float lr, long step);
     void (*grad_sumsq)(Device *d, const float *grads, size_t n, double *partials);
-    void (*grad_scale)(Device *d, float *grads, const TensorTable *tt, float s);
+    void (*grad_scale)(Device *d, float *grads, size_t n, float s);
     // ---- QAT: the int4 grid of ops/quant.h over one tensor
     void (*quant_fake)(Device *d, const QuantSpec *q, const float *w, int64_t rows, int64_t cols, const float *scale,
                        const float *zero, float *out);

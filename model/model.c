@@ -236,12 +236,6 @@ static float *lora_u_of(const Model *m, int slot, int t) {
     return m->lora_u + ((size_t)slot * LORA_N_TARGETS + t) * m->B * m->T * m->lora->rank;
 }
 
-// x *= s over n floats (grad_scale reads only the table's total).
-static void scale_floats(Device *d, float *x, size_t n, float s) {
-    TensorTable span = {.total = n};
-    OP(d, grad_scale, x, &span, s);
-}
-
 // With dropout on, the adapter reads dropout(x) into lora_drop, the mask of
 // (layer, target) from the micro-batch's seed: q, k and v, which share x, get
 // masks of their own (PEFT has one dropout module per projection). The
@@ -261,7 +255,7 @@ static void lora_in(Model *m, int l, int t, int slot, const float *x, int N) {
     x = lora_input(m, l, t, x, (size_t)N * in);
     OP(m->dev, matmul_forward, u, x, a->a[t], N, in, r, m->opt.matmul);
     OP(m->dev, a16_round, u, (size_t)N * r, m->opt.a16);
-    scale_floats(m->dev, u, (size_t)N * r, lora_scale(m->lora));
+    OP(m->dev, grad_scale, u, (size_t)N * r, lora_scale(m->lora));
 }
 
 static void lora_out(Model *m, int l, int t, int slot, float *y, int N) {
@@ -287,7 +281,7 @@ static void lora_backward(Model *m, int l, int t, int slot, const float *x, cons
     const MatmulPrecision p = m->opt.matmul;
     OP(d, zero, du, (size_t)N * r * sizeof(float));
     OP(d, matmul_backward, du, m->lg.layer[l].b[t], dy, lora_u_of(m, slot, t), a->b[t], N, r, out, p);
-    scale_floats(d, du, (size_t)N * r, lora_scale(m->lora));
+    OP(d, grad_scale, du, (size_t)N * r, lora_scale(m->lora));
     if (!m->dropping) {
         OP(d, matmul_backward, dx, m->lg.layer[l].a[t], du, x, a->a[t], N, in, r, p);
         return;

@@ -94,7 +94,7 @@ static double train(const ModelConfig *cfg, int bf16, int nudge, int steps, cons
         losses[s] = sum / count;
         double norm = dev_grad_norm(d, m->grads, m->tt->total);
         if (!isfinite(norm)) die("bench_loss_bf16: non-finite gradient at step %d (%s)", s, bf16 ? "bf16" : "fp32");
-        OP(d, grad_scale, m->grads, m->tt, grad_clip_factor(norm, ac.grad_clip));
+        OP(d, grad_scale, m->grads, m->tt->total, grad_clip_factor(norm, ac.grad_clip));
         OP(d, adamw_step, m->weights, m->grads, mom, var, m->tt, &ac, schedule_lr(&sched, ac.lr, s), s + 1);
     }
     *seconds = now_seconds() - t0;

@@ -222,7 +222,7 @@ static void test_clip_matches_torch(void **state) {
             float max_norm = (float)json_real_value(json_object_get(jc, "max_norm"));
             float factor = grad_clip_factor(norm, max_norm);
             clipped_cases += factor < 1.0f;
-            OP(dev, grad_scale, g_d, &tt, factor);
+            OP(dev, grad_scale, g_d, tt.total, factor);
             fetch(dev, g, g_d, tt.total * sizeof(float));
             mirrors_free(&mr);
             char what[96];

@@ -196,7 +196,7 @@ double dp_grad_norm(DataParallel *p, const float *grads) {
 
 void dp_update(DataParallel *p, float *params, float *grads, float clip, const AdamWConfig *c, float lr, long step) {
     const size_t lo = dp_lo(p);
-    OP(p->dev, grad_scale, grads + lo, &p->shard, clip);
+    OP(p->dev, grad_scale, grads + lo, p->shard.total, clip);
     OP(p->dev, adamw_step, params + lo, grads + lo, p->m, p->v, &p->shard, c, lr, step);
     allgather(p, params, sizeof(float), p->lo, p->hi, "sharing the updated parameters");
 }

@@ -91,8 +91,8 @@ void grad_sumsq(Device *d, const float *grads, size_t n, double *partial) {
     }
 }
 
-void grad_scale(Device *d, float *grads, const TensorTable *tt, float s) {
-    long total = (long)tt->total;
+void grad_scale(Device *d, float *grads, size_t n, float s) {
+    long total = (long)n;
 #pragma omp parallel for schedule(static) num_threads(d->threads)
     for (long i = 0; i < total; i++) grads[i] *= s;
 }

@@ -179,8 +179,8 @@ void adamw_step(Device *d, float *params, const float *grads, float *m, float *v
 // depend on the thread count, nor on how ranks split the chunks.
 void grad_sumsq(Device *d, const float *grads, size_t n, double *partial);
 size_t grad_norm_workspace_bytes(size_t n_params);
-// grads *= s, every element.
-void grad_scale(Device *d, float *grads, const TensorTable *tt, float s);
+// grads[0, n) *= s (gradient clipping; also LoRA's alpha/r on the adapter's activations).
+void grad_scale(Device *d, float *grads, size_t n, float s);
 // The factor torch.nn.utils.clip_grad_norm_ multiplies the gradients by:
 // min(1, max_norm / (norm + 1e-6)); 1 when max_norm <= 0 (clipping off).
 float grad_clip_factor(double norm, float max_norm);
