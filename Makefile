@@ -45,7 +45,7 @@ TEST_BIN := $(TEST_SRC:tests/%.c=$(BUILD)/tests/%)
 BENCH_SRC := $(wildcard tests/bench_*.c)
 BENCH_BIN := $(BENCH_SRC:tests/%.c=$(BUILD)/tests/%)
 
-.PHONY: all test test-arm64 deps-arm64 test-mpi check interop bench demo demo-choice deps clean fuzz fuzz-lib qat-experiment
+.PHONY: all test test-arm64 deps-arm64 test-mpi check interop bench bench-isa demo demo-choice deps clean fuzz fuzz-lib qat-experiment
 .SECONDARY:
 all: $(POCKET)
 
@@ -139,6 +139,12 @@ qat-experiment:
 bench: $(POCKET) $(BENCH_BIN) $(VENV)/ok
 	$(MAKE) MPI=1 build-mpi$(MARCH_SUFFIX)/pocket
 	PYTHON=$(VENV)/bin/python bash tests/bench.sh ./$(POCKET) $(BUILD)/tests
+
+# The training step once per instruction set this CPU runs (AVX-512, AVX2 as an AVX2-only CPU runs it, portable C;
+# NEON on AArch64), beside PyTorch held to the same set: tests/bench_isa.sh, ending with the README's table.
+bench-isa: pocket build/tests/bench_model $(VENV)/ok
+	if [ "$$(uname -m)" = x86_64 ]; then $(MAKE) MARCH=x86-64-v3 build-x86-64-v3/pocket build-x86-64-v3/tests/bench_model; fi
+	PYTHON=$(VENV)/bin/python bash tests/bench_isa.sh
 
 DEB_PKGS = gcc g++ cmake ninja-build make pkg-config libhdf5-dev hdf5-tools zlib1g-dev libcmocka-dev libjansson-dev \
            libinih-dev libutf8proc-dev libpcre2-dev python3-venv libopenblas0 libopenmpi-dev openmpi-bin

@@ -10,7 +10,9 @@
 // configuration alone (model, grads, activations, plus the process itself).
 // FLOPs count the useful work (model/config.c): recompute's extra forward is
 // not counted, so it shows as a lower rate.
-// usage: bench_model [PRESET] [T] [steps]   (with T given: only the T=T runs)
+// usage: bench_model [PRESET] [T] [steps] [plain]
+//   with T given: only the T=T runs; with "plain": only the fp32 and bf16
+//   steps (tests/bench_isa.sh, once per instruction set)
 #include <stdlib.h>
 #include <string.h>
 #include "../model/ops/matmul_kernels.h"
@@ -122,6 +124,8 @@ static RunResult run(const char *preset, const RunSpec *r, double peak, int rss_
 int main(int argc, char **argv) {
     const char *preset = argc > 1 ? argv[1] : "pocket-0.3b";
     int T = argc > 2 ? atoi(argv[2]) : 512, steps = argc > 3 ? atoi(argv[3]) : 2;
+    const int plain = argc > 4 && !strcmp(argv[4], "plain");
+    if (argc > 4 && !plain) die("bench_model: unknown option '%s' (usage: bench_model [PRESET] [T] [steps] [plain])", argv[4]);
     Device dev;   // the kernels every configuration's device gets (POCKET_KERNELS may force them)
     cpu_device_init(&dev, 0, NULL);
     bench_header("bench_model", &dev);
@@ -134,6 +138,11 @@ int main(int argc, char **argv) {
     if (note) printf("%s\n", note);
     dev_free(&dev);
     RunResult fp32 = run(preset, &(RunSpec){T, steps, 0, 0, 0, 0}, peak, rss_reset);
+    if (plain) {
+        RunResult bf16 = run(preset, &(RunSpec){T, steps, 0, 1, 0, 0}, peak, rss_reset);
+        printf("bf16 step throughput: %.2fx the fp32 step (T=%d)\n", bf16.tok_s / fp32.tok_s, T);
+        return 0;
+    }
     // right after the full step, so that both meet the same machine
     ModelConfig cfg;
     PtError e;

@@ -29,7 +29,19 @@ static void portable_tile(const MatmulTile *t) {
     matmul_tile_store(t, &acc[0][0], PORT_NR);
 }
 
-static const MatmulKernel kernel_portable = {"portable", 0, PORT_MR, PORT_NR, portable_tile, NULL, 0, NULL};
+// The widest FMA vectors the build lets the compiler use for these loops:
+// the portable kernel's peak (an upper bound where it picks narrower ones).
+#if defined(__AVX512F__)
+#define PORT_LANES 16
+#elif defined(__AVX2__) && defined(__FMA__)
+#define PORT_LANES 8
+#elif defined(__aarch64__)
+#define PORT_LANES 4
+#else
+#define PORT_LANES 1
+#endif
+
+static const MatmulKernel kernel_portable = {"portable", PORT_LANES, PORT_MR, PORT_NR, portable_tile, NULL, 0, NULL};
 
 const MatmulKernel *matmul_kernel_portable(void) { return &kernel_portable; }
 

@@ -50,7 +50,7 @@ typedef void (*MatmulPackFn)(float *dst, int width, const float *src, ptrdiff_t 
 
 struct MatmulKernel {
     const char *name;   // "avx512", "avx2+fma", "neon", "portable"
-    int lanes;          // floats per vector it uses (16, 8, 4; 0: whatever the build targets): its FMA peak
+    int lanes;          // floats per vector it uses (16, 8, 4, 1; portable: the build's widest): its FMA peak
     int mr, nr;         // register tile shape
     MatmulTileFn tile;
     MatmulPackFn pack_t;   // vectorised transposing pack, or NULL for plain loops

@@ -47,8 +47,9 @@ void cpu_kernels_describe(const CpuKernels *k, char *buf, size_t n);
 // NULL, or one line saying why bf16 products are not faster than fp32 ones
 // on these kernels (printed at start-up when bf16 matmuls are asked for).
 const char *cpu_kernels_bf16_notice(const CpuKernels *k);
-// Floats per vector the fp32 kernels use (16, 8; 0: whatever the build
-// targets): the width whose FMA peak (cpu_peak_fp32_gflops_lanes) they reach for.
+// Floats per vector the fp32 kernels use (16, 8, 4; the portable kernel:
+// the widest the build targets): the width whose FMA peak
+// (cpu_peak_fp32_gflops_lanes) they reach for.
 int cpu_kernels_lanes(const CpuKernels *k);
 // On a CPU device, the start-up lines: "cpu kernels: ..." and, when bf16
 // matmuls run, the notice above if there is one. Nothing on other devices.
