@@ -364,8 +364,10 @@ static void tile_grads(Workspace *w, const Packed *pk, int b, int h, int tile, i
         #pragma omp simd
         for (int j = 0; j < TILE; j++) p[j] -= l;
         exp_block(p, p, TILE);   // masked scores give 0
+        // Two loops, not one with a select: gcc vectorises neither form of that.
         #pragma omp simd
-        for (int j = 0; j < TILE; j++) ds[j] = j < nk ? p[j] * (ds[j] - Di) : 0.0f;
+        for (int j = 0; j < nk; j++) ds[j] = p[j] * (ds[j] - Di);
+        for (int j = nk; j < TILE; j++) ds[j] = 0.0f;
     }
 }
 
