@@ -4,6 +4,7 @@
 #include <math.h>
 #include <string.h>
 #include "../../util/util.h"
+#include "fast_exp.h"
 #include "ops.h"
 
 static inline int is_counted(const int *targets, const uint8_t *mask, int n) {
@@ -11,23 +12,32 @@ static inline int is_counted(const int *targets, const uint8_t *mask, int n) {
 }
 
 // One row of logits z[V]: returns -log p(target). If make_grad, z is
-// overwritten by scale * (softmax(z) - onehot(target)).
+// overwritten by scale * (softmax(z) - onehot(target)). exp(z - max) runs on
+// fast_exp.h's vectorised blocks (expf one logit at a time was a tenth of the
+// classifier's time), each block summed in float, the blocks in double.
 static double row_loss(float *z, int target, int V, float scale, int make_grad) {
     float z_max = -INFINITY;
+    #pragma omp simd reduction(max:z_max)
     for (int i = 0; i < V; i++) z_max = z[i] > z_max ? z[i] : z_max;
-    float z_target = z[target];
+    const float z_target = z[target];
     double sum = 0.0;
+    for (int i0 = 0; i0 < V; i0 += EXP_CHUNK) {
+        const int m = V - i0 < EXP_CHUNK ? V - i0 : EXP_CHUNK;
+        float tmp[EXP_CHUNK];
+        float *e = make_grad ? z + i0 : tmp;   // keep exp(z - max) for the gradient pass
+        #pragma omp simd
+        for (int i = 0; i < m; i++) e[i] = z[i0 + i] - z_max;
+        exp_block(e, e, m);
+        float block = 0.0f;
+        #pragma omp simd reduction(+:block)
+        for (int i = 0; i < m; i++) block += e[i];
+        sum += block;
+    }
     if (make_grad) {
-        for (int i = 0; i < V; i++) {   // keep exp(z - max) for the gradient pass
-            z[i] = expf(z[i] - z_max);
-            sum += z[i];
-        }
-        float p_scale = (float)(scale / sum);
+        const float p_scale = (float)(scale / sum);
         #pragma omp simd
         for (int i = 0; i < V; i++) z[i] *= p_scale;
         z[target] -= scale;
-    } else {
-        for (int i = 0; i < V; i++) sum += expf(z[i] - z_max);
     }
     return (double)z_max + log(sum) - (double)z_target;
 }
