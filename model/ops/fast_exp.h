@@ -18,10 +18,13 @@ static inline void exp_block(float *y, const float *x, int n) {
     for (int i0 = 0; i0 < n; i0 += EXP_CHUNK) {
         const int m = n - i0 < EXP_CHUNK ? n - i0 : EXP_CHUNK;
         float xc[EXP_CHUNK], e[EXP_CHUNK];
+        // NaN goes through the series as 0 (a float-to-int conversion of NaN
+        // is undefined) and is put back by the select.
         #pragma omp simd
         for (int i = 0; i < m; i++) {
-            const float xi = x[i0 + i] < -87.0f ? -87.0f : x[i0 + i];
-            xc[i] = xi > 88.0f ? 88.0f : xi;
+            float xi = x[i0 + i] < -87.0f ? -87.0f : x[i0 + i];
+            xi = xi > 88.0f ? 88.0f : xi;
+            xc[i] = xi == xi ? xi : 0.0f;
         }
         for (int i = 0; i < m; i++) {   // (no omp simd: it makes two_k a per-lane array gcc cannot analyse)
             const float xi = xc[i];
@@ -41,6 +44,9 @@ static inline void exp_block(float *y, const float *x, int n) {
             e[i] = p * two_k;
         }
         #pragma omp simd
-        for (int i = 0; i < m; i++) y[i0 + i] = x[i0 + i] < -87.0f ? 0.0f : e[i];
+        for (int i = 0; i < m; i++) {
+            const float xi = x[i0 + i], v = xi < -87.0f ? 0.0f : e[i];
+            y[i0 + i] = xi == xi ? v : xi;
+        }
     }
 }
