@@ -4,9 +4,10 @@
 CC ?= gcc
 HDF5_CFLAGS := $(shell pkg-config --cflags hdf5 2>/dev/null || echo -I/usr/include/hdf5/serial)
 HDF5_LIBS := $(shell pkg-config --libs hdf5 2>/dev/null || echo -L/usr/lib/x86_64-linux-gnu/hdf5/serial -lhdf5)
-# Hot loops call fmaf or FMA intrinsics explicitly (-std=c11 does not contract a*b+c);
-# -fno-math-errno lets loops with sqrtf/expf vectorise.
-CFLAGS_COMMON = -std=c11 -D_GNU_SOURCE -Wall -Wextra -fopenmp -fno-math-errno $(HDF5_CFLAGS) -MMD -MP
+# Hot loops call fmaf or FMA intrinsics explicitly; -ffp-contract=off stops any compiler from fusing a*b+c on
+# its own (gcc's -std=c11 does not; clang does by default), so results do not depend on the compiler
+# (test_cuda_math compares bit for bit). -fno-math-errno lets loops with sqrtf vectorise.
+CFLAGS_COMMON = -std=c11 -D_GNU_SOURCE -Wall -Wextra -fopenmp -fno-math-errno -ffp-contract=off $(HDF5_CFLAGS) -MMD -MP
 LDLIBS = -fopenmp $(HDF5_LIBS) -ljansson -lutf8proc -lpcre2-8 -linih -lz -lm
 
 # make MPI=1: the same pocket as one rank of an MPI job (OpenMPI's mpicc);

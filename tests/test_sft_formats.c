@@ -91,8 +91,8 @@ static void each_format(const Tokenizer *tok, const ChatTemplate *t) {
 
 static void test_formats_match_openai(void **state) {
     (void)state;
-    Tokenizer *tok;
-    ChatTemplate *t, *qwen25;
+    Tokenizer *tok = NULL;
+    ChatTemplate *t = NULL, *qwen25 = NULL;   // (fail_msg jumps out; clang cannot tell)
     PtError e;
     if (tokenizer_load_file(&tok, TOK, &e) || dataset_load_chat_template(TOK, &t, &e)) fail_msg("%s", e.msg);
     each_format(tok, t);   // the template tokenize uses for this tokenizer (the bundled one)

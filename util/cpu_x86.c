@@ -14,6 +14,13 @@ int cpu_has_avx2_fma(void) { return __builtin_cpu_supports("avx2") && __builtin_
 
 int cpu_has_avx512_bf16(void) { return cpu_has_avx512() && __builtin_cpu_supports("avx512bf16"); }
 
+// F16C from CPUID (clang 14's __builtin_cpu_supports does not know "f16c"); it
+// uses the AVX registers, so only with AVX.
+static int cpu_has_f16c(void) {
+    unsigned int a, b, c, d;
+    return __builtin_cpu_supports("avx") && __get_cpuid(1, &a, &b, &c, &d) && (c & bit_F16C);
+}
+
 void cpu_model_name(char *buf, size_t n) {
     unsigned int r[12], top = __get_cpuid_max(0x80000000u, NULL);
     if (n == 0) return;
@@ -39,7 +46,7 @@ void cpu_isa_list(char *buf, size_t n) {
     // __builtin_cpu_supports takes a string literal only, hence the table of tests.
     const int has[] = {__builtin_cpu_supports("sse4.2"),   __builtin_cpu_supports("avx"),
                        __builtin_cpu_supports("avx2"),     __builtin_cpu_supports("fma"),
-                       __builtin_cpu_supports("f16c"),     __builtin_cpu_supports("avx512f"),
+                       cpu_has_f16c(),                     __builtin_cpu_supports("avx512f"),
                        __builtin_cpu_supports("avx512bw"), __builtin_cpu_supports("avx512vl"),
                        cpu_has_avx512_bf16()};
     size_t used = 0;

@@ -15,10 +15,23 @@ static inline int is_counted(const int *targets, const uint8_t *mask, int n) {
 // overwritten by scale * (softmax(z) - onehot(target)). exp(z - max) runs on
 // fast_exp.h's vectorised blocks (expf one logit at a time was a tenth of the
 // classifier's time), each block summed in float, the blocks in double.
+// The largest of z[V], in 16 lanes: elementwise selects that gcc and clang
+// both vectorise (clang does not vectorise a compare-select max reduction,
+// and fmaxf's reduction crashes Debian's aarch64 gcc 12).
+static float row_max(const float *z, int V) {
+    float lane[16];
+    for (int l = 0; l < 16; l++) lane[l] = -INFINITY;
+    int i = 0;
+    for (; i + 16 <= V; i += 16)
+        for (int l = 0; l < 16; l++) lane[l] = z[i + l] > lane[l] ? z[i + l] : lane[l];
+    for (; i < V; i++) lane[0] = z[i] > lane[0] ? z[i] : lane[0];
+    float m = lane[0];
+    for (int l = 1; l < 16; l++) m = lane[l] > m ? lane[l] : m;
+    return m;
+}
+
 static double row_loss(float *z, int target, int V, float scale, int make_grad) {
-    float z_max = -INFINITY;
-    #pragma omp simd reduction(max:z_max)
-    for (int i = 0; i < V; i++) z_max = z[i] > z_max ? z[i] : z_max;
+    const float z_max = row_max(z, V);
     const float z_target = z[target];
     double sum = 0.0;
     for (int i0 = 0; i0 < V; i0 += EXP_CHUNK) {
