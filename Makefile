@@ -46,7 +46,7 @@ TEST_BIN := $(TEST_SRC:tests/%.c=$(BUILD)/tests/%)
 BENCH_SRC := $(wildcard tests/bench_*.c)
 BENCH_BIN := $(BENCH_SRC:tests/%.c=$(BUILD)/tests/%)
 
-.PHONY: all test test-arm64 deps-arm64 test-mpi check interop bench bench-isa demo demo-choice deps clean fuzz fuzz-lib qat-experiment
+.PHONY: all test test-arm64 test-clang deps-arm64 test-mpi check interop bench bench-isa demo demo-choice deps clean fuzz fuzz-lib qat-experiment
 .SECONDARY:
 all: $(POCKET)
 
@@ -131,6 +131,15 @@ ARM64_PKGS = gcc-aarch64-linux-gnu qemu-user libcmocka-dev:arm64 libjansson-dev:
 deps-arm64:
 	@if dpkg --print-foreign-architectures | grep -qx arm64; then $(MAKE) deps DEB_PKGS="$(ARM64_PKGS)"; \
 	else dpkg --add-architecture arm64 && $(MAKE) deps DEB_PKGS="$(ARM64_PKGS)" APT_UPDATED=; fi
+
+# make test-clang: everything built with clang into build-clang (needs clang and libomp-dev) and `make test` run
+# there; a compiler warning fails it. macOS's compiler is clang; this is the check of it that runs here.
+test-clang:
+	@log=$$(mktemp); $(MAKE) CC=clang BUILD=build-clang POCKET=build-clang/pocket build-clang/pocket \
+	  $(TEST_SRC:tests/%.c=build-clang/tests/%) -j2 >$$log 2>&1; status=$$?; cat $$log; \
+	if grep -q "warning:" $$log; then echo "clang build warnings:"; grep "warning:" $$log; rm -f $$log; exit 1; fi; \
+	rm -f $$log; [ $$status = 0 ]
+	$(MAKE) CC=clang BUILD=build-clang POCKET=build-clang/pocket test
 
 # fp32 vs RTN int4 vs QAT int4 on the demo corpus (recipes/qat-experiment/run.sh)
 qat-experiment:
