@@ -103,7 +103,8 @@ demo-choice:
 # make test-arm64: the op tests cross-built for AArch64 (Debian's gcc-aarch64-linux-gnu, qemu-user and the arm64
 # cmocka and jansson through multiarch: `make deps-arm64`) and run under qemu-aarch64: the NEON kernels (and
 # portable) against the double references. Only the compute folders are built (util/ without HDF5, model/,
-# model/ops/), so no other arm64 library is needed. CI runs it (.ci/run; about a minute).
+# model/ops/), so no other arm64 library is needed; then a full training step on both sides (below). CI runs it
+# (.ci/run; about two minutes).
 ARM64_CC ?= aarch64-linux-gnu-gcc
 ARM64_BUILD = build-arm64
 ARM64_SRC := $(filter-out util/h5.c,$(wildcard util/*.c)) $(wildcard model/*.c model/ops/*.c)
