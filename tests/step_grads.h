@@ -272,6 +272,8 @@ static inline int step_compare(const char *a_path, const StepFile *a, const char
         if (cb->bf16 != ca->bf16 || cb->count != ca->count || cb->tt.n != ca->tt.n)
             return pt_fail(e, "%s: case '%s' has bf16 %d, %d targets, %d tensors where %s has %d, %d, %d", b_path,
                            ca->name, cb->bf16, cb->count, cb->tt.n, a_path, ca->bf16, ca->count, ca->tt.n);
+        double worst = 0.0;
+        const char *worst_name = "";
         for (int k = 0; k < ca->tt.n; k++) {
             const TensorInfo *ta = &ca->tt.t[k], *tb = tensor_table_find(&cb->tt, ta->name);
             if (!tb) return pt_fail(e, "%s: case '%s' has no tensor '%s' (%s has it)", b_path, ca->name, ta->name, a_path);
@@ -279,12 +281,6 @@ static inline int step_compare(const char *a_path, const StepFile *a, const char
                 return pt_fail(e, "%s: case '%s' tensor '%s' is shaped [%lld, %lld] where %s has [%lld, %lld]", b_path,
                                ca->name, ta->name, (long long)tb->shape[0], tb->ndim == 2 ? (long long)tb->shape[1] : 0,
                                a_path, (long long)ta->shape[0], ta->ndim == 2 ? (long long)ta->shape[1] : 0);
-        }
-        // Both tables hold the same tensors: compare in a's order.
-        double worst = 0.0;
-        const char *worst_name = "";
-        for (int k = 0; k < ca->tt.n; k++) {
-            const TensorInfo *ta = &ca->tt.t[k], *tb = tensor_table_find(&cb->tt, ta->name);
             const double err = normwise_error(cb->grads + tb->offset, ca->grads + ta->offset, ta->numel);
             if (err >= worst) worst = err, worst_name = ta->name;
         }
