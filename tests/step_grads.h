@@ -246,7 +246,8 @@ static inline int step_file_read(const char *path, StepFile *f, PtError *e) {
     if (rc == 0) rc = step_str(&r, f->what, sizeof f->what, "the description", e);
     if (rc == 0) rc = step_u32(&r, &n, STEP_MAX_CASES, "the case count", e);
     for (uint32_t i = 0; rc == 0 && i < n; i++) rc = step_read_case(&r, &f->c[f->n++], e);
-    if (rc == 0 && r.at != r.len) rc = pt_fail(e, "%s: byte %zu: %zu bytes after the last case", path, r.at, r.len - r.at);
+    if (rc == 0 && r.at != r.len)
+        rc = pt_fail(e, "%s: byte %zu: %zu bytes after the last case", path, r.at, r.len - r.at);
     free(data);
     if (rc) step_file_free(f);
     return rc;
@@ -276,7 +277,8 @@ static inline int step_compare(const char *a_path, const StepFile *a, const char
         const char *worst_name = "";
         for (int k = 0; k < ca->tt.n; k++) {
             const TensorInfo *ta = &ca->tt.t[k], *tb = tensor_table_find(&cb->tt, ta->name);
-            if (!tb) return pt_fail(e, "%s: case '%s' has no tensor '%s' (%s has it)", b_path, ca->name, ta->name, a_path);
+            if (!tb)
+                return pt_fail(e, "%s: case '%s' has no tensor '%s' (%s has it)", b_path, ca->name, ta->name, a_path);
             if (tb->ndim != ta->ndim || tb->shape[0] != ta->shape[0] || (ta->ndim == 2 && tb->shape[1] != ta->shape[1]))
                 return pt_fail(e, "%s: case '%s' tensor '%s' is shaped [%lld, %lld] where %s has [%lld, %lld]", b_path,
                                ca->name, ta->name, (long long)tb->shape[0], tb->ndim == 2 ? (long long)tb->shape[1] : 0,
