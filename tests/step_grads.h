@@ -34,12 +34,13 @@
 // pairs) can round to the other bf16 neighbour, 2^-8 relative in that
 // element, and the backward spreads each such flip. Measured: up to 6.3e-3
 // normwise in the gradients and 2.8e-5 in the loss between CPUs and kernel
-// sets, where the bf16 step's own distance from the fp32 step is ~2e-2 and
-// ~2e-5. So these bounds catch only gross failures (NaN, a gradient missing
-// or far off, a broken bf16 kernel); the exact products are checked per op
+// sets (7.6e-3 and 4.3e-5 with AArch64's BFDOT kernel, tried on its branch),
+// where the bf16 step's own distance from the fp32 step is ~2e-2 and ~2e-5.
+// So these bounds catch only gross failures (NaN, a gradient missing or far
+// off, a broken bf16 kernel); the exact products are checked per op
 // (tests/test_matmul.c, also under qemu).
 #define STEP_TOL_BF16 2e-2
-#define STEP_TOL_BF16_LOSS 1e-4
+#define STEP_TOL_BF16_LOSS 2e-4
 
 typedef struct {
     char name[64];      // "tiny fp32"
