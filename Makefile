@@ -103,7 +103,8 @@ demo-choice:
 # make test-arm64: the op tests cross-built for AArch64 (Debian's gcc-aarch64-linux-gnu, qemu-user and the arm64
 # cmocka and jansson through multiarch: `make deps-arm64`) and run under qemu-aarch64: the NEON kernels (and
 # portable) against the double references. Only the compute folders are built (util/ without HDF5, model/,
-# model/ops/), so no other arm64 library is needed. CI runs it (.ci/run; about a minute).
+# model/ops/), so no other arm64 library is needed; then a full training step on both sides (below). CI runs it
+# (.ci/run; about two minutes).
 ARM64_CC ?= aarch64-linux-gnu-gcc
 ARM64_BUILD = build-arm64
 ARM64_SRC := $(filter-out util/h5.c,$(wildcard util/*.c)) $(wildcard model/*.c model/ops/*.c)
@@ -120,11 +121,26 @@ $(ARM64_BUILD)/tests/%: $(ARM64_BUILD)/tests/%.o $(ARM64_OBJ)
 	$(ARM64_CC) -o $@ $^ -fopenmp -lcmocka -ljansson -lm -Wl,-rpath,/usr/lib/aarch64-linux-gnu
 # One OpenMP thread (OMP_THREAD_LIMIT=1): Debian's qemu-user 7.2 hangs when the guest creates a thread (seen on
 # this project's machine, Linux 6.18), so the results' independence of the thread count is checked on x86 only.
-test-arm64: $(ARM64_TESTS)
+# Then one full training step (tests/step_grads.c, issue #20): built here and for AArch64 from the same source over
+# the compute folders only, run on every kernel set each side runs (here natively, there under qemu-aarch64), its
+# loss and gradients written to $(ARM64_BUILD)/step and compared: the host's pick against AArch64's and against its
+# other sets, AArch64's pick against its other sets, and portable on both. One thread on both sides, so that only
+# the architecture and the kernels differ (RMSNorm's weight gradients depend on the thread count, by ~1e-6).
+STEP_BIN = $(BUILD)/tests/step_grads
+$(STEP_BIN): $(BUILD)/tests/step_grads.o $(ARM64_SRC:%.c=$(BUILD)/%.o)
+	$(CC) $(LDFLAGS) -o $@ $^ -fopenmp -ljansson -lm
+QEMU_ARM64 = OMP_THREAD_LIMIT=1 qemu-aarch64 -L /usr/aarch64-linux-gnu
+test-arm64: $(ARM64_TESTS) $(ARM64_BUILD)/tests/step_grads $(STEP_BIN)
 	@failed=""; for t in $(ARM64_TESTS); do echo "== $$t (qemu-aarch64, one thread)"; \
-	  OMP_THREAD_LIMIT=1 qemu-aarch64 -L /usr/aarch64-linux-gnu $$t || failed="$$failed $$t"; done; \
+	  $(QEMU_ARM64) $$t || failed="$$failed $$t"; done; \
+	echo "== a full training step: $$(uname -m) and aarch64 (qemu-aarch64, one thread)"; \
+	d=$(ARM64_BUILD)/step h=$$(uname -m); rm -rf $$d; \
+	{ OMP_NUM_THREADS=1 $(STEP_BIN) run $$d && $(QEMU_ARM64) $(ARM64_BUILD)/tests/step_grads run $$d && \
+	  $(STEP_BIN) compare $$d/$$h.bin $$d/aarch64.bin $$d/$$h-*.bin && \
+	  $(STEP_BIN) compare $$d/aarch64.bin $$d/aarch64-*.bin && \
+	  $(STEP_BIN) compare $$d/$$h-portable.bin $$d/aarch64-portable.bin; } || failed="$$failed step_grads"; \
 	if [ -n "$$failed" ]; then echo "FAILED:$$failed"; exit 1; fi
--include $(ARM64_OBJ:.o=.d) $(ARM64_TESTS:=.d)
+-include $(ARM64_OBJ:.o=.d) $(ARM64_TESTS:=.d) $(ARM64_BUILD)/tests/step_grads.d
 ARM64_PKGS = gcc-aarch64-linux-gnu qemu-user libcmocka-dev:arm64 libjansson-dev:arm64
 # The arm64 package lists come with the next apt-get update: one here when the architecture is new, unless
 # the caller added it before its own update (APT_UPDATED=1, as .ci/run does).

@@ -32,53 +32,6 @@ static int require_cuda(void) {
 static Device gpu;
 static int have_gpu;
 
-typedef struct {
-    double loss;
-    int count;
-    float *grads;   // host copy, tt->total floats
-} StepResult;
-
-// One forward + backward of `in` on dev over the host weights `params`
-// (mirrored onto dev first), gradients read back to the host.
-static StepResult step_on(Device *dev, const ModelBundle *b, float *params, const ModelInput *in,
-                          const ModelOptions *opt) {
-    StepResult r = {0};
-    PtError e;
-    const size_t bytes = b->tt.total * sizeof(float);
-    float *w = dev_mirror(dev, params, bytes, "test weights");
-    Model m;
-    model_init(&m, dev, &b->cfg, &b->tt, w, opt);
-    if (model_plan(&m, in->B, in->T, 1, NULL, &e)) fail_msg("%s", e.msg);
-    model_zero_grads(&m);
-    r.loss = model_forward_backward(&m, in, 1.0f / (float)(in->B * in->T), NULL, &r.count);
-    r.grads = xmalloc(bytes, "gradients");
-    OP(dev, download, r.grads, m.grads, bytes);
-    model_free(&m);
-    dev_unmirror(dev, w, params);
-    return r;
-}
-
-// The worst per-tensor normwise error of got against want; names it in *worst_name.
-static double worst_tensor(const TensorTable *tt, const float *got, const float *want, const char **worst_name) {
-    double worst = 0.0;
-    *worst_name = "";
-    for (int k = 0; k < tt->n; k++) {
-        const TensorInfo *t = &tt->t[k];
-        double diff = 0.0, mag = 0.0;
-        for (size_t i = t->offset; i < t->offset + t->numel; i++) {
-            const double d = fabs((double)got[i] - want[i]);
-            diff = isnan(d) ? INFINITY : fmax(diff, d);
-            mag = fmax(mag, fabs((double)want[i]));
-        }
-        const double e = mag > 0.0 ? diff / mag : diff;
-        if (e > worst || isnan(e)) {
-            worst = isnan(e) ? INFINITY : e;
-            *worst_name = t->name;
-        }
-    }
-    return worst;
-}
-
 static void compare(const char *what, TestModel *tm, const ModelInput *in) {
     const ModelOptions fp32 = {0, MATMUL_FP32, A16_OFF};
     StepResult cpu = step_on(&tm->dev, &tm->b, tm->b.params, in, &fp32);
@@ -111,58 +64,6 @@ static void same_bits_on_gpu(const char *what, TestModel *tm, const ModelInput *
     free(c.grads);
 }
 
-// Random tokens, next-token targets with the last of each row ignored.
-typedef struct {
-    int *tokens, *targets, *pos, *seg;
-    uint8_t *mask;
-    ModelInput in;
-} Batch;
-
-static void batch_make(Batch *bt, int B, int T, int vocab, uint64_t seed, int packed) {
-    memset(bt, 0, sizeof *bt);
-    const int N = B * T;
-    bt->tokens = random_tokens(N, vocab, seed);
-    bt->targets = xmalloc(N * sizeof(int), "targets");
-    for (int n = 0; n < N; n++) bt->targets[n] = (n + 1) % T ? bt->tokens[n + 1] : -1;
-    bt->in = (ModelInput){.B = B, .T = T, .tokens = bt->tokens, .targets = bt->targets};
-    if (!packed) return;
-    // Documents of 5..40 tokens packed into each row: segment ids, positions
-    // from 0 in each document, the first 3 tokens of each (a prompt) masked.
-    bt->pos = xmalloc(N * sizeof(int), "pos");
-    bt->seg = xmalloc(N * sizeof(int), "seg");
-    bt->mask = xmalloc(N, "mask");
-    Rng r;
-    rng_seed(&r, seed + 7);
-    for (int b = 0; b < B; b++) {
-        int id = 0, p = 0, left = 0;
-        for (int t = 0; t < T; t++) {
-            if (left == 0) {
-                id++;
-                p = 0;
-                left = 5 + (int)(rng_next(&r) % 36);
-            }
-            const int n = b * T + t;
-            bt->seg[n] = id;
-            bt->pos[n] = p;
-            bt->mask[n] = p >= 3;
-            if (left == 1) bt->targets[n] = -1;   // no target across documents
-            p++;
-            left--;
-        }
-    }
-    bt->in.pos = bt->pos;
-    bt->in.seg = bt->seg;
-    bt->in.mask = bt->mask;
-}
-
-static void batch_free(Batch *bt) {
-    free(bt->tokens);
-    free(bt->targets);
-    free(bt->pos);
-    free(bt->seg);
-    free(bt->mask);
-}
-
 static void test_tiny_presets(void **state) {
     (void)state;
     if (!have_gpu) {
@@ -175,13 +76,13 @@ static void test_tiny_presets(void **state) {
         load_preset(presets[i], 1000 + i, &tm);
         const int T = 70;   // past one 64-row attention tile, not a multiple of it
         for (int packed = 0; packed < 2; packed++) {
-            Batch bt;
-            batch_make(&bt, 3, T, tm.b.cfg.vocab_size, 2000 + i, packed);
+            StepBatch bt;
+            step_batch_make(&bt, 3, T, tm.b.cfg.vocab_size, 2000 + i, packed);
             char what[64];
             snprintf(what, sizeof what, "%s B=3 T=%d%s", presets[i], T, packed ? " packed" : "");
             compare(what, &tm, &bt.in);
             if (i == 0) same_bits_on_gpu(what, &tm, &bt.in);
-            batch_free(&bt);
+            step_batch_free(&bt);
         }
         test_model_free(&tm);
     }
@@ -203,10 +104,10 @@ static void test_pocket_03b(void **state) {
     bundle_init_random(&b, 3);
     TestModel tm;
     test_model_from_bundle(&tm, &b, NULL);
-    Batch bt;
-    batch_make(&bt, 1, 256, c.vocab_size, 3000, 0);
+    StepBatch bt;
+    step_batch_make(&bt, 1, 256, c.vocab_size, 3000, 0);
     compare("pocket-0.3b B=1 T=256", &tm, &bt.in);
-    batch_free(&bt);
+    step_batch_free(&bt);
     test_model_free(&tm);
 }
 

@@ -58,6 +58,112 @@ static inline int *random_tokens(int n, int vocab, uint64_t seed) {
     return t;
 }
 
+typedef struct {
+    double loss;
+    int count;
+    float *grads;   // host copy, tt->total floats
+} StepResult;
+
+// A batch of random tokens, next-token targets with the last of each row
+// ignored; packed: documents with segment ids, positions and a loss mask.
+typedef struct {
+    int *tokens, *targets, *pos, *seg;
+    uint8_t *mask;
+    ModelInput in;
+} StepBatch;
+
+static inline void step_batch_make(StepBatch *bt, int B, int T, int vocab, uint64_t seed, int packed) {
+    memset(bt, 0, sizeof *bt);
+    const int N = B * T;
+    bt->tokens = random_tokens(N, vocab, seed);
+    bt->targets = xmalloc(N * sizeof(int), "targets");
+    for (int n = 0; n < N; n++) bt->targets[n] = (n + 1) % T ? bt->tokens[n + 1] : -1;
+    bt->in = (ModelInput){.B = B, .T = T, .tokens = bt->tokens, .targets = bt->targets};
+    if (!packed) return;
+    // Documents of 5..40 tokens packed into each row: segment ids, positions
+    // from 0 in each document, the first 3 tokens of each (a prompt) masked.
+    bt->pos = xmalloc(N * sizeof(int), "pos");
+    bt->seg = xmalloc(N * sizeof(int), "seg");
+    bt->mask = xmalloc(N, "mask");
+    Rng r;
+    rng_seed(&r, seed + 7);
+    for (int b = 0; b < B; b++) {
+        int id = 0, p = 0, left = 0;
+        for (int t = 0; t < T; t++) {
+            if (left == 0) {
+                id++;
+                p = 0;
+                left = 5 + (int)(rng_next(&r) % 36);
+            }
+            const int n = b * T + t;
+            bt->seg[n] = id;
+            bt->pos[n] = p;
+            bt->mask[n] = p >= 3;
+            if (left == 1) bt->targets[n] = -1;   // no target across documents
+            p++;
+            left--;
+        }
+    }
+    bt->in.pos = bt->pos;
+    bt->in.seg = bt->seg;
+    bt->in.mask = bt->mask;
+}
+
+static inline void step_batch_free(StepBatch *bt) {
+    free(bt->tokens);
+    free(bt->targets);
+    free(bt->pos);
+    free(bt->seg);
+    free(bt->mask);
+}
+
+// One forward + backward of `in` on dev over the host weights `params`
+// (mirrored onto dev first), gradients read back to the host.
+static inline StepResult step_on(Device *dev, const ModelBundle *b, float *params, const ModelInput *in,
+                                 const ModelOptions *opt) {
+    StepResult r = {0};
+    PtError e;
+    const size_t bytes = b->tt.total * sizeof(float);
+    float *w = dev_mirror(dev, params, bytes, "test weights");
+    Model m;
+    model_init(&m, dev, &b->cfg, &b->tt, w, opt);
+    if (model_plan(&m, in->B, in->T, 1, NULL, &e)) die("%s", e.msg);
+    model_zero_grads(&m);
+    r.loss = model_forward_backward(&m, in, 1.0f / (float)(in->B * in->T), NULL, &r.count);
+    r.grads = xmalloc(bytes, "gradients");
+    OP(dev, download, r.grads, m.grads, bytes);
+    model_free(&m);
+    dev_unmirror(dev, w, params);
+    return r;
+}
+
+// max |got - want| / max |want| (the absolute error when want is all zero);
+// a NaN in either gives infinity, so it never passes a bound.
+static inline double normwise_error(const float *got, const float *want, size_t n) {
+    double diff = 0.0, mag = 0.0;
+    for (size_t i = 0; i < n; i++) {
+        const double d = fabs((double)got[i] - want[i]);
+        diff = isnan(d) ? INFINITY : fmax(diff, d);
+        mag = fmax(mag, fabs((double)want[i]));
+    }
+    return mag > 0.0 ? diff / mag : diff;
+}
+
+// The worst per-tensor normwise error of got against want; names it in *worst_name.
+static inline double worst_tensor(const TensorTable *tt, const float *got, const float *want, const char **worst_name) {
+    double worst = 0.0;
+    *worst_name = "";
+    for (int k = 0; k < tt->n; k++) {
+        const TensorInfo *t = &tt->t[k];
+        const double e = normwise_error(got + t->offset, want + t->offset, t->numel);
+        if (e > worst) {
+            worst = e;
+            *worst_name = t->name;
+        }
+    }
+    return worst;
+}
+
 static inline double max_diff(const float *a, const float *b, size_t n) {
     double d = 0;
     for (size_t i = 0; i < n; i++) d = fmax(d, fabs((double)a[i] - b[i]));
