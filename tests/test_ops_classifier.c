@@ -1,7 +1,8 @@
 // test_ops_classifier: the lm head + cross-entropy of every device
 // (test_backends.h) against the full double reference, independence from the
 // chunk of rows a CPU device holds (CpuKernels.classifier_rows), and the rule
-// that an uncounted position (mask 0, target -1, no targets) changes nothing.
+// that an uncounted position (mask 0, target -1, no targets) changes nothing,
+// and a CPU device's bits on any thread count.
 // Bounds (normwise): loss 1e-6 relative, logits/dh/dW 2e-6 (fp32 dot products
 // of length C = 45, softmax sums in double, dW sums over <= 37 rows); 2e-5 for
 // the gradients when the logits are in the hundreds (see the test). A GPU
@@ -185,6 +186,35 @@ static void test_classifier_chunk_independent(void **state) {
     data_free(&d);
 }
 
+// A CPU device's loss and gradients are the same bits on 1, 2 and 3 threads
+// (the row losses are summed in row order, not by an OpenMP reduction).
+static void test_classifier_thread_count(void **state) {
+    (void)state;
+    Rng r;
+    rng_seed(&r, 44);
+    ClsData d;
+    data_init(&d, &r, 1.0);
+    ClsRun first = {0};
+    for (int threads = 1; threads <= 3; threads++) {
+        Device dev;
+        cpu_device_init(&dev, threads, NULL);
+        dev_reserve(&dev, classifier_workspace_bytes(&dev, N, V));
+        ClsRun o = run_rows(&dev, &d, 256, 0.5f, 0, NULL);
+        dev_free(&dev);
+        printf("  cpu, %d thread(s): loss %.17g over %d rows\n", threads, o.loss, o.count);
+        if (threads == 1) {
+            first = o;
+            continue;
+        }
+        assert_true(memcmp(&o.loss, &first.loss, sizeof o.loss) == 0);
+        assert_memory_equal(o.dh, first.dh, (size_t)N * C * sizeof(float));
+        assert_memory_equal(o.dW, first.dW, (size_t)V * C * sizeof(float));
+        run_free(&o);
+    }
+    run_free(&first);
+    data_free(&d);
+}
+
 // More rows than the GPU classifier holds at a time (1024): its chunks, and
 // the row losses summed across them, against the reference.
 static void test_classifier_many_rows(void **state) {
@@ -281,6 +311,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_classifier_vs_ref),
         cmocka_unit_test(test_classifier_chunk_independent),
+        cmocka_unit_test(test_classifier_thread_count),
         cmocka_unit_test(test_classifier_many_rows),
         cmocka_unit_test(test_classifier_masked_target),
         cmocka_unit_test(test_classifier_nothing_counted),

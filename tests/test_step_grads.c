@@ -6,12 +6,16 @@
 //   and names that tensor, 1e-6 passes; a moved loss fails;
 // - a case or tensor missing, or a tensor reshaped, is an error naming it;
 // - a truncated or corrupt file is one error naming the file and the byte;
-//   a failed write leaves no temporary file.
+//   a failed write leaves no temporary file;
+// - the whole step (loss and every gradient, fp32 and bf16) is the same bits
+//   on 1, 2 and 3 threads (docs/ARCHITECTURE.md: results must not depend on
+//   the thread count).
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <cmocka.h>
 #include <stdlib.h>
+#include <omp.h>
 #include <unistd.h>
 #include "step_grads.h"
 
@@ -227,6 +231,27 @@ static void test_failed_write_leaves_nothing(void **state) {
     assert_int_equal(system(cmd), 0);
 }
 
+static void test_thread_count(void **state) {
+    (void)state;
+    CpuKernels k;
+    PtError e;
+    if (cpu_kernels_named(&k, NULL, &e)) fail_msg("%s", e.msg);
+    const int before = omp_get_max_threads();
+    for (int threads = 1; threads <= 3; threads++) {
+        omp_set_num_threads(threads);
+        StepFile f;
+        step_run_all(&k, "test", &f);
+        assert_int_equal(f.n, run.n);
+        for (int i = 0; i < f.n; i++) {
+            printf("  %d thread(s), %s: loss %.17g\n", threads, f.c[i].name, f.c[i].loss);
+            assert_true(memcmp(&f.c[i].loss, &run.c[i].loss, sizeof f.c[i].loss) == 0);
+            assert_memory_equal(f.c[i].grads, run.c[i].grads, f.c[i].tt.total * sizeof(float));
+        }
+        step_file_free(&f);
+    }
+    omp_set_num_threads(before);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_round_trip),
@@ -234,6 +259,7 @@ int main(void) {
         cmocka_unit_test(test_mismatch),
         cmocka_unit_test(test_corrupt_files),
         cmocka_unit_test(test_failed_write_leaves_nothing),
+        cmocka_unit_test(test_thread_count),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

@@ -57,7 +57,7 @@ static double row_loss(float *z, int target, int V, float scale, int make_grad) 
 
 size_t classifier_workspace_bytes(const Device *d, int N, int V) {
     const int rows = N < cpu_kernels(d)->classifier_rows ? N : cpu_kernels(d)->classifier_rows;
-    return (size_t)rows * V * sizeof(float) + 64 + matmul_workspace_bytes(d);
+    return (size_t)rows * V * sizeof(float) + (size_t)rows * sizeof(double) + 128 + matmul_workspace_bytes(d);
 }
 
 double classifier(Device *d, float *dh, float *dW, float *logits_out, const float *h, const float *W,
@@ -70,6 +70,7 @@ double classifier(Device *d, float *dh, float *dW, float *logits_out, const floa
     const int chunk = N < cpu_kernels(d)->classifier_rows ? N : cpu_kernels(d)->classifier_rows;
     const size_t mark = dev_scratch_mark(d);
     float *scratch = dev_scratch(d, (size_t)chunk * V * sizeof(float), "classifier logits");
+    double *row_losses = dev_scratch(d, (size_t)chunk * sizeof(double), "classifier row losses");
     const int make_grad = dh != NULL || dW != NULL;
     double loss_sum = 0.0;
     int counted = 0;
@@ -90,19 +91,24 @@ double classifier(Device *d, float *dh, float *dW, float *logits_out, const floa
         matmul_forward(d, scratch, h_chunk, W, rows, C, V, p);
         if (logits_out) memcpy(logits_out + (size_t)n0 * V, scratch, (size_t)rows * V * sizeof(float));
 
-        double chunk_loss = 0.0;
-        int chunk_count = 0;
-        #pragma omp parallel for schedule(static) num_threads(d->threads) reduction(+:chunk_loss, chunk_count)
+        // Each row's loss kept, then summed in row order: the sum does not
+        // depend on the thread count (an OpenMP reduction's order does).
+        #pragma omp parallel for schedule(static) num_threads(d->threads)
         for (int r = 0; r < rows; r++) {
             float *z = scratch + (size_t)r * V;
+            row_losses[r] = 0.0;
             if (!is_counted(targets, mask, n0 + r)) {
                 if (make_grad) memset(z, 0, (size_t)V * sizeof(float));
                 continue;
             }
-            chunk_loss += row_loss(z, targets[n0 + r], V, scale, make_grad);
-            chunk_count++;
+            row_losses[r] = row_loss(z, targets[n0 + r], V, scale, make_grad);
         }
-        loss_sum += chunk_loss;
+        int chunk_count = 0;
+        for (int r = 0; r < rows; r++)
+            if (is_counted(targets, mask, n0 + r)) {
+                loss_sum += row_losses[r];
+                chunk_count++;
+            }
         counted += chunk_count;
         if (make_grad && chunk_count > 0)
             matmul_backward(d, dh ? dh + (size_t)n0 * C : NULL, dW, scratch, h_chunk, W, rows, C, V, p);

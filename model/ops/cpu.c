@@ -32,7 +32,9 @@ static size_t cpu_workspace_bytes(const Device *d, const ModelConfig *c, int B, 
     size_t need[5] = {matmul_workspace_bytes(d),
                       attention_workspace_bytes(d, B, T, c->n_head, c->n_kv_head, c->head_dim),
                       classifier_workspace_bytes(d, N, c->vocab_size),
-                      (size_t)d->threads * widest * sizeof(float) + 64,   // rmsnorm_backward
+                      rmsnorm_workspace_bytes(N, widest) > rmsnorm_workspace_bytes(N * c->n_head, c->head_dim)
+                          ? rmsnorm_workspace_bytes(N, widest)
+                          : rmsnorm_workspace_bytes(N * c->n_head, c->head_dim),
                       grad_norm_workspace_bytes(n_params)};
     size_t most = 0;
     for (int i = 0; i < 5; i++) most = need[i] > most ? need[i] : most;

@@ -66,6 +66,8 @@ void embedding_backward_ref(double *dE, const double *dout, const int *tokens, i
 // QK-norm: N*heads rows of head_dim): out = w * x / sqrt(mean(x^2) + eps).
 // rstd[N] is saved for the backward. out may not alias x.
 void rmsnorm_forward(Device *d, float *out, float *rstd, const float *x, const float *w, int N, int C, float eps);
+// Workspace of rmsnorm_backward on N rows of C (its dw partials).
+size_t rmsnorm_workspace_bytes(int N, int C);
 void rmsnorm_backward(Device *d, float *dx, float *dw, const float *dout, const float *x, const float *w,
                       const float *rstd, int N, int C);
 void rmsnorm_forward_ref(double *out, double *rstd, const double *x, const double *w, int N, int C, double eps);

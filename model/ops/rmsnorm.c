@@ -24,23 +24,26 @@ void rmsnorm_forward(Device *d, float *out, float *rstd, const float *x, const f
 
 // With xhat = x * rstd and g = dout * w:
 //   dx = rstd * (g - xhat * mean(g * xhat)),   dw = sum over rows of dout * xhat.
-// dw sums over every row, so each thread accumulates its rows into a private
-// partial and the partials are added in thread order at the end (no races,
-// the same result for the same thread count).
+// dw sums over every row: each block of RMSNORM_DW_ROWS rows accumulates into
+// a partial of its own and the partials are added in block order at the end,
+// so no races and the same result for any thread count (as the CUDA kernel).
+#define RMSNORM_DW_ROWS 64
+
+size_t rmsnorm_workspace_bytes(int N, int C) {
+    return (size_t)((N + RMSNORM_DW_ROWS - 1) / RMSNORM_DW_ROWS) * C * sizeof(float) + 64;
+}
+
 void rmsnorm_backward(Device *d, float *dx, float *dw, const float *dout, const float *x, const float *w,
                       const float *rstd, int N, int C) {
-    const size_t mark = dev_scratch_mark(d), bytes = (size_t)d->threads * C * sizeof(float);
-    float *partial = dw ? dev_scratch(d, bytes, "rmsnorm dw partials") : NULL;
-    if (partial) memset(partial, 0, bytes);
-    int used_threads = 1;
-    #pragma omp parallel num_threads(d->threads)
-    {
-        int tid = omp_get_thread_num();
-        #pragma omp single
-        used_threads = omp_get_num_threads();
-        float *my_dw = partial ? partial + (size_t)tid * C : NULL;
-        #pragma omp for schedule(static)
-        for (int n = 0; n < N; n++) {
+    const int blocks = (N + RMSNORM_DW_ROWS - 1) / RMSNORM_DW_ROWS;
+    const size_t mark = dev_scratch_mark(d), bytes = (size_t)blocks * C * sizeof(float);
+    float *partial = dw && N > 0 ? dev_scratch(d, bytes, "rmsnorm dw partials") : NULL;
+    #pragma omp parallel for schedule(static) num_threads(d->threads)
+    for (int b = 0; b < blocks; b++) {
+        float *my_dw = partial ? partial + (size_t)b * C : NULL;
+        if (my_dw) memset(my_dw, 0, (size_t)C * sizeof(float));
+        const int n_end = (b + 1) * RMSNORM_DW_ROWS < N ? (b + 1) * RMSNORM_DW_ROWS : N;
+        for (int n = b * RMSNORM_DW_ROWS; n < n_end; n++) {
             const float *xr = x + (size_t)n * C, *gr = dout + (size_t)n * C;
             float r = rstd[n];
             if (dx) {
@@ -62,7 +65,7 @@ void rmsnorm_backward(Device *d, float *dx, float *dw, const float *dout, const 
         #pragma omp parallel for schedule(static) num_threads(d->threads)
         for (int c = 0; c < C; c++) {
             float s = 0.0f;
-            for (int t = 0; t < used_threads; t++) s += partial[(size_t)t * C + c];
+            for (int b = 0; b < blocks; b++) s += partial[(size_t)b * C + c];
             dw[c] += s;
         }
     }
