@@ -295,14 +295,14 @@ static float *special_values(Rng *r, int n) {
 // "+round" bf16 kernels multiply), on ragged rows and kc and special values.
 static void test_fp32_packs_round_exactly(void **state) {
     (void)state;
-    const MatmulKernel *kernels[2] = {matmul_kernel_avx512(), matmul_kernel_avx2()};
+    const MatmulKernel *kernels[3] = {matmul_kernel_avx512(), matmul_kernel_avx2(), matmul_kernel_neon()};
     Rng r;
     rng_seed(&r, 29);
     const int rows_max = 40, kc_max = 45;
     float *src = special_values(&r, rows_max * kc_max);
     float *dst = xmalloc((size_t)32 * kc_max * sizeof(float), "pack dst");
     int checked = 0;
-    for (int ki = 0; ki < 2; ki++) {
+    for (int ki = 0; ki < 3; ki++) {
         const MatmulKernel *kern = kernels[ki];
         if (!kern || !kern->pack_t) continue;
         const int widths[2] = {kern->mr, kern->nr};

@@ -2,16 +2,18 @@
 // drivers (matmul.c, matmul_bf16.c) and the attention tiles. fp32 ("neon"):
 // 8 x 12 with NEON fp32 FMAs, 24 of the 32 vector registers accumulating, 3
 // for the B row, 2 for 8 A values (each FMA takes its A value from a lane:
-// vfmaq_laneq_f32). bf16: on CPUs with FEAT_BF16, "neonbf16", the same 8 x 12
-// shape with BFDOT (two products per fp32 lane per instruction) over the
-// k-pair panels of matmul_kernels.h; elsewhere the fp32 tiles over
-// bf16-rounded operands ("neon+round"), like the x86 "+round" kernels.
+// vfmaq_laneq_f32), and its transposing pack (4 x 4 in-register transposes).
+// bf16: on CPUs with FEAT_BF16, "neonbf16", the same 8 x 12 shape with BFDOT
+// (two products per fp32 lane per instruction) over the k-pair panels of
+// matmul_kernels.h; elsewhere the fp32 tiles over bf16-rounded operands
+// ("neon+round"), like the x86 "+round" kernels.
 // The BFDOT tile alone is compiled for armv8.2-a+bf16 (a target attribute),
 // so the build runs on every AArch64 and the CPU check at run time decides.
 // Elsewhere than on AArch64 it defines no kernel.
 #include "matmul_kernels.h"
 #if defined(__aarch64__)
 #include <arm_neon.h>
+#include <string.h>
 #include "../../util/cpu.h"
 
 #define NEON_MR 8
@@ -25,10 +27,11 @@
         acc[r][1] = op(acc[r][1], b1, av, lane);                            \
         acc[r][2] = op(acc[r][2], b2, av, lane);                            \
     } while (0)
-#define NEON_ROWS(op, a0, a1)                                                                  \
-    do {                                                                                      \
-        NEON_ROW(op, 0, a0, 0); NEON_ROW(op, 1, a0, 1); NEON_ROW(op, 2, a0, 2); NEON_ROW(op, 3, a0, 3); \
-        NEON_ROW(op, 4, a1, 0); NEON_ROW(op, 5, a1, 1); NEON_ROW(op, 6, a1, 2); NEON_ROW(op, 7, a1, 3); \
+// All 8 rows: A rows 0-3 in the lanes of a0, 4-7 in those of a1.
+#define NEON_ROWS(op, a0, a1)                                                                               \
+    do {                                                                                                    \
+        NEON_ROW(op, 0, a0, 0); NEON_ROW(op, 1, a0, 1); NEON_ROW(op, 2, a0, 2); NEON_ROW(op, 3, a0, 3);     \
+        NEON_ROW(op, 4, a1, 0); NEON_ROW(op, 5, a1, 1); NEON_ROW(op, 6, a1, 2); NEON_ROW(op, 7, a1, 3);     \
     } while (0)
 
 // Writes (or adds) the mr x nr corner of an 8 x 12 register tile to C,
@@ -50,6 +53,33 @@ __attribute__((always_inline)) static inline void neon_store(float32x4_t acc[NEO
     for (int r = 0; r < NEON_MR; r++)
         for (int q = 0; q < 3; q++) vst1q_f32(tmp + r * NEON_NR + 4 * q, acc[r][q]);
     matmul_tile_store(t, tmp, NEON_NR);
+}
+
+// matmul_bf16_round on 4 floats, in integer lanes (so the bits do not
+// depend on FPCR as a BFCVT's handling of denormals would, and the pack
+// needs no FEAT_BF16): each result's bf16 in the high 16 bits of its lane.
+static inline uint32x4_t round_bf16_x4(float32x4_t x) {
+    const uint32x4_t u = vreinterpretq_u32_f32(x);
+    const uint32x4_t lsb = vandq_u32(vshrq_n_u32(u, 16), vdupq_n_u32(1));
+    const uint32x4_t r = vaddq_u32(vaddq_u32(u, vdupq_n_u32(0x7fff)), lsb);
+    const uint32x4_t tiny = vceqq_u32(vandq_u32(u, vdupq_n_u32(0x7f800000u)), vdupq_n_u32(0));
+    const uint32x4_t nan = vcgtq_u32(vandq_u32(u, vdupq_n_u32(0x7fffffffu)), vdupq_n_u32(0x7f800000u));
+    const uint32x4_t signed_zero = vandq_u32(u, vdupq_n_u32(0x80000000u));
+    const uint32x4_t quiet = vorrq_u32(u, vdupq_n_u32(0x00400000u));
+    return vbslq_u32(nan, quiet, vbslq_u32(tiny, signed_zero, r));
+}
+
+// In-register transpose of a 4 x 4 block of 32-bit lanes: r[i] holds row i
+// on entry and column i on exit (interleave lanes, then 64-bit halves).
+static inline void transpose4(uint32x4_t r[4]) {
+    const uint64x2_t t0 = vreinterpretq_u64_u32(vtrn1q_u32(r[0], r[1]));
+    const uint64x2_t t1 = vreinterpretq_u64_u32(vtrn2q_u32(r[0], r[1]));
+    const uint64x2_t t2 = vreinterpretq_u64_u32(vtrn1q_u32(r[2], r[3]));
+    const uint64x2_t t3 = vreinterpretq_u64_u32(vtrn2q_u32(r[2], r[3]));
+    r[0] = vreinterpretq_u32_u64(vtrn1q_u64(t0, t2));
+    r[1] = vreinterpretq_u32_u64(vtrn1q_u64(t1, t3));
+    r[2] = vreinterpretq_u32_u64(vtrn2q_u64(t0, t2));
+    r[3] = vreinterpretq_u32_u64(vtrn2q_u64(t1, t3));
 }
 
 static void neon_tile(const MatmulTile *t) {
@@ -84,6 +114,39 @@ static void neon_tile(const MatmulTile *t) {
     neon_store(acc, t);
 }
 
+// Transposing pack (MatmulPackFn), 4 x 4 blocks: 4 source rows of 4 k
+// (zeros past `rows`, a short last k run through a zeroed copy) are loaded,
+// transposed in registers and stored as 4 destination rows of 4 floats,
+// rounded to bf16 on the way when asked. width is MR or NR, both multiples
+// of 4.
+_Static_assert(NEON_MR % 4 == 0 && NEON_NR % 4 == 0, "the transposing pack works in 4 x 4 blocks");
+static void neon_pack_t(float *dst, int width, const float *src, ptrdiff_t src_rs, int rows, int kc, int bf16) {
+    for (int j0 = 0; j0 < width; j0 += 4)
+        for (int k0 = 0; k0 < kc; k0 += 4) {
+            const int kn = kc - k0 < 4 ? kc - k0 : 4;
+            uint32x4_t r[4];
+            for (int j = 0; j < 4; j++) {
+                if (j0 + j >= rows) {
+                    r[j] = vdupq_n_u32(0);
+                    continue;
+                }
+                const float *row = src + (j0 + j) * src_rs + k0;
+                float part[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+                if (kn < 4) {
+                    memcpy(part, row, (size_t)kn * sizeof(float));
+                    row = part;
+                }
+                r[j] = vreinterpretq_u32_f32(vld1q_f32(row));
+            }
+            transpose4(r);
+            for (int k = 0; k < kn; k++) {
+                uint32x4_t v = r[k];
+                if (bf16) v = vandq_u32(round_bf16_x4(vreinterpretq_f32_u32(v)), vdupq_n_u32(0xffff0000u));
+                vst1q_f32(dst + (ptrdiff_t)(k0 + k) * width + j0, vreinterpretq_f32_u32(v));
+            }
+        }
+}
+
 // ---------------------------------------------------------------- BFDOT
 // vbfdotq_laneq_f32(acc, b, a, lane) adds, to each of 4 fp32 lanes (4 B
 // columns), that column's k pair dotted with the k pair of A row `lane`:
@@ -110,20 +173,6 @@ __attribute__((target("arch=armv8.2-a+bf16"))) static void neonbf16_tile(const M
     neon_store(acc, &c);
 }
 
-// matmul_bf16_round on 4 floats, in integer lanes (so the bits do not
-// depend on FPCR as a BFCVT's handling of denormals would, and the pack
-// needs no FEAT_BF16): each result's bf16 in the high 16 bits of its lane.
-static inline uint32x4_t round_bf16_x4(float32x4_t x) {
-    const uint32x4_t u = vreinterpretq_u32_f32(x);
-    const uint32x4_t lsb = vandq_u32(vshrq_n_u32(u, 16), vdupq_n_u32(1));
-    const uint32x4_t r = vaddq_u32(vaddq_u32(u, vdupq_n_u32(0x7fff)), lsb);
-    const uint32x4_t tiny = vceqq_u32(vandq_u32(u, vdupq_n_u32(0x7f800000u)), vdupq_n_u32(0));
-    const uint32x4_t nan = vcgtq_u32(vandq_u32(u, vdupq_n_u32(0x7fffffffu)), vdupq_n_u32(0x7f800000u));
-    const uint32x4_t signed_zero = vandq_u32(u, vdupq_n_u32(0x80000000u));
-    const uint32x4_t quiet = vorrq_u32(u, vdupq_n_u32(0x00400000u));
-    return vbslq_u32(nan, quiet, vbslq_u32(tiny, signed_zero, r));
-}
-
 // The pair word of index j, pair q (zero past rows and kc), written one at
 // a time: the pack's ragged edges.
 static inline void pack_pair_scalar(uint16_t *dst, int width, ptrdiff_t panel_stride, const float *src,
@@ -136,12 +185,11 @@ static inline void pack_pair_scalar(uint16_t *dst, int width, ptrdiff_t panel_st
 }
 
 // Packs 4 indices at a time (4 | width, so they share a panel and their
-// pair words of one q are one 16-byte store, of uint16_t lanes as
-// the panel is typed). Two source layouts are
-// vectorised: k contiguous (8 k of 4 indices rounded, then a 4 x 4 transpose
-// of pair words) and indices contiguous (rows k and k+1 rounded and
-// interleaved by one shift-insert); any other layout, or a width 4 does not
-// divide, is the portable pack.
+// pair words of one q are one 16-byte store, of uint16_t lanes as the panel
+// is typed). Two source layouts are vectorised: k contiguous (8 k of 4
+// indices rounded, then a 4 x 4 transpose of pair words) and indices
+// contiguous (rows k and k+1 rounded and interleaved by one shift-insert);
+// any other layout, or a width 4 does not divide, is the portable pack.
 static void neonbf16_pack(uint16_t *dst, int width, ptrdiff_t panel_stride, const float *src, ptrdiff_t s_idx,
                           ptrdiff_t s_k, int rows, int kc) {
     if (width % 4 != 0 || (s_k != 1 && s_idx != 1)) {
@@ -162,14 +210,8 @@ static void neonbf16_pack(uint16_t *dst, int width, ptrdiff_t panel_stride, cons
                     // The high halves of k .. k+7 in order: 4 pair words.
                     w[i] = vreinterpretq_u32_u16(vuzp2q_u16(vreinterpretq_u16_u32(lo), vreinterpretq_u16_u32(hi)));
                 }
-                const uint32x4_t t0 = vtrn1q_u32(w[0], w[1]), t1 = vtrn2q_u32(w[0], w[1]);
-                const uint32x4_t t2 = vtrn1q_u32(w[2], w[3]), t3 = vtrn2q_u32(w[2], w[3]);
-                const uint64x2_t u0 = vreinterpretq_u64_u32(t0), u1 = vreinterpretq_u64_u32(t1);
-                const uint64x2_t u2 = vreinterpretq_u64_u32(t2), u3 = vreinterpretq_u64_u32(t3);
-                vst1q_u16(d + (ptrdiff_t)q * 2 * width, vreinterpretq_u16_u64(vtrn1q_u64(u0, u2)));
-                vst1q_u16(d + (ptrdiff_t)(q + 1) * 2 * width, vreinterpretq_u16_u64(vtrn1q_u64(u1, u3)));
-                vst1q_u16(d + (ptrdiff_t)(q + 2) * 2 * width, vreinterpretq_u16_u64(vtrn2q_u64(u0, u2)));
-                vst1q_u16(d + (ptrdiff_t)(q + 3) * 2 * width, vreinterpretq_u16_u64(vtrn2q_u64(u1, u3)));
+                transpose4(w);   // w[p]: pair q + p of the 4 indices
+                for (int p = 0; p < 4; p++) vst1q_u16(d + (ptrdiff_t)(q + p) * 2 * width, vreinterpretq_u16_u32(w[p]));
             }
         if (full && s_idx == 1)
             for (; 2 * q + 2 <= kc; q++) {
@@ -184,7 +226,7 @@ static void neonbf16_pack(uint16_t *dst, int width, ptrdiff_t panel_stride, cons
 }
 
 static const MatmulBf16Kernel kernel_neon_round;
-static const MatmulKernel kernel_neon = {"neon", 4, NEON_MR, NEON_NR, neon_tile, NULL, 1, &kernel_neon_round};
+static const MatmulKernel kernel_neon = {"neon", 4, NEON_MR, NEON_NR, neon_tile, neon_pack_t, 1, &kernel_neon_round};
 static const MatmulBf16Kernel kernel_neon_round = {"neon+round", NEON_MR, NEON_NR, NULL, NULL, &kernel_neon};
 static const MatmulBf16Kernel kernel_neonbf16 = {"neonbf16", NEON_MR, NEON_NR, neonbf16_tile, neonbf16_pack, NULL};
 
