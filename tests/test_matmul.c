@@ -374,9 +374,9 @@ static void test_bf16_packs_agree(void **state) {
 }
 
 // x + y rounded to fp32 as BFDOT rounds (Arm ARM): round-to-odd, denormal
-// results to signed zero. The exact sum is s + e (TwoSum in double, exact
-// for the test's normal values); its truncation toward zero with the last bit
-// set when inexact is round-to-odd.
+// results to signed zero. The exact sum is s + e (TwoSum in double: exact
+// for any two floats); its truncation toward zero with the last bit set when
+// inexact is round-to-odd.
 static float add_round_odd(float x, float y) {
     const double s = (double)x + (double)y, bv = s - x, e = ((double)x - (s - bv)) + ((double)y - bv);
     float t = (float)s;
