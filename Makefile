@@ -140,6 +140,8 @@ test-arm64: $(ARM64_TESTS) $(ARM64_BUILD)/tests/step_grads $(STEP_BIN)
 	  $(STEP_BIN) compare $$d/aarch64.bin $$d/aarch64-*.bin && \
 	  $(STEP_BIN) compare $$d/$$h-portable.bin $$d/aarch64-portable.bin; } || failed="$$failed step_grads"; \
 	if [ -n "$$failed" ]; then echo "FAILED:$$failed"; exit 1; fi
+	@echo "== test_matmul on a core without FEAT_BF16 (qemu-aarch64 -cpu cortex-a72: neon+round, neonbf16 refused)"; \
+	  OMP_THREAD_LIMIT=1 qemu-aarch64 -cpu cortex-a72 -L /usr/aarch64-linux-gnu $(ARM64_BUILD)/tests/test_matmul
 -include $(ARM64_OBJ:.o=.d) $(ARM64_TESTS:=.d) $(ARM64_BUILD)/tests/step_grads.d
 ARM64_PKGS = gcc-aarch64-linux-gnu qemu-user libcmocka-dev:arm64 libjansson-dev:arm64
 # The arm64 package lists come with the next apt-get update: one here when the architecture is new, unless

@@ -35,8 +35,8 @@ static void usage(FILE *f) {
     fprintf(f, "\n`pocket COMMAND --help` gives each command's options; `pocket --version` the CPU and kernels.\n");
     fprintf(f, "\nenvironment:\n"
                "  %s=SET[/BF16]  the CPU kernels: avx512, avx2, neon or portable (fp32 matmuls and attention),\n"
-               "                 and optionally the bf16 matmuls' kernel: avx512bf16, portable, or a set's name\n"
-               "                 for bf16-rounded operands on its fp32 tiles\n"
+               "                 and optionally the bf16 matmuls' kernel: avx512bf16, neonbf16, portable, or a\n"
+               "                 set's name for bf16-rounded operands on its fp32 tiles\n"
                "                 (default: the fastest this CPU runs; e.g. avx2 measures the AVX2 path on an\n"
                "                 AVX-512 machine)\n"
                "  OMP_NUM_THREADS  threads when a command's own option leaves it open\n",

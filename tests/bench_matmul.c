@@ -213,13 +213,17 @@ int main(int argc, char **argv) {
                "(measured %.1f before, %.1f after)\n",
                cpu_kernels(&dev)->bf16->name, bf16_peak, bf16_peak / peak, bf16_before, bf16_after);
     else
-        printf("== bench_matmul: bf16 kernel %s (no AVX512_BF16 in use: bf16 runs at fp32 speed at best)\n",
-               cpu_kernels(&dev)->bf16->name);
+        printf("== bench_matmul: bf16 kernel %s (%s)\n", cpu_kernels(&dev)->bf16->name,
+               cpu_kernels(&dev)->bf16 == matmul_bf16_kernel_neon()
+                   ? "BFDOT: its peak is not measured here"
+                   : "no AVX512_BF16 in use: bf16 runs at fp32 speed at best");
     if (blas_only)
         printf("== bench_matmul: reference OpenBLAS sgemm (%s), %d threads, OPENBLAS_CORETYPE=%s\n", blas.config,
                threads, getenv("OPENBLAS_CORETYPE") ? getenv("OPENBLAS_CORETYPE") : "unset");
     printf("%% pk: of the fp32 FMA peak (the bf16 peak is %s the fp32 one)\n",
-           bf16_peak > 0 ? "2x" : "no more than");
+           bf16_peak > 0                                     ? "2x"
+           : cpu_kernels(&dev)->bf16 == matmul_bf16_kernel_neon() ? "not measured against"
+                                                                 : "no more than");
     printf("%-10s %5s %5s %6s %4s | %-22s | %-22s | %-22s\n", "shape", "N", "C", "OC", "prec",
            "forward y = x W^T", "dX = dY W", "dW = dY^T X");
     for (int i = 0; i < N_SHAPES; i++) {

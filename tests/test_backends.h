@@ -1,7 +1,7 @@
 // test_backends.h: every backend present, as devices the op tests run on:
 // the CPU once per kernel set this CPU runs (AVX-512, AVX2+FMA, NEON,
-// portable; for bf16 AVX512_BF16, the fp32 AVX-512, AVX2 and NEON tiles over
-// bf16-rounded operands, and portable), and, in a build with CUDA (make CUDA=1) on a
+// portable; for bf16 AVX512_BF16, BFDOT, the fp32 AVX-512, AVX2 and NEON
+// tiles over bf16-rounded operands, and portable), and, in a build with CUDA (make CUDA=1) on a
 // machine with a GPU, the GPU. A new backend adds its devices here, and every
 // op test then checks it against the same double references.
 //
@@ -89,15 +89,16 @@ static inline int test_devices(TestDevice *out, int threads) {
     int n = 0;
     for (int i = 0; i < 4; i++) {
         if (!f32[i]) continue;
-        // Each fp32 set with its own bf16 kernel (AVX512_BF16, or the fp32
-        // tiles over bf16-rounded operands, or portable), and AVX-512 once
-        // more with its rounded kernel when it has AVX512_BF16, so every bf16
-        // kernel runs too.
+        // Each fp32 set with its own bf16 kernel (AVX512_BF16 or BFDOT, or
+        // the fp32 tiles over bf16-rounded operands, or portable), and
+        // AVX-512 / NEON once more with the rounded kernel when the CPU has
+        // AVX512_BF16 / BFDOT, so every bf16 kernel runs too.
         const MatmulBf16Kernel *own = matmul_bf16_kernel_on(f32[i]);
         const MatmulBf16Kernel *b[2] = {own ? own : matmul_bf16_kernel_portable(), NULL};
-        if (i == 0 && matmul_bf16_kernel_avx512()) {
+        const MatmulBf16Kernel *fast = i == 0 ? matmul_bf16_kernel_avx512() : i == 2 ? matmul_bf16_kernel_neon() : NULL;
+        if (fast) {
             b[1] = b[0];
-            b[0] = matmul_bf16_kernel_avx512();
+            b[0] = fast;
         }
         for (int j = 0; j < 2 && b[j]; j++) {
             CpuKernels k = {f32[i], b[j], 256};

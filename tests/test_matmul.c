@@ -24,6 +24,20 @@
 // output in magnitude, up to a small factor the 1e-5 floor covers). That is
 // still far below a bf16 rounding of the operands (2^-9 relative per
 // operand), which test_precision_selects_products tells apart.
+//
+// The BFDOT kernel (neonbf16: AArch64 with FEAT_BF16) does not add as fp32
+// does. The Arm ARM (BFDOT; FEAT_EBF16 absent or FPCR.EBF = 0, Linux's
+// default) has each instruction round the sum of one k pair's two products
+// (exact for bf16 operands) and then that sum's addition to the accumulator,
+// both to fp32 with round-to-odd (an inexact result's last bit set), with
+// denormal inputs and results flushed to zero. test_bfdot_tile_bits holds
+// the tile to exactly that, bit for bit. Normwise: round-to-odd errs by
+// less than one ulp of its result, 2^-23 relative (not half), and a sum of K
+// products takes K/2 instructions of two roundings each; with the GPU's
+// argument (pair sums and partial sums stay below the largest output, up to
+// a small factor) the error is below K * 2^-23 of the largest output, plus
+// the driver's own fp32 additions (its k blocks' partial sums into C, the
+// accumulate into dinp and dW), which the fp32 tolerance covers.
 #include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -44,6 +58,8 @@ static double tol_for(int K) { return TOL_PER_SQRT_K * sqrt(K > 1 ? (double)K : 
 
 // The bound of device td for a sum of K products in precision p (see the top).
 static double tol_dev(const TestDevice *td, MatmulPrecision p, int K) {
+    const MatmulBf16Kernel *bfdot = matmul_bf16_kernel_neon();
+    if (!td->gpu && p == MATMUL_BF16 && bfdot && cpu_kernels(&td->dev)->bf16 == bfdot) return tol_for(K) + K * 0x1p-23;
     if (!td->gpu) return tol_for(K);
     const double gpu = p == MATMUL_BF16 ? fmax(1e-5, K * 0x1p-23) : 1e-5;
     return fmax(tol_for(K), gpu);
@@ -279,14 +295,14 @@ static float *special_values(Rng *r, int n) {
 // "+round" bf16 kernels multiply), on ragged rows and kc and special values.
 static void test_fp32_packs_round_exactly(void **state) {
     (void)state;
-    const MatmulKernel *kernels[2] = {matmul_kernel_avx512(), matmul_kernel_avx2()};
+    const MatmulKernel *kernels[3] = {matmul_kernel_avx512(), matmul_kernel_avx2(), matmul_kernel_neon()};
     Rng r;
     rng_seed(&r, 29);
     const int rows_max = 40, kc_max = 45;
     float *src = special_values(&r, rows_max * kc_max);
     float *dst = xmalloc((size_t)32 * kc_max * sizeof(float), "pack dst");
     int checked = 0;
-    for (int ki = 0; ki < 2; ki++) {
+    for (int ki = 0; ki < 3; ki++) {
         const MatmulKernel *kern = kernels[ki];
         if (!kern || !kern->pack_t) continue;
         const int widths[2] = {kern->mr, kern->nr};
@@ -314,12 +330,13 @@ static void test_fp32_packs_round_exactly(void **state) {
     free(src), free(dst);
 }
 
-// The AVX512_BF16 packs give the portable pack's bits, on both vectorised
-// source layouts (k contiguous, index contiguous) and a strided one, with
-// ragged widths, odd kc and special values.
+// The AVX512_BF16 and BFDOT kernels' packs give the portable pack's bits,
+// on both vectorised source layouts (k contiguous, index contiguous) and a
+// strided one, with ragged widths, odd kc and special values.
 static void test_bf16_packs_agree(void **state) {
     (void)state;
     const MatmulBf16Kernel *fast = matmul_bf16_kernel_avx512(), *port = matmul_bf16_kernel_portable();
+    if (!fast) fast = matmul_bf16_kernel_neon();
     if (!fast) {
         skip();
         return;
@@ -346,14 +363,135 @@ static void test_bf16_packs_agree(void **state) {
                     fast->pack(a, widths[wi], panel_stride, src, strides[st][0], strides[st][1], rows, kc);
                     port->pack(b, widths[wi], panel_stride, src, strides[st][0], strides[st][1], rows, kc);
                     if (memcmp(a, b, n * sizeof(uint16_t)))
-                        fail_msg("packs differ: width %d rows %d kc %d strides %td,%td", widths[wi], rows, kc,
-                                 strides[st][0], strides[st][1]);
+                        fail_msg("%s packs differ: width %d rows %d kc %d strides %td,%td", fast->name, widths[wi],
+                                 rows, kc, strides[st][0], strides[st][1]);
                     for (size_t i = 0; i < n; i++)   // the gap after each panel's pairs is not written
                         if ((ptrdiff_t)(i % panel_stride) >= (ptrdiff_t)widths[wi] * (kc + (kc & 1)) && a[i] != 0xABAB)
                             fail_msg("pack wrote past a panel: width %d rows %d kc %d", widths[wi], rows, kc);
                 }
             }
     free(src), free(a), free(b);
+}
+
+// x + y rounded to fp32 as BFDOT rounds (Arm ARM): round-to-odd, denormal
+// results to signed zero. The exact sum is s + e (TwoSum in double: exact
+// for any two floats); its truncation toward zero with the last bit set when
+// inexact is round-to-odd.
+static float add_round_odd(float x, float y) {
+    const double s = (double)x + (double)y, bv = s - x, e = ((double)x - (s - bv)) + ((double)y - bv);
+    float t = (float)s;
+    if (fabs((double)t) > fabs(s)) t = nextafterf(t, 0.0f);   // s truncated toward zero
+    int inexact = (double)t != s;
+    if (!inexact && e != 0.0) {
+        inexact = 1;
+        if ((e < 0) != (s < 0)) t = nextafterf(t, 0.0f);   // s + e lies just inside t
+    }
+    uint32_t u;
+    memcpy(&u, &t, sizeof u);
+    if (inexact) u |= 1;
+    if ((u & 0x7f800000u) == 0) u &= 0x80000000u;
+    memcpy(&t, &u, sizeof u);
+    return t;
+}
+
+// The BFDOT tile, bit for bit, against BFDOT's arithmetic done by hand
+// (add_round_odd; the top of this file): per k pair, acc = acc + (a0 b0 +
+// a1 b1), both additions rounded to odd, then C = acc or C + acc (fp32).
+// Operands of mixed magnitudes, so the roundings are inexact often; ragged
+// tiles (only the mr x nr corner of C written), odd kc (the zero pad).
+// Plain fp32 sums differ from these bits in many places, so a tile that
+// added otherwise would fail.
+static void test_bfdot_tile_bits(void **state) {
+    (void)state;
+    const MatmulBf16Kernel *k = matmul_bf16_kernel_neon();
+    if (!k) {
+        skip();
+        return;
+    }
+    enum { KC_MAX = 64, LDC = 17 };
+    const int MR = k->mr, NR = k->nr;
+    Rng r;
+    rng_seed(&r, 31);
+    float *a = xmalloc((size_t)MR * KC_MAX * sizeof(float), "a");
+    float *b = xmalloc((size_t)NR * KC_MAX * sizeof(float), "b");
+    for (int i = 0; i < MR * KC_MAX; i++) a[i] = (float)ldexp(rng_normal(&r), (int)(rng_next(&r) % 9) - 4);
+    for (int i = 0; i < NR * KC_MAX; i++) b[i] = (float)ldexp(rng_normal(&r), (int)(rng_next(&r) % 9) - 4);
+    uint16_t *pa = xmalloc((size_t)MR * KC_MAX * sizeof(uint16_t), "pa");
+    uint16_t *pb = xmalloc((size_t)NR * KC_MAX * sizeof(uint16_t), "pb");
+    float c[8 * LDC], c0[8 * LDC];
+    assert_true(MR <= 8 && NR <= LDC);
+    for (int i = 0; i < 8 * LDC; i++) c0[i] = (float)rng_normal(&r);
+    const int kcs[] = {1, 2, 3, 8, 17, 64};
+    int differs_from_fp32 = 0;
+    for (int ki = 0; ki < 6; ki++) {
+        const int kc = kcs[ki];
+        // A(i, k) = a[i*KC_MAX + k], B(k, j) = b[j*KC_MAX + k]: k contiguous.
+        k->pack(pa, MR, (ptrdiff_t)MR * KC_MAX, a, KC_MAX, 1, MR, kc);
+        k->pack(pb, NR, (ptrdiff_t)NR * KC_MAX, b, KC_MAX, 1, NR, kc);
+        for (int shape = 0; shape < 2; shape++)
+            for (int accumulate = 0; accumulate <= 1; accumulate++) {
+                const int mr = shape ? 3 : MR, nr = shape ? 5 : NR;
+                memcpy(c, c0, sizeof c);
+                const MatmulBf16Tile t = {kc + (kc & 1), pa, pb, c, LDC, mr, nr, accumulate};
+                k->tile(&t);
+                for (int i = 0; i < 8; i++)
+                    for (int j = 0; j < LDC; j++) {
+                        float want = c0[i * LDC + j], acc = 0.0f, acc_fp32 = 0.0f;
+                        if (i < mr && j < nr) {
+                            for (int q = 0; q < (kc + 1) / 2; q++) {
+                                float p[2] = {0.0f, 0.0f};
+                                for (int h = 0; h < 2 && 2 * q + h < kc; h++)
+                                    p[h] = bf16_to_f32(f32_to_bf16(a[i * KC_MAX + 2 * q + h])) *
+                                           bf16_to_f32(f32_to_bf16(b[j * KC_MAX + 2 * q + h]));
+                                acc = add_round_odd(acc, add_round_odd(p[0], p[1]));
+                                acc_fp32 = acc_fp32 + (p[0] + p[1]);
+                            }
+                            differs_from_fp32 += acc != acc_fp32;
+                            want = accumulate ? want + acc : acc;
+                        }
+                        uint32_t got_bits, want_bits;
+                        memcpy(&got_bits, &c[i * LDC + j], sizeof got_bits);
+                        memcpy(&want_bits, &want, sizeof want_bits);
+                        if (got_bits != want_bits)
+                            fail_msg("%s tile kc %d mr %d nr %d accumulate %d: C(%d, %d) is %08x (%.9g), BFDOT gives "
+                                     "%08x (%.9g)", k->name, kc, mr, nr, accumulate, i, j, got_bits, c[i * LDC + j],
+                                     want_bits, want);
+                    }
+            }
+    }
+    printf("  %s tile: every element BFDOT's bits; %d of them differ from plain fp32 sums\n", k->name,
+           differs_from_fp32);
+    assert_true(differs_from_fp32 > 0);
+    free(a), free(b), free(pa), free(pb);
+}
+
+// POCKET_KERNELS names the BFDOT kernel "neonbf16": where the CPU has
+// FEAT_BF16 it is the default and the neon set's own, "neon/neonbf16" forces
+// it and "neon/neon" takes the fp32 tiles over rounded operands instead; where
+// it has none, the name is refused as one this CPU cannot run.
+static void test_bfdot_by_name(void **state) {
+    (void)state;
+    const MatmulBf16Kernel *bfdot = matmul_bf16_kernel_neon();
+    CpuKernels k;
+    PtError e;
+    if (bfdot) {
+        assert_ptr_equal(matmul_bf16_kernel_best(), bfdot);
+        assert_int_equal(cpu_kernels_named(&k, "neon", &e), 0);
+        assert_ptr_equal(k.bf16, bfdot);
+        assert_int_equal(cpu_kernels_named(&k, "portable/neonbf16", &e), 0);
+        assert_ptr_equal(k.bf16, bfdot);
+        char line[256];
+        cpu_kernels_describe(&k, line, sizeof line);
+        assert_non_null(strstr(line, "bf16 neonbf16 (bfdot)"));
+        assert_null(cpu_kernels_bf16_notice(&k));
+        assert_int_equal(cpu_kernels_named(&k, "neon/neon", &e), 0);
+        assert_string_equal(k.bf16->name, "neon+round");
+    } else {
+        assert_int_not_equal(cpu_kernels_named(&k, "portable/neonbf16", &e), 0);
+        assert_non_null(strstr(e.msg, "this CPU cannot run the bf16 kernel 'neonbf16'"));
+    }
+    assert_int_not_equal(cpu_kernels_named(&k, "portable/neonbf15", &e), 0);
+    assert_non_null(strstr(e.msg, "unknown bf16 kernel 'neonbf15'"));
 }
 
 // MATMUL_BF16 is the bf16 path (not fp32): against the reference on
@@ -506,6 +644,8 @@ int main(void) {
         cmocka_unit_test(test_bf16_rounding),
         cmocka_unit_test(test_fp32_packs_round_exactly),
         cmocka_unit_test(test_bf16_packs_agree),
+        cmocka_unit_test(test_bfdot_tile_bits),
+        cmocka_unit_test(test_bfdot_by_name),
         cmocka_unit_test(test_bf16),
         cmocka_unit_test(test_precision_selects_products),
     };

@@ -22,20 +22,22 @@ static const MatmulKernel *f32_named(const char *name, size_t len, int *known) {
     return NULL;
 }
 
-// The bf16 kernel of a name: avx512bf16, portable, or an fp32 kernel's name
+// The bf16 kernel of a name: avx512bf16, neonbf16, portable, or an fp32 kernel's name
 // for the bf16 products on that fp32 kernel (its "+round" kernel).
 static const MatmulBf16Kernel *bf16_named(const char *name, size_t len, int *known) {
     *known = 1;
     if (len == 10 && !strncmp(name, "avx512bf16", len)) return matmul_bf16_kernel_avx512();
+    if (len == 8 && !strncmp(name, "neonbf16", len)) return matmul_bf16_kernel_neon();
     if (len == 8 && !strncmp(name, "portable", len)) return matmul_bf16_kernel_portable();
     const MatmulKernel *f = f32_named(name, len, known);
     return f ? matmul_bf16_kernel_on(f) : NULL;
 }
 
 // The bf16 kernel that goes with a forced fp32 set: the set's instructions
-// only (AVX512_BF16 counts as AVX-512).
+// only (AVX512_BF16 counts as AVX-512, FEAT_BF16 as NEON).
 static const MatmulBf16Kernel *bf16_for(const MatmulKernel *f) {
     if (f == matmul_kernel_avx512() && matmul_bf16_kernel_avx512()) return matmul_bf16_kernel_avx512();
+    if (f == matmul_kernel_neon() && matmul_bf16_kernel_neon()) return matmul_bf16_kernel_neon();
     const MatmulBf16Kernel *b = matmul_bf16_kernel_on(f);
     return b ? b : matmul_bf16_kernel_portable();
 }
@@ -48,14 +50,14 @@ int cpu_kernels_named(CpuKernels *k, const char *spec, PtError *e) {
     int known;
     k->f32 = f32_named(spec, len, &known);
     if (!k->f32)
-        return pt_fail(e, "%s=%s: %s '%.*s' (avx512, avx2, neon, portable; optionally /avx512bf16, /avx512, /avx2, "
-                       "/neon or /portable for the bf16 products)", CPU_KERNELS_ENV, spec,
+        return pt_fail(e, "%s=%s: %s '%.*s' (avx512, avx2, neon, portable; optionally /avx512bf16, /neonbf16, "
+                       "/avx512, /avx2, /neon or /portable for the bf16 products)", CPU_KERNELS_ENV, spec,
                        known ? "this CPU cannot run the kernels" : "unknown kernel set", (int)len, spec);
     k->bf16 = bf16_for(k->f32);
     if (!slash) return 0;
     k->bf16 = bf16_named(slash + 1, strlen(slash + 1), &known);
     if (!k->bf16)
-        return pt_fail(e, "%s=%s: %s '%s' (avx512bf16, avx512, avx2, neon, portable)", CPU_KERNELS_ENV, spec,
+        return pt_fail(e, "%s=%s: %s '%s' (avx512bf16, neonbf16, avx512, avx2, neon, portable)", CPU_KERNELS_ENV, spec,
                        known ? "this CPU cannot run the bf16 kernel" : "unknown bf16 kernel", slash + 1);
     return 0;
 }
@@ -65,14 +67,15 @@ void cpu_kernels_describe(const CpuKernels *k, char *buf, size_t n) {
     snprintf(buf, n, "fp32 %s (%dx%d tiles), bf16 %s (%s)", k->f32->name, k->f32->mr, k->f32->nr, b->name,
              b->on_fp32                             ? "bf16-rounded operands on the fp32 FMA tiles"
              : b == matmul_bf16_kernel_avx512()     ? "vdpbf16ps"
+             : b == matmul_bf16_kernel_neon()       ? "bfdot"
                                                     : "plain C");
 }
 
 const char *cpu_kernels_bf16_notice(const CpuKernels *k) {
-    if (k->bf16 == matmul_bf16_kernel_avx512()) return NULL;
+    if (k->bf16 == matmul_bf16_kernel_avx512() || k->bf16 == matmul_bf16_kernel_neon()) return NULL;
     if (k->bf16->on_fp32)
-        return "bf16 matmuls: this CPU (or the kernel set chosen) has no AVX512_BF16, so bf16 products cost as much "
-               "as fp32 ones: bf16 runs at the fp32 speed, not faster";
+        return "bf16 matmuls: this CPU (or the kernel set chosen) has no AVX512_BF16 or BFDOT, so bf16 products cost "
+               "as much as fp32 ones: bf16 runs at the fp32 speed, not faster";
     return "bf16 matmuls: portable kernel (no AVX2 or AVX-512 kernels on this CPU or in the set chosen): bf16 runs "
            "at about half the fp32 speed";
 }

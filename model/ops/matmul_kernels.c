@@ -123,6 +123,7 @@ const MatmulBf16Kernel *matmul_bf16_kernel_portable(void) { return &kernel_porta
 const MatmulBf16Kernel *matmul_bf16_kernel_on(const MatmulKernel *f) { return f ? f->bf16_round : NULL; }
 const MatmulBf16Kernel *matmul_bf16_kernel_best(void) {
     const MatmulBf16Kernel *k = matmul_bf16_kernel_avx512();
+    if (!k) k = matmul_bf16_kernel_neon();
     if (!k) k = matmul_bf16_kernel_on(matmul_kernel_best());
     return k ? k : &kernel_portable_bf16;
 }

@@ -80,7 +80,7 @@ void matmul_backward_fp32(Device *d, const MatmulKernel *k, float *dinp, float *
 // The MATMUL_BF16 products (matmul_bf16.c) pack both operands as bf16 panels
 // with k in pairs: element (i, k) of a panel `width` indices wide sits at
 // p[(k/2)*2*width + 2*i + k%2], so one 32-bit word holds the pair (k, k+1) of
-// index i, the operand layout of vdpbf16ps. A panel's kc is even (an odd last
+// index i, the operand layout of vdpbf16ps and of BFDOT. A panel's kc is even (an odd last
 // k is padded with zero).
 
 // One register tile: C[mr x nr] (+)= A[mr x kc] B[kc x nr] from packed panels
@@ -105,11 +105,11 @@ typedef void (*MatmulBf16PackFn)(uint16_t *dst, int width, ptrdiff_t panel_strid
                                  ptrdiff_t s_idx, ptrdiff_t s_k, int rows, int kc);
 
 struct MatmulBf16Kernel {
-    const char *name;   // "avx512bf16", "avx512+round", "avx2+round", "neon+round", "portable"
+    const char *name;   // "avx512bf16", "neonbf16", "avx512+round", "avx2+round", "neon+round", "portable"
     int mr, nr;
     MatmulBf16TileFn tile;
     MatmulBf16PackFn pack;
-    // Set on CPUs without AVX512_BF16 (tile and pack NULL): the products run
+    // Set on CPUs without AVX512_BF16 or FEAT_BF16 (tile and pack NULL): the products run
     // on this fp32 kernel's driver (matmul.c), whose packs round both
     // operands to bf16 (matmul_bf16_round) and keep them as fp32 values.
     // A product of two bf16 values is exact in fp32, so the sums are those
@@ -122,11 +122,13 @@ struct MatmulBf16Kernel {
 uint16_t matmul_bf16_round(float x);
 
 const MatmulBf16Kernel *matmul_bf16_kernel_avx512(void);   // NULL without AVX512_BF16
+const MatmulBf16Kernel *matmul_bf16_kernel_neon(void);     // BFDOT; NULL without FEAT_BF16 (or off AArch64)
 const MatmulBf16Kernel *matmul_bf16_kernel_portable(void);
 // The bf16 products on fp32 kernel f (f->bf16_round); NULL for NULL or the
 // portable kernel.
 const MatmulBf16Kernel *matmul_bf16_kernel_on(const MatmulKernel *f);
-// AVX512_BF16 where the CPU has it, else on the best fp32 kernel, else portable.
+// AVX512_BF16 or BFDOT where the CPU has it, else on the best fp32 kernel,
+// else portable.
 const MatmulBf16Kernel *matmul_bf16_kernel_best(void);
 
 // The MATMUL_BF16 forward / backward on kernel k (matmul_bf16.c), and the

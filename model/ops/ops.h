@@ -36,9 +36,9 @@ const CpuKernels *cpu_kernels(const Device *d);
 
 // Kernel sets by name (cpu_kernels.c): "avx512", "avx2", "neon" or "portable" for the
 // fp32 products and attention, then optionally "/" and the bf16 products'
-// kernel: "avx512bf16", "portable", or an fp32 set's name for bf16-rounded
-// operands on its fp32 tiles. Without "/": that set's own instructions
-// (AVX512_BF16 with avx512 where the CPU has it). NULL, "" or "auto": the
+// kernel: "avx512bf16", "neonbf16", "portable", or an fp32 set's name for
+// bf16-rounded operands on its fp32 tiles. Without "/": that set's own
+// instructions (AVX512_BF16 with avx512, BFDOT with neon, where the CPU has it). NULL, "" or "auto": the
 // best this CPU runs. Fails on an unknown name or one this CPU cannot run.
 #define CPU_KERNELS_ENV "POCKET_KERNELS"
 int cpu_kernels_named(CpuKernels *k, const char *spec, PtError *e);
