@@ -11,10 +11,6 @@ static inline int is_counted(const int *targets, const uint8_t *mask, int n) {
     return targets && targets[n] >= 0 && (!mask || mask[n] != 0);
 }
 
-// One row of logits z[V]: returns -log p(target). If make_grad, z is
-// overwritten by scale * (softmax(z) - onehot(target)). exp(z - max) runs on
-// fast_exp.h's vectorised blocks (expf one logit at a time was a tenth of the
-// classifier's time), each block summed in float, the blocks in double.
 // The largest of z[V], in 16 lanes: elementwise selects that gcc and clang
 // both vectorise (clang does not vectorise a compare-select max reduction,
 // and fmaxf's reduction crashes Debian's aarch64 gcc 12).
@@ -30,6 +26,10 @@ static float row_max(const float *z, int V) {
     return m;
 }
 
+// One row of logits z[V]: returns -log p(target). If make_grad, z is
+// overwritten by scale * (softmax(z) - onehot(target)). exp(z - max) runs on
+// fast_exp.h's vectorised blocks (expf one logit at a time was a tenth of the
+// classifier's time), each block summed in float, the blocks in double.
 static double row_loss(float *z, int target, int V, float scale, int make_grad) {
     const float z_max = row_max(z, V);
     const float z_target = z[target];

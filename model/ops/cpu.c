@@ -28,16 +28,16 @@ static void cpu_copy(Device *d, void *dst, const void *src, size_t bytes) {
 // The largest scratch any op of the decoder, the optimizer or QAT takes at
 // B x T (they release it before the next op starts).
 static size_t cpu_workspace_bytes(const Device *d, const ModelConfig *c, int B, int T, size_t n_params) {
-    const int N = B * T, widest = c->d_ff > c->d_model ? c->d_ff : c->d_model;
-    size_t need[5] = {matmul_workspace_bytes(d),
+    const int N = B * T;
+    // RMSNorm runs on N rows of d_model and, as the q/k norms, on N * heads rows of head_dim.
+    size_t need[6] = {matmul_workspace_bytes(d),
                       attention_workspace_bytes(d, B, T, c->n_head, c->n_kv_head, c->head_dim),
                       classifier_workspace_bytes(d, N, c->vocab_size),
-                      rmsnorm_workspace_bytes(N, widest) > rmsnorm_workspace_bytes(N * c->n_head, c->head_dim)
-                          ? rmsnorm_workspace_bytes(N, widest)
-                          : rmsnorm_workspace_bytes(N * c->n_head, c->head_dim),
+                      rmsnorm_workspace_bytes(N, c->d_model),
+                      rmsnorm_workspace_bytes(N * c->n_head, c->head_dim),
                       grad_norm_workspace_bytes(n_params)};
     size_t most = 0;
-    for (int i = 0; i < 5; i++) most = need[i] > most ? need[i] : most;
+    for (int i = 0; i < 6; i++) most = need[i] > most ? need[i] : most;
     return most;
 }
 
