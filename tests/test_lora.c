@@ -10,9 +10,6 @@
 //   with recompute;
 // - recompute gives the same gradient bits; the KV cache fed in one pass the
 //   full forward's logit bits with the adapter on;
-// - logits and dA/dB against PEFT + transformers (tests/ref/make_lora_fixtures.py)
-//   on the HF fixture models, the adapter read from PEFT's own folder
-//   (formats/lora_peft.h) as `pocket import` reads it;
 // - the target list parser and the recipe-facing checks.
 #include <setjmp.h>
 #include <stdarg.h>
@@ -20,9 +17,6 @@
 #include <cmocka.h>
 #include <math.h>
 #include <string.h>
-#include "../formats/hf_import.h"
-//#include "../formats/lora_peft.h"
-#include "../formats/safetensors.h"
 #include "test_model_util.h"
 
 typedef struct {

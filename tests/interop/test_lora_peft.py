@@ -33,7 +33,7 @@ def peft_logits(hf_dir, peft_dir, tokens):
     base = AutoModelForCausalLM.from_pretrained(hf_dir, dtype=torch.float32, attn_implementation="eager")
     model = PeftModel.from_pretrained(base, peft_dir).eval()
     with torch.no_grad():
-        return model(input_ids=torch.tensor([tokens])).logits[0].numpy(), base
+        return model(input_ids=torch.tensor([tokens])).logits[0].numpy()
 
 
 def pocket_logits(run_pocket, workdir, ckpt, adapter, tokens):
@@ -47,13 +47,15 @@ def pocket_logits(run_pocket, workdir, ckpt, adapter, tokens):
     return load_file(str(dump))["logits"]
 
 
-def check(run_pocket, workdir, ckpt, adapter, tokens):
+def check(run_pocket, workdir, ckpt, adapter, tokens, dropout=None):
     run_pocket("export", "--ckpt", ckpt, "--format", "hf", "--out", workdir / "hf")
     run_pocket("export", "--ckpt", ckpt, "--lora", adapter, "--format", "peft", "--out", workdir / "peft")
     cfg = json.loads((workdir / "peft" / "adapter_config.json").read_text())
     assert cfg["peft_type"] == "LORA" and not cfg["use_dora"]
     print(f"lora_dropout {cfg['lora_dropout']} (PEFT in eval mode and pocket forward do not drop)")
-    want, _ = peft_logits(str(workdir / "hf"), str(workdir / "peft"), tokens)
+    if dropout is not None:   # the recipe's rate reaches PEFT's config
+        assert cfg["lora_dropout"] == pytest.approx(dropout)
+    want = peft_logits(str(workdir / "hf"), str(workdir / "peft"), tokens)
     got = pocket_logits(run_pocket, workdir, ckpt, adapter, tokens)
     base = pocket_logits(run_pocket, workdir, ckpt, None, tokens)
     err, effect = np.abs(got - want).max(), np.abs(got - base).max()
@@ -74,7 +76,7 @@ def test_trained_adapter(run_pocket, workdir, dropout):
         f"seq_len = 32\nsteps = 20\neval_interval = 0\nthreads = 2\nrun_dir = {workdir}/run\n[optim]\nlr = 0.02\n"
         f"warmup = 0\n[lora]\nenabled = 1\nrank = 8\nalpha = 16\ndropout = {dropout}\n")
     run_pocket("train", workdir / "lora.ini")
-    check(run_pocket, workdir, workdir / "init.h5", workdir / "run/ckpt-00000020.h5", TOKENS)
+    check(run_pocket, workdir, workdir / "init.h5", workdir / "run/ckpt-00000020.h5", TOKENS, dropout)
 
 
 @pytest.mark.parametrize("base,adapter", [("qwen3-untied", "qwen3-untied-all"), ("qwen3-tied", "qwen3-tied-qvdown")])
