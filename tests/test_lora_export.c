@@ -364,8 +364,9 @@ static void merge_changes_only_the_adapted_codes(void **state) {
         free(a);
         free(b);
     }
-    // A real update: the adapted projections' codes move, every other byte of
-    // the weight file stays (the graph too: offsets depend on shapes only).
+    // A real update: the adapted projections' codes move, and at most their
+    // codes and scales change in the weight file; the graph is the same bytes
+    // (offsets depend on shapes only).
     *z = f.v;
     z->int4_base = 0;
     if (mnn_lora_merge(&f.b, &f.q, NULL, z, merged, &o, &st, &ms, &e)) fail_msg("%s", e.msg);
@@ -377,6 +378,12 @@ static void merge_changes_only_the_adapted_codes(void **state) {
     size_t differ = 0;
     for (size_t i = 0; i < na; i++) differ += a[i] != b[i];
     assert_true(differ > 0 && differ <= (size_t)(ms.total / 2 + ms.groups * 4));
+    free(a);
+    free(b);
+    a = slurp(base, "llm.mnn", &na);
+    b = slurp(merged, "llm.mnn", &nb);
+    assert_int_equal(na, nb);
+    assert_memory_equal(a, b, na);
     free(a);
     free(b);
     free(z);
