@@ -35,3 +35,13 @@ static inline int make_tiny_checkpoint(const char *dir) {
     return sh("%s init --model %s/config.json --tokenizer tests/fixtures/tok/tokenizer.json --out %s/init.h5 >/dev/null",
               pocket(), dir, dir);
 }
+
+// Losses per step from a run's metrics.jsonl, as text, so "identical" means identical.
+static inline void read_losses(const char *run, char *out, size_t cap) {
+    char cmd[600];
+    snprintf(cmd, sizeof cmd, "grep -o '\"loss\": *[-0-9.e+]*' %s/metrics.jsonl", run);
+    FILE *p = popen(cmd, "r");
+    size_t n = fread(out, 1, cap - 1, p);
+    out[n] = 0;
+    pclose(p);
+}

@@ -76,15 +76,6 @@ static long newest_ckpt(const char *dir, char *out, size_t cap) {
     return best;
 }
 
-// Losses per step from metrics.jsonl, as text, so "identical" means identical.
-static void read_losses(const char *run, char *out, size_t cap) {
-    char cmd[600];
-    snprintf(cmd, sizeof cmd, "grep -o '\"loss\": *[-0-9.e+]*' %s/metrics.jsonl", run);
-    FILE *p = popen(cmd, "r");
-    size_t n = fread(out, 1, cap - 1, p);
-    out[n] = 0;
-    pclose(p);
-}
 
 static void assert_same_params(const char *a, const char *b, double rel_tol) {
     ModelBundle x, y;

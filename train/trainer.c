@@ -224,15 +224,14 @@ static void download_params(Trainer *t) {
 static int save_checkpoint(Trainer *t, PtError *e) {
     char *path = run_dir_checkpoint_path(t->dir, t->st.step);
     loader_get_cursor(&t->loader, &t->st.cursor);
-    if (t->lora_on) {
-        int rc = lora_train_save(&t->lora, &t->dp, path, &t->st, e);
-        free(path);
-        if (rc == 0 && t->lead) run_dir_keep_newest(t->dir, t->r->train.keep_last);
-        return rc;
+    int rc;
+    if (t->lora_on) {   // only the adapter: the frozen base stays where it is
+        rc = lora_train_save(&t->lora, &t->dp, path, &t->st, e);
+    } else {
+        download_params(t);
+        if (t->qat_on) qat_run_download(&t->qat);
+        rc = dp_save(&t->dp, path, &t->b, &t->st, t->qat_on && t->qat.ready ? &t->qat.q : NULL, e);
     }
-    download_params(t);
-    if (t->qat_on) qat_run_download(&t->qat);
-    int rc = dp_save(&t->dp, path, &t->b, &t->st, t->qat_on && t->qat.ready ? &t->qat.q : NULL, e);
     free(path);
     if (rc == 0 && t->lead) run_dir_keep_newest(t->dir, t->r->train.keep_last);
     return rc;
@@ -303,9 +302,12 @@ static int evaluate(Trainer *t, PtError *e) {
            best ? ", best so far" : "");
     if (best) {
         char *path = path_join(t->dir, "best.h5");
-        download_params(t);
-        rc = t->lora_on ? lora_train_save(&t->lora, &t->dp, path, NULL, e)
-                        : checkpoint_save_qat(path, &t->b, qat_state(t), e);
+        if (t->lora_on) {
+            rc = lora_train_save(&t->lora, &t->dp, path, NULL, e);
+        } else {   // the frozen base of a LoRA run is never copied back
+            download_params(t);
+            rc = checkpoint_save_qat(path, &t->b, qat_state(t), e);
+        }
         free(path);
         if (rc) return rc;
     }
