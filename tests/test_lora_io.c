@@ -10,7 +10,8 @@
 //   dropout on too (its losses differ from dropout 0's); QLoRA on a
 //   model's int4 state (a QAT checkpoint) trains and runs with --int4;
 // - import -> export -> import round trip keeps every bit;
-// - bad input: another base's adapter, the QLoRA adapter without --int4, a PEFT
+// - bad input: another base's adapter, the QLoRA adapter without --int4, a
+//   resume with another [lora] dropout, a PEFT
 //   folder with DoRA / rslora / bias / modules_to_save / layers_to_transform /
 //   rank_pattern / an unknown or regex target / a rank that does not match
 //   its tensors / a missing tensor: exit != 0, one stderr line, nothing written.
@@ -320,6 +321,12 @@ static void test_bad_input(void **s) {
     snprintf(cmd, sizeof cmd, "%s train %s/lora.ini --set lora.targets=q,lm_head --set train.run_dir=%s/bad", pocket(),
              g_dir, g_dir);
     assert_refused(cmd, NULL, "unknown LoRA target 'lm_head'");
+    // resuming with another [lora] dropout than the adapter was trained with
+    assert_int_equal(sh("%s train %s/lora.ini --set lora.dropout=0.2 --set train.run_dir=%s/drift "
+                        "--set train.stop_after=3 >/dev/null", pocket(), g_dir, g_dir), 0);
+    snprintf(cmd, sizeof cmd, "%s train %s/lora.ini --set lora.dropout=0.3 --set train.run_dir=%s/drift", pocket(),
+             g_dir, g_dir);
+    assert_refused(cmd, NULL, "dropout 0.2, base fp32) is not the one [lora] asks for (rank 4, alpha 8, dropout 0.3");
     // (mode = choice on a base without a decision head: test_choice.c)
 }
 

@@ -32,18 +32,18 @@ int lora_train_init(LoraTrain *lt, const Recipe *r, Device *d, ModelBundle *b, f
     }
     char hash[65];
     lora_base_hash(tt, b->params, hash);
+    LoraConfig lc;
+    if (recipe_lora(r, &lc, "[lora]", e)) return -1;
     if (resume_path) {
         if (lora_checkpoint_load(resume_path, &b->cfg, hash, r->model.init, &lt->ad, e)) return -1;
-        LoraConfig want;
-        recipe_lora(r, &want);
-        if (lt->ad.cfg.rank != want.rank || lt->ad.cfg.alpha != want.alpha || lt->ad.cfg.targets != want.targets ||
-            lt->ad.base_int4 != int4)
-            return pt_fail(e, "%s: the adapter (rank %d, alpha %g, base %s) is not the one [lora] asks for (rank %d, "
-                           "alpha %g, base %s, or other targets)", resume_path, lt->ad.cfg.rank, lt->ad.cfg.alpha,
-                           lt->ad.base_int4 ? "int4" : "fp32", want.rank, want.alpha, int4 ? "int4" : "fp32");
+        // Dropout too: a resumed run must train as the uninterrupted one would.
+        if (lt->ad.cfg.rank != lc.rank || lt->ad.cfg.alpha != lc.alpha || lt->ad.cfg.targets != lc.targets ||
+            lt->ad.cfg.dropout != lc.dropout || lt->ad.base_int4 != int4)
+            return pt_fail(e, "%s: the adapter (rank %d, alpha %g, dropout %g, base %s) is not the one [lora] asks "
+                           "for (rank %d, alpha %g, dropout %g, base %s, or other targets)", resume_path,
+                           lt->ad.cfg.rank, lt->ad.cfg.alpha, lt->ad.cfg.dropout, lt->ad.base_int4 ? "int4" : "fp32",
+                           lc.rank, lc.alpha, lc.dropout, int4 ? "int4" : "fp32");
     } else {
-        LoraConfig lc;
-        recipe_lora(r, &lc);
         lora_adapter_alloc(&lt->ad, &b->cfg, &lc);
         lora_init(lt->ad.params, &lt->ad.tt, &lc, r->lora.init, (uint64_t)r->train.seed ^ 0x10a4u);
         memcpy(lt->ad.base_sha256, hash, sizeof hash);

@@ -453,10 +453,7 @@ static int lora_check(const Recipe *r, const char *src, PtError *e) {
     LoraConfig lc;
     char where[RECIPE_STR + 16];
     snprintf(where, sizeof where, "%s: [lora]", src);
-    unsigned mask;
-    if (lora_targets_parse(r->lora.targets, &mask, where, e)) return -1;
-    recipe_lora(r, &lc);
-    if (lora_config_check(&lc, where, e)) return -1;
+    if (recipe_lora(r, &lc, where, e) || lora_config_check(&lc, where, e)) return -1;
     if (r->lora.enabled && r->qat.enabled)
         return pt_fail(e, "%s: [lora] enabled with [qat] enabled is not supported (the base is frozen: train the "
                        "adapter on the int4 model with [lora] base = int4 instead)", src);
@@ -579,10 +576,9 @@ void recipe_qat(const Recipe *r, QatRunConfig *c) {
     c->freeze_codes_step = r->qat.freeze_codes_step;
 }
 
-void recipe_lora(const Recipe *r, LoraConfig *c) {
-    PtError e;
+int recipe_lora(const Recipe *r, LoraConfig *c, const char *where, PtError *e) {
     c->rank = r->lora.rank;
     c->alpha = r->lora.alpha;
     c->dropout = r->lora.dropout;
-    if (lora_targets_parse(r->lora.targets, &c->targets, "recipe", &e)) c->targets = 0;
+    return lora_targets_parse(r->lora.targets, &c->targets, where, e);
 }

@@ -115,5 +115,6 @@ void recipe_model_options(const Recipe *r, ModelOptions *o);
 void recipe_adamw(const Recipe *r, AdamWConfig *c);
 void recipe_schedule(const Recipe *r, long total_steps, Schedule *s);
 void recipe_qat(const Recipe *r, QatRunConfig *c);
-// [lora] as an adapter configuration (recipe_load has checked it).
-void recipe_lora(const Recipe *r, LoraConfig *c);
+// [lora] as an adapter configuration; fails on targets it cannot parse
+// (messages start with `where`). recipe_load has checked it.
+int recipe_lora(const Recipe *r, LoraConfig *c, const char *where, PtError *e);
