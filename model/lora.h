@@ -17,7 +17,7 @@ enum { LORA_INIT_PEFT = 0, LORA_INIT_GAUSSIAN = 1 };
 typedef struct {
     int rank;            // r >= 1
     float alpha;         // the update is scaled by alpha / r
-    float dropout;       // on the adapter's input in training (model.h: lora_drop)
+    float dropout;       // on the adapter's input in training (model.h: lora_tmp)
     unsigned targets;    // bit t: target t (LORA_Q ..) is adapted
 } LoraConfig;
 

@@ -104,13 +104,11 @@ static void plan_buffers(Model *m, Carver *c) {
     m->mask = carve(c, N);
     m->choice_scores = carve_floats(c, 2 * N);
     if (m->lora) {
-        size_t widest = Q > F ? Q : F;   // the widest projection output (k and v are at most Q)
+        // The widest projection input or output: H, Q (o_proj's input) or F (k and v are at most Q).
+        size_t widest = Q > F ? Q : F;
         widest = widest > H ? widest : H;
         m->lora_u = carve_floats(c, S * LORA_N_TARGETS * N * m->lora->rank);
-        m->lora_out = carve_floats(c, N * widest);
-        size_t widest_in = Q > F ? Q : F;   // o_proj reads Q, down_proj F, the others H
-        widest_in = widest_in > H ? widest_in : H;
-        m->lora_drop = m->training && m->lora->dropout > 0 ? carve_floats(c, N * widest_in) : NULL;
+        m->lora_tmp = carve_floats(c, N * widest);
     }
     if (m->cache_len) {
         m->k_cache = carve_floats(c, L * m->cache_len * KV);
@@ -217,6 +215,7 @@ int model_plan_cache(Model *m, int cache_len, PtError *e) {
 typedef struct {
     int B, T, N, p0;
     const int *seg;   // device memory or NULL
+    int lora_dropout; // a training pass of an adapter with dropout > 0 (forward and evaluation never drop)
 } Pass;
 
 // ---- LoRA: y += (alpha/r) (x A^T) B^T on a targeted projection, in two
@@ -236,23 +235,23 @@ static float *lora_u_of(const Model *m, int slot, int t) {
     return m->lora_u + ((size_t)slot * LORA_N_TARGETS + t) * m->B * m->T * m->lora->rank;
 }
 
-// With dropout on, the adapter reads dropout(x) into lora_drop, the mask of
+// With dropout on, the adapter reads dropout(x) from lora_tmp, the mask of
 // (layer, target) from the micro-batch's seed: q, k and v, which share x, get
 // masks of their own (PEFT has one dropout module per projection). The
 // backward calls it again for the same bits.
-static const float *lora_input(Model *m, int l, int t, const float *x, size_t n) {
-    if (!m->dropping) return x;
-    OP(m->dev, dropout_forward, m->lora_drop, x, n, m->lora->dropout, lora_dropout_seed(m, l, t));
-    return m->lora_drop;
+static const float *lora_input(Model *m, const Pass *ps, int l, int t, const float *x, size_t n) {
+    if (!ps->lora_dropout) return x;
+    OP(m->dev, dropout_forward, m->lora_tmp, x, n, m->lora->dropout, lora_dropout_seed(m, l, t));
+    return m->lora_tmp;
 }
 
-static void lora_in(Model *m, int l, int t, int slot, const float *x, int N) {
+static void lora_in(Model *m, const Pass *ps, int l, int t, int slot, const float *x, int N) {
     const LoraLayerViews *a = lora_layer(m, l, t);
     if (!a) return;
     int in, out, r = m->lora->rank;
     lora_target_dims(&m->cfg, t, &in, &out);
     float *u = lora_u_of(m, slot, t);
-    x = lora_input(m, l, t, x, (size_t)N * in);
+    x = lora_input(m, ps, l, t, x, (size_t)N * in);
     OP(m->dev, matmul_forward, u, x, a->a[t], N, in, r, m->opt.matmul);
     OP(m->dev, a16_round, u, (size_t)N * r, m->opt.a16);
     OP(m->dev, grad_scale, u, (size_t)N * r, lora_scale(m->lora));
@@ -263,15 +262,16 @@ static void lora_out(Model *m, int l, int t, int slot, float *y, int N) {
     if (!a) return;
     int in, out, r = m->lora->rank;
     lora_target_dims(&m->cfg, t, &in, &out);
-    OP(m->dev, matmul_forward, m->lora_out, lora_u_of(m, slot, t), a->b[t], N, r, out, m->opt.matmul);
-    OP(m->dev, a16_round, m->lora_out, (size_t)N * out, m->opt.a16);
-    OP(m->dev, residual_forward, y, y, m->lora_out, (size_t)N * out);
+    OP(m->dev, matmul_forward, m->lora_tmp, lora_u_of(m, slot, t), a->b[t], N, r, out, m->opt.matmul);
+    OP(m->dev, a16_round, m->lora_tmp, (size_t)N * out, m->opt.a16);
+    OP(m->dev, residual_forward, y, y, m->lora_tmp, (size_t)N * out);
 }
 
 // The adapter's part of a projection's backward, from dy (dL/dy, [N, out]):
 // dB += dy^T u, dA += (alpha/r) (dy B)^T x, dx += (alpha/r) (dy B) A; with
 // dropout, x is dropout(x) and dx passes through the same mask.
-static void lora_backward(Model *m, int l, int t, int slot, const float *x, const float *dy, float *dx, int N) {
+static void lora_backward(Model *m, const Pass *ps, int l, int t, int slot, const float *x, const float *dy, float *dx,
+                          int N) {
     const LoraLayerViews *a = lora_layer(m, l, t);
     if (!a) return;
     int in, out, r = m->lora->rank;
@@ -282,16 +282,16 @@ static void lora_backward(Model *m, int l, int t, int slot, const float *x, cons
     OP(d, zero, du, (size_t)N * r * sizeof(float));
     OP(d, matmul_backward, du, m->lg.layer[l].b[t], dy, lora_u_of(m, slot, t), a->b[t], N, r, out, p);
     OP(d, grad_scale, du, (size_t)N * r, lora_scale(m->lora));
-    if (!m->dropping) {
+    if (!ps->lora_dropout) {
         OP(d, matmul_backward, dx, m->lg.layer[l].a[t], du, x, a->a[t], N, in, r, p);
         return;
     }
     // dA from the regenerated dropout(x); dx through the mask: dx += dropout_backward(du A).
     const size_t n = (size_t)N * in;
-    OP(d, matmul_backward, NULL, m->lg.layer[l].a[t], du, lora_input(m, l, t, x, n), a->a[t], N, in, r, p);
-    OP(d, zero, m->lora_drop, n * sizeof(float));
-    OP(d, matmul_backward, m->lora_drop, NULL, du, x, a->a[t], N, in, r, p);
-    OP(d, dropout_backward, dx, m->lora_drop, n, m->lora->dropout, lora_dropout_seed(m, l, t));
+    OP(d, matmul_backward, NULL, m->lg.layer[l].a[t], du, lora_input(m, ps, l, t, x, n), a->a[t], N, in, r, p);
+    OP(d, zero, m->lora_tmp, n * sizeof(float));
+    OP(d, matmul_backward, m->lora_tmp, NULL, du, x, a->a[t], N, in, r, p);
+    OP(d, dropout_backward, dx, m->lora_tmp, n, m->lora->dropout, lora_dropout_seed(m, l, t));
 }
 
 // One decoder block, forward. Reads x_in, writes x_out; `slot` selects the
@@ -325,7 +325,7 @@ static void block_forward(Model *m, const Pass *ps, int l, int slot, const float
     OP(d, matmul_forward, v, ln1, w->wv, N, H, KV, p);
     for (int t = LORA_Q; t <= LORA_V; t++) {
         float *y = t == LORA_Q ? q_raw : t == LORA_K ? k_raw : v;
-        lora_in(m, l, t, slot, ln1, N);
+        lora_in(m, ps, l, t, slot, ln1, N);
         lora_out(m, l, t, slot, y, N);
     }
     OP(d, a16_round, q_raw, (size_t)N * Q, a16);
@@ -343,7 +343,7 @@ static void block_forward(Model *m, const Pass *ps, int l, int slot, const float
         OP(d, attention_forward, att, a->lse + rows * nq, q, k, v, ps->seg, ps->B, ps->T, nq, nkv, hd);
     OP(d, a16_round, att, (size_t)N * Q, a16);
     OP(d, matmul_forward, a->proj, att, w->wo, N, Q, H, p);
-    lora_in(m, l, LORA_O, slot, att, N);
+    lora_in(m, ps, l, LORA_O, slot, att, N);
     lora_out(m, l, LORA_O, slot, a->proj, N);
     OP(d, a16_round, a->proj, (size_t)N * H, a16);
     OP(d, residual_forward, x_mid, x_in, a->proj, (size_t)N * H);
@@ -353,15 +353,15 @@ static void block_forward(Model *m, const Pass *ps, int l, int slot, const float
     OP(d, a16_round, ln2, (size_t)N * H, a16);
     OP(d, matmul_forward, gate, ln2, w->wgate, N, H, F, p);
     OP(d, matmul_forward, up, ln2, w->wup, N, H, F, p);
-    lora_in(m, l, LORA_GATE, slot, ln2, N);
+    lora_in(m, ps, l, LORA_GATE, slot, ln2, N);
     lora_out(m, l, LORA_GATE, slot, gate, N);
-    lora_in(m, l, LORA_UP, slot, ln2, N);
+    lora_in(m, ps, l, LORA_UP, slot, ln2, N);
     lora_out(m, l, LORA_UP, slot, up, N);
     OP(d, a16_round, gate, (size_t)N * F, a16);
     OP(d, a16_round, up, (size_t)N * F, a16);
     OP(d, swiglu_forward, act, gate, up, (size_t)N * F);
     OP(d, a16_round, act, (size_t)N * F, a16);
-    lora_in(m, l, LORA_DOWN, slot, act, N);   // a recompute needs it too
+    lora_in(m, ps, l, LORA_DOWN, slot, act, N);   // a recompute needs it too
     if (!x_out) return;
     OP(d, matmul_forward, a->proj, act, w->wdown, N, F, H, p);
     lora_out(m, l, LORA_DOWN, slot, a->proj, N);
@@ -412,21 +412,21 @@ static void block_backward(Model *m, const Pass *ps, int l, int slot) {
     // MLP (the residual passes dx through unchanged; the branch adds to it)
     OP(d, zero, b->dact, (size_t)N * F * fl);
     OP(d, matmul_backward, b->dact, gw->wdown, b->dx, a->act + rows * F, w->wdown, N, F, H, p);
-    lora_backward(m, l, LORA_DOWN, slot, a->act + rows * F, b->dx, b->dact, N);
+    lora_backward(m, ps, l, LORA_DOWN, slot, a->act + rows * F, b->dx, b->dact, N);
     OP(d, zero, b->dgate, (size_t)N * F * fl);
     OP(d, zero, b->dup, (size_t)N * F * fl);
     OP(d, swiglu_backward, b->dgate, b->dup, b->dact, a->gate + rows * F, a->up + rows * F, (size_t)N * F);
     OP(d, zero, b->dln, (size_t)N * H * fl);
     OP(d, matmul_backward, b->dln, gw->wgate, b->dgate, a->ln2 + rows * H, w->wgate, N, H, F, p);
     OP(d, matmul_backward, b->dln, gw->wup, b->dup, a->ln2 + rows * H, w->wup, N, H, F, p);
-    lora_backward(m, l, LORA_GATE, slot, a->ln2 + rows * H, b->dgate, b->dln, N);
-    lora_backward(m, l, LORA_UP, slot, a->ln2 + rows * H, b->dup, b->dln, N);
+    lora_backward(m, ps, l, LORA_GATE, slot, a->ln2 + rows * H, b->dgate, b->dln, N);
+    lora_backward(m, ps, l, LORA_UP, slot, a->ln2 + rows * H, b->dup, b->dln, N);
     OP(d, rmsnorm_backward, b->dx, gw->ln2, b->dln, a->x_mid + rows * H, w->ln2, a->ln2_rstd + rows, N, H);
 
     // attention
     OP(d, zero, b->datt, (size_t)N * Q * fl);
     OP(d, matmul_backward, b->datt, gw->wo, b->dx, a->att + rows * Q, w->wo, N, Q, H, p);
-    lora_backward(m, l, LORA_O, slot, a->att + rows * Q, b->dx, b->datt, N);
+    lora_backward(m, ps, l, LORA_O, slot, a->att + rows * Q, b->dx, b->datt, N);
     OP(d, zero, b->dq, (size_t)N * Q * fl);
     OP(d, zero, b->dk, (size_t)N * KV * fl);
     OP(d, zero, b->dv, (size_t)N * KV * fl);
@@ -444,9 +444,9 @@ static void block_backward(Model *m, const Pass *ps, int l, int slot) {
     OP(d, matmul_backward, b->dln, gw->wq, b->dq_raw, a->ln1 + rows * H, w->wq, N, H, Q, p);
     OP(d, matmul_backward, b->dln, gw->wk, b->dk_raw, a->ln1 + rows * H, w->wk, N, H, KV, p);
     OP(d, matmul_backward, b->dln, gw->wv, b->dv, a->ln1 + rows * H, w->wv, N, H, KV, p);
-    lora_backward(m, l, LORA_Q, slot, a->ln1 + rows * H, b->dq_raw, b->dln, N);
-    lora_backward(m, l, LORA_K, slot, a->ln1 + rows * H, b->dk_raw, b->dln, N);
-    lora_backward(m, l, LORA_V, slot, a->ln1 + rows * H, b->dv, b->dln, N);
+    lora_backward(m, ps, l, LORA_Q, slot, a->ln1 + rows * H, b->dq_raw, b->dln, N);
+    lora_backward(m, ps, l, LORA_K, slot, a->ln1 + rows * H, b->dk_raw, b->dln, N);
+    lora_backward(m, ps, l, LORA_V, slot, a->ln1 + rows * H, b->dv, b->dln, N);
     OP(d, rmsnorm_backward, b->dx, gw->ln1, b->dln, layer_input(m, l), w->ln1, a->ln1_rstd + rows, N, H);
 }
 
@@ -459,9 +459,7 @@ static double run(Model *m, const ModelInput *in, int backward, float grad_scale
     const ModelConfig *c = &m->cfg;
     const int N = m->B * m->T, H = c->d_model, L = c->n_layer;
     const size_t ints = (size_t)N * sizeof(int);
-    Pass ps = {m->B, m->T, N, 0, in->seg ? m->seg : NULL};
-    m->dropping = backward && m->lora && m->lora->dropout > 0;
-    if (m->dropping && !m->lora_drop) die("model_forward_backward: LoRA dropout set after a plan made without it");
+    Pass ps = {m->B, m->T, N, 0, in->seg ? m->seg : NULL, backward && m->lora && m->lora->dropout > 0};
     if (in->seg) OP(d, upload, m->seg, in->seg, ints);
     if (in->targets) OP(d, upload, m->targets, in->targets, ints);
     if (in->mask) OP(d, upload, m->mask, in->mask, (size_t)N);
@@ -491,7 +489,6 @@ static double run(Model *m, const ModelInput *in, int backward, float grad_scale
         }
         if (m->g.embed) OP(d, embedding_backward, m->g.embed, m->bw.dx, m->tokens, N, H, c->pad_id);
     }
-    m->dropping = 0;
     if (count) *count = counted;
     return loss;
 }
@@ -511,7 +508,7 @@ void model_feed(Model *m, const int *tokens, int n, float *all_logits) {
     Device *d = m->dev;
     const ModelConfig *c = &m->cfg;
     const int H = c->d_model, V = c->vocab_size;
-    Pass ps = {1, n, n, m->n_past, NULL};
+    Pass ps = {1, n, n, m->n_past, NULL, 0};
     forward_trunk(m, &ps, tokens, NULL);
     m->n_past += n;
     // Only the last row's logits are needed to continue.

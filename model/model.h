@@ -76,13 +76,13 @@ typedef struct {
     float *lora_weights;        // the adapter's weights (device memory laid out by lora_tt, the caller's)
     LoraViews la, lg;           // views of lora_weights and of the adapter's gradients
     float *lora_u;              // [slots][LORA_N_TARGETS][B*T, r]: (alpha/r) x A^T, kept for dB
-    float *lora_out;            // [B*T, widest projection]: (alpha/r) x A^T B^T before it is added
-    // LoRA dropout (a training plan with lora->dropout > 0): the adapter's A
-    // reads dropout(x), with the mask of dropout_seed's child for (layer, target);
-    // only model_forward_backward drops (forward and evaluation never do).
-    float *lora_drop;           // [B*T, widest projection input]: dropout(x), rebuilt in the backward
+    // [B*T, widest projection input or output]: (alpha/r) x A^T B^T before it
+    // is added; with dropout, dropout(x) for A (rebuilt in the backward). The
+    // two uses never overlap. LoRA dropout (lora->dropout > 0): the mask of
+    // dropout_seed's child for (layer, target); only model_forward_backward
+    // drops (forward and evaluation never do).
+    float *lora_tmp;
     uint64_t dropout_seed;      // this micro-batch's (model_set_dropout_seed)
-    int dropping;               // set while model_forward_backward runs with dropout > 0
     // The plan (model_plan / model_plan_cache).
     int B, T, training;
     int cache_len, n_past;      // KV cache: capacity in positions (0 = no cache) and positions held
