@@ -9,7 +9,6 @@ int lora_train_init(LoraTrain *lt, const Recipe *r, Device *d, ModelBundle *b, f
     lt->dev = d;
     const TensorTable *tt = &b->tt;
     const int int4 = r->lora.base == LORA_BASE_INT4;
-    lt->base = base_params;
     if (int4) {   // QLoRA: exactly the weights `--int4` runs and the packages ship
         QatState q;
         int from_qat;

@@ -13,8 +13,6 @@
 typedef struct {
     LoraAdapter ad;           // host: the adapter, as checkpoints write it
     float *params;            // the adapter on the device (dev_mirror of ad.params)
-    float *base;              // the frozen base the model runs on (device memory): the run's parameter
-                              // buffer, which with base = int4 holds the int4 model's weights
     Device *dev;
 } LoraTrain;
 

@@ -205,9 +205,8 @@ static int optimizer_setup(Trainer *t, const char *resume_path, PtError *e) {
 
 // Before a step or an evaluation: the weights the model runs on.
 static int use_step_weights(Trainer *t, PtError *e) {
-    float *w = t->lora_on  ? t->lora.base
-               : t->qat_on ? qat_run_weights(&t->qat, t->st.step, t->params, e)
-                           : t->params;
+    // (With LoRA, never with QAT, t->params is the frozen base: with base = int4, the int4 model's weights.)
+    float *w = t->qat_on ? qat_run_weights(&t->qat, t->st.step, t->params, e) : t->params;
     if (!w) return -1;
     model_use_weights(&t->m, w);
     return 0;
