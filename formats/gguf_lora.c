@@ -46,11 +46,7 @@ int gguf_lora_export(const ModelBundle *b, const LoraWeightsView *v, const char 
             st->n_tensors += 2;
         }
     if (rc == 0) rc = gguf_writer_save(w, path, e);
-    if (rc == 0) {
-        FILE *f = fopen(path, "rb");
-        if (f && fseek(f, 0, SEEK_END) == 0) st->bytes = (uint64_t)ftell(f);
-        if (f) fclose(f);
-    }
+    if (rc == 0) st->bytes = gguf_writer_saved_bytes(w);
     for (int i = 0; i < v->n_layer * 2; i++) free(held[i]);
     free(held);
     gguf_writer_free(w);

@@ -32,6 +32,7 @@ struct GgufWriter {
     PendingTensor *t;
     int n_t, cap_t;
     char err[512];          // first metadata misuse, reported by save
+    uint64_t saved_bytes;   // the file's size after a successful save
 };
 
 GgufWriter *gguf_writer_new(void) { return xcalloc(1, sizeof(GgufWriter), "GGUF writer"); }
@@ -344,6 +345,7 @@ int gguf_writer_save(GgufWriter *w, const char *path, PtError *e) {
     }
     fwrite(head.p, 1, head.len, af.f);
     write_zeros(af.f, pad_to(head.len, GGUF_DEFAULT_ALIGNMENT) - head.len);
+    const uint64_t bytes = pad_to(head.len, GGUF_DEFAULT_ALIGNMENT) + offset;
     free(head.p);
     for (int i = 0; i < w->n_t; i++) {
         if (write_tensor(af.f, &w->t[i], path, e)) {
@@ -352,8 +354,12 @@ int gguf_writer_save(GgufWriter *w, const char *path, PtError *e) {
         }
         write_zeros(af.f, pad_to(w->t[i].nbytes, GGUF_DEFAULT_ALIGNMENT) - w->t[i].nbytes);
     }
-    return atomic_commit(&af, e);
+    if (atomic_commit(&af, e)) return -1;
+    w->saved_bytes = bytes;
+    return 0;
 }
+
+uint64_t gguf_writer_saved_bytes(const GgufWriter *w) { return w->saved_bytes; }
 
 // ---- whole-model export -------------------------------------------------------------
 
@@ -556,11 +562,7 @@ int gguf_export(const ModelBundle *b, const char *path, const char *quant, const
         if (st->inexact_offset_blocks) gguf_kv_arr_u16(w, "pocket.quantization.zero", zero_hint, n_hint);
     }
     if (rc == 0) rc = gguf_writer_save(w, path, e);
-    if (rc == 0) {
-        FILE *f = fopen(path, "rb");
-        if (f && fseek(f, 0, SEEK_END) == 0) st->bytes = (uint64_t)ftell(f);
-        if (f) fclose(f);
-    }
+    if (rc == 0) st->bytes = gguf_writer_saved_bytes(w);
 out:
     for (int i = 0; i < b->tt.n; i++) free(blocks[i]);
     free(blocks);

@@ -51,6 +51,8 @@ int gguf_add_tensor(GgufWriter *w, const char *name, int n_dims, const int64_t *
 int gguf_add_tensor_bytes(GgufWriter *w, const char *name, int n_dims, const int64_t *ne, uint32_t type,
                           const void *bytes, uint64_t nbytes, PtError *e);
 int gguf_writer_save(GgufWriter *w, const char *path, PtError *e);
+// The size of the file the last successful gguf_writer_save wrote (0 before one).
+uint64_t gguf_writer_saved_bytes(const GgufWriter *w);
 
 // Q8_0 block encoder, llama.cpp's reference rounding (quantize_row_q8_0_ref in
 // ggml's src/ggml-quants.c): 32 values
