@@ -22,9 +22,6 @@ Two vocabularies: one with rows past the tokenizer's 1505 tokens (the head takes
 the first), and one the tokenizer fills (the trainer appends a row).
 """
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -34,10 +31,11 @@ MNN = pytest.importorskip("MNN")
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 
+# The MNN runner, its settings and the job runner of the package's own tests.
+from test_mnn_runtime import RUNNER, run_mnn   # noqa: E402
+
 ROOT = Path(__file__).resolve().parents[2]
 TOK = ROOT / "tests/fixtures/tok/tokenizer.json"
-RUNNER = Path(__file__).with_name("mnn_run.py")
-RUNTIME = {"memory": "normal", "precision": "high", "sampler_type": "greedy", "thread_num": 2, "use_template": False}
 COLOURS = ["red", "blue", "green", "black", "white"]
 BASE = {
     "architectures": ["Qwen3ForCausalLM"], "model_type": "qwen3", "num_hidden_layers": 2, "hidden_size": 64,
@@ -85,16 +83,6 @@ def choose(run_pocket, ckpt, row, *flags):
     out = run_pocket("choose", "--ckpt", ckpt, "--prompt", row["prompt"], "--candidates", *row["candidates"],
                      "--json", *flags).stdout
     return json.loads(out)
-
-
-def run_mnn(package, tmp, **job):
-    path = tmp / f"job-{os.getpid()}.json"
-    path.write_text(json.dumps({"package": str(package), "config": RUNTIME, **job}))
-    result = path.with_suffix(".out.json")
-    proc = subprocess.run([sys.executable, str(RUNNER), str(path), str(result)], capture_output=True, text=True,
-                          timeout=300)
-    assert proc.returncode == 0 and result.exists(), f"MNN runtime failed:\n{proc.stderr[-3000:]}"
-    return json.loads(result.read_text())
 
 
 def test_mnn_runtime_scores_and_picks(trained, run_pocket, tmp_path):
@@ -183,14 +171,9 @@ def test_mnn_runtime_scores_with_qlora_adapter(trained, run_pocket, tmp_path):
     assert (pkg / "lora.mnn").exists()
     refs = [choose(run_pocket, trained["ckpt"], row, "--int4", "--lora", adapter) for row in trained["held"]]
     seqs = [ref["prompt_ids"] + c for ref in refs for c in ref["candidate_ids"]]
-    job = tmp_path / "job.json"
-    job.write_text(json.dumps({"package": str(pkg), "config": RUNTIME, "loras": ["lora.mnn"],
-                               "runs": [[1, "logits", s] for s in seqs]}))
-    result = tmp_path / "job.out.json"
-    proc = subprocess.run([sys.executable, str(RUNNER.with_name("mnn_lora_run.py")), str(job), str(result)],
-                          capture_output=True, text=True, timeout=300)
-    assert proc.returncode == 0 and result.exists(), f"MNN runtime failed:\n{proc.stderr[-3000:]}"
-    last = [np.array(r[-1], np.float32)[trained["head"]] for r in json.loads(result.read_text())["runs"]]
+    runs = run_mnn(pkg, tmp_path, runner=RUNNER.with_name("mnn_lora_run.py"), loras=["lora.mnn"],
+                   runs=[[1, "logits", s] for s in seqs])["runs"]
+    last = [np.array(r[-1], np.float32)[trained["head"]] for r in runs]
     worst, moved, at = 0.0, 0.0, 0
     for row, ref in zip(trained["held"], refs):
         have = np.array(last[at:at + len(ref["scores"])])
