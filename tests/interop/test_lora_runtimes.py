@@ -334,9 +334,9 @@ def merged_weights(base, a, grid):
 @pytest.mark.parametrize("std", [0.3, 0.08, 0.02])
 def test_merged_package_matches_merged_weights(tiny, run_pocket, std, tmp_path):
     """--merge's package equals transformers on the merged weights (2e-4). How
-    much of the adapter an int4 merge loses is printed for --merge's grid
+    much of the adapter an int4 merge loses against PEFT unmerged, for --merge's grid
     and for two others (the base's grid clamped, a new RTN grid everywhere): |merged - unmerged| /
-    |unmerged - base| over the logits (0: all of it kept, 1: all of it lost)."""
+    |unmerged - base| over the logits (0: all of it kept, 1: all of it lost); --merge's is at most the others'."""
     a = adapter(tiny, f"merge-{std}", 4, 8.0, TARGETS, seed=9, std=std)
     out = tmp_path / "merged"
     proc = run_pocket("export", "--ckpt", tiny["ckpt"], "--format", "mnn", "--lora", a["path"], "--merge", "--out", out)
@@ -355,6 +355,9 @@ def test_merged_package_matches_merged_weights(tiny, run_pocket, std, tmp_path):
     print(f"std {std}: merged package vs transformers on the merged weights {diff:.2e}; the adapter moves the logits by "
           f"{effect:.3f} on average; part of that lost by merging: " + ", ".join(f"{k} {v:.2f}" for k, v in lost.items()))
     assert diff <= ATOL
+    # Against PEFT unmerged (the reference): --merge's grid loses no more of the adapter than either other grid
+    # (measured: 0.27 / 0.83 / 1.00 against at best 0.27 / 0.84 / 1.00).
+    assert lost["--merge"] <= min(lost["base grid clamped"], lost["new RTN grid"]) + 0.02
 
 
 # ---- llama.cpp -------------------------------------------------------------
