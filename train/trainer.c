@@ -464,9 +464,13 @@ int train_run(const Recipe *r, Comm *comm, volatile sig_atomic_t *stop, PtError 
         int qe;
         rc = r->lora.enabled ? choice_head_frozen_check(&t.b, r->train.choice_token, r->model.init, e)
                              : choice_head_setup(&t.b, r->train.choice_token, t.lead ? stdout : NULL, e);
-        // An appended row has no int4 scales in a QAT checkpoint made without it.
-        if (rc == 0 && t.b.cfg.vocab_size != vocab && r->qat.enabled &&
-            checkpoint_read_qat_spec(r->model.init, &spec, &qe, e) == 0)
+        // An appended row has no int4 scales in a QAT checkpoint made without it
+        // (checkpoint_read_qat_spec: 0 has /qat, 1 has none, < 0 could not read it).
+        const int no_qat = rc == 0 && t.b.cfg.vocab_size != vocab && r->qat.enabled
+                               ? checkpoint_read_qat_spec(r->model.init, &spec, &qe, e)
+                               : 1;
+        if (no_qat < 0) rc = -1;
+        if (no_qat == 0)
             rc = pt_fail(e, "%s: a QAT checkpoint whose vocabulary has no row for the decision head: start from its "
                             "float model from before QAT, or give train.choice_token a free row",
                          r->model.init);
