@@ -8,9 +8,8 @@
 
 int mnn_lora_ops(MnnGraph *g, const LoraWeightsView *v, const char *name, int layer, int kind, int x_c4, int y_c4,
                  int ic, int oc) {
-    int t = 0;
-    while (t < LORA_VIEW_TARGETS && (int)lora_view_kind(t) != kind) t++;
-    if (t == LORA_VIEW_TARGETS || !((v->targets >> t) & 1)) return y_c4;
+    const int t = lora_target_of_kind((TensorKind)kind);
+    if (t < 0 || !((v->targets >> t) & 1)) return y_c4;
     char base[256], n[300];
     snprintf(base, sizeof base, "%s", name);
     char *cut = strstr(base, "/Linear");
@@ -121,7 +120,7 @@ int mnn_lora_export(const ModelBundle *b, const QatState *q, const LoraWeightsVi
     }
     if (atomic_commit(&af, e)) goto done;
     st->fused = form;
-    for (int t = 0; t < LORA_VIEW_TARGETS; t++) st->n_adapted += ((v->targets >> t) & 1) * v->n_layer;
+    for (int t = 0; t < LORA_N_TARGETS; t++) st->n_adapted += ((v->targets >> t) & 1) * v->n_layer;
     st->bytes = (int64_t)len;
     snprintf(st->path, sizeof st->path, "%s", file);
     rc = 0;
@@ -142,7 +141,7 @@ int mnn_lora_merge(const ModelBundle *b, const QatState *q, const float *int4_we
     m.params = xaligned(b->tt.total * sizeof(float), "merged weights");
     memcpy(m.params, b->params, b->tt.total * sizeof(float));
     for (int l = 0; l < v->n_layer; l++)
-        for (int t = 0; t < LORA_VIEW_TARGETS; t++) {
+        for (int t = 0; t < LORA_N_TARGETS; t++) {
             const TensorInfo *ti = &b->tt.t[lora_view_row(&b->tt, l, t)];
             if (((v->targets >> t) & 1) && v->int4_base)
                 memcpy(m.params + ti->offset, int4_weights + ti->offset, ti->numel * sizeof(float));
@@ -159,7 +158,7 @@ int mnn_lora_merge(const ModelBundle *b, const QatState *q, const float *int4_we
     const int64_t G = q->spec.group;
     const int lo = q->spec.symmetric ? 1 : 0;
     for (int l = 0; l < v->n_layer && rc == 0; l++)
-        for (int t = 0; t < LORA_VIEW_TARGETS && rc == 0; t++) {
+        for (int t = 0; t < LORA_N_TARGETS && rc == 0; t++) {
             if (!((v->targets >> t) & 1)) continue;
             int row = lora_view_row(&b->tt, l, t);
             const TensorInfo *ti = &b->tt.t[row];

@@ -24,14 +24,14 @@ int gguf_lora_export(const ModelBundle *b, const LoraWeightsView *v, const char 
     float **held = xcalloc((size_t)v->n_layer * 2, sizeof *held, "permuted lora_B list");
     int rc = 0;
     for (int l = 0; l < v->n_layer && rc == 0; l++)
-        for (int t = 0; t < LORA_VIEW_TARGETS && rc == 0; t++) {
+        for (int t = 0; t < LORA_N_TARGETS && rc == 0; t++) {
             if (!((v->targets >> t) & 1)) continue;
             const TensorInfo *ti = &b->tt.t[lora_view_row(&b->tt, l, t)];
             char base[GGUF_MAX_NAME], name[GGUF_MAX_NAME + 8];
             gguf_tensor_name(ti, base);
             int64_t r = v->rank, out = ti->shape[0], in = ti->shape[1];
             const float *B = v->b[l][t];
-            TensorKind kind = lora_view_kind(t);
+            TensorKind kind = lora_target_kind(t);
             if (llama && (kind == T_WQ || kind == T_WK)) {
                 float *p = xmalloc((size_t)out * (size_t)r * sizeof(float), "permuted lora_B");
                 gguf_llama_permute(B, p, kind == T_WQ ? c->n_head : c->n_kv_head, c->head_dim, r, 1);

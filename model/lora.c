@@ -81,7 +81,9 @@ void lora_table_build(TensorTable *tt, const ModelConfig *mc, const LoraConfig *
         }
 }
 
-static int target_of_kind(TensorKind k) {
+TensorKind lora_target_kind(int t) { return KINDS[t]; }
+
+int lora_target_of_kind(TensorKind k) {
     for (int t = 0; t < LORA_N_TARGETS; t++)
         if (KINDS[t] == k) return t;
     return -1;
@@ -90,7 +92,7 @@ static int target_of_kind(TensorKind k) {
 int lora_table_index(const TensorTable *tt, int layer, int target, int b) {
     for (int i = 0; i < tt->n; i++) {
         const TensorInfo *ti = &tt->t[i];
-        if (ti->layer == layer && target_of_kind(ti->kind) == target && !(ti->flags & TF_LORA_B) == !b) return i;
+        if (ti->layer == layer && lora_target_of_kind(ti->kind) == target && !(ti->flags & TF_LORA_B) == !b) return i;
     }
     return -1;
 }
@@ -100,7 +102,7 @@ void lora_views(LoraViews *v, const TensorTable *tt, float *base) {
     if (!base) return;
     for (int i = 0; i < tt->n; i++) {
         const TensorInfo *ti = &tt->t[i];
-        int t = target_of_kind(ti->kind);
+        int t = lora_target_of_kind(ti->kind);
         if (t < 0 || ti->layer < 0 || ti->layer >= MAX_LAYERS) continue;
         LoraLayerViews *lv = &v->layer[ti->layer];
         if (ti->flags & TF_LORA_B) lv->b[t] = base + ti->offset;

@@ -26,6 +26,9 @@ typedef struct {
 
 // "q", "k", ... and PEFT's module names "q_proj", ... of target t.
 const char *lora_target_name(int t);
+// The base's tensor kind (T_WQ ..) of target t, and the target of a kind (-1: none).
+TensorKind lora_target_kind(int t);
+int lora_target_of_kind(TensorKind k);
 const char *lora_target_module(int t);
 // The target whose short or module name is `name`, -1 when none.
 int lora_target_find(const char *name);

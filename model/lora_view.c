@@ -4,13 +4,9 @@
 #include <math.h>
 #include <stdlib.h>
 
-static const TensorKind KINDS[LORA_VIEW_TARGETS] = {T_WQ, T_WK, T_WV, T_WO, T_WGATE, T_WUP, T_WDOWN};
-
-TensorKind lora_view_kind(int t) { return KINDS[t]; }
-
 int lora_view_row(const TensorTable *tt, int layer, int t) {
     for (int i = 0; i < tt->n; i++)
-        if (tt->t[i].layer == layer && tt->t[i].kind == KINDS[t]) return i;
+        if (tt->t[i].layer == layer && tt->t[i].kind == lora_target_kind(t)) return i;
     return -1;
 }
 
@@ -23,12 +19,12 @@ static int first_bad(const float *x, size_t n) {
 int lora_view_check(const LoraWeightsView *v, const ModelBundle *b, const char *src, PtError *e) {
     const ModelConfig *c = &b->cfg;
     if (v->rank < 1) return pt_fail(e, "%s: rank %d (must be >= 1)", src, v->rank);
-    if (!isfinite(v->alpha)) return pt_fail(e, "%s: alpha is not finite", src);
-    if (!(v->targets & ((1u << LORA_VIEW_TARGETS) - 1)) || (v->targets >> LORA_VIEW_TARGETS))
+    if (v->alpha == 0 || !isfinite(v->alpha)) return pt_fail(e, "%s: LoRA alpha %g is zero or not finite", src, v->alpha);
+    if (!(v->targets & ((1u << LORA_N_TARGETS) - 1)) || (v->targets >> LORA_N_TARGETS))
         return pt_fail(e, "%s: target mask 0x%x names no projection or an unknown one", src, v->targets);
     if (v->n_layer != c->n_layer)
         return pt_fail(e, "%s: %d layers, the base has %d (an adapter for another base)", src, v->n_layer, c->n_layer);
-    for (int t = 0; t < LORA_VIEW_TARGETS; t++) {
+    for (int t = 0; t < LORA_N_TARGETS; t++) {
         const char *nm = lora_target_name(t);
         int on = (v->targets >> t) & 1;
         int row = lora_view_row(&b->tt, 0, t);
@@ -57,7 +53,7 @@ int lora_view_check(const LoraWeightsView *v, const ModelBundle *b, const char *
 void lora_view_merge(const LoraWeightsView *v, const TensorTable *tt, float *params) {
     double s = (double)v->alpha / v->rank;
     for (int l = 0; l < v->n_layer; l++)
-        for (int t = 0; t < LORA_VIEW_TARGETS; t++) {
+        for (int t = 0; t < LORA_N_TARGETS; t++) {
             if (!((v->targets >> t) & 1)) continue;
             const TensorInfo *ti = &tt->t[lora_view_row(tt, l, t)];
             int64_t out = ti->shape[0], in = ti->shape[1], r = v->rank;

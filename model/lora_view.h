@@ -9,24 +9,21 @@
 #include "bundle.h"
 #include "lora.h"
 
-#define LORA_VIEW_TARGETS LORA_N_TARGETS
-
 typedef struct {
     int rank;
     float alpha;
     unsigned targets;        // bit t: target t is adapted (in every layer)
     int n_layer;             // the adapter's layer count
-    int64_t in[LORA_VIEW_TARGETS], out[LORA_VIEW_TARGETS];   // the adapter's own shapes of target t
+    int64_t in[LORA_N_TARGETS], out[LORA_N_TARGETS];   // the adapter's own shapes of target t
     int int4_base;           // trained against the base's int4 weights (QLoRA), else its float weights
-    const float *a[MAX_LAYERS][LORA_VIEW_TARGETS];   // NULL where not adapted
-    const float *b[MAX_LAYERS][LORA_VIEW_TARGETS];
+    const float *a[MAX_LAYERS][LORA_N_TARGETS];   // NULL where not adapted
+    const float *b[MAX_LAYERS][LORA_N_TARGETS];
 } LoraWeightsView;
 
-// The tensor kind (T_WQ ..) of target t.
-TensorKind lora_view_kind(int t);
 // The base's tensor-table row adapted by (layer, target t); -1 when none.
 int lora_view_row(const TensorTable *tt, int layer, int t);
-// The adapter fits this base: rank >= 1, alpha finite, the base's layer
+// The adapter fits this base: rank >= 1, alpha non-zero and finite (as
+// lora_config_check), the base's layer
 // count, every target's [out, in] the base projection's, A and B given exactly
 // where targeted, every value finite. Errors name `src` (the adapter) and the
 // first place that does not fit.

@@ -69,7 +69,7 @@ static void fixture(Fixture *f, const char *model_type, uint64_t seed, unsigned 
     rng_seed(&rng, seed + 100);
     float *p = f->ab;
     for (int l = 0; l < cfg.n_layer; l++)
-        for (int t = 0; t < LORA_VIEW_TARGETS; t++) {
+        for (int t = 0; t < LORA_N_TARGETS; t++) {
             if (!((mask >> t) & 1)) continue;
             const TensorInfo *ti = &f->b.tt.t[lora_view_row(&f->b.tt, l, t)];
             v->out[t] = ti->shape[0];
