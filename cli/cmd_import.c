@@ -3,9 +3,10 @@
 #include <string.h>
 #include "../formats/gguf_import.h"
 #include "../formats/hf_import.h"
+#include "../formats/int4_weights.h"
+#include "../formats/lora_checkpoint.h"
 #include "../formats/checkpoint.h"
 #include "../formats/lora_peft.h"
-#include "open_model.h"
 #include "commands.h"
 
 static void help(FILE *f) {
@@ -58,16 +59,15 @@ static int import_peft(const char *src, const char *base, int int4, const char *
         return 1;
     }
     PtError e;
-    OpenModel om;
-    OpenOptions oo = {.int4 = int4};
-    if (open_model(&om, base, &oo, &e)) {
+    ModelBundle b;   // the base as the adapter will run on it, for its hash
+    if (checkpoint_load(base, &b, &e) || int4_lora_base(&b, base, int4, 0, NULL, NULL, &e)) {
         fprintf(stderr, "pocket import: %s\n", e.msg);
         return 1;
     }
     LoraAdapter ad;
-    int rc = lora_peft_import(src, &om.b.cfg, &ad, &e);
+    int rc = lora_peft_import(src, &b.cfg, &ad, &e);
     if (rc == 0) {
-        open_model_base_hash(&om, ad.base_sha256);
+        lora_base_hash(&b.tt, b.params, ad.base_sha256);
         ad.base_int4 = int4;
         rc = lora_checkpoint_save(out, &ad, NULL, NULL, &e);
         char targets[64];
@@ -78,7 +78,7 @@ static int import_peft(const char *src, const char *base, int int4, const char *
         lora_adapter_free(&ad);
     }
     if (rc) fprintf(stderr, "pocket import: %s\n", e.msg);
-    open_model_close(&om);
+    bundle_free(&b);
     return rc ? 1 : 0;
 }
 

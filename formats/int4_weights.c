@@ -1,5 +1,7 @@
 // int4_weights.c: the int4 model a checkpoint deploys as (int4_weights.h).
 #include "int4_weights.h"
+#include <stdlib.h>
+#include <string.h>
 #include "../model/ops/ops.h"
 #include "checkpoint.h"
 
@@ -39,4 +41,22 @@ void int4_weights(const QatState *q, const ModelBundle *b, int threads, float *o
         const TensorInfo *emb = tensor_table_find(&b->tt, "model.embed_tokens.weight");
         a16_round(out + emb->offset, emb->numel, A16_BF16);
     }
+}
+
+int int4_lora_base(ModelBundle *b, const char *ckpt, int int4, int threads, int *from_qat, QuantSpec *spec,
+                   PtError *e) {
+    if (!int4) return 0;
+    QatState q;
+    int qat;
+    if (int4_load_state(b, ckpt, NULL, &q, &qat, e)) return -1;
+    // The float weights are replaced: a frozen base never needs them again.
+    const size_t bytes = b->tt.total * sizeof(float);
+    float *w = xaligned(bytes, "int4 base");
+    int4_weights(&q, b, threads, w);
+    memcpy(b->params, w, bytes);
+    free(w);
+    if (from_qat) *from_qat = qat;
+    if (spec) *spec = q.spec;
+    qat_free(&q);
+    return 0;
 }

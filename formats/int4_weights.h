@@ -19,3 +19,11 @@ int int4_load_state(const ModelBundle *b, const char *ckpt_path, const QuantSpec
 // in float rounded to bf16 as the packages store it, the rest as in b.
 // Computed on the CPU with `threads` threads (0: all).
 void int4_weights(const QatState *q, const ModelBundle *b, int threads, float *out);
+
+// A LoRA base as it runs: with int4, b->params (loaded from ckpt) replaced by
+// the weights of the int4 model it deploys as (int4_load_state's default grid,
+// then int4_weights); without, b is left as it is. *from_qat and *spec (either
+// may be NULL) say which int4 state; QLoRA training and `pocket import` of a
+// PEFT adapter hash what this leaves (formats/lora_checkpoint.h).
+int int4_lora_base(ModelBundle *b, const char *ckpt, int int4, int threads, int *from_qat, QuantSpec *spec,
+                   PtError *e);

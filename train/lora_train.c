@@ -10,22 +10,14 @@ int lora_train_init(LoraTrain *lt, const Recipe *r, Device *d, ModelBundle *b, f
     const TensorTable *tt = &b->tt;
     const int int4 = r->lora.base == LORA_BASE_INT4;
     if (int4) {   // QLoRA: exactly the weights `--int4` runs and the packages ship
-        QatState q;
         int from_qat;
-        if (int4_load_state(b, r->model.init, NULL, &q, &from_qat, e)) return -1;
-        // They replace the float weights, which a frozen base never needs
-        // again: the run holds one copy of the base.
-        const size_t bytes = tt->total * sizeof(float);
-        float *w = xaligned(bytes, "int4 base");
-        int4_weights(&q, b, r->train.threads, w);
-        memcpy(b->params, w, bytes);
-        free(w);
-        OP(d, upload, base_params, b->params, bytes);
+        QuantSpec spec;
+        if (int4_lora_base(b, r->model.init, 1, r->train.threads, &from_qat, &spec, e)) return -1;
+        OP(d, upload, base_params, b->params, tt->total * sizeof(float));   // the run holds one copy of the base
         if (log)
             fprintf(log, "LoRA base: the int4 model of %s (%s, group %d %s)\n", r->model.init,
-                    from_qat ? "its QAT scales" : "round-to-nearest", q.spec.group,
-                    q.spec.symmetric ? "symmetric" : "asymmetric");
-        qat_free(&q);
+                    from_qat ? "its QAT scales" : "round-to-nearest", spec.group,
+                    spec.symmetric ? "symmetric" : "asymmetric");
     } else if (log) {
         fprintf(log, "LoRA base: the float weights of %s\n", r->model.init);
     }
