@@ -140,11 +140,11 @@ int mnn_lora_merge(const ModelBundle *b, const QatState *q, const float *int4_we
     ModelBundle m = *b;
     m.params = xaligned(b->tt.total * sizeof(float), "merged weights");
     memcpy(m.params, b->params, b->tt.total * sizeof(float));
-    for (int l = 0; l < v->n_layer; l++)
+    for (int l = 0; l < v->n_layer && v->int4_base; l++)   // QLoRA: the adapted projections merge onto W_int4
         for (int t = 0; t < LORA_N_TARGETS; t++) {
+            if (!((v->targets >> t) & 1)) continue;   // (a projection not adapted may have no row at all)
             const TensorInfo *ti = &b->tt.t[lora_view_row(&b->tt, l, t)];
-            if (((v->targets >> t) & 1) && v->int4_base)
-                memcpy(m.params + ti->offset, int4_weights + ti->offset, ti->numel * sizeof(float));
+            memcpy(m.params + ti->offset, int4_weights + ti->offset, ti->numel * sizeof(float));
         }
     lora_view_merge(v, &b->tt, m.params);
     // The base grid, but a group with a merged weight beyond its range gets
