@@ -29,11 +29,7 @@ typedef struct {
 static void adapted_init(Adapted *x, const char *preset, unsigned targets, const ModelOptions *opt) {
     load_preset(preset, 7, &x->tm);
     if (opt) x->tm.m.opt = *opt;
-    LoraConfig lc = {.rank = 3, .alpha = 6.0f, .targets = targets};
-    lora_adapter_alloc(&x->ad, &x->tm.b.cfg, &lc);
-    Rng r;
-    rng_seed(&r, 99);
-    for (size_t i = 0; i < x->ad.tt.total; i++) x->ad.params[i] = (float)(0.3 * rng_normal(&r));
+    lora_random_adapter(&x->ad, &x->tm.b.cfg, targets);
     model_use_lora(&x->tm.m, &x->ad.cfg, &x->ad.tt, x->ad.params);
 }
 
@@ -45,10 +41,16 @@ static void adapted_free(Adapted *x) {
 // The mean loss; with dropout on, the loss model_forward_backward sees (the
 // forward alone never drops): its masks are the seed's, so finite
 // differences hold them fixed (the gradients it adds are not read).
-static double mean_loss(Model *m, const ModelInput *in) {
+typedef struct {
+    Model *m;
+    const ModelInput *in;
+} LossAt;
+
+static double mean_loss(void *ctx) {
+    const LossAt *at = ctx;
     int count;
-    double s = m->lora->dropout > 0 ? model_forward_backward(m, in, 0.0f, NULL, &count)
-                                    : model_forward(m, in, NULL, &count);
+    double s = at->m->lora->dropout > 0 ? model_forward_backward(at->m, at->in, 0.0f, NULL, &count)
+                                        : model_forward(at->m, at->in, NULL, &count);
     return s / count;
 }
 
@@ -75,33 +77,10 @@ static void check_finite_differences(const char *preset, float dropout) {
     assert_null(m->g.layer[0].wq);
     float *grads = xmalloc(x.ad.tt.total * sizeof(float), "grads");
     memcpy(grads, m->grads, x.ad.tt.total * sizeof(float));
-    Rng r;
-    rng_seed(&r, 5);
-    double worst = 0;
-    for (int i = 0; i < x.ad.tt.n; i++) {
-        const TensorInfo *t = &x.ad.tt.t[i];
-        double d2 = 0, g2 = 0;
-        for (int k = 0; k < 6; k++) {
-            size_t j = t->offset + rng_next(&r) % t->numel;
-            // the five-point stencil: truncation error O(h^4), so h can stay
-            // large against the forward's fp32 rounding
-            float *w = x.ad.params + j, keep = *w;
-            const float h = 1e-2f;
-            double f[4];
-            const float at[4] = {keep + h, keep - h, keep + 2 * h, keep - 2 * h};
-            for (int q = 0; q < 4; q++) {
-                *w = at[q];
-                f[q] = mean_loss(m, &in);
-            }
-            *w = keep;
-            double fd = (8 * (f[0] - f[1]) - (f[2] - f[3])) / (12.0 * h);
-            d2 += (fd - grads[j]) * (fd - grads[j]);
-            g2 += fd * fd;
-        }
-        double rel = sqrt(d2) / fmax(sqrt(g2), 1e-6);
-        if (rel > 5e-3) fail_msg("%s: %s: gradient off finite differences by %.2e relative", preset, t->name, rel);
-        worst = fmax(worst, rel);
-    }
+    LossAt at = {m, &in};
+    char why[256];
+    const double worst = lora_check_finite_differences(&x.ad, grads, mean_loss, &at, why);
+    if (worst < 0) fail_msg("%s, dropout %g: %s", preset, dropout, why);
     printf("  %s, dropout %g: %d adapter tensors, worst relative error against finite differences %.2e\n", preset,
            dropout, x.ad.tt.n, worst);
     free(grads);

@@ -175,3 +175,54 @@ static inline double rms_diff(const float *a, const float *b, size_t n) {
     for (size_t i = 0; i < n; i++) s += ((double)a[i] - b[i]) * ((double)a[i] - b[i]);
     return sqrt(s / (double)n);
 }
+
+// A LoRA adapter of rank 3, alpha 6 on `targets` of cfg's model, A and B both
+// random N(0, 0.3) (PEFT's zero B would leave dA zero); the caller frees it.
+static inline void lora_random_adapter(LoraAdapter *ad, const ModelConfig *cfg, unsigned targets) {
+    LoraConfig lc = {.rank = 3, .alpha = 6.0f, .targets = targets};
+    lora_adapter_alloc(ad, cfg, &lc);
+    Rng r;
+    rng_seed(&r, 99);
+    for (size_t i = 0; i < ad->tt.total; i++) ad->params[i] = (float)(0.3 * rng_normal(&r));
+}
+
+// Every adapter tensor's gradient (grads, laid out by ad->tt) against the
+// five-point finite difference of loss(ctx) at 6 random entries (truncation
+// O(h^4), so h can stay large against the forward's fp32 rounding): within 5e-3
+// relative per tensor, and each tensor one the loss moves. Returns the worst
+// error, or -1 with why[256] saying which tensor failed.
+static inline double lora_check_finite_differences(LoraAdapter *ad, const float *grads, double (*loss)(void *ctx),
+                                                   void *ctx, char why[256]) {
+    Rng r;
+    rng_seed(&r, 5);
+    double worst = 0;
+    for (int i = 0; i < ad->tt.n; i++) {
+        const TensorInfo *t = &ad->tt.t[i];
+        double d2 = 0, g2 = 0;
+        for (int k = 0; k < 6; k++) {
+            const size_t j = t->offset + rng_next(&r) % t->numel;
+            float *w = ad->params + j, keep = *w;
+            const float h = 1e-2f, at[4] = {keep + h, keep - h, keep + 2 * h, keep - 2 * h};
+            double f[4];
+            for (int q = 0; q < 4; q++) {
+                *w = at[q];
+                f[q] = loss(ctx);
+            }
+            *w = keep;
+            const double fd = (8 * (f[0] - f[1]) - (f[2] - f[3])) / (12.0 * h);
+            d2 += (fd - grads[j]) * (fd - grads[j]);
+            g2 += fd * fd;
+        }
+        const double rel = sqrt(d2) / fmax(sqrt(g2), 1e-6);
+        if (!(rel <= 5e-3)) {
+            snprintf(why, 256, "%s: gradient off finite differences by %.2e relative", t->name, rel);
+            return -1;
+        }
+        if (!(sqrt(g2) > 1e-5)) {
+            snprintf(why, 256, "%s: the loss does not move it, so it checks nothing", t->name);
+            return -1;
+        }
+        worst = fmax(worst, rel);
+    }
+    return worst;
+}
