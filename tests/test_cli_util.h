@@ -45,3 +45,18 @@ static inline void read_losses(const char *run, char *out, size_t cap) {
     out[n] = 0;
     pclose(p);
 }
+
+// DIR/NAME: the tests' CPT recipe on DIR's init.h5 and cpt.h5 (train and val),
+// 6 steps of 4 x 32, evaluated every 3 and saved every 2, at learning rate lr,
+// with `extra` (more sections) after it. 0 on success.
+static inline int write_cpt_recipe(const char *dir, const char *name, const char *lr, const char *extra) {
+    char path[600];
+    snprintf(path, sizeof path, "%s/%s", dir, name);
+    FILE *f = fopen(path, "w");
+    if (!f) return -1;
+    fprintf(f, "[model]\ninit = %s/init.h5\n[data]\ntrain = %s/cpt.h5\nval = %s/cpt.h5\n"
+               "[train]\nmode = cpt\nmicro_batch = 4\nseq_len = 32\nsteps = 6\neval_interval = 3\neval_batches = 2\n"
+               "save_interval = 2\nthreads = 1\n[optim]\nlr = %s\nwarmup = 2\n%s",
+            dir, dir, dir, lr, extra);
+    return fclose(f) == 0 ? 0 : -1;
+}

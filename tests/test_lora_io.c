@@ -42,16 +42,7 @@ static int setup(void **state) {
     if (sh("%s import tests/fixtures/hf/qwen3-untied --out %s/untied.h5 >/dev/null && "
            "%s import tests/fixtures/hf/qwen3-tied --out %s/tied.h5 >/dev/null", pocket(), g_dir, pocket(), g_dir))
         return -1;
-    char path[300];
-    snprintf(path, sizeof path, "%s/lora.ini", g_dir);
-    FILE *f = fopen(path, "w");
-    fprintf(f, "[model]\ninit = %s/init.h5\n[data]\ntrain = %s/cpt.h5\nval = %s/cpt.h5\n"
-               "[train]\nmode = cpt\nmicro_batch = 4\nseq_len = 32\nsteps = 6\neval_interval = 3\neval_batches = 2\n"
-               "save_interval = 2\nthreads = 1\n[optim]\nlr = 0.01\nwarmup = 2\n[lora]\nenabled = 1\nrank = 4\n"
-               "alpha = 8\ntargets = q,v,o,gate,down\n",
-            g_dir, g_dir, g_dir);
-    fclose(f);
-    return 0;
+    return write_cpt_recipe(g_dir, "lora.ini", "0.01", "[lora]\nenabled = 1\nrank = 4\nalpha = 8\ntargets = q,v,o,gate,down\n");
 }
 
 static int teardown(void **state) {

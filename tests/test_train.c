@@ -32,7 +32,6 @@ static int setup(void **state) {
     (void)state;
     snprintf(g_dir, sizeof g_dir, "/tmp/pocket_train_XXXXXX");
     if (!mkdtemp(g_dir)) return -1;
-    char path[300];
     if (make_tiny_checkpoint(g_dir)) return -1;
     if (sh("%s tokenize --tokenizer tests/fixtures/tok/tokenizer.json tests/fixtures/tok/corpus.txt "
            "tests/fixtures/data/corpus --out %s/cpt.h5 >/dev/null", pocket(), g_dir))
@@ -40,14 +39,7 @@ static int setup(void **state) {
     if (sh("%s tokenize --chat --tokenizer tests/fixtures/tok/tokenizer.json tests/fixtures/data/chat.jsonl "
            "--out %s/sft.h5 >/dev/null", pocket(), g_dir))
         return -1;
-    snprintf(path, sizeof path, "%s/cpt.ini", g_dir);
-    FILE *f = fopen(path, "w");
-    fprintf(f, "[model]\ninit = %s/init.h5\n[data]\ntrain = %s/cpt.h5\nval = %s/cpt.h5\n"
-               "[train]\nmode = cpt\nmicro_batch = 4\nseq_len = 32\nsteps = 6\neval_interval = 3\neval_batches = 2\n"
-               "save_interval = 2\nthreads = 1\n[optim]\nlr = 0.003\nwarmup = 2\nschedule = cosine\n",
-            g_dir, g_dir, g_dir);
-    fclose(f);
-    return 0;
+    return write_cpt_recipe(g_dir, "cpt.ini", "0.003", "schedule = cosine\n");
 }
 
 static int teardown(void **state) {
