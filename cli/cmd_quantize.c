@@ -4,6 +4,7 @@
 // embedding quantized: it is the lm_head. This command writes a checkpoint
 // whose int4 state covers every matrix: the state's own entries unchanged,
 // the missing ones round-to-nearest on the same grid.
+#include <stdlib.h>
 #include <string.h>
 #include "../formats/checkpoint.h"
 #include "../model/ops/ops.h"
@@ -12,13 +13,17 @@
 
 static void help(FILE *f) {
     fprintf(f,
-            "usage: pocket quantize --ckpt CKPT.h5 --out OUT.h5\n\n"
+            "usage: pocket quantize --ckpt CKPT.h5 --out OUT.h5 [--group G] [--symmetric]\n\n"
             "Writes OUT.h5: CKPT.h5 with an int4 state (/qat) that quantizes every matrix, the\n"
             "embedding included. The checkpoint's own int4 state (QAT scales, or the codes a GGUF\n"
             "import kept) is kept as it is; matrices it leaves in float (e.g. a tied embedding that\n"
             "was Q8_0 in the GGUF) get round-to-nearest codes on its grid. A checkpoint without an\n"
             "int4 state gets RTN group 64, asymmetric. `pocket generate --int4`, `eval --int4` and the\n"
-            "exporters then run and ship exactly this state.\n");
+            "exporters then run and ship exactly this state.\n\n"
+            "  --group G      instead, round-to-nearest of every matrix on groups of G inputs from the\n"
+            "                 checkpoint's float weights (its own int4 state is dropped): e.g. to ship a\n"
+            "                 GGUF import (group 32) on MNN's default grid of 64\n"
+            "  --symmetric    with --group (default 64): symmetric int4, no zero point\n");
 }
 
 // q2's entries for the tensors q quantizes are q's (scale, zero; codes when frozen).
@@ -32,8 +37,19 @@ static void copy_entries(QatState *q2, const QatState *q) {
 
 int cmd_quantize(int argc, char **argv) {
     const char *ckpt = NULL, *out = NULL, *v;
+    int group = 0, symmetric = 0;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) { help(stdout); return 0; }
+        else if (!strcmp(argv[i], "--symmetric")) symmetric = 1;
+        else if ((v = arg_value(argc, argv, &i, "--group"))) {
+            char *end;
+            long g = strtol(v, &end, 10);
+            if (*end || !*v || g < 2 || g > 65536 || g % 2) {
+                fprintf(stderr, "pocket quantize: --group '%s' must be an even number from 2 to 65536\n", v);
+                return 2;
+            }
+            group = (int)g;
+        }
         else if ((v = arg_value(argc, argv, &i, "--ckpt"))) ckpt = v;
         else if ((v = arg_value(argc, argv, &i, "--out"))) out = v;
         else { fprintf(stderr, "pocket quantize: unknown argument '%s' (see --help)\n", argv[i]); return 2; }
@@ -45,7 +61,15 @@ int cmd_quantize(int argc, char **argv) {
     QatState q, q2;
     int from_qat, rc = 1;
     memset(&q2, 0, sizeof q2);
-    if (int4_load_state(&b, ckpt, NULL, &q, &from_qat, &e)) goto fail_bundle;
+    QuantSpec grid = {group ? group : QUANT_GROUP_DEFAULT, symmetric};
+    const int regrid = group || symmetric;
+    if (regrid) {   // nothing kept: every matrix gets RTN on the chosen grid below
+        memset(&q, 0, sizeof q);
+        q.spec = grid;
+        from_qat = 0;
+    } else if (int4_load_state(&b, ckpt, NULL, &q, &from_qat, &e)) {
+        goto fail_bundle;
+    }
     if (qat_init(&q2, &b.tt, &q.spec, 1, 0, ckpt, &e) ||
         qat_init_from_weights(&q2, &b.tt, b.params, QAT_INIT_RTN, NULL, NULL, ckpt, &e))
         goto fail;

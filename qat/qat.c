@@ -11,9 +11,44 @@ static int is_quantized(const TensorInfo *t, int quant_embedding) {
     return (t->flags & TF_QUANT) || (quant_embedding && (t->flags & TF_EMBED));
 }
 
+static int64_t gcd64(int64_t a, int64_t b) {
+    while (b) {
+        int64_t t = a % b;
+        a = b;
+        b = t;
+    }
+    return a;
+}
+
+// A group that leaves a shorter last group in some row: MNN's int4 layout has
+// one block size per matrix (the runtime takes it as input columns / blocks,
+// and MNN's own exporter halves its block until it divides), so such a
+// matrix cannot be shipped. The error lists the groups that fit every matrix.
+static int ragged_group(const TensorTable *tt, const QuantSpec *spec, int quant_embedding, const char *src,
+                        PtError *e) {
+    int64_t g = 0;
+    const TensorInfo *bad = NULL;
+    for (int i = 0; i < tt->n; i++) {
+        const TensorInfo *ti = &tt->t[i];
+        if (!is_quantized(ti, quant_embedding) || ti->shape[1] <= 0) continue;
+        g = gcd64(g, ti->shape[1]);
+        if (!bad && ti->shape[1] % spec->group) bad = ti;
+    }
+    if (!bad) return 0;
+    char fits[256] = "";
+    size_t len = 0;
+    for (int64_t d = 2; d <= g && len + 16 < sizeof fits; d += 2)
+        if (g % d == 0) len += (size_t)snprintf(fits + len, sizeof fits - len, "%s%lld", len ? ", " : "", (long long)d);
+    return pt_fail(e, "%s: tensor %s: %lld input columns are not a multiple of the quantization group %d, and the MNN "
+                      "int4 layout has one block size per matrix (no shorter last group); groups that divide every "
+                      "quantized matrix of this model: %s", src, bad->name, (long long)bad->shape[1], spec->group,
+                   len ? fits : "none (an odd column count)");
+}
+
 int qat_init(QatState *q, const TensorTable *tt, const QuantSpec *spec, int quant_embedding, int learn_scales,
              const char *src, PtError *e) {
     memset(q, 0, sizeof *q);
+    if (spec->group >= 2 && spec->group % 2 == 0 && ragged_group(tt, spec, quant_embedding, src, e)) return -1;
     q->spec = *spec;
     q->quant_embedding = quant_embedding;
     q->t = xcalloc((size_t)tt->n + 1, sizeof(QatTensor), "qat tensors");
