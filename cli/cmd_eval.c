@@ -5,6 +5,7 @@
 #include <string.h>
 #include "commands.h"
 #include "../train/choice_train.h"
+#include "../train/eval_compare.h"
 #include "../train/evaluate.h"
 #include "open_model.h"
 
@@ -29,6 +30,12 @@ static void help(FILE *f) {
             "  --int4-group G     RTN of a float checkpoint with groups of G inputs (implies --int4;\n"
             "                     a QAT checkpoint must match its own grid)\n"
             "  --int4-symmetric   RTN of a float checkpoint, symmetric (no zero point; implies --int4)\n"
+            "  --ref FLOAT.h5     also compare with a reference model (its float weights) over the same\n"
+            "                     positions: mean KL divergence KL(ref || model) with its standard error,\n"
+            "                     the share of positions whose top-1 token is the reference's, and both\n"
+            "                     perplexities (the quantization quality report, as llama.cpp's\n"
+            "                     llama-perplexity --kl-divergence; with --int4: the int4 model against\n"
+            "                     the float one). Default --batch 1 with it (two logit buffers per batch)\n"
             RUN_FLAGS_HELP);
 }
 
@@ -60,9 +67,53 @@ static int eval_choice(Model *m, const Dataset *d, const char *ckpt, const char 
     return 0;
 }
 
+// --ref: the reference model (its float weights, the same numerics and device)
+// over the same batches, and the quality report.
+static int eval_against(Model *m, const Tokenizer *tok, const char *ckpt, const char *ref, const Dataset *d,
+                        const OpenOptions *oo, int doc_mask, long max_batches) {
+    PtError e;
+    OpenOptions ro = *oo;
+    ro.int4 = 0;
+    ro.grid = NULL;
+    ro.grid_chosen = 0;
+    ro.lora = NULL;
+    ro.log = NULL;
+    OpenModel rm;
+    if (open_model(&rm, ref, &ro, &e)) { fprintf(stderr, "pocket eval: --ref %s\n", e.msg); return -1; }
+    int rc = -1;
+    Tokenizer *rt = NULL;
+    if (!rm.b.tokenizer_json || tokenizer_load(&rt, rm.b.tokenizer_json, rm.b.tokenizer_json_len, ref, &e)) {
+        fprintf(stderr, "pocket eval: --ref %s: %s\n", ref, rm.b.tokenizer_json ? e.msg : "the checkpoint stores no tokenizer.json");
+        goto out;
+    }
+    if (strcmp(tokenizer_hash(rt), tokenizer_hash(tok)) || rm.b.cfg.vocab_size != m->cfg.vocab_size) {
+        fprintf(stderr, "pocket eval: --ref %s has another vocabulary than %s (tokenizer %.12s, %d rows against "
+                        "%.12s, %d rows)\n", ref, ckpt, tokenizer_hash(rt), rm.b.cfg.vocab_size, tokenizer_hash(tok),
+                m->cfg.vocab_size);
+        goto out;
+    }
+    CompareStats s;
+    double t0 = now_seconds();
+    if (model_plan(&rm.m, m->B, m->T, 0, NULL, &e) ||
+        eval_compare(m, &rm.m, d, doc_mask, max_batches, &s, &e)) {
+        fprintf(stderr, "pocket eval: %s\n", e.msg);
+        goto out;
+    }
+    printf("%s on %s against %s, %ld positions (%.1f s):\n", ckpt, d->path, ref, s.positions, now_seconds() - t0);
+    printf("  mean KL divergence %.6f +- %.6f nats (max %.4f)\n", s.kl_mean, s.kl_stderr, s.kl_max);
+    printf("  top-1 agreement    %.3f%%\n", 100 * s.top1);
+    printf("  perplexity         %.4f (loss %.6f); reference %.4f (loss %.6f)\n", exp(s.loss), s.loss,
+           exp(s.ref_loss), s.ref_loss);
+    rc = 0;
+out:
+    if (rt) tokenizer_free(rt);
+    open_model_close(&rm);
+    return rc;
+}
+
 int cmd_eval(int argc, char **argv) {
-    const char *ckpt = NULL, *data = NULL, *dump = NULL, *v;
-    long batch = 4, seq = 512, max_batches = 0, n_exact = 200, threads = 0;
+    const char *ckpt = NULL, *data = NULL, *dump = NULL, *ref = NULL, *v;
+    long batch = 0, seq = 512, max_batches = 0, n_exact = 200, threads = 0;
     long int4_group = 0;   // 0 = the default grid
     int int4 = 0, int4_symmetric = 0, doc_mask = 0, flag;
     OpenOptions oo = {.log = stdout};
@@ -75,6 +126,7 @@ int cmd_eval(int argc, char **argv) {
         else if ((v = arg_value(argc, argv, &i, "--ckpt"))) ckpt = v;
         else if ((v = arg_value(argc, argv, &i, "--data"))) data = v;
         else if ((v = arg_value(argc, argv, &i, "--dump-scores"))) dump = v;
+        else if ((v = arg_value(argc, argv, &i, "--ref"))) ref = v;
         else if ((v = arg_value(argc, argv, &i, "--batch"))) { if (parse_int("--batch", v, 1, &batch)) return 2; }
         else if ((v = arg_value(argc, argv, &i, "--seq-len"))) { if (parse_int("--seq-len", v, 2, &seq)) return 2; }
         else if ((v = arg_value(argc, argv, &i, "--max-batches"))) { if (parse_int("--max-batches", v, 0, &max_batches)) return 2; }
@@ -91,6 +143,7 @@ int cmd_eval(int argc, char **argv) {
         else { fprintf(stderr, "pocket eval: unknown argument '%s' (see --help)\n", argv[i]); return 2; }
     }
     if (!ckpt || !data) { fprintf(stderr, "pocket eval: --ckpt and --data are required (see --help)\n"); return 2; }
+    if (batch == 0) batch = ref ? 1 : 4;
     PtError e;
     Dataset d = {0};
     Tokenizer *tok = NULL;
@@ -119,16 +172,24 @@ int cmd_eval(int argc, char **argv) {
         goto out;
     }
     double t0 = now_seconds();
+    if (d.kind == DATASET_CHOICE && ref) {
+        fprintf(stderr, "pocket eval: --ref compares next-token distributions; %s is choice data\n", data);
+        goto out;
+    }
     if (d.kind == DATASET_CHOICE) {
         rc = eval_choice(m, &d, ckpt, dump, &e);
         if (rc) fprintf(stderr, "pocket eval: %s\n", e.msg);
         goto out;
     }
-    long count;
-    double loss = eval_loss(m, &d, doc_mask, max_batches, &count, &e);
-    if (isnan(loss)) { fprintf(stderr, "pocket eval: %s\n", e.msg); goto out; }
-    printf("%s on %s: loss %.4f, perplexity %.2f over %ld tokens (%.1f s)\n", ckpt, data, loss, exp(loss), count,
-           now_seconds() - t0);
+    if (ref) {
+        if (eval_against(m, tok, ckpt, ref, &d, &oo, doc_mask, max_batches)) goto out;
+    } else {
+        long count;
+        double loss = eval_loss(m, &d, doc_mask, max_batches, &count, &e);
+        if (isnan(loss)) { fprintf(stderr, "pocket eval: %s\n", e.msg); goto out; }
+        printf("%s on %s: loss %.4f, perplexity %.2f over %ld tokens (%.1f s)\n", ckpt, data, loss, exp(loss), count,
+               now_seconds() - t0);
+    }
     if (d.kind == DATASET_SFT && n_exact > 0) {
         int scored;
         t0 = now_seconds();
