@@ -57,8 +57,11 @@ __global__ void __launch_bounds__(CLS_THREADS) classifier_rows_kernel(float *log
 static size_t lined(size_t bytes) { return (bytes + 63) / 64 * 64; }
 
 size_t cu_classifier_workspace_bytes(const Device *d, int N, int C, int V) {
-    const int rows = N < CLS_ROWS ? N : CLS_ROWS;
-    return lined((size_t)rows * V * sizeof(float)) + lined((size_t)N * sizeof(double)) +
+    int rows = N < CLS_ROWS ? N : CLS_ROWS;
+    rows = rows < 2 ? 2 : rows;
+    // distill.cu's classifier_distill takes the same logits in two halves
+    // (student and teacher) and three doubles per row.
+    return lined((size_t)rows * V * sizeof(float)) + lined((size_t)N * 3 * sizeof(double)) +
            lined((size_t)N * sizeof(int)) + cu_matmul_workspace_bytes(d, rows, C, V) + 256;
 }
 

@@ -153,6 +153,10 @@ size_t cu_classifier_workspace_bytes(const Device *d, int N, int C, int V);
 double cu_classifier(Device *d, float *dh, float *dW, float *logits_out, const float *h, const float *W,
                      const int *targets, const uint8_t *mask, int N, int C, int V, float scale, int *count,
                      MatmulPrecision p);
+// distill.cu (its scratch fits in the classifier's workspace: see cu_classifier_workspace_bytes)
+double cu_classifier_distill(Device *d, float *dh, float *dW, const float *h, const float *W, const int *targets,
+                             const uint8_t *mask, int N, int C, int V, float scale, const DistillTarget *t,
+                             DistillSums *sums, int *count, MatmulPrecision p);
 // optim.cu
 size_t cu_grad_norm_workspace_bytes(size_t n_params);
 void cu_adamw_step(Device *d, float *params, const float *grads, float *m, float *v, const TensorTable *tt,

@@ -127,6 +127,7 @@ static Backend make_table(void) {
     b.dropout_backward = cu_dropout_backward;
     b.residual_forward = cu_residual_forward;
     b.classifier = cu_classifier;
+    b.classifier_distill = cu_classifier_distill;
     b.a16_round = cu_a16_round;
     b.adamw_step = cu_adamw_step;
     b.grad_sumsq = cu_grad_sumsq;

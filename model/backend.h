@@ -38,6 +38,28 @@ typedef struct {
     float grad_clip;      // max global L2 norm; <= 0 disables clipping
 } AdamWConfig;
 
+// The teacher side of a distillation loss (classifier_distill, documented in
+// ops/ops.h): the mix of cross-entropy and KL, the temperature, and the
+// teacher's distribution at each token row: its final-normed hidden states
+// h[N, C] with its lm_head W[V, C] (the op makes its logits chunk by chunk),
+// or, with k > 0, its top-k logits [N, k] at the ids [N, k] and the
+// log-sum-exp of all its logits / T [N] (so the top-k are exact
+// probabilities, and the rest of the mass is known). Device memory.
+#define DISTILL_MAX_TOPK 256
+typedef struct {
+    float ce_weight, kd_weight;   // loss = ce_weight * CE + kd_weight * T^2 * KL(teacher_T || student_T)
+    float temperature;            // T > 0
+    const float *h, *W;           // k == 0: the teacher's final hidden states and lm_head
+    const int *topk_ids;          // k > 0: the teacher's top-k token ids per row ...
+    const float *topk_logits;     // ... and its logits there
+    const float *topk_lse;        // ... and log sum_v exp(logit_v / T) over the whole vocabulary
+    int k;
+} DistillTarget;
+// The two parts of a distillation loss, summed over counted rows (unweighted).
+typedef struct {
+    double ce, kl;
+} DistillSums;
+
 typedef struct Device Device;
 
 // Every op as (Device *, the op's arguments). Shapes and conventions of each
@@ -83,6 +105,9 @@ typedef struct {
     double (*classifier)(Device *d, float *dh, float *dW, float *logits_out, const float *h, const float *W,
                          const int *targets, const uint8_t *mask, int N, int C, int V, float scale, int *count,
                          MatmulPrecision p);
+    double (*classifier_distill)(Device *d, float *dh, float *dW, const float *h, const float *W, const int *targets,
+                                 const uint8_t *mask, int N, int C, int V, float scale, const DistillTarget *t,
+                                 DistillSums *sums, int *count, MatmulPrecision p);
     void (*a16_round)(Device *d, float *x, size_t n, int mode);
     // ---- optimizer
     void (*adamw_step)(Device *d, float *params, const float *grads, float *m, float *v, const TensorTable *tt,

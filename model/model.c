@@ -450,31 +450,52 @@ static void block_backward(Model *m, const Pass *ps, int l, int slot) {
     OP(d, rmsnorm_backward, b->dx, gw->ln1, b->dln, layer_input(m, l), w->ln1, a->ln1_rstd + rows, N, H);
 }
 
-static double run(Model *m, const ModelInput *in, int backward, float grad_scale, float *logits_out, int *count) {
+// The batch's inputs uploaded, and embedding, blocks and the final norm run
+// (into a.lnf); returns the pass.
+static Pass forward_to_norm(Model *m, const ModelInput *in, int backward) {
     if (in->B != m->B || in->T != m->T || m->cache_len)
         die("model_forward: batch %dx%d does not match the plan %dx%d%s", in->B, in->T, m->B, m->T,
             m->cache_len ? " (planned for a KV cache)" : "");
     if (backward && !m->training) die("model_forward_backward: the model was planned for inference");
     Device *d = m->dev;
-    const ModelConfig *c = &m->cfg;
-    const int N = m->B * m->T, H = c->d_model, L = c->n_layer;
+    const int N = m->B * m->T;
     const size_t ints = (size_t)N * sizeof(int);
     Pass ps = {m->B, m->T, N, 0, in->seg ? m->seg : NULL, backward && m->lora && m->lora->dropout > 0};
     if (in->seg) OP(d, upload, m->seg, in->seg, ints);
     if (in->targets) OP(d, upload, m->targets, in->targets, ints);
     if (in->mask) OP(d, upload, m->mask, in->mask, (size_t)N);
     forward_trunk(m, &ps, in->tokens, in->pos);
+    OP(d, rmsnorm_forward, m->a.lnf, m->a.lnf_rstd, layer_input(m, m->cfg.n_layer), m->w.lnf, N, m->cfg.d_model,
+       m->cfg.norm_eps);
+    return ps;
+}
+
+const float *model_forward_hidden(Model *m, const ModelInput *in) {
+    forward_to_norm(m, in, 0);
+    return m->a.lnf;
+}
+
+static double run(Model *m, const ModelInput *in, int backward, float grad_scale, float *logits_out, int *count) {
+    Device *d = m->dev;
+    const ModelConfig *c = &m->cfg;
+    const int N = m->B * m->T, H = c->d_model, L = c->n_layer;
+    Pass ps = forward_to_norm(m, in, backward);
     float *x_last = layer_input(m, L);
-    OP(d, rmsnorm_forward, m->a.lnf, m->a.lnf_rstd, x_last, m->w.lnf, N, H, c->norm_eps);
 
     double loss = 0;
     int counted = 0;
     float *dh = backward ? m->bw.dx : NULL;
     if (backward) OP(d, zero, dh, (size_t)N * H * sizeof(float));
-    if (in->targets || logits_out)
+    if (in->distill && in->targets) {
+        if (logits_out) die("model_forward: a distillation pass gives no logits");
+        loss = OP(d, classifier_distill, dh, backward ? m->g.lm_head : NULL, m->a.lnf, m->w.lm_head, m->targets,
+                  in->mask ? m->mask : NULL, N, H, c->vocab_size, grad_scale, in->distill, &m->distill_sums,
+                  &counted, m->opt.matmul);
+    } else if (in->targets || logits_out) {
         loss = OP(d, classifier, dh, backward ? m->g.lm_head : NULL, logits_out, m->a.lnf, m->w.lm_head,
                   in->targets ? m->targets : NULL, in->mask ? m->mask : NULL, N, H, c->vocab_size, grad_scale,
                   &counted, m->opt.matmul);
+    }
     if (in->choice) loss += choice_head_loss(m, in->choice, dh, grad_scale, NULL, &counted);
     if (backward) {
         // final norm: dx holds dL/d(lnf); turn it into dL/dx[L]

@@ -20,6 +20,10 @@ typedef struct {
     const int *pos;         // [B*T] or NULL
     const int *seg;         // [B*T] or NULL
     const struct ChoiceGroups *choice;   // decision-head groups (choice_head.h) or NULL: their loss is added
+    // A distillation target (backend.h; device memory, the batch's rows) or
+    // NULL: the token loss is then classifier_distill's mix of cross-entropy
+    // and KL from the teacher, its parts left in Model.distill_sums.
+    const DistillTarget *distill;
 } ModelInput;
 
 // The numerics a model runs with, fixed when it is made (model_init): every
@@ -86,11 +90,13 @@ typedef struct {
     // The plan (model_plan / model_plan_cache).
     int B, T, training;
     int cache_len, n_past;      // KV cache: capacity in positions (0 = no cache) and positions held
-    float *k_cache, *v_cache;   // [L][cache_len][n_kv*hd], K after QK-norm and RoPE
+    int cache_rows;             // sequences in the cache (model_plan_cache_rows), 1 otherwise
+    float *k_cache, *v_cache;   // [L][cache_len][cache_rows][n_kv*hd], K after QK-norm and RoPE
     Activations a;
     BackwardBuffers bw;
     int *tokens, *targets, *pos, *seg;   // the batch on the device, [B*T]
     uint8_t *mask;
+    DistillSums distill_sums;   // the last pass's cross-entropy and KL sums (ModelInput.distill)
     float *last_logits;         // [V]: a cache plan's logits of the last fed row
     float *choice_scores;       // [2N]: the decision head's scores and their gradients (choice_head.c)
     int *host_pos;              // positions built on the host, [B*T]
@@ -135,6 +141,10 @@ static inline void model_set_dropout_seed(Model *m, uint64_t seed) { m->dropout_
 // (0 when targets is NULL) and their number in *count. logits_out [N,V]
 // (device memory) optional.
 double model_forward(Model *m, const ModelInput *in, float *logits_out, int *count);
+// Forward through the final norm, without the lm head: the final hidden
+// states [B*T, H] (device memory, the model's own buffer, valid until its
+// next pass) -- what a distillation teacher gives (ModelInput.distill).
+const float *model_forward_hidden(Model *m, const ModelInput *in);
 // Forward + backward: accumulates grad_scale * d(sum loss)/d(params) into
 // m->grads (grad_scale = 1/count gives the mean loss, as transformers does).
 double model_forward_backward(Model *m, const ModelInput *in, float grad_scale, float *logits_out, int *count);

@@ -55,9 +55,12 @@ static double row_loss(float *z, int target, int V, float scale, int make_grad) 
     return (double)z_max + log(sum) - (double)z_target;
 }
 
+// Also what classifier_distill (distill.c) takes: the same logits as two
+// halves (student and teacher, at least one row each) and 3 doubles a row.
 size_t classifier_workspace_bytes(const Device *d, int N, int V) {
-    const int rows = N < cpu_kernels(d)->classifier_rows ? N : cpu_kernels(d)->classifier_rows;
-    return (size_t)rows * V * sizeof(float) + (size_t)rows * sizeof(double) + 128 + matmul_workspace_bytes(d);
+    int rows = N < cpu_kernels(d)->classifier_rows ? N : cpu_kernels(d)->classifier_rows;
+    rows = rows < 2 ? 2 : rows;
+    return (size_t)rows * V * sizeof(float) + (size_t)rows * 3 * sizeof(double) + 192 + matmul_workspace_bytes(d);
 }
 
 double classifier(Device *d, float *dh, float *dW, float *logits_out, const float *h, const float *W,

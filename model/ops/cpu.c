@@ -98,6 +98,7 @@ static const Backend CPU = {
     .dropout_forward = dropout_forward,
     .dropout_backward = dropout_backward,
     .classifier = classifier,
+    .classifier_distill = classifier_distill,
     .a16_round = cpu_a16_round,
     .adamw_step = adamw_step,
     .grad_sumsq = grad_sumsq,

@@ -162,6 +162,31 @@ size_t classifier_workspace_bytes(const Device *d, int N, int V);
 double classifier_ref(double *dh, double *dW, const double *h, const double *W, const int *targets,
                       const uint8_t *mask, int N, int C, int V, double scale);
 
+// ---- classifier_distill: the classifier with a distillation loss
+// (distill.c). On each counted position (as classifier's), with p = softmax
+// of the logits h W^T, pT its softmax at temperature T and q the teacher's
+// distribution at T (t->h W_t^T for k == 0), the loss is
+//     ce_weight * -log p(target) + kd_weight * T^2 * KL(q || pT)
+// and its gradient on the logits ce_weight (p - onehot) + kd_weight T (pT - q),
+// times scale, goes through the matmul backward as classifier's does. With
+// top-k (k > 0) the teacher is known on its k ids (q_i = exp(l_i / T - lse))
+// and as the mass q_rest = 1 - sum q_i of the rest: the KL is over the k ids
+// and the rest as one outcome (pT_rest = 1 - pT's sum over the ids), whose
+// gradient gives each other token q_rest * pT / pT_rest as its target. Returns
+// the summed loss; *sums gets the summed CE and KL (unweighted); *count the
+// positions. The student's and the teacher's logits take half of the
+// classifier's rows each, in its workspace. The teacher's hidden size is C.
+double classifier_distill(Device *d, float *dh, float *dW, const float *h, const float *W, const int *targets,
+                          const uint8_t *mask, int N, int C, int V, float scale, const DistillTarget *t,
+                          DistillSums *sums, int *count, MatmulPrecision p);
+// Reference in double: teacher_logits [N, V] (k == 0) or top-k ids, logits
+// [N, k] and log-sum-exp [N]; returns the summed loss, grads accumulate
+// scale * d(sum).
+double classifier_distill_ref(double *dh, double *dW, const double *h, const double *W, const int *targets,
+                              const uint8_t *mask, int N, int C, int V, double scale, const double *teacher_logits,
+                              const int *topk_ids, const double *topk_logits, const double *topk_lse, int k,
+                              double ce_weight, double kd_weight, double T, double *ce_sum, double *kl_sum);
+
 // ---- AdamW over the flat buffers laid out by the tensor table: params,
 // grads and the moments m and v share the offsets (adamw.c). The padding
 // floats between tensors are zero by contract; the gradient helpers walk the
