@@ -123,10 +123,10 @@ enum { CACHED_THREADS = 128 };
 
 __global__ void __launch_bounds__(CACHED_THREADS) attention_cached_kernel(float *out, const float *q, const float *K,
                                                                           const float *V, int p0, int nq, int nkv,
-                                                                          int hd, float scale) {
+                                                                          int hd, size_t kvs, float scale) {
     __shared__ float qsh[256], psh[CACHED_THREADS], red[CACHED_THREADS];
     const int h = blockIdx.x, i = blockIdx.y, tid = threadIdx.x, g = h / (nq / nkv), last = p0 + i;
-    const size_t qs = (size_t)nq * hd, kvs = (size_t)nkv * hd;
+    const size_t qs = (size_t)nq * hd;
     for (int c = tid; c < hd; c += CACHED_THREADS) qsh[c] = q[(size_t)i * qs + (size_t)h * hd + c];
     __syncthreads();
     float m = -INFINITY, l = 0.0f, acc[2] = {0.0f, 0.0f};
@@ -161,13 +161,13 @@ __global__ void __launch_bounds__(CACHED_THREADS) attention_cached_kernel(float 
 }
 
 void cu_attention_cached(Device *d, float *out, const float *q, const float *K, const float *V, int p0, int n, int nq,
-                         int nkv, int hd) {
+                         int nkv, int hd, size_t kv_stride) {
     if (n <= 0) return;
     if (hd <= 0 || hd > 256 || nq <= 0 || nkv <= 0 || nq % nkv != 0 || p0 < 0)
         die("attention_cached: bad shape nq=%d nkv=%d hd=%d p0=%d (the CUDA kernel takes hd <= 256)", nq, nkv, hd, p0);
     if (nq > 65535 || n > 65535) die("attention_cached: %d heads x %d rows exceed the launch grid", nq, n);
     dim3 grid((unsigned)nq, (unsigned)n);
-    attention_cached_kernel<<<grid, CACHED_THREADS, 0, cu_stream(d)>>>(out, q, K, V, p0, nq, nkv, hd,
+    attention_cached_kernel<<<grid, CACHED_THREADS, 0, cu_stream(d)>>>(out, q, K, V, p0, nq, nkv, hd, kv_stride,
                                                                        1.0f / sqrtf((float)hd));
     CU_LAUNCHED();
 }

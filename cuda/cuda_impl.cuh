@@ -147,7 +147,7 @@ void cu_attention_backward(Device *d, float *dq, float *dk, float *dv, const flo
                            const float *lse, const float *q, const float *k, const float *v, const int *seg, int B,
                            int T, int nq, int nkv, int hd);
 void cu_attention_cached(Device *d, float *out, const float *q, const float *K, const float *V, int p0, int n, int nq,
-                         int nkv, int hd);
+                         int nkv, int hd, size_t kv_stride);
 // classifier.cu
 size_t cu_classifier_workspace_bytes(const Device *d, int N, int C, int V);
 double cu_classifier(Device *d, float *dh, float *dW, float *logits_out, const float *h, const float *W,

@@ -95,7 +95,7 @@ typedef struct {
                                const float *lse, const float *q, const float *k, const float *v, const int *seg, int B,
                                int T, int nq, int nkv, int hd);
     void (*attention_cached)(Device *d, float *out, const float *q, const float *K, const float *V, int p0, int n,
-                             int nq, int nkv, int hd);
+                             int nq, int nkv, int hd, size_t kv_stride);
     void (*swiglu_forward)(Device *d, float *out, const float *gate, const float *up, size_t n);
     void (*swiglu_backward)(Device *d, float *dgate, float *dup, const float *dout, const float *gate,
                             const float *up, size_t n);

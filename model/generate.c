@@ -146,15 +146,18 @@ static int select_nucleus(int *ids, int n, double need, const float *prob, const
 }
 
 int gen_sample(GenContext *g, const float *logits, const GenParams *p, Rng *rng) {
-    int V = g->m.cfg.vocab_size;
+    return sample_token(logits, g->m.cfg.vocab_size, p, rng, g->probs, g->order);
+}
+
+int sample_token(const float *logits, int V, const GenParams *p, Rng *rng, float *probs, int *order) {
     if (p->temperature <= 0.0f) return argmax(logits, V);
     // Softmax of logits / T, unnormalised (the largest term is 1).
     float max = logits[argmax(logits, V)], inv_t = 1.0f / p->temperature;
-    float *prob = g->probs;
+    float *prob = probs;
     for (int i = 0; i < V; i++) prob[i] = expf((logits[i] - max) * inv_t);
     // Candidates: the top k, then the nucleus of those (renormalised), both
     // found by selection in O(V) rather than by sorting the vocabulary.
-    int *ids = g->order, n = V;
+    int *ids = order, n = V;
     for (int i = 0; i < V; i++) ids[i] = i;
     if (p->top_k > 0 && p->top_k < V) {
         select_top_k(ids, V, p->top_k, logits);
@@ -208,4 +211,34 @@ int generate(GenContext *g, const int *prompt, int n_prompt, const GenParams *p,
         if (t + 1 < p->max_new && gen_feed(g, &id, 1, NULL, e)) return -1;
     }
     return p->max_new;
+}
+
+// ---------------------------------------------------------------- lockstep rows
+
+void generate_rows(Model *m, const int *first, int len, int greedy, const GenParams *p, Rng *rngs, int *out,
+                   void (*progress)(void *ctx, int done, int len), void *ctx) {
+    const int R = m->cache_rows, V = m->cfg.vocab_size;
+    Device *d = m->dev;
+    float *dev_logits = d->be->alloc(d, (size_t)R * V * sizeof(float), "lockstep logits");
+    float *logits = xmalloc((size_t)R * V * sizeof(float), "lockstep logits on the host");
+    float *probs = xmalloc((size_t)V * sizeof(float), "sampling scratch");
+    int *order = xmalloc((size_t)V * sizeof(int), "sampling scratch"), *next = xmalloc((size_t)R * sizeof(int), "next tokens");
+    GenParams argmax_only = *p;
+    argmax_only.temperature = 0.0f;
+    m->n_past = 0;
+    for (int r = 0; r < R; r++) next[r] = out[(size_t)r * len] = first[r];
+    for (int t = 1; t < len; t++) {
+        model_feed_rows(m, next, dev_logits);
+        OP(d, download, logits, dev_logits, (size_t)R * V * sizeof(float));
+        for (int r = 0; r < R; r++) {
+            next[r] = sample_token(logits + (size_t)r * V, V, t <= greedy ? &argmax_only : p, &rngs[r], probs, order);
+            out[(size_t)r * len + t] = next[r];
+        }
+        if (progress) progress(ctx, t + 1, len);
+    }
+    d->be->release(d, dev_logits);
+    free(logits);
+    free(probs);
+    free(order);
+    free(next);
 }

@@ -61,6 +61,17 @@ float *gen_prefill_logits(GenContext *g, const int *prompt, int n, PtError *e);
 
 // Chooses the next token from logits [V] as p says (greedy ignores rng).
 int gen_sample(GenContext *g, const float *logits, const GenParams *p, Rng *rng);
+// The same with the caller's scratch: probs [V], order [V].
+int sample_token(const float *logits, int V, const GenParams *p, Rng *rng, float *probs, int *order);
+
+// Lockstep sampling of m->cache_rows sequences (m planned with
+// model_plan_cache_rows, cache_len >= len): sequence r starts with first[r]
+// and runs to `len` tokens (out[r * len ...], first[r] included); its next
+// `greedy` tokens are the most likely ones, the rest are drawn as p says
+// with its own Rng rngs[r]. No stop ids: every sequence gets len tokens.
+// progress (may be NULL) is called after each position with (ctx, done, len).
+void generate_rows(Model *m, const int *first, int len, int greedy, const GenParams *p, Rng *rngs, int *out,
+                   void (*progress)(void *ctx, int done, int len), void *ctx);
 
 // Starts from an empty cache, feeds the prompt and generates up to p->max_new
 // tokens into out (capacity max_out >= p->max_new), stopping after a stop id

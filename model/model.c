@@ -111,8 +111,8 @@ static void plan_buffers(Model *m, Carver *c) {
         m->lora_tmp = carve_floats(c, N * widest);
     }
     if (m->cache_len) {
-        m->k_cache = carve_floats(c, L * m->cache_len * KV);
-        m->v_cache = carve_floats(c, L * m->cache_len * KV);
+        m->k_cache = carve_floats(c, L * m->cache_len * m->cache_rows * KV);
+        m->v_cache = carve_floats(c, L * m->cache_len * m->cache_rows * KV);
         m->last_logits = carve_floats(c, cfg->vocab_size);
     }
     if (!m->training) return;
@@ -170,6 +170,7 @@ int model_plan(Model *m, int B, int T, int training, FILE *log, PtError *e) {
     if (T > m->cfg.max_seq)
         return pt_fail(e, "sequence length %d exceeds the model's max_position_embeddings %d", T, m->cfg.max_seq);
     if (B < 1 || T < 1) return pt_fail(e, "batch %d x %d is empty", B, T);
+    m->cache_rows = 1;
     size_t other = allocate_plan(m, B, T, training, 0);
     if (log) {
         double mb = 1.0 / (1 << 20), pbytes = m->tt->total * 4.0, gbytes = model_grad_table(m)->total * 4.0;
@@ -204,7 +205,18 @@ int model_plan_cache(Model *m, int cache_len, PtError *e) {
     if (cache_len < 1 || cache_len > m->cfg.max_seq)
         return pt_fail(e, "generation context of %d positions is outside [1, %d] (the model's max_position_embeddings)",
                        cache_len, m->cfg.max_seq);
+    m->cache_rows = 1;
     allocate_plan(m, 1, cache_len < CACHE_CHUNK ? cache_len : CACHE_CHUNK, 0, cache_len);
+    return 0;
+}
+
+int model_plan_cache_rows(Model *m, int rows, int cache_len, PtError *e) {
+    if (cache_len < 1 || cache_len > m->cfg.max_seq)
+        return pt_fail(e, "generation context of %d positions is outside [1, %d] (the model's max_position_embeddings)",
+                       cache_len, m->cfg.max_seq);
+    if (rows < 1) return pt_fail(e, "a cache of %d sequences is empty", rows);
+    m->cache_rows = rows;
+    allocate_plan(m, rows, 1, 0, cache_len);
     return 0;
 }
 
@@ -310,11 +322,14 @@ static void block_forward(Model *m, const Pass *ps, int l, int slot, const float
     float *ln1 = a->ln1 + rows * H, *q = a->q + rows * Q, *att = a->att + rows * Q, *x_mid = a->x_mid + rows * H;
     float *ln2 = a->ln2 + rows * H, *gate = a->gate + rows * F, *up = a->up + rows * F, *act = a->act + rows * F;
     // The attention step is the only difference between the plans: K and V
-    // go to the batch's own buffers, or into the cache after its n_past rows.
-    float *K_layer = m->cache_len ? m->k_cache + (size_t)l * m->cache_len * KV : NULL;
-    float *V_layer = m->cache_len ? m->v_cache + (size_t)l * m->cache_len * KV : NULL;
-    float *k = m->cache_len ? K_layer + (size_t)ps->p0 * KV : a->k + rows * KV;
-    float *v = m->cache_len ? V_layer + (size_t)ps->p0 * KV : a->v + rows * KV;
+    // go to the batch's own buffers, or into the cache after its n_past
+    // positions (R lockstep sequences: position p of all R is one block of R
+    // rows, which is what a pass of one token per sequence writes).
+    const int R = m->cache_len ? m->cache_rows : 1;
+    float *K_layer = m->cache_len ? m->k_cache + (size_t)l * m->cache_len * R * KV : NULL;
+    float *V_layer = m->cache_len ? m->v_cache + (size_t)l * m->cache_len * R * KV : NULL;
+    float *k = m->cache_len ? K_layer + (size_t)ps->p0 * R * KV : a->k + rows * KV;
+    float *v = m->cache_len ? V_layer + (size_t)ps->p0 * R * KV : a->v + rows * KV;
     float *q_raw = c->qk_norm ? a->q_raw + rows * Q : q, *k_raw = c->qk_norm ? a->k_raw + rows * KV : k;
 
     // attention: norm -> q/k/v -> per-head QK-norm -> RoPE -> causal GQA -> o_proj -> residual
@@ -337,8 +352,10 @@ static void block_forward(Model *m, const Pass *ps, int l, int slot, const float
     }
     OP(d, rope_forward, q, &m->rope, m->pos, N, nq, hd);
     OP(d, rope_forward, k, &m->rope, m->pos, N, nkv, hd);
-    if (m->cache_len && ps->p0 > 0)
-        OP(d, attention_cached, att, q, K_layer, V_layer, ps->p0, N, nq, nkv, hd);
+    if (m->cache_len && (ps->p0 > 0 || R > 1))
+        for (int b = 0; b < R; b++)   // sequence b's queries over its keys, every R-th row of the cache
+            OP(d, attention_cached, att + (size_t)b * ps->T * Q, q + (size_t)b * ps->T * Q, K_layer + (size_t)b * KV,
+               V_layer + (size_t)b * KV, ps->p0, ps->T, nq, nkv, hd, (size_t)R * KV);
     else   // a batch, or a cache's first rows: plain causal attention over them
         OP(d, attention_forward, att, a->lse + rows * nq, q, k, v, ps->seg, ps->B, ps->T, nq, nkv, hd);
     OP(d, a16_round, att, (size_t)N * Q, a16);
@@ -522,8 +539,23 @@ double model_forward_backward(Model *m, const ModelInput *in, float grad_scale, 
     return run(m, in, 1, grad_scale, logits_out, count);
 }
 
+void model_feed_rows(Model *m, const int *tokens, float *logits) {
+    const int R = m->cache_rows;
+    if (!m->cache_len || m->B != R || m->n_past + 1 > m->cache_len)
+        die("model_feed_rows: one token for each of %d sequences after %d does not fit the plan (%d sequences, cache "
+            "of %d)", R, m->n_past, m->B, m->cache_len);
+    const ModelConfig *c = &m->cfg;
+    Pass ps = {R, 1, R, m->n_past, NULL, 0};
+    forward_trunk(m, &ps, tokens, NULL);
+    m->n_past++;
+    OP(m->dev, rmsnorm_forward, m->a.lnf, m->a.lnf_rstd, layer_input(m, c->n_layer), m->w.lnf, R, c->d_model,
+       c->norm_eps);
+    OP(m->dev, classifier, NULL, NULL, logits, m->a.lnf, m->w.lm_head, NULL, NULL, R, c->d_model, c->vocab_size, 0.0f,
+       NULL, m->opt.matmul);
+}
+
 void model_feed(Model *m, const int *tokens, int n, float *all_logits) {
-    if (!m->cache_len || n < 1 || n > m->T || m->n_past + n > m->cache_len)
+    if (!m->cache_len || m->cache_rows != 1 || n < 1 || n > m->T || m->n_past + n > m->cache_len)
         die("model_feed: %d tokens after %d do not fit the plan (%d rows a pass, cache of %d)", n, m->n_past, m->T,
             m->cache_len);
     Device *d = m->dev;

@@ -116,6 +116,10 @@ int model_plan(Model *m, int B, int T, int training, FILE *log, PtError *e);
 // Plans generation: a KV cache of cache_len positions (<= max_seq), fed by
 // model_feed in chunks of at most m->T rows.
 int model_plan_cache(Model *m, int cache_len, PtError *e);
+// Plans `rows` sequences that advance in lockstep, one token each per
+// model_feed_rows, in one cache of cache_len positions (<= max_seq): the
+// same decoder, its matmuls over all the rows at once (batched sampling).
+int model_plan_cache_rows(Model *m, int rows, int cache_len, PtError *e);
 void model_free(Model *m);
 // Points the views at other weights laid out by the same table (QAT's
 // fake-quantized weights, int4 inference).
@@ -154,3 +158,7 @@ double model_forward_backward(Model *m, const ModelInput *in, float grad_scale, 
 // of the last row in last_logits, and of every row in all_logits [n,V]
 // (device memory) when given.
 void model_feed(Model *m, const int *tokens, int n, float *all_logits);
+// A model_plan_cache_rows plan: appends one token to each sequence
+// (tokens[rows], host memory) at position n_past; logits [rows, V] (device
+// memory) receives each one's next-token logits.
+void model_feed_rows(Model *m, const int *tokens, float *logits);

@@ -4,6 +4,8 @@
 //   and in uneven chunks equal model_forward's logits at every position (and
 //   transformers' logits on the HF fixtures), on tied / untied / no-QK-norm
 //   models, with prompts longer than one prefill chunk.
+// - Lockstep sequences in one cache (model_plan_cache_rows, pocket synth):
+//   each row's logits equal a one-sequence cache's, greedy tokens generate()'s.
 // - Greedy generation equals transformers' model.generate(do_sample=False) on
 //   the fixtures of tests/ref/make_generate_fixtures.py, including a chat
 //   model whose prompts come from the chat template and whose replies stop at
@@ -177,6 +179,67 @@ static void test_cache_matches_forward_hf(void **s) {
         st_close(&st);
         check_cache_matches_forward(names[i], &tm.m, tokens, T, hf_logits, 1e-4);
         free(hf_logits);
+        test_model_free(&tm);
+    }
+}
+
+// ---------------------------------------------------------------- lockstep rows
+
+// R sequences in one cache (model_plan_cache_rows, as pocket synth samples):
+// every step's logits of each row equal a single-sequence cache fed the same
+// tokens, and generate_rows' greedy tokens equal generate()'s from the same
+// first token.
+static void test_lockstep_rows_match_single(void **s) {
+    (void)s;
+    const char *names[] = {"qwen3-tied", "llama-noqk"};
+    enum { R = 3, LEN = 24 };
+    for (int i = 0; i < 2; i++) {
+        char dir[128];
+        snprintf(dir, sizeof dir, HF "%s", names[i]);
+        TestModel tm;
+        load_hf(dir, &tm);
+        const int V = tm.b.cfg.vocab_size;
+        PtError e;
+        Model rows;
+        model_init(&rows, tm.m.dev, &tm.b.cfg, tm.m.tt, tm.m.weights, &tm.m.opt);
+        if (model_plan_cache_rows(&rows, R, LEN, &e)) fail_msg("%s", e.msg);
+        GenContext g;
+        if (gen_init(&g, &tm.m, LEN, &e)) fail_msg("%s", e.msg);
+        int *tokens = random_tokens(R * LEN, V, 300 + i);   // row r's tokens at r * LEN
+        float *logits = malloc((size_t)R * V * sizeof(float));
+        double worst = 0;
+        rows.n_past = 0;
+        for (int t = 0; t < LEN; t++) {
+            int step[R];
+            for (int r = 0; r < R; r++) step[r] = tokens[r * LEN + t];
+            model_feed_rows(&rows, step, logits);
+            // each row again through a one-sequence cache, up to this position
+            for (int r = 0; r < R; r++) {
+                float *single = gen_prefill_logits(&g, tokens + r * LEN, t + 1, &e);
+                if (!single) fail_msg("%s", e.msg);
+                worst = fmax(worst, max_diff(logits + (size_t)r * V, single, V));
+            }
+        }
+        int first[R], out[R * LEN], ref[LEN];
+        for (int r = 0; r < R; r++) first[r] = tokens[r * LEN];
+        GenParams p;
+        gen_params_default(&p);
+        Rng rngs[R];
+        generate_rows(&rows, first, LEN, LEN, &p, rngs, out, NULL, NULL);
+        p.max_new = LEN - 1;
+        for (int r = 0; r < R; r++) {
+            int n = generate(&g, first + r, 1, &p, ref, LEN, &e);
+            assert_int_equal(n, LEN - 1);
+            assert_int_equal(out[r * LEN], first[r]);
+            assert_memory_equal(out + r * LEN + 1, ref, (size_t)(LEN - 1) * sizeof(int));
+        }
+        printf("  %s: %d sequences in lockstep, %d positions: logits within %.1e of one cache each, greedy tokens "
+               "equal generate()'s\n", names[i], R, LEN, worst);
+        assert_true(worst <= 1e-5);
+        free(tokens);
+        free(logits);
+        gen_free(&g);
+        model_free(&rows);
         test_model_free(&tm);
     }
 }
@@ -675,6 +738,7 @@ int main(void) {
     const struct CMUnitTest lib[] = {
         cmocka_unit_test(test_cache_matches_forward_presets),
         cmocka_unit_test(test_cache_matches_forward_hf),
+        cmocka_unit_test(test_lockstep_rows_match_single),
         cmocka_unit_test(test_greedy_matches_transformers),
         cmocka_unit_test(test_chat_greedy_stops_like_transformers),
         cmocka_unit_test(test_sampling_matches_transformers_warpers),

@@ -203,7 +203,7 @@ static void test_attention_cached_vs_ref(void **state) {
             float *out_d = mirror(&mr, out, (size_t)n * row * sizeof(float));
             float *q_d = mirror(&mr, c.qf + (size_t)p0 * row, (size_t)n * row * sizeof(float));
             float *k_d = mirror(&mr, c.kf, c.nke * sizeof(float)), *v_d = mirror(&mr, c.vf, c.nke * sizeof(float));
-            OP(dev, attention_cached, out_d, q_d, k_d, v_d, p0, n, nq, nkv, hd);
+            OP(dev, attention_cached, out_d, q_d, k_d, v_d, p0, n, nq, nkv, hd, (size_t)nkv * hd);
             fetch(dev, out, out_d, (size_t)n * row * sizeof(float));
             mirrors_free(&mr);
             const double tol = dev_tol(&devs[d], ATTN_TOL, 1e-4);
@@ -217,6 +217,48 @@ static void test_attention_cached_vs_ref(void **state) {
         }
         case_free(&c);
     }
+}
+
+// Several sequences' caches interleaved by position ([T][R][nkv*hd], the
+// lockstep cache of model_plan_cache_rows): each sequence's one query row at
+// the last position, read with the stride R*nkv*hd, equals its own attention.
+static void test_attention_cached_interleaved(void **state) {
+    (void)state;
+    Rng r;
+    rng_seed(&r, 37);
+    enum { R = 3, T = 70, NQ = 6, NKV = 2, HD = 16 };
+    AttnCase c;
+    case_init(&c, &r, R, T, NQ, NKV, HD, 1.0);
+    attention_forward_ref(c.out, c.q, c.k, c.v, NULL, R, T, NQ, NKV, HD);
+    const size_t row = (size_t)NQ * HD, kv = (size_t)NKV * HD;
+    float *K = xmalloc((size_t)T * R * kv * sizeof(float), "interleaved K"), *V = xmalloc((size_t)T * R * kv * sizeof(float), "interleaved V");
+    for (int u = 0; u < T; u++)
+        for (int b = 0; b < R; b++) {
+            memcpy(K + ((size_t)u * R + b) * kv, c.kf + ((size_t)b * T + u) * kv, kv * sizeof(float));
+            memcpy(V + ((size_t)u * R + b) * kv, c.vf + ((size_t)b * T + u) * kv, kv * sizeof(float));
+        }
+    for (int d = 0; d < n_devs; d++) {
+        Device *dev = &devs[d].dev;
+        for (int b = 0; b < R; b++) {
+            float *out = zeros_f(row);
+            Mirrors mr = mirrors_on(dev);
+            float *out_d = mirror(&mr, out, row * sizeof(float));
+            const float *q_d = mirror(&mr, c.qf + ((size_t)b * T + T - 1) * row, row * sizeof(float));
+            const float *k_d = mirror(&mr, K, (size_t)T * R * kv * sizeof(float));
+            const float *v_d = mirror(&mr, V, (size_t)T * R * kv * sizeof(float));
+            OP(dev, attention_cached, out_d, q_d, k_d + b * kv, v_d + b * kv, T - 1, 1, NQ, NKV, HD, R * kv);
+            fetch(dev, out, out_d, row * sizeof(float));
+            mirrors_free(&mr);
+            const double e = rel_err_f(out, c.out + ((size_t)b * T + T - 1) * row, row);
+            printf("  %-26s interleaved cache of %d, sequence %d: out %.1e\n", devs[d].name, R, b, e);
+            if (!(e <= dev_tol(&devs[d], ATTN_TOL, 1e-4)))
+                fail_msg("%s: attention_cached over an interleaved cache, sequence %d: rel err %.3g", devs[d].name, b, e);
+            free(out);
+        }
+    }
+    free(K);
+    free(V);
+    case_free(&c);
 }
 
 // Keys and values outside a query's segment must not reach it: changing them
@@ -470,6 +512,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_attention_vs_ref),
         cmocka_unit_test(test_attention_cached_vs_ref),
+        cmocka_unit_test(test_attention_cached_interleaved),
         cmocka_unit_test(test_attention_packing_isolation),
         cmocka_unit_test(test_attention_packed_equals_alone),
         cmocka_unit_test(test_attention_thread_independent),

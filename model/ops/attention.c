@@ -415,9 +415,9 @@ void attention_backward(Device *d, float *dq, float *dk, float *dv, const float 
 // KV head h / (nq/nkv). The softmax runs online (running max and sum,
 // accumulating into out), so no score buffer is needed.
 void attention_cached(Device *d, float *out, const float *q, const float *K, const float *V, int p0, int n, int nq,
-                      int nkv, int hd) {
+                      int nkv, int hd, size_t kv_stride) {
     const int rep = nq / nkv;
-    const size_t Q = (size_t)nq * hd, KVw = (size_t)nkv * hd;
+    const size_t Q = (size_t)nq * hd, KVw = kv_stride;
     const float scale = 1.0f / sqrtf((float)hd);
     // Threads only pay off with enough work (a tiny model's single step has little).
     const long work = (long)n * nq * (p0 + n) * hd;

@@ -110,10 +110,13 @@ void attention_backward(Device *d, float *dq, float *dk, float *dv, const float 
                         const float *lse, const float *q, const float *k, const float *v, const int *seg, int B, int T,
                         int nq, int nkv, int hd);
 // Generation over a KV cache: n query rows q[n, nq*hd] at positions p0 ..
-// p0+n-1 attend to the cached keys and values K/V[p0+n, nkv*hd] of one layer
-// (rows 0 .. p0+i for query i), the same function as attention_forward.
+// p0+n-1 attend to the cached keys and values of one layer (positions 0 ..
+// p0+i for query i), the same function as attention_forward. Position u's
+// keys are K[u * kv_stride ...], nkv*hd floats (kv_stride = nkv*hd for one
+// sequence's cache; a cache of several sequences interleaved by position
+// passes their count times that).
 void attention_cached(Device *d, float *out, const float *q, const float *K, const float *V, int p0, int n, int nq,
-                      int nkv, int hd);
+                      int nkv, int hd, size_t kv_stride);
 size_t attention_workspace_bytes(const Device *d, int B, int T, int nq, int nkv, int hd);
 void attention_forward_ref(double *out, const double *q, const double *k, const double *v,
                            const int *seg, int B, int T, int nq, int nkv, int hd);
