@@ -14,3 +14,4 @@ int cmd_train(int argc, char **argv);      // cli/cmd_train.c
 int cmd_eval(int argc, char **argv);       // cli/cmd_eval.c
 int cmd_generate(int argc, char **argv);   // cli/cmd_generate.c
 int cmd_choose(int argc, char **argv);     // cli/cmd_choose.c
+int cmd_synth(int argc, char **argv);      // cli/cmd_synth.c

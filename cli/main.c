@@ -22,6 +22,7 @@ static const Command COMMANDS[] = {
     {"eval", cmd_eval, "loss and perplexity over a dataset, and exact match for SFT data"},
     {"generate", cmd_generate, "text from a checkpoint's model (sampling, --chat, --int4)"},
     {"choose", cmd_choose, "the decision head's scores and pick among given candidates"},
+    {"synth", cmd_synth, "a token dataset sampled from the model itself, for data-free QAT and distillation"},
     {"forward", cmd_forward, "logits, loss and gradients for given tokens, dumped to safetensors"},
     {"quantize", cmd_quantize, "a checkpoint whose int4 state covers every matrix (e.g. a GGUF's Q8_0 embedding)"},
     {"export", cmd_export, "a checkpoint out as a Hugging Face directory, an MNN int4 package or a GGUF file"},
@@ -31,7 +32,7 @@ static const Command COMMANDS[] = {
 static void usage(FILE *f) {
     fprintf(f, "pocket: training toolkit for MNN-Pocket (Qwen3) models\n\nusage: pocket COMMAND [options]\n\n");
     for (size_t i = 0; i < sizeof COMMANDS / sizeof COMMANDS[0]; i++)
-        fprintf(f, "  %-9s %s\n", COMMANDS[i].name, COMMANDS[i].what);
+        fprintf(f, "  %-12s %s\n", COMMANDS[i].name, COMMANDS[i].what);
     fprintf(f, "\n`pocket COMMAND --help` gives each command's options; `pocket --version` the CPU and kernels.\n");
     fprintf(f, "\nenvironment:\n"
                "  %s=SET[/BF16]  the CPU kernels: avx512, avx2, neon or portable (fp32 matmuls and attention),\n"

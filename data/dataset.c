@@ -155,6 +155,8 @@ static int write_attributes(const DatasetWriter *w) {
     return rc;
 }
 
+hid_t dataset_writer_file(const DatasetWriter *w) { return w->out.file; }
+
 int dataset_writer_commit(DatasetWriter *w, PtError *e) {
     int rc = flush_tokens(w, e) || flush_offsets(w, e) ? -1 : 0;
     if (!rc && w->kind == DATASET_CHOICE && (w->n_groups ? w->groups[w->n_groups] : 0) != w->n_docs)

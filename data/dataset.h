@@ -18,6 +18,7 @@
 #pragma once
 #include <stdint.h>
 #include <stdio.h>
+#include <hdf5.h>
 #include "../util/util.h"
 #include "chat.h"
 #include "tokenizer.h"
@@ -87,6 +88,9 @@ int dataset_writer_end_group(DatasetWriter *w, uint32_t label, PtError *e);
 void dataset_writer_set_counts(DatasetWriter *w, uint64_t n_dropped, uint64_t n_truncated, uint64_t n_skipped);
 uint64_t dataset_writer_tokens(const DatasetWriter *w);
 uint64_t dataset_writer_docs(const DatasetWriter *w);
+// The output file, for what a command stores beside the tokens (attributes
+// on "/", a /topk group: topk.h) before the commit.
+hid_t dataset_writer_file(const DatasetWriter *w);
 // Writes the attributes, closes, fsyncs and renames. Frees w either way.
 int dataset_writer_commit(DatasetWriter *w, PtError *e);
 void dataset_writer_abort(DatasetWriter *w);   // frees w, removes the temp file
