@@ -23,6 +23,7 @@ static const Command COMMANDS[] = {
     {"generate", cmd_generate, "text from a checkpoint's model (sampling, --chat, --int4)"},
     {"choose", cmd_choose, "the decision head's scores and pick among given candidates"},
     {"synth", cmd_synth, "a token dataset sampled from the model itself, for data-free QAT and distillation"},
+    {"teacher-topk", cmd_teacher_topk, "a dataset with a teacher's top-k logits stored beside its tokens ([distill] source = topk)"},
     {"forward", cmd_forward, "logits, loss and gradients for given tokens, dumped to safetensors"},
     {"quantize", cmd_quantize, "a checkpoint whose int4 state covers every matrix (e.g. a GGUF's Q8_0 embedding)"},
     {"export", cmd_export, "a checkpoint out as a Hugging Face directory, an MNN int4 package or a GGUF file"},

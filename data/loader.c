@@ -13,6 +13,7 @@ void batch_alloc(Batch *b, int B, int T) {
     b->pos = xcalloc(n, sizeof(int), "batch positions");
     b->seg = xcalloc(n, sizeof(int), "batch segments");
     b->mask = xcalloc(n, 1, "batch mask");
+    b->src = xcalloc(n, sizeof(int64_t), "batch token sources");
     b->group_first = xcalloc(n + 1, sizeof(int), "batch groups");
     b->group_last = xcalloc(n, sizeof(int), "batch group rows");
     b->group_label = xcalloc(n, sizeof(int), "batch group labels");
@@ -25,6 +26,7 @@ void batch_free(Batch *b) {
     free(b->pos);
     free(b->seg);
     free(b->mask);
+    free(b->src);
     free(b->group_first);
     free(b->group_last);
     free(b->group_label);
@@ -137,12 +139,12 @@ static uint64_t doc_of(const Dataset *d, uint64_t i) {
     return lo;
 }
 
-static void fill_cpt_row(Loader *l, int *tok, int *tgt, int *pos, int *seg, uint8_t *mask) {
+static void fill_cpt_row(Loader *l, int *tok, int *tgt, int *pos, int *seg, uint8_t *mask, int64_t *src) {
     const Dataset *d = l->d;
     int T = l->T;
     uint64_t item = peek_item(l);
     if (item == UINT64_MAX) {   // one pass, and it is over: padding
-        for (int t = 0; t < T; t++) tok[t] = 0, tgt[t] = -1, pos[t] = t, seg[t] = 0, mask[t] = 0;
+        for (int t = 0; t < T; t++) tok[t] = 0, tgt[t] = -1, pos[t] = t, seg[t] = 0, mask[t] = 0, src[t] = -1;
         return;
     }
     uint64_t start = item * (uint64_t)T;
@@ -159,6 +161,7 @@ static void fill_cpt_row(Loader *l, int *tok, int *tgt, int *pos, int *seg, uint
             if (p) { s++; p = 0; }
         }
         tok[t] = (int)dataset_token(d, i);
+        src[t] = (int64_t)i;
         pos[t] = p;
         seg[t] = s;
         int ends_doc = i + 1 >= boundary;
@@ -181,6 +184,7 @@ static void fill_choice_row(Loader *l, Batch *b, size_t o) {
     const Dataset *d = l->d;
     int T = l->T, t = 0, s = 0;
     int *tok = b->tokens + o, *pos = b->pos + o, *seg = b->seg + o;
+    int64_t *src = b->src + o;
     while (t < T) {
         uint64_t g = peek_item(l);
         if (g == UINT64_MAX || t + item_len(l, g) > T) break;
@@ -191,6 +195,7 @@ static void fill_choice_row(Loader *l, Batch *b, size_t o) {
             int len = (int)dataset_doc_len(d, doc);
             for (int i = 0; i < len; i++) {
                 tok[t + i] = (int)dataset_token(d, off + (uint64_t)i);
+                src[t + i] = (int64_t)(off + (uint64_t)i);
                 pos[t + i] = i;
                 seg[t + i] = s;
             }
@@ -202,6 +207,7 @@ static void fill_choice_row(Loader *l, Batch *b, size_t o) {
     }
     for (int i = t; i < T; i++) {   // padding: its own segment
         tok[i] = 0;
+        src[i] = -1;
         pos[i] = i - t;
         seg[i] = s;
     }
@@ -224,7 +230,7 @@ static void skip_row(Loader *l) {
     }
 }
 
-static void fill_sft_row(Loader *l, int *tok, int *tgt, int *pos, int *seg, uint8_t *mask) {
+static void fill_sft_row(Loader *l, int *tok, int *tgt, int *pos, int *seg, uint8_t *mask, int64_t *src) {
     const Dataset *d = l->d;
     int T = l->T, t = 0, s = 0;
     while (t < T) {
@@ -239,6 +245,7 @@ static void fill_sft_row(Loader *l, int *tok, int *tgt, int *pos, int *seg, uint
             uint64_t at = off + (uint64_t)i;
             int has_next = (uint64_t)i + 1 < full;   // a cut example still predicts its next token
             tok[t + i] = (int)dataset_token(d, at);
+            src[t + i] = (int64_t)at;
             pos[t + i] = i;
             seg[t + i] = s;
             tgt[t + i] = has_next ? (int)dataset_token(d, at + 1) : -1;
@@ -249,6 +256,7 @@ static void fill_sft_row(Loader *l, int *tok, int *tgt, int *pos, int *seg, uint
     }
     for (int i = t; i < T; i++) {   // padding: its own segment, never trained
         tok[i] = 0;
+        src[i] = -1;
         pos[i] = i - t;
         seg[i] = s;
         tgt[i] = -1;
@@ -269,8 +277,8 @@ void loader_next(Loader *l, Batch *b) {
             size_t o = (size_t)r * T;
             if (w != l->rank) skip_row(l);
             else if (l->choice) fill_choice_row(l, b, o);
-            else if (l->sft) fill_sft_row(l, b->tokens + o, b->targets + o, b->pos + o, b->seg + o, b->mask + o);
-            else fill_cpt_row(l, b->tokens + o, b->targets + o, b->pos + o, b->seg + o, b->mask + o);
+            else if (l->sft) fill_sft_row(l, b->tokens + o, b->targets + o, b->pos + o, b->seg + o, b->mask + o, b->src + o);
+            else fill_cpt_row(l, b->tokens + o, b->targets + o, b->pos + o, b->seg + o, b->mask + o, b->src + o);
         }
     int n = 0;
     for (size_t i = 0; i < (size_t)l->B * T; i++) n += b->mask[i];

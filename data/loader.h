@@ -38,6 +38,7 @@ typedef struct {
     int *pos;          // [B*T] position ids (RoPE)
     int *seg;          // [B*T] segment ids: position u is visible to t iff same row, u <= t, seg equal
     uint8_t *mask;     // [B*T] 1 where the loss counts (never where targets == -1)
+    int64_t *src;      // [B*T] the dataset token each position's input is (its index in /tokens), -1 on padding
     int n_loss;        // number of mask == 1 positions (choice: groups), what the loss averages over
     int n_groups;      // choice: groups in the batch; group g's candidates end at rows
     int *group_first;  //   group_last[group_first[g] .. group_first[g+1]) (flat b*T+t), [B*T+1]

@@ -137,6 +137,18 @@ static const KeySpec KEYS[] = {
     {"lora", "base", KT_CHOICE, F(lora.base), "fp32", NULL, "fp32|int4", 0,
      "the frozen base: the checkpoint's float weights, or its int4 model as deployed (QLoRA; its QAT state, "
      "else round-to-nearest group 64)"},
+    {"distill", "enabled", KT_BOOL, F(distill.enabled), "0", NULL, NULL, 0,
+     "train on a teacher's next-token distributions as well as (or instead of) the data's tokens"},
+    {"distill", "teacher", KT_STR, F(distill.teacher), "", NULL, NULL, 0,
+     "teacher checkpoint (same vocabulary, tokenizer and shape); empty = model.init, frozen as it starts"},
+    {"distill", "kd_weight", KT_FLOAT, F(distill.kd_weight), "1", "[0, 1]", NULL, 0,
+     "loss = (1 - kd_weight) x cross-entropy + kd_weight x T^2 x KL(teacher || model), both at temperature T"},
+    {"distill", "temperature", KT_FLOAT, F(distill.temperature), "1", "(0, 100]", NULL, 0,
+     "softmax temperature T of both distributions in the KL term"},
+    // choice order = DISTILL_* in recipe.h
+    {"distill", "source", KT_CHOICE, F(distill.source), "forward", NULL, "forward|topk", 0,
+     "the teacher's full distribution from its own forward in every step, or its top-k logits stored in "
+     "data.train by pocket teacher-topk"},
 };
 #define N_KEYS ((int)(sizeof KEYS / sizeof KEYS[0]))
 #undef F
@@ -480,6 +492,9 @@ int recipe_load(Recipe *r, const char *path, int n_sets, char **sets, PtError *e
         return pt_fail(e, "%s: [qat] freeze_codes_step (%ld) is before [qat] start_step (%ld); codes can only be "
                        "frozen once fake-quant runs", src, r->qat.freeze_codes_step, r->qat.start_step);
     if (lora_check(r, src, e)) return -1;
+    if (r->distill.enabled && r->train.mode == TRAIN_MODE_CHOICE)
+        return pt_fail(e, "%s: [distill] distils next-token distributions; train.mode = choice trains the decision "
+                       "head's scores, which a teacher does not give", src);
     if (!r->train.run_dir[0]) default_run_dir(r, path);
     return 0;
 }

@@ -6,6 +6,7 @@
 //     [optim]  lr, beta1, beta2, eps, weight_decay, grad_clip, schedule, ...
 //     [qat]    W4A16 quantization-aware training
 //     [lora]   a LoRA / QLoRA adapter trained on a frozen base
+//     [distill] distillation from a teacher's next-token distributions
 //
 // The key table in recipe.c is the one place the keys are listed: it drives
 // parsing, --set overrides, validation, `--help` and the resolved recipe the
@@ -32,6 +33,7 @@ enum { TRAIN_MATMUL_FP32, TRAIN_MATMUL_BF16 };
 enum { GRAD_REDUCE_FP32, GRAD_REDUCE_BF16 };
 enum { NCCL_AUTO, NCCL_ALWAYS };
 enum { LORA_BASE_FP32, LORA_BASE_INT4 };
+enum { DISTILL_FORWARD, DISTILL_TOPK };
 
 typedef struct {
     struct {
@@ -90,6 +92,13 @@ typedef struct {
         int init;                     // LORA_INIT_* (model/lora.h): peft, gaussian
         int base;                     // LORA_BASE_*: the frozen base is the fp32 weights or the int4 model
     } lora;
+    struct {
+        int enabled;
+        char teacher[RECIPE_STR];     // teacher checkpoint; "" = model.init (the run's starting weights)
+        float kd_weight;              // loss = (1 - kd_weight) CE + kd_weight T^2 KL
+        float temperature;
+        int source;                   // DISTILL_*: a teacher forward each step, or top-k from the dataset
+    } distill;
 } Recipe;
 
 // Defaults, then the file at `path` (NULL: none), then the --set overrides

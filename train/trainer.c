@@ -18,6 +18,7 @@
 #include "choice_train.h"
 #include "data_parallel.h"
 #include "devices.h"
+#include "distill.h"
 #include "evaluate.h"
 #include "lora_train.h"
 #include "run_dir.h"
@@ -48,6 +49,8 @@ typedef struct {
     int qat_on;
     LoraTrain lora;           // [lora] enabled (lora_on): the frozen base and the adapter that trains
     int lora_on;
+    DistillRun distill;       // [distill] enabled (distill.on): the teacher
+    double step_ce, step_kl;  // with [distill]: the last step's mean cross-entropy and KL per counted token
 } Trainer;
 
 // The buffer the optimizer updates: the adapter's with LoRA, else the masters.
@@ -150,7 +153,8 @@ static int open_data(Trainer *t, PtError *e) {
         return -1;
     if (!sft && !choice) loader_set_doc_mask(&t->loader, r->train.doc_mask);
     if (t->st.step > 0 && loader_set_cursor(&t->loader, &t->st.cursor, e)) return -1;
-    return 0;
+    return distill_init(&t->distill, r, &t->dev, &t->b.cfg, hash, r->train.micro_batch, r->train.seq_len,
+                        t->lead ? stdout : NULL, e);
 }
 
 // ---- LoRA: the model runs on the frozen base with the adapter (lora_train.h).
@@ -175,6 +179,22 @@ static int qat_setup(Trainer *t, const char *resume_path, PtError *e) {
     t->qat_on = 1;
     // scales come from the checkpoint being resumed (or a QAT checkpoint we start from)
     const char *from = resume_path ? resume_path : checkpoint_is_hdf5(r->model.init) ? r->model.init : NULL;
+    if (from && !resume_path) {
+        // A start whose int4 state is on another grid (a GGUF import's group 32, say): its weights are
+        // the float model, and QAT starts on the recipe's grid from them.
+        QuantSpec spec;
+        int qemb, rc = checkpoint_read_qat_spec(from, &spec, &qemb, e);
+        if (rc < 0) return -1;
+        if (rc == 0 && (spec.group != qc.spec.group || spec.symmetric != qc.spec.symmetric ||
+                        qemb != qc.quant_embedding)) {
+            if (t->lead)
+                printf("%s holds an int4 state on another grid (group %d %s%s): QAT starts from its weights on "
+                       "this run's grid (group %d %s%s)\n", from, spec.group, spec.symmetric ? "symmetric" : "asymmetric",
+                       qemb ? ", embedding quantized" : "", qc.spec.group, qc.spec.symmetric ? "symmetric" : "asymmetric",
+                       qc.quant_embedding ? ", embedding quantized" : "");
+            from = NULL;
+        }
+    }
     if (from) {
         int rc = checkpoint_load_qat(from, &t->qat.q, &t->b.tt, e);
         if (rc < 0) return -1;
@@ -334,6 +354,7 @@ static double train_step(Trainer *t, int stop, double *norm_out, int *finite, in
     const Recipe *r = t->r;
     int accum = r->train.grad_accum;
     double sums[3] = {0, 0, stop};   // loss sum, counted tokens, ranks asked to stop
+    double kd[2] = {0, 0};           // [distill]: cross-entropy and KL sums
     for (int a = 0; a < accum; a++) {
         loader_next(&t->loader, &t->micro[a]);
         sums[1] += t->micro[a].n_loss;
@@ -350,16 +371,24 @@ static double train_step(Trainer *t, int stop, double *norm_out, int *finite, in
     for (int a = 0; a < accum; a++) {
         ChoiceGroups groups;
         ModelInput in = choice_batch_input(&t->micro[a], t->loader.choice, &groups);
+        in.distill = distill_target(&t->distill, &t->micro[a], &in);
         int c;
         model_use_grads(&t->m, a ? t->micro_grads : NULL);
         model_zero_grads(&t->m);
         model_set_dropout_seed(&t->m, dropout_seed(t, a));
         local += model_forward_backward(&t->m, &in, scale, NULL, &c);
+        kd[0] += t->m.distill_sums.ce;
+        kd[1] += t->m.distill_sums.kl;
         if (a) OP(&t->dev, residual_forward, t->m.grads, t->m.grads, t->micro_grads, model_grad_table(&t->m)->total);
     }
     model_use_grads(&t->m, NULL);
     comm_sum_doubles(t->comm, &local, 1, "the step's loss");
     double loss = n_loss > 0 ? local / n_loss : 0.0;
+    if (t->distill.on) {
+        comm_sum_doubles(t->comm, kd, 2, "the step's distillation parts");
+        t->step_ce = n_loss > 0 ? kd[0] / n_loss : 0.0;
+        t->step_kl = n_loss > 0 ? kd[1] / n_loss : 0.0;
+    }
     *stop_all = sums[2] > 0;
     const long step = t->st.step;
     dp_reduce_grads(&t->dp, t->m.grads);
@@ -405,6 +434,7 @@ static void trainer_free(Trainer *t) {
     dp_free(&t->dp);
     if (t->micro_grads) t->dev.be->release(&t->dev, t->micro_grads);
     lora_train_free(&t->lora);
+    distill_free(&t->distill);
     if (t->dev.be) {
         dev_unmirror(&t->dev, t->params, t->b.params);
         dev_free(&t->dev);
@@ -454,6 +484,7 @@ int train_run(const Recipe *r, Comm *comm, volatile sig_atomic_t *stop, PtError 
     t.dir = xstrdup(r->train.run_dir);
     comm->timeout_s = r->train.comm_timeout;
     char *resumed = NULL;
+    const int new_dir = !path_is_dir(t.dir);   // a run that fails to start leaves no empty directory behind
     int rc = open_device(&t, e);
     if (rc == 0 && t.lead) rc = run_dir_create(t.dir, e);
     if (agree(&t, rc, e)) goto out;
@@ -545,6 +576,10 @@ int train_run(const Recipe *r, Comm *comm, volatile sig_atomic_t *stop, PtError 
                                   loss, "lr", (double)lr, "grad_norm", norm, "tokens_per_s", tok_s, "mfu", mfu,
                                   "elapsed_s", now_seconds() - start, "tokens", (json_int_t)t.st.tokens);
             if (comm->world > 1) json_object_set_new(j, "comm_s", json_real(comm->seconds - comm_t0));
+            if (t.distill.on) {
+                json_object_set_new(j, "ce", json_real(t.step_ce));
+                json_object_set_new(j, "kl", json_real(t.step_kl));
+            }
             run_dir_append_metrics(t.dir, j);
             double now = now_seconds();
             if (tty || now - last_print >= 1.0 || t.st.step == t.total_steps) {
@@ -570,6 +605,7 @@ int train_run(const Recipe *r, Comm *comm, volatile sig_atomic_t *stop, PtError 
     rc = 0;
 out:
     free(resumed);
+    if (rc && new_dir && t.lead) rmdir(t.dir);   // only removes it while empty
     trainer_free(&t);
     return rc;
 }
