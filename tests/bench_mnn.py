@@ -62,20 +62,6 @@ def run_timer(pkg, mem, threads):
     return best
 
 
-# llmexport calls MNN's converter in-process; the wheel's converter script
-# imports a telemetry module that pip-installs an SDK and contacts a server,
-# so a stand-in with no logger is registered first.
-LLMEXPORT = r"""
-import sys, types, os, importlib.util
-stub = types.ModuleType("MNN.tools.utils.log"); stub.mnn_logger = None
-sys.modules["MNN.tools.utils.log"] = stub
-root = os.path.dirname(importlib.util.find_spec("llmexport").origin)
-sys.path.insert(0, root)   # its modules import each other as top-level 'utils'
-path = os.path.join(root, "llmexport.py")
-sys.argv = [path] + sys.argv[1:]
-exec(compile(open(path).read(), path, "exec"), {"__name__": "__main__", "__file__": path})
-"""
-
 LOGITS = r"""
 import json, os, sys
 import numpy as np
@@ -104,7 +90,7 @@ def llmexport_package(pocket, ckpt, work, env):
             "chat_template": (ROOT / "tests/fixtures/tok/qwen3_chat_template.jinja").read_text(),
             "eos_token": "<|im_end|>", "pad_token": "<|endoftext|>", "bos_token": None}))
         t = time.perf_counter()
-        subprocess.run([sys.executable, "-c", LLMEXPORT, "--path", str(hf), "--dst_path", str(pkg), "--export", "mnn",
+        subprocess.run([sys.executable, str(ROOT / "tests/llmexport_run.py"), "--path", str(hf), "--dst_path", str(pkg), "--export", "mnn",
                         "--quant_bit", "4", "--quant_block", "64"], check=True, cwd=work,
                        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         print(f"llmexport 0.0.5 export: {time.perf_counter() - t:.0f} s", flush=True)
