@@ -539,6 +539,8 @@ int train_run(const Recipe *r, Comm *comm, volatile sig_atomic_t *stop, PtError 
     t.flops_per_token = config_train_flops_per_token(&t.b.cfg, T);
     if (t.lora_on)   // the frozen base's weight gradients (a third of its matmuls) are not computed; the adapter's are
         t.flops_per_token += -2.0 * config_train_flops_per_token(&t.b.cfg, 0) / 6 + 6.0 * (double)t.lora.ad.tt.total;
+    if (t.distill.on && t.distill.source == DISTILL_FORWARD)   // the teacher's forward, a third of a training step
+        t.flops_per_token += config_train_flops_per_token(&t.distill.b.cfg, T) / 3;
     if (agree(&t, announce(&t, resumed, tokens_per_step, e), e)) goto out;
     int tty = t.lead && isatty(fileno(stderr)), stopped = 0;
     double start = now_seconds(), last_print = 0;
