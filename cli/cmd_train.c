@@ -1,4 +1,4 @@
-// pocket train: CPT, SFT, Dec, QAT or LoRA from an INI recipe; running the same
+// pocket train: CPT, SFT, Dec, QAT, LoRA or distillation from an INI recipe; running the same
 // command again resumes from the run directory's newest checkpoint.
 #include <signal.h>
 #include <string.h>
@@ -20,10 +20,11 @@ static void help(FILE *f) {
     fprintf(f,
             "usage: pocket train RECIPE.ini [--set section.key=value]...\n\n"
             "Trains as the recipe says: continued pre-training or SFT ([train] mode = cpt, sft), the\n"
-            "decision head (mode = choice), W4A16 QAT ([qat]) or a LoRA adapter ([lora]). The run\n"
-            "directory gets recipe.ini (resolved), metrics.jsonl, loss.svg, samples.txt, ckpt-<step>.h5\n"
-            "(the newest train.keep_last) and best.h5 (lowest validation loss). Running the same command\n"
-            "again resumes from the newest checkpoint: weights, Adam state, schedule and data order.\n"
+            "decision head (mode = choice), W4A16 QAT ([qat]) or a LoRA adapter ([lora]); with [distill]\n"
+            "(not in choice mode) on a teacher's next-token distributions too. The run directory gets\n"
+            "recipe.ini (resolved), metrics.jsonl, loss.svg, samples.txt, ckpt-<step>.h5 (the newest\n"
+            "train.keep_last) and best.h5 (lowest validation loss). Running the same command again\n"
+            "resumes from the newest checkpoint: weights, Adam state, schedule and data order.\n"
             "Ctrl-C (SIGINT) or SIGTERM finishes the current step, saves and exits.\n\n"
             "  --set section.key=value  override one recipe key (repeatable; applied after the file)\n\n"
             "Data-parallel (a pocket built with make MPI=1): mpirun -np N pocket train RECIPE.ini runs N\n"

@@ -18,7 +18,7 @@ static const Command COMMANDS[] = {
     {"init", cmd_init, "a checkpoint with freshly initialised weights, from a preset or a config.json"},
     {"import", cmd_import, "a Hugging Face directory or a GGUF file into a checkpoint; a PEFT adapter folder too"},
     {"tokenize", cmd_tokenize, "text files or chats into a token dataset for train and eval"},
-    {"train", cmd_train, "CPT, SFT, the decision head, QAT or LoRA as a recipe says; the same command resumes"},
+    {"train", cmd_train, "CPT, SFT, the decision head, QAT, LoRA or distillation as a recipe says; the same command resumes"},
     {"eval", cmd_eval, "loss and perplexity over a dataset; exact match (SFT data), accuracy and ECE (choice data)"},
     {"generate", cmd_generate, "text from a checkpoint's model (sampling, --chat, --int4)"},
     {"choose", cmd_choose, "the decision head's scores and pick among given candidates"},
