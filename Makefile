@@ -169,7 +169,7 @@ bench: $(POCKET) $(BENCH_BIN) $(VENV)/ok
 	PYTHON=$(VENV)/bin/python bash tests/bench.sh ./$(POCKET) $(BUILD)/tests
 
 # The training step once per instruction set this CPU runs (AVX-512, AVX2 as an AVX2-only CPU runs it, portable C;
-# NEON on AArch64), beside PyTorch held to the same set: tests/bench_isa.sh, ending with the README's table.
+# NEON on AArch64), beside PyTorch held to the same set: tests/bench_isa.sh, ending with docs/performance.md's table.
 bench-isa: pocket build/tests/bench_model $(VENV)/ok
 	if [ "$$(uname -m)" = x86_64 ]; then $(MAKE) MARCH=x86-64-v3 build-x86-64-v3/pocket build-x86-64-v3/tests/bench_model; fi
 	PYTHON=$(VENV)/bin/python bash tests/bench_isa.sh

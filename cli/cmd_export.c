@@ -157,7 +157,7 @@ static void help(FILE *f) {
             "                   a QLoRA adapter: MNN runs the int4 model); gguf: a llama.cpp adapter file\n"
             "                   (--quant f32, the default, or f16) for any GGUF of CKPT\n"
             "  --merge          with --lora and mnn: a whole package with the adapter folded into the\n"
-            "                   weights (codes re-derived on the base's int4 grid, see the README)\n"
+            "                   weights (codes re-derived on the base's int4 grid, see docs/exports.md)\n"
             "  --force          replace an existing non-empty output directory\n");
 }
 

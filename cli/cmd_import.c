@@ -33,7 +33,11 @@ static void help(FILE *f) {
             "other than q/k/v/o/gate/up/down_proj, tensors missing, extra or of another shape.\n\n"
             "  HF_DIR          the model directory\n"
             "  FILE.gguf       a GGUF file\n"
-            "  --out CKPT.h5   the checkpoint to write (written atomically)\n");
+            "  PEFT_DIR        a PEFT adapter folder (needs --base)\n"
+            "  --out PATH      the checkpoint (or adapter checkpoint) to write (written atomically)\n"
+            "  --base CKPT.h5  (PEFT_DIR) the checkpoint of the model the adapter adapts\n"
+            "  --int4          (PEFT_DIR) bind the adapter to the base's int4 model (QLoRA) instead of its\n"
+            "                  float weights\n");
 }
 
 static int ends_with(const char *s, const char *suffix) {

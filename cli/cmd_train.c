@@ -1,4 +1,4 @@
-// pocket train: CPT, SFT (and later QAT) from an INI recipe; running the same
+// pocket train: CPT, SFT, Dec, QAT, LoRA or distillation from an INI recipe; running the same
 // command again resumes from the run directory's newest checkpoint.
 #include <signal.h>
 #include <string.h>
@@ -19,11 +19,14 @@ static void on_signal(int sig) {
 static void help(FILE *f) {
     fprintf(f,
             "usage: pocket train RECIPE.ini [--set section.key=value]...\n\n"
-            "Trains as the recipe says (continued pre-training or SFT). The run directory gets\n"
+            "Trains as the recipe says: continued pre-training or SFT ([train] mode = cpt, sft), the\n"
+            "decision head (mode = choice), W4A16 QAT ([qat]) or a LoRA adapter ([lora]); with [distill]\n"
+            "(not in choice mode) on a teacher's next-token distributions too. The run directory gets\n"
             "recipe.ini (resolved), metrics.jsonl, loss.svg, samples.txt, ckpt-<step>.h5 (the newest\n"
             "train.keep_last) and best.h5 (lowest validation loss). Running the same command again\n"
             "resumes from the newest checkpoint: weights, Adam state, schedule and data order.\n"
             "Ctrl-C (SIGINT) or SIGTERM finishes the current step, saves and exits.\n\n"
+            "  --set section.key=value  override one recipe key (repeatable; applied after the file)\n\n"
             "Data-parallel (a pocket built with make MPI=1): mpirun -np N pocket train RECIPE.ini runs N\n"
             "ranks; each reads every N-th micro-batch, gradients are summed, and each rank keeps 1/N of\n"
             "the optimizer state. The run directory and data must be on storage every rank sees.\n\n"

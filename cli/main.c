@@ -16,17 +16,17 @@ typedef struct {
 
 static const Command COMMANDS[] = {
     {"init", cmd_init, "a checkpoint with freshly initialised weights, from a preset or a config.json"},
-    {"import", cmd_import, "a Hugging Face model directory or a GGUF file into a checkpoint"},
+    {"import", cmd_import, "a Hugging Face directory or a GGUF file into a checkpoint; a PEFT adapter folder too"},
     {"tokenize", cmd_tokenize, "text files or chats into a token dataset for train and eval"},
-    {"train", cmd_train, "continued pre-training or SFT as a recipe says; the same command resumes"},
-    {"eval", cmd_eval, "loss and perplexity over a dataset, and exact match for SFT data"},
+    {"train", cmd_train, "CPT, SFT, the decision head, QAT, LoRA or distillation as a recipe says; the same command resumes"},
+    {"eval", cmd_eval, "loss and perplexity over a dataset; exact match (SFT data), accuracy and ECE (choice data)"},
     {"generate", cmd_generate, "text from a checkpoint's model (sampling, --chat, --int4)"},
     {"choose", cmd_choose, "the decision head's scores and pick among given candidates"},
     {"synth", cmd_synth, "a token dataset sampled from the model itself, for data-free QAT and distillation"},
     {"teacher-topk", cmd_teacher_topk, "a dataset with a teacher's top-k logits stored beside its tokens ([distill] source = topk)"},
     {"forward", cmd_forward, "logits, loss and gradients for given tokens, dumped to safetensors"},
     {"quantize", cmd_quantize, "a checkpoint whose int4 state covers every matrix (e.g. a GGUF's Q8_0 embedding)"},
-    {"export", cmd_export, "a checkpoint out as a Hugging Face directory, an MNN int4 package or a GGUF file"},
+    {"export", cmd_export, "a checkpoint out as a Hugging Face directory, an MNN int4 package or a GGUF file; adapters too"},
     {"inspect", cmd_inspect, "what a checkpoint, dataset, safetensors, GGUF file or MNN package holds"},
 };
 
@@ -77,7 +77,7 @@ static int version(void) {
 // OpenMP threads that spin at a barrier steal the core a preempted sibling
 // needs: on a machine shared with other work libgomp's default (spin, then
 // sleep) ran generation and training several times slower than a passive
-// wait (README, Performance). libgomp reads OMP_WAIT_POLICY once, when it is
+// wait (docs/performance.md). libgomp reads OMP_WAIT_POLICY once, when it is
 // loaded, before main: so pocket sets it and runs itself again. A policy set
 // by the user is kept.
 static void passive_wait_policy(char **argv) {

@@ -55,7 +55,7 @@ int mnn_lora_export(const ModelBundle *b, const QatState *q, const LoraWeightsVi
 // outside the codes): that group gets RTN's scale and zero of its merged
 // weights rather than clamping them. Why: an update under half a step leaves
 // the code as it was whatever the grid, and a new grid for every group would
-// also move the base's own rounding (measured in the README); only an update
+// also move the base's own rounding (measured in docs/exports.md); only an update
 // the grid cannot hold at all needs a wider one. So an int4 merge keeps the
 // part of the adapter that crosses rounding boundaries; lora.mnn keeps all.
 typedef struct {

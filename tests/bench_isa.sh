@@ -14,7 +14,7 @@
 #   neon      AArch64's native build; PyTorch as it comes
 # A set the CPU cannot run (pocket --version refuses it) is skipped.
 #
-# Ends with a Markdown table (the README's per-instruction-set table) naming
+# Ends with a Markdown table (docs/performance.md's per-instruction-set table) naming
 # the machine: CPU model, cores, instruction sets, load average, date.
 #
 # usage: tests/bench_isa.sh
