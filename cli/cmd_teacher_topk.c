@@ -12,10 +12,11 @@
 static void help(FILE *f) {
     fprintf(f,
             "usage: pocket teacher-topk --teacher CKPT.h5 --data DATA.h5 --out OUT.h5 [options]\n\n"
-            "Runs the teacher (its float weights) over DATA.h5 once, on the rows a training run at\n"
-            "--seq-len makes of it (CPT windows, or packed SFT examples: each token sees the context it\n"
-            "has in training), and writes OUT.h5: DATA.h5's documents and, in /topk, the teacher's k\n"
-            "largest logits and their ids after every token a loss counts (6 bytes per token and k).\n"
+            "Runs the teacher (its float weights; with --lora, with its adapter) over DATA.h5 once, on\n"
+            "the rows a training run at --seq-len makes of it (CPT windows, or packed SFT examples: each\n"
+            "token sees the context it has in training), and writes OUT.h5: DATA.h5's documents and, in\n"
+            "/topk, the teacher's k largest logits and their ids after every token a loss counts, with the\n"
+            "log-sum-exp of all its logits (6 bytes per token and k, and 4 per token).\n"
             "Train on OUT.h5 with [distill] enabled = 1, source = topk, at the same train.seq_len (and\n"
             "train.doc_mask for CPT data).\n\n"
             "  --k K              logits kept per token (default 64, at most 256)\n"
@@ -149,7 +150,6 @@ int cmd_teacher_topk(int argc, char **argv) {
         fprintf(stderr, "pocket teacher-topk: --teacher, --data and --out are required (see --help)\n");
         return 2;
     }
-    if (oo.lora) { fprintf(stderr, "pocket teacher-topk: --lora: the teacher is a whole checkpoint\n"); return 2; }
     oo.threads = (int)threads;
     PtError e;
     Dataset d = {0};

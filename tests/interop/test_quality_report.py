@@ -54,3 +54,40 @@ def test_mnn_quality_equals_pocket_eval_ref(tmp_path, run_pocket):
     assert abs(mnn["top1"] - ours["top1"]) * ours["positions"] <= 2
     assert mnn["ppl"] == pytest.approx(ours["ppl"], rel=1e-3)
     assert mnn["ref_ppl"] == pytest.approx(ours["ref_ppl"], rel=1e-4)
+
+
+def test_quantize_group_is_numpy_rtn(tmp_path, pocket, run_pocket):
+    """pocket quantize --group G replaces a checkpoint's int4 state (here the
+    shifted one test_mnn_runtime makes, on group 32) with round-to-nearest on G,
+    asymmetric or symmetric, every matrix: equal to numpy's RTN of the float
+    weights, fp16-rounded; a group that leaves a shorter last group is refused
+    with the groups that fit every matrix, and nothing is written."""
+    import h5py
+    import numpy as np
+    from test_mnn_runtime import add_shifted_qat_state, fp16, rtn
+    cfg = {**BASE, "hidden_size": 64, "intermediate_size": 96}
+    ckpt, _ = make_checkpoint(tmp_path, "m", cfg, run_pocket)
+    add_shifted_qat_state(ckpt, group=32)
+    for sym in (False, True):
+        out = tmp_path / f"q{int(sym)}.h5"
+        run_pocket("quantize", "--ckpt", ckpt, "--group", "32", *(["--symmetric"] if sym else []), "--out", out)
+        with h5py.File(out, "r") as f:
+            q = f["qat"]
+            assert int(q.attrs["group"]) == 32 and int(q.attrs["symmetric"]) == int(sym)
+            names = [n for n, ds in f["params"].items() if ds.ndim == 2]
+            assert sorted(q.keys()) == sorted(names)
+            for n in names:
+                w = f["params"][n][()]
+                g = w.reshape(w.shape[0], -1, 32)
+                if sym:
+                    want_s, want_z = fp16(np.abs(g).max(-1) / np.float32(7)), np.zeros(g.shape[:2], np.float32)
+                else:
+                    want_s, want_z = rtn(w, 32)
+                np.testing.assert_array_equal(q[n]["scale"][()], want_s, err_msg=n)
+                if not sym:
+                    np.testing.assert_array_equal(q[n]["zero"][()], want_z, err_msg=n)
+    bad = tmp_path / "bad.h5"
+    proc = subprocess.run([str(pocket), "quantize", "--ckpt", str(ckpt), "--group", "64", "--out", str(bad)],
+                          capture_output=True, text=True)
+    assert proc.returncode == 1 and not bad.exists()
+    assert proc.stderr.count("\n") == 1 and "96 input columns" in proc.stderr and proc.stderr.endswith("this model: 2, 4, 8, 16, 32\n")
