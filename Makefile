@@ -46,7 +46,7 @@ TEST_BIN := $(TEST_SRC:tests/%.c=$(BUILD)/tests/%)
 BENCH_SRC := $(wildcard tests/bench_*.c)
 BENCH_BIN := $(BENCH_SRC:tests/%.c=$(BUILD)/tests/%)
 
-.PHONY: all test test-arm64 test-clang deps-arm64 test-mpi check interop bench bench-isa demo demo-choice deps clean fuzz fuzz-lib qat-experiment
+.PHONY: all test test-arm64 test-clang deps-arm64 test-mpi check interop bench bench-isa demo demo-choice deps clean fuzz fuzz-lib qat-experiment bench-qat
 .SECONDARY:
 all: $(POCKET)
 
@@ -162,6 +162,11 @@ test-clang:
 # fp32 vs RTN int4 vs QAT int4 on the demo corpus (recipes/qat-experiment/run.sh)
 qat-experiment:
 	bash recipes/qat-experiment/run.sh
+
+# pocket QAT (on text and data-free) against RTN and MNN's exporter (RTN, HQQ, AWQ) on SmolLM2-135M-Instruct, every
+# int4 package judged on the MNN runtime's logits of a held-out split (recipes/qat-bench/run.sh; hours, resumable)
+bench-qat:
+	bash recipes/qat-bench/run.sh
 
 # Our kernels and training step, PyTorch's step and HF tokenizers, in one run.
 bench: $(POCKET) $(BENCH_BIN) $(VENV)/ok

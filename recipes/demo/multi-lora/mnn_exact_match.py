@@ -20,31 +20,10 @@ import subprocess
 import sys
 import tempfile
 
-import h5py
-import numpy as np
-
-RUNNER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "../../../tests/interop/mnn_lora_run.py")
-
-
-def examples(path, n):
-    with h5py.File(path, "r") as f:
-        tokens, offs, mask = f["tokens"][()], f["doc_offsets"][()], f["loss_mask"][()]
-    out = []
-    for k in range(len(offs) - 1):
-        doc, m = tokens[offs[k]:offs[k + 1]].tolist(), mask[offs[k]:offs[k + 1]]
-        trained = np.flatnonzero(m)
-        if not len(trained):
-            continue
-        end = int(trained[-1])
-        start = end
-        while start > 0 and m[start - 1]:
-            start -= 1
-        if start == 0:
-            continue
-        out.append((doc[:start], doc[start:end + 1]))
-        if len(out) == n:
-            break
-    return out
+HERE = os.path.dirname(os.path.abspath(__file__))
+RUNNER = os.path.join(HERE, "../../../tests/interop/mnn_lora_run.py")
+sys.path.insert(0, os.path.join(HERE, "../../../tests"))
+from mnn_exact_match import examples  # noqa: E402  (the SFT examples as pocket eval --exact-match takes them)
 
 
 def run(package, loras, runs, max_new):
