@@ -7,6 +7,7 @@
 //   `pocket teacher-topk`) stopped and resumed ends bit for bit where the
 //   uninterrupted run ends; the distilled int4 model is closer to the float
 //   one (`pocket eval --int4 --ref`) than round-to-nearest is.
+// - SFT data and a LoRA adapter distil as well.
 // - Refusals, one line naming both sides, no run directory left: a teacher
 //   of another tokenizer or another hidden size, a top-k dataset of another
 //   tokenizer, top-k made at another sequence length or temperature, choice
@@ -243,6 +244,26 @@ static void test_distilled_int4_is_closer_to_float(void **s) {
     assert_true(rtn > 0.01 && kd < 0.7 * rtn);
 }
 
+// SFT data and a LoRA adapter distil too: the runs end and
+// log the KL of every step.
+static void test_every_mode(void **s) {
+    (void)s;
+    assert_int_equal(sh("%s tokenize --chat --tokenizer tests/fixtures/tok/tokenizer.json tests/fixtures/data/chat.jsonl "
+                        "--out %s/sft.h5 >/dev/null", pocket(), g_dir), 0);
+    const char *runs[][2] = {
+        {"sft", "--set train.mode=sft --set data.train=%s/sft.h5 --set data.val=%s/sft.h5 --set qat.enabled=0"},
+        {"lora", "--set qat.enabled=0 --set lora.enabled=1 --set lora.rank=4"},
+    };
+    for (int i = 0; i < 2; i++) {
+        char sets[600];
+        snprintf(sets, sizeof sets, runs[i][1], g_dir, g_dir);
+        assert_int_equal(sh("%s train %s/kd.ini --set train.run_dir=%s/mode-%s --set train.steps=3 --set optim.warmup=1 "
+                            "--set train.eval_interval=0 %s >/dev/null", pocket(), g_dir, g_dir, runs[i][0], sets), 0);
+        assert_int_equal(sh("test $(grep -c '\"kl\"' %s/mode-%s/metrics.jsonl) -eq 3", g_dir, runs[i][0]), 0);
+        printf("  %s with [distill]: 3 steps, the KL logged at each\n", runs[i][0]);
+    }
+}
+
 // ---------------------------------------------------------------- refusals
 
 static int dir_exists(const char *path) {
@@ -305,6 +326,7 @@ int main(void) {
         cmocka_unit_test(test_model_gradients_finite_differences),
         cmocka_unit_test(test_resume_is_bitwise_identical),
         cmocka_unit_test(test_distilled_int4_is_closer_to_float),
+        cmocka_unit_test(test_every_mode),
         cmocka_unit_test(test_refusals),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
