@@ -3,7 +3,7 @@ tests/requirements-bench.txt), with its own command-line arguments:
 
     python tests/llmexport_run.py --path HF_DIR --export mnn --dst_path OUT [--quant_block 64] [--sym] [--hqq] ...
 
-Three things stand between the PyPI package and a run here, and are set
+Four things stand between the PyPI package and a run here, and are set
 right before its main() runs, in this process:
 - its modules import each other as the top-level package `utils`: its folder
   goes on sys.path;
@@ -15,6 +15,11 @@ right before its main() runs, in this process:
   {"text": ...} JSON object, or one plain text, per line) is given to its
   get_calib_dataset as the list of texts, the form that function also takes.
   (AWQ skips a text of more than 512 tokens: give it chunks.)
+- with --awq, its search runs each decoder block many times, but 0.0.5's
+  attention keeps the keys and values of the last call (its export state) and
+  appends the next call's to them, so the second call fails on a mask of the
+  wrong length: the blocks' attention state is cleared before each of those
+  calls, as a fresh call expects.
 Nothing of the package is changed on disk.
 """
 import importlib.util
@@ -48,6 +53,17 @@ def main():
         raise SystemExit("llmexport_run: llmexport is not installed (pip install --no-deps -r tests/requirements-bench.txt)")
     root = os.path.dirname(spec.origin)
     sys.path.insert(0, root)
+    if "--awq" in sys.argv:
+        from utils.awq_quantizer import AwqQuantizer
+        forward = AwqQuantizer._module_forward
+
+        def fresh_forward(self, x, module, module_kwargs):
+            for m in module.modules():
+                if getattr(m, "past_key_value", None) is not None:
+                    m.past_key_value = None
+            return forward(self, x, module, module_kwargs)
+
+        AwqQuantizer._module_forward = fresh_forward
     if "--awq" in sys.argv and "--calib_data" in sys.argv:
         calib = sys.argv[sys.argv.index("--calib_data") + 1]
         texts = texts_of(calib)
