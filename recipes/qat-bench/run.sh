@@ -24,6 +24,7 @@
 # first of BENCH_QAT_SEEDS), BENCH_QAT_WINDOWS (held-out windows, default all).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
+ROOT=$PWD
 OUT=${BENCH_QAT_DIR:-runs/qat-bench}
 SEEDS=${BENCH_QAT_SEEDS:-"1234 5678"}
 GRIDS=${BENCH_QAT_GRIDS:-"asym sym"}
@@ -82,8 +83,8 @@ llmexport_package() {
     [ -f "$OUT/$name/llm.mnn.weight" ] && return 0
     log "llmexport $*"
     local t0=$SECONDS
-    (cd "$OUT" && ../../$PY ../../tests/llmexport_run.py --path float-hf --export mnn --dst_path "$name" --quant_bit 4 "$@" \
-        > "$name.log" 2>&1) || { tail -n 20 "$OUT/$name.log"; exit 1; }
+    (cd "$OUT" && "$ROOT/$PY" "$ROOT/tests/llmexport_run.py" --path float-hf --export mnn --dst_path "$name" \
+        --quant_bit 4 "$@" > "$name.log" 2>&1) || { tail -n 20 "$OUT/$name.log"; exit 1; }
     log "llmexport $name: $((SECONDS - t0)) s"
 }
 

@@ -10,6 +10,7 @@
 # output exists. Environment as run.sh (BENCH_QAT_DIR).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
+ROOT=$PWD
 OUT=${BENCH_QAT_DIR:-runs/qat-bench}/task
 FLOAT=${BENCH_QAT_DIR:-runs/qat-bench}/float.h5
 POCKET=./pocket
@@ -49,7 +50,7 @@ exact rtn "$OUT/rtn-mnn"
 # llmexport --hqq on its HF export
 [ -d "$OUT/sft-hf" ] || $POCKET export --ckpt "$SFT" --format hf --out "$OUT/sft-hf"
 if [ ! -f "$OUT/llmexport-hqq/llm.mnn.weight" ]; then
-    (cd "$OUT" && ../../../$PY ../../../tests/llmexport_run.py --path sft-hf --export mnn --dst_path llmexport-hqq \
+    (cd "$OUT" && "$ROOT/$PY" "$ROOT/tests/llmexport_run.py" --path sft-hf --export mnn --dst_path llmexport-hqq \
         --quant_bit 4 --quant_block 64 --hqq > llmexport-hqq.log 2>&1) || { tail -n 20 "$OUT/llmexport-hqq.log"; exit 1; }
 fi
 exact llmexport-hqq "$OUT/llmexport-hqq"
