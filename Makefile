@@ -101,7 +101,8 @@ demo-choice:
 	bash recipes/demo/choice.sh
 
 # make test-arm64: the op tests cross-built for AArch64 (Debian's gcc-aarch64-linux-gnu, qemu-user and the arm64
-# cmocka and jansson through multiarch: `make deps-arm64`) and run under qemu-aarch64: the NEON kernels (and
+# cmocka and jansson through multiarch; its C library headers from libc6-dev-arm64-cross, which the compiler only
+# recommends: `make deps-arm64`) and run under qemu-aarch64: the NEON kernels (and
 # portable) against the double references. Only the compute folders are built (util/ without HDF5, model/,
 # model/ops/), so no other arm64 library is needed; then a full training step on both sides (below). CI runs it
 # (.ci/run; about two minutes).
@@ -143,7 +144,7 @@ test-arm64: $(ARM64_TESTS) $(ARM64_BUILD)/tests/step_grads $(STEP_BIN)
 	@echo "== test_matmul on a core without FEAT_BF16 (qemu-aarch64 -cpu cortex-a72: neon+round, neonbf16 refused)"; \
 	  OMP_THREAD_LIMIT=1 qemu-aarch64 -cpu cortex-a72 -L /usr/aarch64-linux-gnu $(ARM64_BUILD)/tests/test_matmul
 -include $(ARM64_OBJ:.o=.d) $(ARM64_TESTS:=.d) $(ARM64_BUILD)/tests/step_grads.d
-ARM64_PKGS = gcc-aarch64-linux-gnu qemu-user libcmocka-dev:arm64 libjansson-dev:arm64
+ARM64_PKGS = gcc-aarch64-linux-gnu libc6-dev-arm64-cross qemu-user libcmocka-dev:arm64 libjansson-dev:arm64
 # The arm64 package lists come with the next apt-get update: one here when the architecture is new, unless
 # the caller added it before its own update (APT_UPDATED=1, as .ci/run does).
 deps-arm64:
