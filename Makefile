@@ -183,7 +183,9 @@ bench-isa: pocket build/tests/bench_model $(VENV)/ok
 DEB_PKGS = gcc g++ cmake ninja-build make pkg-config libhdf5-dev hdf5-tools zlib1g-dev libcmocka-dev libjansson-dev \
            libinih-dev libutf8proc-dev libpcre2-dev python3-venv libopenblas0 libopenmpi-dev openmpi-bin
 deps:
-	@missing=""; for p in $(DEB_PKGS); do dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
+	@arch=$$(dpkg --print-architecture); has() { dpkg-query -W -f='$${Status}\n' "$$1" 2>/dev/null | grep -q "ok installed"; }; \
+	missing=""; for p in $(DEB_PKGS); do case $$p in *:*) has $$p;; *) has $$p:$$arch || has $$p:all;; esac || \
+	  missing="$$missing $$p"; done; \
 	if [ -n "$$missing" ]; then echo "installing:$$missing"; \
 	  [ -n "$(APT_UPDATED)" ] || apt-get update -qq; \
 	  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $$missing; \
