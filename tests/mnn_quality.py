@@ -16,6 +16,10 @@ and through the float reference, the HF directory HF_DIR (`pocket export
 
 in float64 from the float32 logits; printed and, with --json, written as
 {"positions", "kl_mean", "kl_stderr", "kl_max", "top1", "ppl", "ref_ppl", "seconds"}.
+With --ref-cache DIR the reference's logits of each window are kept there
+(float32, 4 bytes x vocabulary per position) and read back by the next run on
+the same reference and data, so judging several packages runs the reference
+once.
 The runtime's settings (--memory normal: weights dequantized to float at load,
 float activations, the numerics of `pocket eval --int4`; low: int4 kernels with
 int8 dynamic activations, as phones run it) are merged into the package's
@@ -44,9 +48,8 @@ def windows(path, T, max_windows):
 
 
 def log_softmax(z):
-    z = z.astype(np.float64)
-    m = z.max(-1, keepdims=True)
-    return z - (m + np.log(np.exp(z - m).sum(-1, keepdims=True)))
+    import torch
+    return torch.log_softmax(torch.from_numpy(z).double(), dim=-1)
 
 
 class Stats:
@@ -54,13 +57,14 @@ class Stats:
         self.kl, self.top1, self.loss, self.ref_loss = [], 0, 0.0, 0.0
 
     def add(self, ref_logits, logits, targets):
+        import torch
         lp, lq = log_softmax(ref_logits), log_softmax(logits)
-        kl = (np.exp(lp) * (lp - lq)).sum(-1)
-        self.kl.extend(np.maximum(kl, 0.0).tolist())
+        kl = (lp.exp() * (lp - lq)).sum(-1).clamp(min=0.0)
+        self.kl.extend(kl.tolist())
         self.top1 += int((ref_logits.argmax(-1) == logits.argmax(-1)).sum())
-        rows = np.arange(len(targets))
-        self.loss += float(-lq[rows, targets].sum())
-        self.ref_loss += float(-lp[rows, targets].sum())
+        rows, t = torch.arange(len(targets)), torch.from_numpy(np.asarray(targets, dtype=np.int64))
+        self.loss += float(-lq[rows, t].sum())
+        self.ref_loss += float(-lp[rows, t].sum())
 
     def result(self):
         kl = np.asarray(self.kl)
@@ -68,6 +72,35 @@ class Stats:
         return {"positions": n, "kl_mean": float(kl.mean()),
                 "kl_stderr": float(kl.std(ddof=1) / math.sqrt(n)) if n > 1 else 0.0, "kl_max": float(kl.max()),
                 "top1": self.top1 / n, "ppl": math.exp(self.loss / n), "ref_ppl": math.exp(self.ref_loss / n)}
+
+
+class RefCache:
+    """The reference's logits per window in a folder, valid for one reference, dataset and window length
+    (their names, sizes and times in key.json: another of any of them empties the folder)."""
+
+    def __init__(self, folder, ref, data, T):
+        def stamp(path):
+            files = sorted(os.path.join(path, f) for f in os.listdir(path)) if os.path.isdir(path) else [path]
+            return [[os.path.basename(f), os.path.getsize(f), os.path.getmtime(f)] for f in files]
+        self.folder = folder
+        key = {"ref": stamp(ref), "data": stamp(data), "seq_len": T}
+        os.makedirs(folder, exist_ok=True)
+        kp = os.path.join(folder, "key.json")
+        old = json.load(open(kp)) if os.path.exists(kp) else None
+        if old != json.loads(json.dumps(key)):
+            for f in os.listdir(folder):
+                os.remove(os.path.join(folder, f))
+            with open(kp, "w") as f:
+                json.dump(key, f)
+
+    def get(self, i):
+        path = os.path.join(self.folder, f"{i}.npy")
+        return np.load(path) if os.path.exists(path) else None
+
+    def put(self, i, logits):
+        tmp = os.path.join(self.folder, f"{i}.tmp.npy")
+        np.save(tmp, logits)
+        os.replace(tmp, os.path.join(self.folder, f"{i}.npy"))
 
 
 def main():
@@ -80,6 +113,7 @@ def main():
     ap.add_argument("--memory", choices=["normal", "low"], default="normal", help="the runtime's memory mode")
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--json", help="write the figures here")
+    ap.add_argument("--ref-cache", help="keep the reference's logits of each window in this folder, for the next run")
     a = ap.parse_args()
 
     import torch
@@ -94,10 +128,15 @@ def main():
     t0 = time.perf_counter()
     stats = Stats()
     ws = windows(a.data, a.seq_len, a.max_windows)
+    cache = RefCache(a.ref_cache, a.ref, a.data, a.seq_len) if a.ref_cache else None
     for i, w in enumerate(ws):
         ids, targets = w[:-1], w[1:]
-        with torch.no_grad():
-            p = ref(input_ids=torch.from_numpy(ids)[None]).logits[0].numpy()
+        p = cache.get(i) if cache else None
+        if p is None:
+            with torch.no_grad():
+                p = ref(input_ids=torch.from_numpy(ids)[None]).logits[0].numpy()
+            if cache:
+                cache.put(i, p)
         m.generate_init()
         q = np.array(m.forward([int(t) for t in ids]).read(), dtype=np.float32).reshape(len(ids), -1)
         if q.shape != p.shape:

@@ -21,7 +21,12 @@
 # and is skipped when that output exists: an interrupted benchmark resumes.
 # Environment: BENCH_QAT_SEEDS (default "1234 5678"), BENCH_QAT_GRIDS (default
 # "asym sym"), BENCH_QAT_SYM_SEEDS (seeds for the symmetric grid, default the
-# first of BENCH_QAT_SEEDS), BENCH_QAT_WINDOWS (held-out windows, default all).
+# first of BENCH_QAT_SEEDS), BENCH_QAT_WINDOWS (held-out windows of 512 tokens, default 64: 32,768
+# positions; the float model's logits of each are kept in ref-cache/, 6.4 GB),
+# BENCH_QAT_ROWS (which rows to make: default "rtn llmexport-rtn hqq awq qat
+# synth"; instances with disjoint rows or seeds may run side by side on a
+# machine with cores to spare, OMP_NUM_THREADS each), BENCH_QAT_SYNTH (sampled
+# sequences per seed, default 400: one pass of qat.ini's 200 steps of 2).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 ROOT=$PWD
@@ -29,7 +34,9 @@ OUT=${BENCH_QAT_DIR:-runs/qat-bench}
 SEEDS=${BENCH_QAT_SEEDS:-"1234 5678"}
 GRIDS=${BENCH_QAT_GRIDS:-"asym sym"}
 SYM_SEEDS=${BENCH_QAT_SYM_SEEDS:-${SEEDS%% *}}
-WINDOWS=${BENCH_QAT_WINDOWS:-0}
+WINDOWS=${BENCH_QAT_WINDOWS:-64}
+ROWS=" ${BENCH_QAT_ROWS:-rtn llmexport-rtn hqq awq qat synth} "
+SYNTH=${BENCH_QAT_SYNTH:-400}
 POCKET=./pocket
 PY=tests/.venv/bin/python
 HERE=recipes/qat-bench
@@ -42,6 +49,7 @@ $PY -c "import llmexport" 2>/dev/null ||
     PIP_CACHE_DIR="${PIP_CACHE_DIR:-$HOME/.cache/pip}" $PY -m pip install --quiet --no-deps -r tests/requirements-bench.txt
 mkdir -p "$OUT/results"
 log() { echo "bench-qat: $*"; }
+row() { [[ "$ROWS" == *" $1 "* ]]; }
 lscpu | grep -E "Model name|^CPU\(s\)" | sed 's/^/bench-qat: /'
 
 # ---- the model and the text
@@ -62,6 +70,7 @@ judge() {
     [ -f "$OUT/results/$name.json" ] && return 0
     log "judging $name on the MNN runtime"
     $PY tests/mnn_quality.py --package "$pkg" --ref "$OUT/float-hf" --data "$OUT/test.h5" --max-windows "$WINDOWS" \
+        --ref-cache "$OUT/ref-cache" \
         --json "$OUT/results/$name.json.tmp" | sed 's/^/  /'
     $PY - "$OUT/results/$name.json.tmp" "$grid" "$order" "$row" "$@" <<'PY'
 import json, sys
@@ -118,23 +127,34 @@ for grid in $GRIDS; do
         label="group 64 symmetric"; q=(--group 64 --symmetric); le=(--quant_block 64 --sym); sets=(--set qat.symmetric=1)
         seeds=$SYM_SEEDS
     fi
-    [ -f "$OUT/rtn-$grid.h5" ] || $POCKET quantize --ckpt "$OUT/float.h5" "${q[@]}" --out "$OUT/rtn-$grid.h5"
-    [ -f "$OUT/rtn-$grid-mnn/llm.mnn.weight" ] ||
-        $POCKET export --ckpt "$OUT/rtn-$grid.h5" --format mnn --out "$OUT/rtn-$grid-mnn" >/dev/null
-    judge "$OUT/rtn-$grid-mnn" "rtn-$grid" "$label" 1 "RTN (pocket quantize, pocket export --format mnn)" kind=rtn
-    llmexport_package "llmexport-rtn-$grid" "${le[@]}"
-    judge "$OUT/llmexport-rtn-$grid" "llmexport-rtn-$grid" "$label" 2 "llmexport 0.0.5 on pocket export --format hf, plain RTN"
-    llmexport_package "llmexport-hqq-$grid" "${le[@]}" --hqq
-    judge "$OUT/llmexport-hqq-$grid" "llmexport-hqq-$grid" "$label" 3 "llmexport with --hqq"
-    llmexport_package "llmexport-awq-$grid" "${le[@]}" --awq --calib_data corpus/calib.jsonl
-    judge "$OUT/llmexport-awq-$grid" "llmexport-awq-$grid" "$label" 4 "llmexport with --awq (calibration: the training split)"
+    if row rtn; then
+        [ -f "$OUT/rtn-$grid.h5" ] || $POCKET quantize --ckpt "$OUT/float.h5" "${q[@]}" --out "$OUT/rtn-$grid.h5"
+        [ -f "$OUT/rtn-$grid-mnn/llm.mnn.weight" ] ||
+            $POCKET export --ckpt "$OUT/rtn-$grid.h5" --format mnn --out "$OUT/rtn-$grid-mnn" >/dev/null
+        judge "$OUT/rtn-$grid-mnn" "rtn-$grid" "$label" 1 "RTN (pocket quantize, pocket export --format mnn)" kind=rtn
+    fi
+    if row llmexport-rtn; then
+        llmexport_package "llmexport-rtn-$grid" "${le[@]}"
+        judge "$OUT/llmexport-rtn-$grid" "llmexport-rtn-$grid" "$label" 2 "llmexport 0.0.5 on pocket export --format hf, plain RTN"
+    fi
+    if row hqq; then
+        llmexport_package "llmexport-hqq-$grid" "${le[@]}" --hqq
+        judge "$OUT/llmexport-hqq-$grid" "llmexport-hqq-$grid" "$label" 3 "llmexport with --hqq"
+    fi
+    if row awq; then
+        llmexport_package "llmexport-awq-$grid" "${le[@]}" --awq --calib_data corpus/calib.jsonl
+        judge "$OUT/llmexport-awq-$grid" "llmexport-awq-$grid" "$label" 4 "llmexport with --awq (calibration: the training split)"
+    fi
     for seed in $seeds; do
-        qat_run "qat-$grid-$seed" "$OUT/train.h5" "$seed" "${sets[@]}"
-        judge "$OUT/qat-$grid-$seed-mnn" "qat-$grid-$seed" "$label" 5 "pocket QAT on the training split, seed $seed" \
-            $(metrics "qat-$grid-$seed")
+        if row qat; then
+            qat_run "qat-$grid-$seed" "$OUT/train.h5" "$seed" "${sets[@]}"
+            judge "$OUT/qat-$grid-$seed-mnn" "qat-$grid-$seed" "$label" 5 "pocket QAT on the training split, seed $seed" \
+                $(metrics "qat-$grid-$seed")
+        fi
+        row synth || continue
         syn="$OUT/synth-$seed.h5"
         t0=$SECONDS
-        [ -f "$syn" ] || { $POCKET synth --ckpt "$OUT/float.h5" --out "$syn" --sequences 1024 --batch 32 --seed "$seed";
+        [ -f "$syn" ] || { $POCKET synth --ckpt "$OUT/float.h5" --out "$syn" --sequences "$SYNTH" --batch 32 --seed "$seed";
                            echo $((SECONDS - t0)) > "$syn.seconds"; }
         qat_run "qat-synth-$grid-$seed" "$syn" "$seed" "${sets[@]}"
         judge "$OUT/qat-synth-$grid-$seed-mnn" "qat-synth-$grid-$seed" "$label" 6 \
