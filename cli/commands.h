@@ -16,3 +16,4 @@ int cmd_generate(int argc, char **argv);   // cli/cmd_generate.c
 int cmd_choose(int argc, char **argv);     // cli/cmd_choose.c
 int cmd_synth(int argc, char **argv);      // cli/cmd_synth.c
 int cmd_teacher_topk(int argc, char **argv);   // cli/cmd_teacher_topk.c
+int cmd_prune_vocab(int argc, char **argv);   // cli/cmd_prune_vocab.c

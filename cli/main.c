@@ -25,6 +25,7 @@ static const Command COMMANDS[] = {
     {"synth", cmd_synth, "a token dataset sampled from the model itself, for data-free QAT and distillation"},
     {"teacher-topk", cmd_teacher_topk, "a dataset with a teacher's top-k logits stored beside its tokens ([distill] source = topk)"},
     {"forward", cmd_forward, "logits, loss and gradients for given tokens, dumped to safetensors"},
+    {"prune-vocab", cmd_prune_vocab, "a checkpoint with a smaller vocabulary: the tokens a corpus uses most"},
     {"quantize", cmd_quantize, "a checkpoint whose int4 state covers every matrix (e.g. a GGUF's Q8_0 embedding)"},
     {"export", cmd_export, "a checkpoint out as a Hugging Face directory, an MNN int4 package or a GGUF file; adapters too"},
     {"inspect", cmd_inspect, "what a checkpoint, dataset, safetensors, GGUF file or MNN package holds"},

@@ -46,6 +46,7 @@ static int resolve(const Tokenizer *t, const char *tok, size_t len, size_t rank,
 static int parse_merges(Tokenizer *t, json_t *merges, const char *src, PtError *e) {
     size_t count = json_array_size(merges);
     mergemap_init(&t->merges, count);
+    t->merge_list = xcalloc(count ? count : 1, sizeof *t->merge_list, "merge list");
     char *joined = NULL;
     size_t joined_cap = 0;
     int32_t rank = 0;
@@ -79,6 +80,8 @@ static int parse_merges(Tokenizer *t, json_t *merges, const char *src, PtError *
             resolve(t, joined, left_len + right_len, i, src, e, &ab))
             return free(joined), -1;
         mergemap_put(&t->merges, a, b, rank++, ab);
+        t->merge_list[t->n_merges][0] = a, t->merge_list[t->n_merges][1] = b, t->merge_list[t->n_merges][2] = ab;
+        t->n_merges++;
     }
     free(joined);
     return 0;
@@ -192,6 +195,9 @@ static int parse_added(Tokenizer *t, json_t *list, const char *src, PtError *e) 
         // The id range is complete now: the model vocab and every added token.
         t->special = xcalloc((size_t)t->n_ids, 1, "special flags");
         for (int i = 0; i < n_special; i++) t->special[special_id[i]] = 1;
+        t->is_added = xcalloc((size_t)t->n_ids, 1, "added-token flags");
+        for (int i = 0; i < n_raw; i++) t->is_added[raw_id[i]] = 1;
+        for (int i = 0; i < n_norm; i++) t->is_added[norm_id[i]] = 1;
     }
     for (int i = 0; i < n_raw; i++) free(raw[i]);
     for (int i = 0; i < n_norm; i++) free(norm[i]);
@@ -251,9 +257,11 @@ static void build_decode_table(Tokenizer *t) {
     // Token strings per id: the model vocab, overridden by added tokens as HF looks those up first.
     const char **str = xcalloc((size_t)t->n_ids, sizeof *str, "decode table");
     size_t *len = xcalloc((size_t)t->n_ids, sizeof *len, "decode table");
+    t->vocab_entry = xcalloc((size_t)t->n_ids, sizeof *t->vocab_entry, "vocab index");
     for (uint32_t i = 0; i < t->vocab.n; i++) {
         const struct StrEntry *en = &t->vocab.entry[i];
         str[en->id] = t->vocab.arena + en->off, len[en->id] = en->len;
+        t->vocab_entry[en->id] = i + 1;
     }
     for (uint32_t i = 0; i < t->added.n; i++) {
         const struct StrEntry *en = &t->added.entry[i];
@@ -323,6 +331,9 @@ void tokenizer_free(Tokenizer *t) {
     free(t->decode_bytes);
     free(t->decode_off);
     free(t->special);
+    free(t->is_added);
+    free(t->merge_list);
+    free(t->vocab_entry);
     strmap_free(&t->vocab);
     strmap_free(&t->added);
     mergemap_free(&t->merges);
@@ -425,3 +436,30 @@ size_t tokenizer_special_prefix(const Tokenizer *t, const char *s, size_t len) {
         }
     return best;
 }
+
+int tokenizer_n_merges(const Tokenizer *t) { return t->n_merges; }
+
+void tokenizer_merge(const Tokenizer *t, int i, int *left, int *right, int *merged) {
+    *left = t->merge_list[i][0], *right = t->merge_list[i][1], *merged = t->merge_list[i][2];
+}
+
+const char *tokenizer_vocab_string(const Tokenizer *t, int id, size_t *len) {
+    uint32_t k = id >= 0 && id < t->n_ids ? t->vocab_entry[id] : 0;
+    if (!k) {
+        *len = 0;
+        return NULL;
+    }
+    const struct StrEntry *en = &t->vocab.entry[k - 1];
+    *len = en->len;
+    return t->vocab.arena + en->off;
+}
+
+int tokenizer_is_added(const Tokenizer *t, int id) { return id >= 0 && id < t->n_ids && t->is_added[id]; }
+
+int tokenizer_is_token(const Tokenizer *t, int id) {
+    return id >= 0 && id < t->n_ids && (t->vocab_entry[id] || t->is_added[id]);
+}
+
+int tokenizer_byte_id(const Tokenizer *t, int byte) { return t->byte_id[(uint8_t)byte]; }
+
+int tokenizer_unk_id(const Tokenizer *t) { return t->unk_id; }

@@ -30,3 +30,20 @@ const char *tokenizer_hash(const Tokenizer *tok);
 const char *tokenizer_token_bytes(const Tokenizer *tok, int id, size_t *len);
 // Length of the longest special added token s[0..len) starts with, 0 if none.
 size_t tokenizer_special_prefix(const Tokenizer *tok, const char *s, size_t len);
+
+// The model's merges in rank order, as tokenizer.json lists them ("#version"
+// lines left out): merge i joins the ids left and right into merged.
+int tokenizer_n_merges(const Tokenizer *tok);
+void tokenizer_merge(const Tokenizer *tok, int i, int *left, int *right, int *merged);
+// The model vocab's string for id, in tokenizer.json's byte-level spelling
+// ("Ġthe" for " the"), not NUL-terminated; NULL when id is no vocab token
+// (an added token the vocab lacks, or an unused id).
+const char *tokenizer_vocab_string(const Tokenizer *tok, int id, size_t *len);
+// 1 when id is an added token (tokenizer.json's added_tokens).
+int tokenizer_is_added(const Tokenizer *tok, int id);
+// 1 when id names a token: a vocab token or an added one (not an unused id).
+int tokenizer_is_token(const Tokenizer *tok, int id);
+// The vocab id of the one-byte token of byte (0..255), -1 when the vocab lacks it.
+int tokenizer_byte_id(const Tokenizer *tok, int byte);
+// The model's unk token, -1 when it has none.
+int tokenizer_unk_id(const Tokenizer *tok);

@@ -109,10 +109,14 @@ struct Tokenizer {
     uint8_t *decode_bytes;
     size_t *decode_off;         // n_ids + 1 offsets into decode_bytes; empty for unused ids
     uint8_t *special;           // n_ids flags
+    uint8_t *is_added;          // n_ids flags: an added token (added_tokens), in the vocab or not
 
     StrMap vocab;               // model vocab, keys in tokenizer.json form ("Ġthe")
     StrMap added;               // added-token content -> id
     MergeMap merges;
+    int32_t (*merge_list)[3];   // the merges as listed (rank order): left, right, merged
+    int n_merges;
+    uint32_t *vocab_entry;      // per id: 1 + its vocab.entry index, 0 when id is no vocab token
     int32_t byte_id[256];       // vocab id of the one-byte token, -1 if missing
     uint16_t byte_cp[256];      // GPT-2 byte table (bytes_to_unicode)
     int32_t unk_id;             // -1 when the model has no unk token

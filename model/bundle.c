@@ -31,3 +31,21 @@ void bundle_free(ModelBundle *b) {
     tensor_table_free(&b->tt);
     memset(b, 0, sizeof *b);
 }
+
+void bundle_take_vocab_rows(const ModelBundle *in, const int *rows, int vocab_size, ModelBundle *out) {
+    ModelConfig cfg = in->cfg;
+    cfg.vocab_size = vocab_size;
+    bundle_alloc(out, &cfg);
+    for (int i = 0; i < in->tt.n; i++) {
+        const TensorInfo *from = &in->tt.t[i], *to = &out->tt.t[i];
+        const float *src = in->params + from->offset;
+        float *dst = out->params + to->offset;
+        if (from->kind != T_EMBED && from->kind != T_LMHEAD) {
+            memcpy(dst, src, from->numel * sizeof(float));
+            continue;
+        }
+        const size_t H = (size_t)from->shape[1];   // bundle_alloc zeroed the rows without a source
+        for (int r = 0; r < vocab_size; r++)
+            if (rows[r] >= 0) memcpy(dst + (size_t)r * H, src + (size_t)rows[r] * H, H * sizeof(float));
+    }
+}

@@ -21,3 +21,8 @@ void bundle_alloc(ModelBundle *b, const ModelConfig *cfg);
 // as transformers does. Same seed, same weights on every machine.
 void bundle_init_random(ModelBundle *b, uint64_t seed);
 void bundle_free(ModelBundle *b);
+// out: in's config with vocab_size rows, every tensor copied but the
+// embedding (and an untied lm_head), whose row i is in's row rows[i] (zero
+// where rows[i] < 0). The tokenizer files are not copied; the caller sets
+// out's special ids for the new rows.
+void bundle_take_vocab_rows(const ModelBundle *in, const int *rows, int vocab_size, ModelBundle *out);

@@ -140,6 +140,43 @@ int qat_init_from_weights(QatState *q, const TensorTable *tt, const float *maste
     return 0;
 }
 
+// The (row, group) arrays of a state: scale, zero, and the four moments (NULL when not learned).
+static void entry_arrays(const QatState *q, float *arrays[6]) {
+    float *a[6] = {q->scale, q->zero, q->m_scale, q->v_scale, q->m_zero, q->v_zero};
+    memcpy(arrays, a, sizeof a);
+}
+
+int qat_take_vocab_rows(const QatState *in, const TensorTable *in_tt, const TensorTable *out_tt, const int *rows,
+                        QatState *out, PtError *e) {
+    if (qat_init(out, out_tt, &in->spec, in->quant_embedding, in->m_scale != NULL, "the pruned model", e)) return -1;
+    if (in->codes) qat_alloc_frozen(out);
+    float *from[6], *to[6];
+    entry_arrays(in, from);
+    entry_arrays(out, to);
+    const size_t group = (size_t)in->spec.group;
+    for (int i = 0; i < out->n; i++) {
+        const QatTensor *a = &in->t[i], *b = &out->t[i];
+        const TensorKind kind = in_tt->t[a->tensor].kind;
+        const int vocab_rows = kind == T_EMBED || kind == T_LMHEAD;
+        const size_t ng = (size_t)b->cols / group;
+        for (int64_t r = 0; r < b->rows; r++) {
+            int64_t src = vocab_rows ? rows[r] : r;
+            for (int k = 0; k < 6; k++)
+                if (to[k]) {
+                    float *dst = to[k] + b->offset + (size_t)r * ng;
+                    if (src >= 0) memcpy(dst, from[k] + a->offset + (size_t)src * ng, ng * sizeof(float));
+                    else memset(dst, 0, ng * sizeof(float));
+                }
+            if (out->codes) {
+                uint8_t *dst = out->codes + b->offset * group + (size_t)r * (size_t)b->cols;
+                if (src >= 0) memcpy(dst, in->codes + a->offset * group + (size_t)src * (size_t)b->cols, (size_t)b->cols);
+                else memset(dst, QUANT_CODE_MID, (size_t)b->cols);
+            }
+        }
+    }
+    return 0;
+}
+
 const QatTensor *qat_find(const QatState *q, int tensor) {
     for (int i = 0; i < q->n; i++)
         if (q->t[i].tensor == tensor) return &q->t[i];

@@ -58,6 +58,15 @@ enum { QAT_INIT_RTN = 0, QAT_INIT_MSE = 1 };
 int qat_init_from_weights(QatState *q, const TensorTable *tt, const float *master, int method, double *sse_rtn,
                           double *sse_mse, const char *src, PtError *e);
 
+// out: in for the table out_tt, whose vocabulary rows (the embedding, an
+// untied lm_head) bundle_take_vocab_rows took from in_tt's as rows[0 ..
+// out's vocab_size) says. Every (row, group) entry of such a row follows it
+// (scale, zero, the scale Adam moments; the frozen codes of the row); a row
+// with no source (rows[r] < 0, zero weights) gets scale 0, zero 0 and code
+// QUANT_CODE_MID, which decode to 0. Other tensors' entries are copied.
+int qat_take_vocab_rows(const QatState *in, const TensorTable *in_tt, const TensorTable *out_tt, const int *rows,
+                        QatState *out, PtError *e);
+
 // The QatTensor of table row `tensor`, NULL when that tensor is not quantized.
 // Its scale/zero are q->scale + t->offset and q->zero + t->offset.
 const QatTensor *qat_find(const QatState *q, int tensor);

