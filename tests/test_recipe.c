@@ -370,6 +370,10 @@ static void test_shipped_recipes(void **state) {
     assert_int_equal(r.qat.group, 64);
     assert_false(r.qat.symmetric);
     assert_true(r.qat.quant_embedding);
+    // and the setting that won on SmolLM2 (docs/qat.md): distilled from its own start, bf16 matmuls
+    assert_true(r.distill.enabled);
+    assert_string_equal(r.distill.teacher, "");
+    assert_int_equal(r.train.matmul, TRAIN_MATMUL_BF16);
     static const char *experiment[] = {"pretrain", "fp32", "qat-g64", "qat-g128", "qat-g64-sym"};
     for (int i = 0; i < 5; i++) {
         char path[128];

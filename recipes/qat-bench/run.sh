@@ -21,8 +21,8 @@
 # and is skipped when that output exists: an interrupted benchmark resumes.
 # Environment: BENCH_QAT_SEEDS (default "1234 5678"), BENCH_QAT_GRIDS (default
 # "asym sym"), BENCH_QAT_SYM_SEEDS (seeds for the symmetric grid, default the
-# first of BENCH_QAT_SEEDS), BENCH_QAT_WINDOWS (held-out windows of 512 tokens, default 64: 32,768
-# positions; the float model's logits of each are kept in ref-cache/, 6.4 GB),
+# first of BENCH_QAT_SEEDS), BENCH_QAT_WINDOWS (held-out windows of 512 tokens, default 32: 16,384
+# positions; the float model's logits of each are kept in ref-cache/, 3.2 GB),
 # BENCH_QAT_ROWS (which rows to make: default "rtn llmexport-rtn hqq awq qat
 # synth"; instances with disjoint rows or seeds may run side by side on a
 # machine with cores to spare, OMP_NUM_THREADS each), BENCH_QAT_SYNTH (sampled
@@ -34,7 +34,7 @@ OUT=${BENCH_QAT_DIR:-runs/qat-bench}
 SEEDS=${BENCH_QAT_SEEDS:-"1234 5678"}
 GRIDS=${BENCH_QAT_GRIDS:-"asym sym"}
 SYM_SEEDS=${BENCH_QAT_SYM_SEEDS:-${SEEDS%% *}}
-WINDOWS=${BENCH_QAT_WINDOWS:-64}
+WINDOWS=${BENCH_QAT_WINDOWS:-32}
 ROWS=" ${BENCH_QAT_ROWS:-rtn llmexport-rtn hqq awq qat synth} "
 SYNTH=${BENCH_QAT_SYNTH:-400}
 POCKET=./pocket
