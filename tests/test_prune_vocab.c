@@ -201,7 +201,7 @@ static void test_same_encodings(void **state) {
     load(v->base, &a);
     load(v->pruned, &b);
     Tokenizer *ta = tokenizer_of(&a), *tb = tokenizer_of(&b);
-    int n_texts, n_old = tokenizer_vocab_size(ta), same = 0, all_kept = 0;
+    int n_texts, n_old = tokenizer_vocab_size(ta), all_kept = 0;
     char **texts = corpus_texts(&n_texts);
     assert_int_equal(n_texts, 108);
     int *new_of_old = xmalloc((size_t)n_old * sizeof *new_of_old, "map");
@@ -218,7 +218,6 @@ static void test_same_encodings(void **state) {
             assert_int_equal(na, nb);
             for (size_t i = 0; i < na; i++) assert_int_equal(ib[i], new_of_old[ia[i]]);
         }
-        same += kept;
         char *da = tokenizer_decode(ta, ia, na, 0), *db = tokenizer_decode(tb, ib, nb, 0);
         assert_string_equal(da, db);
         free(da), free(db), free(ia), free(ib);
