@@ -16,6 +16,12 @@ def main():
     results = [json.loads(p.read_text()) for p in sorted(Path(sys.argv[1]).glob("*.json"))]
     for grid in sorted({r["grid"] for r in results}):
         rows = sorted((r for r in results if r["grid"] == grid), key=lambda r: (r["order"], r["row"]))
+        # every row of a table must be judged on the same positions (BENCH_QAT_WINDOWS), or its figures do not compare
+        sets = {(r["positions"], round(r["ref_ppl"], 6)) for r in rows}
+        if len(sets) > 1:
+            names = ", ".join(f"{r['row']} ({r['positions']})" for r in rows)
+            sys.exit(f"table.py: {grid}: rows judged on different positions, rejudge them with one "
+                     f"BENCH_QAT_WINDOWS: {names}")
         rtn = next((r for r in rows if r.get("kind") == "rtn"), None)
         ref = rows[0]["ref_ppl"]
         print(f"\n{grid}, {rows[0]['positions']} held-out positions, judged on the MNN runtime's logits "
