@@ -20,18 +20,25 @@ __attribute__((format(printf, 1, 2))) static inline int sh(const char *fmt, ...)
     return WIFEXITED(st) ? WEXITSTATUS(st) : 128;
 }
 
-// dir/config.json and dir/init.h5: 2 layers, hidden 48, heads 4/2 of 12,
-// FFN 100, tied, with the fixture tokenizer stored. 0 when both were made.
+// path: a tiny Qwen3 config.json (2 layers, heads 4/2, tied, the fixture
+// tokenizer's special ids) of the given widths, `extra` (more JSON members,
+// each with its leading comma) appended. 0 when written.
+static inline int write_tiny_config(const char *path, int hidden, int head_dim, int ffn, int vocab, const char *extra) {
+    FILE *f = fopen(path, "w");
+    if (!f) return -1;
+    fprintf(f, "{\"model_type\": \"qwen3\", \"num_hidden_layers\": 2, \"hidden_size\": %d, \"num_attention_heads\": 4,"
+               " \"num_key_value_heads\": 2, \"head_dim\": %d, \"intermediate_size\": %d, \"vocab_size\": %d,"
+               " \"max_position_embeddings\": 128, \"tie_word_embeddings\": true, \"eos_token_id\": 1502,"
+               " \"pad_token_id\": 1500%s}\n", hidden, head_dim, ffn, vocab, extra);
+    return fclose(f) == 0 ? 0 : -1;
+}
+
+// dir/config.json and dir/init.h5: hidden 48, heads of 12, FFN 100, the
+// fixture tokenizer's 1505 ids, stored with it. 0 when both were made.
 static inline int make_tiny_checkpoint(const char *dir) {
     char path[600];
     snprintf(path, sizeof path, "%s/config.json", dir);
-    FILE *f = fopen(path, "w");
-    if (!f) return -1;
-    fprintf(f, "{\"model_type\": \"qwen3\", \"num_hidden_layers\": 2, \"hidden_size\": 48, \"num_attention_heads\": 4,"
-               " \"num_key_value_heads\": 2, \"head_dim\": 12, \"intermediate_size\": 100, \"vocab_size\": 1505,"
-               " \"max_position_embeddings\": 128, \"tie_word_embeddings\": true, \"eos_token_id\": 1502,"
-               " \"pad_token_id\": 1500, \"rope_theta\": 10000.0}\n");
-    if (fclose(f)) return -1;
+    if (write_tiny_config(path, 48, 12, 100, 1505, ", \"rope_theta\": 10000.0")) return -1;
     return sh("%s init --model %s/config.json --tokenizer tests/fixtures/tok/tokenizer.json --out %s/init.h5 >/dev/null",
               pocket(), dir, dir);
 }

@@ -32,13 +32,7 @@ static char g_dir[] = "/tmp/pocket-test-distill-XXXXXX";
 static int write_config(const char *name, int hidden, int vocab) {
     char path[600];
     snprintf(path, sizeof path, "%s/%s.json", g_dir, name);
-    FILE *f = fopen(path, "w");
-    if (!f) return -1;
-    fprintf(f, "{\"model_type\": \"qwen3\", \"num_hidden_layers\": 2, \"hidden_size\": %d, \"num_attention_heads\": 4,"
-               " \"num_key_value_heads\": 2, \"head_dim\": 12, \"intermediate_size\": 96, \"vocab_size\": %d,"
-               " \"max_position_embeddings\": 128, \"tie_word_embeddings\": true, \"eos_token_id\": 1502,"
-               " \"pad_token_id\": 1500}\n", hidden, vocab);
-    return fclose(f);
+    return write_tiny_config(path, hidden, 12, 96, vocab, "");
 }
 
 static int setup(void **state) {

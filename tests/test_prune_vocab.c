@@ -41,15 +41,10 @@ typedef struct {
 // DIR/NAME.h5: pocket init of a tiny Qwen3 over the fixture tokenizer; extra
 // JSON members (", \"k\": v") override the config.
 static int init_ckpt(const char *dir, const char *name, const char *extra) {
-    char path[600];
+    char path[600], members[400];
     snprintf(path, sizeof path, "%s/%s.json", dir, name);
-    FILE *f = fopen(path, "w");
-    if (!f) return -1;
-    fprintf(f, "{\"model_type\": \"qwen3\", \"num_hidden_layers\": 2, \"hidden_size\": 64, \"num_attention_heads\": 4,"
-               " \"num_key_value_heads\": 2, \"head_dim\": 16, \"intermediate_size\": 128, \"vocab_size\": 1536,"
-               " \"max_position_embeddings\": 128, \"tie_word_embeddings\": true, \"eos_token_id\": 1502,"
-               " \"pad_token_id\": 1500, \"rope_theta\": 10000.0, \"initializer_range\": 0.2%s}\n", extra);
-    if (fclose(f)) return -1;
+    snprintf(members, sizeof members, ", \"rope_theta\": 10000.0, \"initializer_range\": 0.2%s", extra);
+    if (write_tiny_config(path, 64, 16, 128, 1536, members)) return -1;
     return sh("%s init --model %s/%s.json --tokenizer " TOKENIZER " --seed 5 --out %s/%s.h5 >/dev/null", pocket(),
               dir, name, dir, name);
 }
