@@ -185,10 +185,28 @@ static void test_jinja_corners(void **state) {
     expect_error("{% include 'x' %}", "unsupported tag");
 }
 
+// What a hostile or broken template meets: each limit is one clear error
+// naming the place, reached in bounded time and memory (docs/fuzzing.md).
+static void test_jinja_limits(void **state) {
+    (void)state;
+    // Lexing is linear: 20,000 tags (160 kB) take milliseconds (seconds when
+    // every token's line was counted from the start), and a late error still
+    // names its line and column.
+    size_t n = 20000;
+    char *big = malloc(8 * n + 16);
+    for (size_t i = 0; i < n; i++) memcpy(big + 8 * i, "{{ 1 }}\n", 8);
+    strcpy(big + 8 * n, "x{{ + }}");
+    double t0 = now_seconds();
+    expect_error(big, "t:20001:7: expected an expression");
+    assert_true(now_seconds() - t0 < 1.0);
+    free(big);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_families_match_transformers),
         cmocka_unit_test(test_jinja_corners),
+        cmocka_unit_test(test_jinja_limits),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
