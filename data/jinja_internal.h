@@ -8,6 +8,10 @@
 #include <stdint.h>
 #include "jinja.h"
 
+// How deep a template's syntax and the values it builds may nest; real
+// templates stay within a few levels. Deeper is an error, not a stack overflow.
+enum { JINJA_MAX_NESTING = 200 };
+
 // ---- arena: everything a parse or a render allocates, freed at once ----------
 
 typedef struct ArenaBlock ArenaBlock;
@@ -139,7 +143,8 @@ struct JinjaTemplate {
     char *name;
 };
 
-// Text -> tree. src need not be NUL-terminated.
+// Text -> tree. src need not be NUL-terminated. Nesting (brackets, unary
+// operators, blocks) deeper than JINJA_MAX_NESTING levels is an error.
 int jinja_compile(JinjaTemplate *t, const char *src, size_t len, PtError *e);
 
 // ---- rendering --------------------------------------------------------------------

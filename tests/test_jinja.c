@@ -200,6 +200,26 @@ static void test_jinja_limits(void **state) {
     expect_error(big, "t:20001:7: expected an expression");
     assert_true(now_seconds() - t0 < 1.0);
     free(big);
+    // Nesting past JINJA_MAX_NESTING (200) is an error where the parser
+    // recursed until the stack ran out (20,000 ifs, 6,000 brackets) or the
+    // renderer did (10,000 nots); 60 levels are fine.
+    big = malloc(8 * n + 16);
+    for (size_t i = 0; i < n; i++) memcpy(big + 8 * i, "{%if 1%}", 8);
+    big[8 * n] = 0;
+    expect_error(big, "nested too deeply (more than 200 levels)");
+    const struct { const char *open, *close; int levels; } chains[] = {{"(", ")", 6000}, {"not ", "", 10000}, {"-", "", 10000}};
+    for (int k = 0; k < 3; k++) {
+        char *p = big;
+        p += sprintf(p, "{{ ");
+        for (int i = 0; i < chains[k].levels; i++) p += sprintf(p, "%s", chains[k].open);
+        p += sprintf(p, "1");
+        for (int i = 0; i < chains[k].levels; i++) p += sprintf(p, "%s", chains[k].close);
+        sprintf(p, " }}");
+        expect_error(big, "nested too deeply");
+    }
+    free(big);
+    expect("{{ " "((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((1))))))))))))))))))))))))))))))))))))))))))))))))))))))))))))"
+           " }}|{{ not not not not 1 }}|{{ - - 2 }}", "1|True|2");
 }
 
 int main(void) {
