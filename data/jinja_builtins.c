@@ -2,6 +2,7 @@
 // functions chat templates call, with jinja2's (and Python's) behaviour;
 // tojson as transformers defines it (non-ASCII kept, json.dumps separators).
 // Operations that keep a string's bytes keep their tags.
+#include <errno.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -292,7 +293,7 @@ int jb_test(Render *r, const JNode *at, const char *name, JVal v, const JVal *ar
     }
     if (named(name, "divisibleby")) {
         int64_t d = int_arg(r, at, args[0], name);
-        return d != 0 && int_arg(r, at, v, name) % d == 0;
+        return d == -1 || (d != 0 && int_arg(r, at, v, name) % d == 0);   // INT64_MIN % -1 is undefined in C
     }
     jr_fail(r, at, "unknown test '%s'", name);
 }
@@ -403,20 +404,30 @@ JVal jb_filter(Render *r, const JNode *at, const char *name, JVal v, const JVal 
         return list_val(out);
     }
     if (named(name, "abs")) {
+        if (v.t == JV_INT && v.i == INT64_MIN) jr_overflow(r, at);
         if (v.t == JV_INT) return jv_int(v.i < 0 ? -v.i : v.i);
         if (v.t == JV_FLOAT) return jv_float(fabs(v.f));
         jr_fail(r, at, "abs needs a number");
     }
-    if (named(name, "int")) {
+    if (named(name, "int")) {   // jinja2: int(value), else int(float(value)), else the default
+        const int64_t dflt = n > 0 ? int_arg(r, at, args[0], "int") : 0;
+        double f = v.t == JV_FLOAT ? v.f : NAN;
         if (v.t == JV_INT) return v;
-        if (v.t == JV_FLOAT) return jv_int((int64_t)v.f);
         if (v.t == JV_BOOL) return jv_int(v.b);
         if (v.t == JV_STR) {
             char *end;
+            errno = 0;
             long long x = strtoll(v.s->s, &end, 10);
-            return jv_int(*end ? (n > 0 ? int_arg(r, at, args[0], "int") : 0) : x);
+            if (!*end && end != v.s->s) {
+                if (errno == ERANGE) jr_overflow(r, at);
+                return jv_int(x);
+            }
+            f = strtod(v.s->s, &end);
+            if (*end || end == v.s->s) return jv_int(dflt);
         }
-        return jv_int(0);
+        if (isnan(f)) return jv_int(dflt);   // Python: ValueError, so the default
+        if (!(f >= -9223372036854775808.0 && f < 9223372036854775808.0)) jr_overflow(r, at);
+        return jv_int((int64_t)f);
     }
     if (named(name, "float")) {
         if (v.t == JV_INT) return jv_float((double)v.i);
@@ -494,9 +505,10 @@ static JVal fn_range(Render *r, const JVal *args, int n, const char **kw_names, 
     if (n >= 3) step = args[2].i;
     if (n < 1 || n > 3 || step == 0) jr_fail(r, NULL, "range() takes 1 to 3 integers, the step not 0");
     JList *l = jv_list_new(&r->arena);
-    for (int64_t i = a; step > 0 ? i < b : i > b; i += step) {
+    for (int64_t i = a; step > 0 ? i < b : i > b;) {
         if (l->n >= 1000000) jr_fail(r, NULL, "range() too long");
         jv_list_push(&r->arena, l, jv_int(i));
+        if (__builtin_add_overflow(i, step, &i)) break;   // past b either way
     }
     return list_val(l);
 }

@@ -21,6 +21,10 @@ _Noreturn void jr_fail(Render *r, const JNode *at, const char *fmt, ...) {
     longjmp(r->fail, 1);
 }
 
+_Noreturn void jr_overflow(Render *r, const JNode *at) {
+    jr_fail(r, at, "integer overflow: the result does not fit in 64 bits");
+}
+
 // ---- scopes -------------------------------------------------------------------------------
 
 static Scope *scope_new(Render *r, Scope *parent) {
@@ -130,18 +134,28 @@ static JVal arith(Render *r, const JNode *at, BinOp op, JVal a, JVal b) {
         jr_fail(r, at, "unsupported operand types for an arithmetic operator: %s and %s", jv_type_name(a.t),
                 jv_type_name(b.t));
     int ints = is_int(a) && is_int(b);
-    int64_t x = int_of(a), y = int_of(b);
+    int64_t x = int_of(a), y = int_of(b), z;
     double fx = num(a), fy = num(b);
     switch (op) {
-    case OP_ADD: return ints ? jv_int(x + y) : jv_float(fx + fy);
-    case OP_SUB: return ints ? jv_int(x - y) : jv_float(fx - fy);
-    case OP_MUL: return ints ? jv_int(x * y) : jv_float(fx * fy);
+    case OP_ADD:
+        if (ints && __builtin_add_overflow(x, y, &z)) jr_overflow(r, at);
+        return ints ? jv_int(z) : jv_float(fx + fy);
+    case OP_SUB:
+        if (ints && __builtin_sub_overflow(x, y, &z)) jr_overflow(r, at);
+        return ints ? jv_int(z) : jv_float(fx - fy);
+    case OP_MUL:
+        if (ints && __builtin_mul_overflow(x, y, &z)) jr_overflow(r, at);
+        return ints ? jv_int(z) : jv_float(fx * fy);
     case OP_DIV:
         if (fy == 0) jr_fail(r, at, "division by zero");
         return jv_float(fx / fy);
     case OP_FLOORDIV: case OP_MOD:
         if (fy == 0) jr_fail(r, at, "division by zero");
         if (ints) {   // Python rounds toward negative infinity
+            if (x == INT64_MIN && y == -1) {   // the one quotient past 64 bits; its remainder is 0
+                if (op == OP_FLOORDIV) jr_overflow(r, at);
+                return jv_int(0);
+            }
             int64_t q = x / y, m = x % y;
             if (m != 0 && ((m < 0) != (y < 0))) q--, m += y;
             return jv_int(op == OP_MOD ? m : q);
@@ -150,9 +164,14 @@ static JVal arith(Render *r, const JNode *at, BinOp op, JVal a, JVal b) {
             return jv_float(op == OP_MOD ? fx - q * fy : q);
         }
     case OP_POW:
-        if (ints && y >= 0) {
+        if (ints && y >= 0) {   // by squaring; only 0, 1 and -1 stay in range for any exponent
             int64_t p = 1;
-            for (int64_t i = 0; i < y && i < 64; i++) p *= x;
+            for (;;) {
+                if ((y & 1) && __builtin_mul_overflow(p, x, &p)) jr_overflow(r, at);
+                y >>= 1;
+                if (!y) break;
+                if (__builtin_mul_overflow(x, x, &x)) jr_overflow(r, at);
+            }
             return jv_int(p);
         }
         return jv_float(pow(fx, fy));
@@ -235,9 +254,10 @@ static JVal slice_value(Render *r, const JNode *n, JVal obj, Scope *s) {
     JList *l = obj.t == JV_LIST ? jv_list_new(&r->arena) : NULL;
     JBuf b = {.arena = &r->arena};
     jbuf_put(&b, "", 0, NULL);
-    for (int64_t i = start; step > 0 ? i < stop : i > stop; i += step) {
+    for (int64_t i = start; step > 0 ? i < stop : i > stop;) {
         if (l) jv_list_push(&r->arena, l, obj.l->v[i]);
         else jbuf_put(&b, obj.s->s + off[i], off[i + 1] - off[i], obj.s->tag ? obj.s->tag + off[i] : NULL);
+        if (__builtin_add_overflow(i, step, &i)) break;   // past the end either way
     }
     return l ? (JVal){.t = JV_LIST, .l = l} : jbuf_value(&b);
 }
@@ -318,6 +338,7 @@ static JVal eval(Render *r, Scope *s, const JNode *n) {
     case N_NOT: return jv_bool(!jv_truthy(eval(r, s, n->a)));
     case N_NEG: {
         JVal v = eval(r, s, n->a);
+        if (v.t == JV_INT && v.i == INT64_MIN) jr_overflow(r, n);
         if (v.t == JV_INT || v.t == JV_BOOL) return jv_int(-int_of(v));
         if (v.t == JV_FLOAT) return jv_float(-v.f);
         jr_fail(r, n, "bad operand type for unary -: %s", jv_type_name(v.t));

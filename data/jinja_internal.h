@@ -170,6 +170,9 @@ struct Render {
 
 // Ends the render: fills the error (with the node's place when given) and jumps out.
 _Noreturn void jr_fail(Render *r, const JNode *at, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+// Python's ints have no bound and ours are 64-bit: a result past them ends the
+// render with this error rather than wrapping (or being undefined in C).
+_Noreturn void jr_overflow(Render *r, const JNode *at);
 // jinja_eval.c: what a for loop walks (a list's items, a dict's keys, a string's characters), which the list
 // filters take too; and s[from, to) as a new string keeping its bytes' tags.
 JList *jr_items(Render *r, const JNode *at, JVal v);

@@ -3,6 +3,7 @@
 // comparisons and `in`, + -, ~, * / // %, **, unary minus, then postfix
 // (.attr, [index], [a:b:c], calls) and filters / `is` tests, which bind
 // tighter than every binary operator.
+#include <errno.h>
 #include <stdlib.h>
 #include <string.h>
 #include "jinja_internal.h"
@@ -186,7 +187,9 @@ static JNode *parse_primary(Parser *p) {
             if (t->start[i] != '_') num[k++] = t->start[i];
         num[k] = 0;
         n = node(p, N_LIT, t);
+        errno = 0;
         n->lit = t->kind == TK_INT ? jv_int(strtoll(num, NULL, 10)) : jv_float(strtod(num, NULL));
+        if (t->kind == TK_INT && errno == ERANGE) fail(p, t, "integer literal out of the 64-bit range", NULL);
         return n;
     }
     if (accept_op(p, "(")) {

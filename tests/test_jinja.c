@@ -218,6 +218,19 @@ static void test_jinja_limits(void **state) {
         expect_error(big, "nested too deeply");
     }
     free(big);
+    // 64-bit integers: a result past them is an error (Python's ints would grow; C's are undefined there).
+    expect("{{ 9223372036854775807 - 1 }}|{{ (-1) ** 65 }}|{{ 2 ** 62 }}|{{ (-9223372036854775807 - 1) % -1 }}"
+           "|{{ '3.7'|int }}|{{ 'x'|int(5) }}|{{ 'nan'|float|int }}|{{ 'abc'[::9223372036854775807] }}"
+           "|{{ (-9223372036854775807 - 1) is divisibleby(-1) }}|{{ range(9223372036854775806, 9223372036854775807, 5)|list }}",
+           "9223372036854775806|-1|4611686018427387904|0|3|5|0|a|True|[9223372036854775806]");
+    const char *const overflows[] = {"{{ 9223372036854775807 + 1 }}", "{{ -9223372036854775807 - 2 }}",
+                                     "{{ 4611686018427387904 * 2 }}", "{{ 3 ** 41 }}",
+                                     "{{ (-9223372036854775807 - 1) // -1 }}", "{{ -(-9223372036854775807 - 1) }}",
+                                     "{{ (-9223372036854775807 - 1)|abs }}", "{{ 1e300|int }}",
+                                     "{{ '99999999999999999999'|int }}"};
+    for (size_t i = 0; i < sizeof overflows / sizeof overflows[0]; i++)
+        expect_error(overflows[i], "integer overflow: the result does not fit in 64 bits");
+    expect_error("{{ 99999999999999999999 }}", "t:1:4: integer literal out of the 64-bit range");
     expect("{{ " "((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((1))))))))))))))))))))))))))))))))))))))))))))))))))))))))))))"
            " }}|{{ not not not not 1 }}|{{ - - 2 }}", "1|True|2");
 }
