@@ -271,16 +271,16 @@ int jb_test(Render *r, const JNode *at, const char *name, JVal v, const JVal *ar
     if (named(name, "lower") || named(name, "upper")) {
         if (v.t != JV_STR) return 0;
         JVal m = map_case(r, v.s, name[0] == 'l' ? 2 : 1);
-        return jv_equal(m, v);
+        return jr_equal(r, at, m, v);
     }
     if (n < 1) jr_fail(r, at, "unknown test '%s' (or it needs an argument)", name);
-    if (named(name, "equalto") || named(name, "eq") || named(name, "sameas")) return jv_equal(v, args[0]);
-    if (named(name, "ne")) return !jv_equal(v, args[0]);
+    if (named(name, "equalto") || named(name, "eq") || named(name, "sameas")) return jr_equal(r, at, v, args[0]);
+    if (named(name, "ne")) return !jr_equal(r, at, v, args[0]);
     if (named(name, "in")) {
         JVal in = args[0];
         if (in.t == JV_LIST) {
             for (int i = 0; i < in.l->n; i++)
-                if (jv_equal(in.l->v[i], v)) return 1;
+                if (jr_equal(r, at, in.l->v[i], v)) return 1;
             return 0;
         }
         if (in.t == JV_DICT) return jv_dict_get(in.d, v) != NULL;

@@ -25,6 +25,13 @@ _Noreturn void jr_overflow(Render *r, const JNode *at) {
     jr_fail(r, at, "integer overflow: the result does not fit in 64 bits");
 }
 
+int jr_equal(Render *r, const JNode *at, JVal a, JVal b) {
+    int eq = jv_equal(a, b);
+    if (eq < 0) jr_fail(r, at, "values compared are nested deeper than %d levels (namespaces holding each other?)",
+                        JINJA_MAX_NESTING);
+    return eq;
+}
+
 // ---- scopes -------------------------------------------------------------------------------
 
 static Scope *scope_new(Render *r, Scope *parent) {
@@ -104,7 +111,7 @@ static int contains(Render *r, const JNode *at, JVal item, JVal in) {
     }
     if (in.t == JV_LIST) {
         for (int i = 0; i < in.l->n; i++)
-            if (jv_equal(in.l->v[i], item)) return 1;
+            if (jr_equal(r, at, in.l->v[i], item)) return 1;
         return 0;
     }
     if (in.t == JV_DICT) return jv_dict_get(in.d, item) != NULL;
@@ -181,8 +188,8 @@ static JVal arith(Render *r, const JNode *at, BinOp op, JVal a, JVal b) {
 
 static JVal binop(Render *r, const JNode *n, JVal a, JVal b) {
     switch (n->op) {
-    case OP_EQ: return jv_bool(jv_equal(a, b));
-    case OP_NE: return jv_bool(!jv_equal(a, b));
+    case OP_EQ: return jv_bool(jr_equal(r, n, a, b));
+    case OP_NE: return jv_bool(!jr_equal(r, n, a, b));
     case OP_LT: return jv_bool(compare(r, n, a, b) < 0);
     case OP_LE: return jv_bool(compare(r, n, a, b) <= 0);
     case OP_GT: return jv_bool(compare(r, n, a, b) > 0);
@@ -362,7 +369,11 @@ static JVal eval(Render *r, Scope *s, const JNode *n) {
     }
     case N_DICT: {
         JDict *d = jv_dict_new(&r->arena);
-        for (int i = 0; i < n->n_args; i++) jv_dict_set(&r->arena, d, eval(r, s, n->args[i]), eval(r, s, n->kw[i]));
+        for (int i = 0; i < n->n_args; i++) {
+            JVal key = eval(r, s, n->args[i]);
+            if (key.t == JV_LIST || key.t == JV_DICT) jr_fail(r, n->args[i], "unhashable type: '%s'", jv_type_name(key.t));
+            jv_dict_set(&r->arena, d, key, eval(r, s, n->kw[i]));
+        }
         return (JVal){.t = JV_DICT, .d = d};
     }
     default: jr_fail(r, n, "not an expression");

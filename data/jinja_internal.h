@@ -81,11 +81,17 @@ JVal jv_cstr(Arena *a, const char *s);
 JList *jv_list_new(Arena *a);
 void jv_list_push(Arena *a, JList *l, JVal v);
 JDict *jv_dict_new(Arena *a);
+// Keys are scalars (string, number, bool, none: what Python can hash, tuples
+// aside); the renderer refuses a list or dict as a key.
 void jv_dict_set(Arena *a, JDict *d, JVal key, JVal val);
 const JVal *jv_dict_get(const JDict *d, JVal key);
 const JVal *jv_dict_get_str(const JDict *d, const char *key);
 
 int jv_truthy(JVal v);
+// ==, as Python compares: numbers by value, strings by bytes, lists and dicts
+// item by item, a list or dict equal to itself without a look inside (so a
+// namespace holding itself compares). 1 equal, 0 not, -1 when the values nest
+// deeper than JINJA_MAX_NESTING (two namespaces holding each other).
 int jv_equal(JVal a, JVal b);
 const char *jv_type_name(JvType t);
 
@@ -173,6 +179,8 @@ _Noreturn void jr_fail(Render *r, const JNode *at, const char *fmt, ...) __attri
 // Python's ints have no bound and ours are 64-bit: a result past them ends the
 // render with this error rather than wrapping (or being undefined in C).
 _Noreturn void jr_overflow(Render *r, const JNode *at);
+// jv_equal, its -1 an error of the render.
+int jr_equal(Render *r, const JNode *at, JVal a, JVal b);
 // jinja_eval.c: what a for loop walks (a list's items, a dict's keys, a string's characters), which the list
 // filters take too; and s[from, to) as a new string keeping its bytes' tags.
 JList *jr_items(Render *r, const JNode *at, JVal v);

@@ -130,22 +130,27 @@ int jv_truthy(JVal v) {
 static int is_number(JVal v) { return v.t == JV_INT || v.t == JV_FLOAT || v.t == JV_BOOL; }
 static double as_double(JVal v) { return v.t == JV_FLOAT ? v.f : v.t == JV_INT ? (double)v.i : (double)v.b; }
 
-int jv_equal(JVal a, JVal b) {
+static int equal_at(JVal a, JVal b, int depth) {
     if (is_number(a) && is_number(b)) return as_double(a) == as_double(b);
     if (a.t != b.t) return 0;
+    if (depth > JINJA_MAX_NESTING) return -1;
+    int eq;
     switch (a.t) {
     case JV_UNDEF: case JV_NONE: return 1;
     case JV_STR: return a.s->len == b.s->len && !memcmp(a.s->s, b.s->s, a.s->len);
     case JV_LIST:
+        if (a.l == b.l) return 1;
         if (a.l->n != b.l->n) return 0;
         for (int i = 0; i < a.l->n; i++)
-            if (!jv_equal(a.l->v[i], b.l->v[i])) return 0;
+            if ((eq = equal_at(a.l->v[i], b.l->v[i], depth + 1)) != 1) return eq;
         return 1;
     case JV_DICT:
+        if (a.d == b.d) return 1;
         if (a.d->n != b.d->n) return 0;
         for (int i = 0; i < a.d->n; i++) {
-            const JVal *o = jv_dict_get(b.d, a.d->key[i]);
-            if (!o || !jv_equal(a.d->val[i], *o)) return 0;
+            const JVal *o = jv_dict_get(b.d, a.d->key[i]);   // keys are scalars (jv_dict_set)
+            if (!o) return 0;
+            if ((eq = equal_at(a.d->val[i], *o, depth + 1)) != 1) return eq;
         }
         return 1;
     case JV_FUNC: return a.fn == b.fn;
@@ -153,6 +158,8 @@ int jv_equal(JVal a, JVal b) {
     default: return 0;
     }
 }
+
+int jv_equal(JVal a, JVal b) { return equal_at(a, b, 0); }
 
 const char *jv_type_name(JvType t) {
     static const char *const NAMES[] = {"undefined", "none", "bool", "int", "float", "str", "list", "dict",

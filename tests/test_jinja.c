@@ -231,6 +231,14 @@ static void test_jinja_limits(void **state) {
     for (size_t i = 0; i < sizeof overflows / sizeof overflows[0]; i++)
         expect_error(overflows[i], "integer overflow: the result does not fit in 64 bits");
     expect_error("{{ 99999999999999999999 }}", "t:1:4: integer literal out of the 64-bit range");
+    // A namespace may hold itself (Python compares it by identity first); two that hold each other nest without
+    // end, which Python refuses too (RecursionError). A list or dict is not a key, as in Python.
+    expect("{% set ns = namespace() %}{% set ns.x = ns %}{{ ns == ns }}|{{ ns in [ns] }}|{{ [ns] == [ns] }}",
+           "True|True|True");
+    expect_error("{% set a = namespace() %}{% set b = namespace() %}{% set a.x = b %}{% set b.x = a %}{{ a == b }}",
+                 "nested deeper than 200 levels");
+    expect_error("{{ {[1]: 2} }}", "t:1:5: unhashable type: 'list'");
+    expect("{{ {1: 'a', 'k': none, true: 2}[1] }}", "2");
     expect("{{ " "((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((1))))))))))))))))))))))))))))))))))))))))))))))))))))))))))))"
            " }}|{{ not not not not 1 }}|{{ - - 2 }}", "1|True|2");
 }
