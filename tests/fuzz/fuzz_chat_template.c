@@ -20,21 +20,32 @@ static const ChatMessage TURNS[] = {
     {"user", "2+2?"}, {"assistant", "<think>\nadd\n</think>\n\n4"}, {"user", "和 3 呢？"}, {"assistant", " 7 \n"}};
 static const ChatMessage LONE[] = {{"assistant", "just me"}};
 
+// The SFT path tokenizes what renders; a text past 64 kB (a template that
+// prints megabytes of spaces) is only rendered: the tokenizer's time on long
+// texts is its own (tests/test_tokenizer.c), not the template's.
 static void render_all(const ChatTemplate *t) {
     const Tokenizer *tok = fuzz_tokenizer();
     const struct { const ChatMessage *m; int n; } convs[] = {{SIMPLE, 3}, {TURNS, 4}, {LONE, 1}};
     SftExample ex = {0};
     for (size_t k = 0; k < sizeof convs / sizeof convs[0]; k++) {
         PtError e;
-        sft_encode_messages(tok, t, convs[k].m, convs[k].n, "fuzz", &ex, &e);
         ChatText c;
+        if (chat_render(t, convs[k].m, convs[k].n, 0, 1, &c, &e)) continue;   // as the SFT path renders
+        size_t len = c.len;
+        chat_text_free(&c);
+        if (len <= 64 << 10) sft_encode_messages(tok, t, convs[k].m, convs[k].n, "fuzz", &ex, &e);
         if (chat_render(t, convs[k].m, convs[k].n, 1, 0, &c, &e) == 0) chat_text_free(&c);
     }
     sft_example_free(&ex);
+    const ChatMessage prompt[] = {{"system", "Be brief."}, {"user", "Pick one."}};
+    ChatText c;
+    PtError e;
+    if (chat_render(t, prompt, 2, 1, 0, &c, &e)) return;
+    size_t len = c.len;
+    chat_text_free(&c);
     int *ids = NULL;
     size_t n = 0;
-    PtError e;
-    if (choice_encode_prompt(tok, t, "Be brief.", "Pick one.", &ids, &n, &e) == 0) free(ids);
+    if (len <= 64 << 10 && choice_encode_prompt(tok, t, "Be brief.", "Pick one.", &ids, &n, &e) == 0) free(ids);
 }
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
