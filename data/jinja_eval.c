@@ -25,11 +25,25 @@ _Noreturn void jr_overflow(Render *r, const JNode *at) {
     jr_fail(r, at, "integer overflow: the result does not fit in 64 bits");
 }
 
+void jr_work(Render *r, const JNode *at, uint64_t n) {
+    r->work.used += n;
+    if (r->work.used > r->work.limit)
+        jr_fail(r, at, "the template takes more than %llu steps (a loop or recursion without end?)",
+                (unsigned long long)r->work.limit);
+}
+
 int jr_equal(Render *r, const JNode *at, JVal a, JVal b) {
-    int eq = jv_equal(a, b);
+    int eq = jv_equal(a, b, &r->work);
+    jr_work(r, at, 0);
     if (eq < 0) jr_fail(r, at, "values compared are nested deeper than %d levels (namespaces holding each other?)",
                         JINJA_MAX_NESTING);
     return eq;
+}
+
+// The arena's limit, passed.
+_Noreturn static void out_of_memory(void *ctx) {
+    Render *r = ctx;
+    jr_fail(r, r->at, "the template uses more than %zu MB of memory", r->arena.limit >> 20);
 }
 
 // ---- scopes -------------------------------------------------------------------------------
@@ -61,7 +75,7 @@ static JVal lookup(Render *r, Scope *s, const char *name) {
     for (; s; s = s->parent)
         for (int i = s->n - 1; i >= 0; i--)
             if (!strcmp(s->name[i], name)) return s->val[i];
-    const JVal *g = jv_dict_get_str(r->globals, name);
+    const JVal *g = jv_dict_get_str(r->globals, name, &r->work);
     if (g) return *g;
     JFunc fn = jb_global(name);
     if (fn) return (JVal){.t = JV_FUNC, .fn = fn};
@@ -94,6 +108,7 @@ static int compare(Render *r, const JNode *at, JVal a, JVal b) {
     if (is_num(a) && is_num(b)) return (num(a) > num(b)) - (num(a) < num(b));
     if (a.t == JV_STR && b.t == JV_STR) {
         size_t n = a.s->len < b.s->len ? a.s->len : b.s->len;
+        jr_work(r, at, n / 64);
         int c = memcmp(a.s->s, b.s->s, n);
         return c ? (c > 0) - (c < 0) : (a.s->len > b.s->len) - (a.s->len < b.s->len);
     }
@@ -104,17 +119,19 @@ static int contains(Render *r, const JNode *at, JVal item, JVal in) {
     if (in.t == JV_UNDEF) return 0;
     if (in.t == JV_STR) {
         if (item.t != JV_STR) jr_fail(r, at, "'in <string>' needs a string on the left, not %s", jv_type_name(item.t));
-        if (item.s->len == 0) return 1;
-        for (size_t i = 0; i + item.s->len <= in.s->len; i++)
-            if (!memcmp(in.s->s + i, item.s->s, item.s->len)) return 1;
-        return 0;
+        jr_work(r, at, (in.s->len + item.s->len) / 64);
+        return item.s->len == 0 || memmem(in.s->s, in.s->len, item.s->s, item.s->len) != NULL;
     }
     if (in.t == JV_LIST) {
         for (int i = 0; i < in.l->n; i++)
             if (jr_equal(r, at, in.l->v[i], item)) return 1;
         return 0;
     }
-    if (in.t == JV_DICT) return jv_dict_get(in.d, item) != NULL;
+    if (in.t == JV_DICT) {
+        const JVal *v = jv_dict_get(in.d, item, &r->work);
+        jr_work(r, at, 0);
+        return v != NULL;
+    }
     jr_fail(r, at, "argument of type %s is not iterable", jv_type_name(in.t));
 }
 
@@ -203,6 +220,7 @@ static JVal binop(Render *r, const JNode *n, JVal a, JVal b) {
 
 // Byte offsets of the code points of s (n + 1 entries), for Python's character indexing.
 static size_t *char_offsets(Render *r, const JStr *s, int64_t *n) {
+    jr_work(r, r->at, s->len / 16);
     size_t *off = arena_alloc(&r->arena, (s->len + 1) * sizeof *off);
     int64_t k = 0;
     for (size_t i = 0; i < s->len; i++)
@@ -219,7 +237,8 @@ JVal jr_substr(Render *r, const JStr *s, size_t from, size_t to) {
 static JVal index_value(Render *r, const JNode *at, JVal obj, JVal key) {
     if (obj.t == JV_UNDEF) undefined_use(r, at, obj);
     if (obj.t == JV_DICT) {
-        const JVal *v = jv_dict_get(obj.d, key);
+        const JVal *v = jv_dict_get(obj.d, key, &r->work);
+        jr_work(r, at, 0);
         return v ? *v : jv_undef(key.t == JV_STR ? key.s->s : "item");
     }
     if ((obj.t == JV_LIST || obj.t == JV_STR) && is_int(key)) {
@@ -316,7 +335,21 @@ static JVal eval_call(Render *r, Scope *s, const JNode *n) {
     jr_fail(r, n, "%s is not callable", jv_type_name(fn.t));
 }
 
+static JVal eval_node(Render *r, Scope *s, const JNode *n);
+
+// Every evaluation is a step, and a level of C recursion.
 static JVal eval(Render *r, Scope *s, const JNode *n) {
+    if (++r->nesting > JINJA_MAX_RENDER_NESTING)
+        jr_fail(r, n, "the template nests deeper than %d levels as it renders (a macro calling itself?)",
+                JINJA_MAX_RENDER_NESTING);
+    r->at = n;
+    jr_work(r, n, 1);
+    JVal v = eval_node(r, s, n);
+    r->nesting--;
+    return v;
+}
+
+static JVal eval_node(Render *r, Scope *s, const JNode *n) {
     switch (n->kind) {
     case N_LIT: return n->lit;
     case N_VAR: return lookup(r, s, n->name);
@@ -324,7 +357,7 @@ static JVal eval(Render *r, Scope *s, const JNode *n) {
         JVal obj = eval(r, s, n->a);
         if (obj.t == JV_UNDEF) undefined_use(r, n, obj);
         if (obj.t == JV_DICT) {
-            const JVal *v = jv_dict_get_str(obj.d, n->name);
+            const JVal *v = jv_dict_get_str(obj.d, n->name, &r->work);
             return v ? *v : jv_undef(n->name);
         }
         return jv_undef(n->name);
@@ -373,6 +406,7 @@ static JVal eval(Render *r, Scope *s, const JNode *n) {
             JVal key = eval(r, s, n->args[i]);
             if (key.t == JV_LIST || key.t == JV_DICT) jr_fail(r, n->args[i], "unhashable type: '%s'", jv_type_name(key.t));
             jv_dict_set(&r->arena, d, key, eval(r, s, n->kw[i]));
+            jr_work(r, n, 0);   // the keys compared
         }
         return (JVal){.t = JV_DICT, .d = d};
     }
@@ -414,26 +448,29 @@ static void exec_for(Render *r, Scope *s, const JNode *n, JBuf *out) {
     if (n->b) {   // the loop filter runs first: loop.* counts the kept items
         items = jv_list_new(&r->arena);
         for (int i = 0; i < all->n; i++) {
+            jr_work(r, n, 1);
             Scope *f = scope_new(r, s);
             bind_targets(r, f, n, all->v[i]);
             if (jv_truthy(eval(r, f, n->b))) jv_list_push(&r->arena, items, all->v[i]);
         }
     }
     int len = items->n;
+    // One `loop` for the whole statement whose values each turn updates, as
+    // jinja2's LoopContext is one object (and a turn then allocates only its scope).
+    static const char *const LOOP_KEYS[] = {"index", "index0", "revindex", "revindex0", "first", "last", "length",
+                                            "previtem", "nextitem"};
+    Arena *a = &r->arena;
+    JDict *loop = jv_dict_new(a);
+    for (int k = 0; k < 9; k++) jv_dict_add(a, loop, jv_cstr(a, LOOP_KEYS[k]), jv_none());
     for (int i = 0; i < len; i++) {
+        jr_work(r, n, 1);
         Scope *it = scope_new(r, s);
         bind_targets(r, it, n, items->v[i]);
-        Arena *a = &r->arena;
-        JDict *loop = jv_dict_new(a);
-        jv_dict_set(a, loop, jv_cstr(a, "index"), jv_int(i + 1));
-        jv_dict_set(a, loop, jv_cstr(a, "index0"), jv_int(i));
-        jv_dict_set(a, loop, jv_cstr(a, "revindex"), jv_int(len - i));
-        jv_dict_set(a, loop, jv_cstr(a, "revindex0"), jv_int(len - i - 1));
-        jv_dict_set(a, loop, jv_cstr(a, "first"), jv_bool(i == 0));
-        jv_dict_set(a, loop, jv_cstr(a, "last"), jv_bool(i == len - 1));
-        jv_dict_set(a, loop, jv_cstr(a, "length"), jv_int(len));
-        jv_dict_set(a, loop, jv_cstr(a, "previtem"), i > 0 ? items->v[i - 1] : jv_undef("loop.previtem"));
-        jv_dict_set(a, loop, jv_cstr(a, "nextitem"), i + 1 < len ? items->v[i + 1] : jv_undef("loop.nextitem"));
+        const JVal values[9] = {jv_int(i + 1), jv_int(i), jv_int(len - i), jv_int(len - i - 1), jv_bool(i == 0),
+                                jv_bool(i == len - 1), jv_int(len),
+                                i > 0 ? items->v[i - 1] : jv_undef("loop.previtem"),
+                                i + 1 < len ? items->v[i + 1] : jv_undef("loop.nextitem")};
+        memcpy(loop->val, values, sizeof values);
         scope_set(r, it, "loop", (JVal){.t = JV_DICT, .d = loop});
         exec_body(r, it, n->body, out);
         int signal = r->loop_signal;
@@ -461,11 +498,17 @@ static void exec_set(Render *r, Scope *s, const JNode *n) {
     if (target.t != JV_DICT || !target.d->ns)
         jr_fail(r, n, "cannot assign attribute '%s' on '%s': not a namespace()", n->name2, n->name);
     jv_dict_set(&r->arena, target.d, jv_cstr(&r->arena, n->name2), v);
+    jr_work(r, n, 0);
 }
 
 static void exec_body(Render *r, Scope *s, const JNode *body, JBuf *out) {
+    if (++r->nesting > JINJA_MAX_RENDER_NESTING)
+        jr_fail(r, body, "the template nests deeper than %d levels as it renders (a macro calling itself?)",
+                JINJA_MAX_RENDER_NESTING);
     for (int i = 0; i < body->n_args && !r->loop_signal; i++) {
         const JNode *n = body->args[i];
+        r->at = n;
+        jr_work(r, n, 1);
         switch (n->kind) {
         case N_TEXT: jbuf_put(out, n->lit.s->s, n->lit.s->len, NULL); break;
         case N_OUT: jv_write_str(out, eval(r, s, n->a)); break;
@@ -485,6 +528,7 @@ static void exec_body(Render *r, Scope *s, const JNode *body, JBuf *out) {
         default: jr_fail(r, n, "not a statement");
         }
     }
+    r->nesting--;
 }
 
 // ---- the API ---------------------------------------------------------------------------------------
@@ -514,6 +558,10 @@ int jinja_render(const JinjaTemplate *t, const JinjaVars *vars, char **text, siz
     r->tpl = t;
     r->globals = jinja_vars_dict(vars);
     r->err = e;
+    jinja_vars_limits(vars, &r->work.limit, &r->arena.limit);
+    r->arena.over = out_of_memory;
+    r->arena.ctx = r;
+    r->arena.work = &r->work;
     *text = NULL, *tags = NULL, *len = 0;
     if (setjmp(r->fail)) {
         arena_free(&r->arena);

@@ -239,6 +239,37 @@ static void test_jinja_limits(void **state) {
                  "nested deeper than 200 levels");
     expect_error("{{ {[1]: 2} }}", "t:1:5: unhashable type: 'list'");
     expect("{{ {1: 'a', 'k': none, true: 2}[1] }}", "2");
+    // Work and memory are bounded per render (here 4,000,000 steps + 4 x 26 bytes + 1,000 x 1 message of
+    // variables, and 32 MB + 64 x 26 bytes): a
+    // loop without end in practice, output or values that grow without end, slow searches in a loop, and a
+    // macro that recurses through deep expressions each end in one error, within a second.
+    const struct { const char *src, *says; } bounded[] = {
+        {"{% for i in range(100000) %}{% for j in range(100000) %}{% endfor %}{% endfor %}", "uses more than 32 MB"},
+        {"{% for i in range(100000) %}{% if i + i + i + i + i + i + i + i + i + i + i + i + i + i + i + i + i + i + i"
+         " + i + i + i + i + i + i + i + i + i + i + i + i + i + i + i + i + i + i + i + i + i == -1 %}{% endif %}"
+         "{% endfor %}", "t:1:153: the template takes more than 4001104 steps"},
+        {"{% set ns = namespace(s='ab') %}{% for i in range(60) %}{% set ns.s = ns.s ~ ns.s %}{% endfor %}",
+         "t:1:71: the template uses more than 32 MB of memory"},
+        {"{% set ns = namespace(l=[1]) %}{% for i in range(60) %}{% set ns.l = ns.l + ns.l %}{% endfor %}",
+         "uses more than 32 MB"},
+        {"{% set s = 'a' * 100000 %}{% set t = s ~ '' %}{% for i in range(100000) %}{% if s == t %}{% endif %}{% endfor %}",
+         "takes more than"},
+        {"{% set s = 'a' * 100000 %}{% for i in range(100000) %}{{ s.strip(s ~ 'b') }}{% endfor %}", "takes more than"},
+        {"{{ ('a' * 100000).replace('', 'b' * 1000) }}", "uses more than 32 MB"},
+        {"{{ 'x'|indent(100000000000, true) }}", "uses more than 32 MB"},
+        {"{% macro f(n) %}{{ not not not not not not not not not not not not not not not not not not not not not not not not not not not not not not f(n) }}{% endmacro %}{{ f(1) }}",
+         "nests deeper than 2000 levels as it renders"},
+        {"{% macro f(n) %}{{ f(n) }}{% endmacro %}{{ f(1) }}", "macro calls nested too deeply"},
+    };
+    for (size_t i = 0; i < sizeof bounded / sizeof bounded[0]; i++) {
+        t0 = now_seconds();
+        expect_error(bounded[i].src, bounded[i].says);
+        if (now_seconds() - t0 > 1.0) fail_msg("%s: %.2f s", bounded[i].src, now_seconds() - t0);
+    }
+    // Within the bounds: searches and replacements on long strings run in linear time.
+    expect("{% set s = 'ab' * 100000 %}{{ s.count('ba') }}|{{ s.find('bb') }}|{{ s.replace('ab', 'c')|length }}"
+           "|{{ s.split('ba')|length }}|{{ 'abab'.count('') }}|{{ 'xab'.find('') }}|{{ 'aXbXc'.replace('X', '', 1) }}",
+           "99999|-1|100000|100000|5|0|abXc");
     expect("{{ " "((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((1))))))))))))))))))))))))))))))))))))))))))))))))))))))))))))"
            " }}|{{ not not not not 1 }}|{{ - - 2 }}", "1|True|2");
 }
