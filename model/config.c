@@ -194,6 +194,14 @@ int config_validate(const ModelConfig *c, const char *src, PtError *e) {
     if (c->choice_id < 0 || c->choice_id >= c->vocab_size)
         return pt_fail(e, "%s: the decision head's row %d is outside the vocabulary [1, %d)", src, c->choice_id,
                        c->vocab_size);
+    // Every size is below 2^30, but their products are not: the count (in double, exact far past the bound)
+    // is held under CONFIG_MAX_PARAMS, so no tensor size or offset computed from the config can overflow.
+    double H = c->d_model, q = (double)c->n_head * c->head_dim, kv = (double)c->n_kv_head * c->head_dim;
+    double params = c->n_layer * (2 * H + 2 * H * q + 2 * H * kv + 3 * H * c->d_ff + 2.0 * c->head_dim) + H +
+                    2.0 * c->vocab_size * H;
+    if (params > CONFIG_MAX_PARAMS)
+        return pt_fail(e, "%s: the sizes describe %.3g parameters, more than the %.3g this program handles", src,
+                       params, (double)CONFIG_MAX_PARAMS);
     return 0;
 }
 

@@ -8,6 +8,7 @@
 #include <string.h>
 #include <unistd.h>
 #include "../formats/checkpoint.h"
+#include "test_fixture_util.h"
 
 static void roundtrip(const char *preset) {
     PtError e;
@@ -66,17 +67,23 @@ static void test_random_init_statistics(void **s) {
     bundle_free(&a);
 }
 
-static void test_truncated_is_refused(void **s) {
-    (void)s;
+// A random "tiny" model a, saved to a new temporary file named in path (a mkstemp template).
+static void save_tiny(ModelBundle *a, char *path) {
     PtError e;
     ModelConfig cfg;
     assert_int_equal(config_preset(&cfg, "tiny", &e), 0);
-    ModelBundle a, b;
-    bundle_alloc(&a, &cfg);
-    bundle_init_random(&a, 1);
-    char path[] = "/tmp/pocket_ckpt_XXXXXX";
+    bundle_alloc(a, &cfg);
+    bundle_init_random(a, 1);
     close(mkstemp(path));
-    assert_int_equal(checkpoint_save(path, &a, &e), 0);
+    assert_int_equal(checkpoint_save(path, a, &e), 0);
+}
+
+static void test_truncated_is_refused(void **s) {
+    (void)s;
+    PtError e;
+    ModelBundle a, b;
+    char path[] = "/tmp/pocket_ckpt_XXXXXX";
+    save_tiny(&a, path);
     assert_int_equal(truncate(path, 3000), 0);
     assert_int_equal(checkpoint_load(path, &b, &e), -1);
     assert_non_null(strstr(e.msg, path));
@@ -85,6 +92,30 @@ static void test_truncated_is_refused(void **s) {
     fclose(f);
     assert_int_equal(checkpoint_load(path, &b, &e), -1);
     assert_non_null(strstr(e.msg, "not an HDF5 file"));
+    bundle_free(&a);
+    unlink(path);
+}
+
+// Sizes a /config declares are held against the file before room is made for
+// them (found probing fuzz_checkpoint: a /config of a few bytes changed made
+// the loader allocate and zero gigabytes, or die out of memory); and no config
+// may describe more than 2^40 parameters, past which table offsets could overflow.
+static void test_declared_sizes_are_backed(void **s) {
+    (void)s;
+    PtError e;
+    ModelBundle a, b;
+    char path[] = "/tmp/pocket_ckpt_XXXXXX";
+    save_tiny(&a, path);
+    assert_int_equal(checkpoint_load(path, &b, &e), 0);
+    bundle_free(&b);
+    h5_set_int_attr(path, "config", "vocab_size", 1 << 28);   // x 64 embedding floats: 64 GB, from 0.5 MB
+    assert_int_equal(checkpoint_load(path, &b, &e), -1);
+    if (!strstr(e.msg, "/config describes 17179955584 parameters (68.7 GB as float32), more than a file of"))
+        fail_msg("%s", e.msg);
+    ModelConfig huge = a.cfg;
+    huge.d_model = huge.vocab_size = 1 << 30;
+    assert_int_equal(config_validate(&huge, "huge", &e), -1);
+    assert_non_null(strstr(e.msg, "huge: the sizes describe 2.31e+18 parameters, more than the 1.1e+12"));
     bundle_free(&a);
     unlink(path);
 }
@@ -110,6 +141,7 @@ int main(void) {
         cmocka_unit_test(test_roundtrip_tied),         cmocka_unit_test(test_roundtrip_untied),
         cmocka_unit_test(test_roundtrip_llama),        cmocka_unit_test(test_random_init_statistics),
         cmocka_unit_test(test_truncated_is_refused),   cmocka_unit_test(test_param_count_matches_spec),
+        cmocka_unit_test(test_declared_sizes_are_backed),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
