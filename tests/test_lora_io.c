@@ -299,6 +299,7 @@ static void test_bad_input(void **s) {
         {"unknown", "s/\"q_proj\"/\"fc1\"/", "target module \"fc1\" is not one of"},
         {"regex", "s/\"target_modules\": \\[/\"target_modules\": \".*proj\", \"x\": [/", "is a pattern"},
         {"rank", "s/\"r\": 4/\"r\": 8/", "has shape [4, 100], the base and r = 8 imply [8, 100]"},
+        {"huge_rank", "s/\"r\": 4/\"r\": 65536/", "r = 65536 on these targets makes"},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         variant(cases[i].name, cases[i].sed);
