@@ -120,6 +120,27 @@ static void test_declared_sizes_are_backed(void **s) {
     unlink(path);
 }
 
+// A config.json value past the float32 range is refused (found probing fuzz_hf_config: initializer_range 1e39 was
+// read as infinity and dropped from the config.json written back, JSON having no infinity), and so is a
+// checkpoint's non-finite one.
+static void test_config_floats_finite(void **s) {
+    (void)s;
+    PtError e;
+    ModelConfig c;
+    const char *keys[] = {"initializer_range", "rope_theta", "rms_norm_eps"};
+    for (int k = 0; k < 3; k++) {
+        char json[300];
+        snprintf(json, sizeof json, "{\"model_type\": \"qwen3\", \"num_hidden_layers\": 1, \"hidden_size\": 8, "
+                 "\"num_attention_heads\": 2, \"intermediate_size\": 8, \"vocab_size\": 16, \"%s\": -1e39}", keys[k]);
+        assert_int_equal(config_from_hf_json(&c, json, "c.json", &e), -1);
+        if (!strstr(e.msg, "= -1e+39 is past the float32 range")) fail_msg("%s", e.msg);
+    }
+    assert_int_equal(config_preset(&c, "tiny", &e), 0);
+    c.init_std = INFINITY;
+    assert_int_equal(config_validate(&c, "ckpt", &e), -1);
+    assert_non_null(strstr(e.msg, "initializer_range inf must be finite"));
+}
+
 static void test_param_count_matches_spec(void **s) {
     (void)s;
     PtError e;
@@ -141,7 +162,7 @@ int main(void) {
         cmocka_unit_test(test_roundtrip_tied),         cmocka_unit_test(test_roundtrip_untied),
         cmocka_unit_test(test_roundtrip_llama),        cmocka_unit_test(test_random_init_statistics),
         cmocka_unit_test(test_truncated_is_refused),   cmocka_unit_test(test_param_count_matches_spec),
-        cmocka_unit_test(test_declared_sizes_are_backed),
+        cmocka_unit_test(test_declared_sizes_are_backed), cmocka_unit_test(test_config_floats_finite),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
