@@ -20,6 +20,12 @@ static const ChatMessage TURNS[] = {
     {"user", "2+2?"}, {"assistant", "<think>\nadd\n</think>\n\n4"}, {"user", "和 3 呢？"}, {"assistant", " 7 \n"}};
 static const ChatMessage LONE[] = {{"assistant", "just me"}};
 
+// A render stopped by a bound of data/jinja_internal.h (steps, memory); the
+// other conversations would spend the same again before the same error.
+static int spent(const PtError *e) {
+    return strstr(e->msg, "the template takes more than") || strstr(e->msg, "the template uses more than");
+}
+
 // The SFT path tokenizes what renders; a text past 64 kB (a template that
 // prints megabytes of spaces) is only rendered: the tokenizer's time on long
 // texts is its own (tests/test_tokenizer.c), not the template's.
@@ -30,7 +36,10 @@ static void render_all(const ChatTemplate *t) {
     for (size_t k = 0; k < sizeof convs / sizeof convs[0]; k++) {
         PtError e;
         ChatText c;
-        if (chat_render(t, convs[k].m, convs[k].n, 0, 1, &c, &e)) continue;   // as the SFT path renders
+        if (chat_render(t, convs[k].m, convs[k].n, 0, 1, &c, &e)) {   // as the SFT path renders
+            if (spent(&e)) break;
+            continue;
+        }
         size_t len = c.len;
         chat_text_free(&c);
         if (len <= 64 << 10) sft_encode_messages(tok, t, convs[k].m, convs[k].n, "fuzz", &ex, &e);
