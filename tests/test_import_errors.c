@@ -18,6 +18,7 @@
 #include <cmocka.h>
 #include "../model/bundle.h"
 #include "../formats/safetensors.h"
+#include "test_cli_util.h"
 
 extern char **environ;
 
@@ -84,17 +85,6 @@ static void run_pocket(Ctx *c, Run *r, const char *a1, const char *a2, const cha
 }
 
 // No entry of dir starts with prefix (catches OUT.h5 and OUT.h5.tmp.PID).
-static int no_entry_with_prefix(const char *dir, const char *prefix) {
-    DIR *d = opendir(dir);
-    if (!d) return 1;
-    struct dirent *ent;
-    int none = 1;
-    while ((ent = readdir(d)) != NULL)
-        if (strncmp(ent->d_name, prefix, strlen(prefix)) == 0) none = 0;
-    closedir(d);
-    return none;
-}
-
 // `pocket import DIR --out OUT` must fail with one line naming `file_part` and
 // saying `must_say`, and leave nothing named OUT.h5*.
 static void expect_import_fails(Ctx *c, const char *dir, const char *file_part, const char *must_say) {

@@ -55,20 +55,6 @@ const char *fuzz_file(const char *name, const uint8_t *data, size_t size) {
 
 void fuzz_remove(const char *name) { unlink(fuzz_path(name)); }
 
-int fuzz_parts(const uint8_t *data, size_t size, FuzzPart *parts, int max) {
-    const size_t mark = sizeof FUZZ_PART_MARK - 1;
-    int n = 0;
-    size_t start = 0;
-    for (size_t i = 0; n + 1 < max && i + mark <= size; i++)
-        if (!memcmp(data + i, FUZZ_PART_MARK, mark)) {
-            parts[n++] = (FuzzPart){data + start, i - start};
-            start = i + mark;
-            i = start - 1;
-        }
-    parts[n++] = (FuzzPart){data + start, size - start};
-    return n;
-}
-
 void fuzz_write_parts(const uint8_t *data, size_t size, const char *const *names, int n_names) {
     FuzzPart parts[16];
     int n = fuzz_parts(data, size, parts, n_names < 16 ? n_names : 16);

@@ -7,6 +7,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
+#include <string.h>
 #include "../../data/chat.h"
 #include "../../data/tokenizer.h"
 #include "../../model/config.h"
@@ -25,12 +26,25 @@ const char *fuzz_path(const char *name);
 void fuzz_remove(const char *name);
 
 // Cuts data at FUZZ_PART_MARK into at most max parts; returns their number
-// (1 when there is no mark). Parts past max join the last one.
+// (1 when there is no mark). Parts past max join the last one. (Inline: the
+// CLI test of the regression inputs, tests/test_fuzz_inputs.c, cuts them too.)
 typedef struct {
     const uint8_t *p;
     size_t n;
 } FuzzPart;
-int fuzz_parts(const uint8_t *data, size_t size, FuzzPart *parts, int max);
+static inline int fuzz_parts(const uint8_t *data, size_t size, FuzzPart *parts, int max) {
+    const size_t mark = sizeof FUZZ_PART_MARK - 1;
+    int n = 0;
+    size_t start = 0;
+    for (size_t i = 0; n + 1 < max && i + mark <= size; i++)
+        if (!memcmp(data + i, FUZZ_PART_MARK, mark)) {
+            parts[n++] = (FuzzPart){data + start, i - start};
+            start = i + mark;
+            i = start - 1;
+        }
+    parts[n++] = (FuzzPart){data + start, size - start};
+    return n;
+}
 // Writes part i to names[i] for each name; a part that is empty or absent
 // removes that file instead (so inputs can leave out optional files).
 void fuzz_write_parts(const uint8_t *data, size_t size, const char *const *names, int n_names);
