@@ -206,7 +206,7 @@ int checkpoint_load(const char *path, ModelBundle *b, PtError *e) {
     int rc = h5_exists(f, "config") ? read_fields(f, "config", CONFIG_FIELDS, COUNT(CONFIG_FIELDS), &cfg, path, e)
                                     : pt_fail(e, "%s: no /config group: not a pocket checkpoint", path);
     if (!rc) rc = config_validate(&cfg, path, e);
-    if (!rc) rc = checkpoint_check_size(path, config_param_count(&cfg), "/config", e);
+    if (!rc) rc = h5_check_declared(f, (double)config_param_count(&cfg) * sizeof(float), "/config", path, e);
     if (!rc) {
         bundle_alloc(b, &cfg);
         rc = read_tensor_range(f, "params", &b->tt, 0, b->tt.total, b->params, path, e);
@@ -303,14 +303,6 @@ int checkpoint_load_train(const char *path, const TensorTable *tt, size_t lo, si
 }
 
 // ---- the pieces other HDF5 files of this folder are made of (checkpoint_parts.h)
-
-int checkpoint_check_size(const char *path, size_t floats, const char *what, PtError *e) {
-    const double deflate_max = 1032, bytes = (double)file_size(path);
-    if ((double)floats * sizeof(float) <= bytes * deflate_max) return 0;
-    return pt_fail(e, "%s: %s describes %zu parameters (%.3g GB as float32), more than a file of %.0f bytes holds "
-                      "even deflated: a damaged %s?", path, what, floats, (double)floats * sizeof(float) / 1e9, bytes,
-                   what);
-}
 
 int checkpoint_write_tensors(hid_t parent, const char *group, const TensorTable *tt, const float *base,
                              const MomentSource *src, int which) {

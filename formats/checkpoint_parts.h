@@ -13,10 +13,5 @@ int checkpoint_write_tensors(hid_t parent, const char *group, const TensorTable 
 // dataset the table does not know is an error naming it.
 int checkpoint_read_tensors(hid_t f, const char *group, const TensorTable *tt, float *out, const char *path,
                             PtError *e);
-// Refuses sizes no file of path's size can store, before room is made for
-// them: `floats` float32 values take at least floats * 4 / 1032 bytes, deflate
-// shrinking data 1032:1 at the most. `what` names the attributes that declare
-// them ("/config"), so a damaged one is one error, not gigabytes allocated.
-int checkpoint_check_size(const char *path, size_t floats, const char *what, PtError *e);
 // /optim/m, /optim/v from the source and /state (checkpoint_load_train reads them).
 int checkpoint_write_train_state(hid_t f, const MomentSource *src, const TensorTable *tt, const TrainState *st);

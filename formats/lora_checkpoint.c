@@ -88,7 +88,7 @@ int lora_checkpoint_load(const char *path, const ModelConfig *mc, const char *ba
     if (!rc) {   // the adapter's size from /lora and the base's config, before room is made for it
         TensorTable tt;
         lora_table_build(&tt, mc, &lc);
-        rc = checkpoint_check_size(path, tt.total, "/lora", e);
+        rc = h5_check_declared(f, (double)tt.total * sizeof(float), "/lora", path, e);
         tensor_table_free(&tt);
     }
     if (!rc) {
