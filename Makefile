@@ -265,9 +265,9 @@ fuzz-replay: fuzz
 # make fuzz-seeds: rewrites the seed files of tests/fuzz/corpus (tests/fuzz/make_seeds.c; commit what changed).
 fuzz-seeds: $(BUILD)/tests/fuzz/make_seeds
 	$(BUILD)/tests/fuzz/make_seeds
-# CI: the replay, then each target 3 s from its corpus (about 3 minutes with the build).
+# CI: the replay, then each target 2 s from its corpus (about 3 minutes with the build).
 fuzz-ci: fuzz-replay
-	$(MAKE) --no-print-directory fuzz-run SECONDS=3
+	$(MAKE) --no-print-directory fuzz-run SECONDS=2
 
 clean:
 	rm -rf build build-san build-mpi build-mpi-san build-cuda build-mpi-cuda build-fuzz pocket
