@@ -74,6 +74,14 @@ static void run(Inputs *in, const char *out, const char *cmd, const char *fmt, .
     size_t n = fread(line, 1, sizeof line - 1, f);
     fclose(f);
     line[n] = 0;
+    // Under ASan (make test SAN=1) a request libhdf5 makes for a corrupt header's size fails with a warning
+    // of ASan's own before libhdf5 reports the failure: not pocket's output.
+    static const char asan_note[] = "WARNING: AddressSanitizer failed to allocate";
+    for (char *at; (at = strstr(line, asan_note));) {
+        char *start = at, *end = strchr(at, '\n');
+        while (start > line && start[-1] != '\n') start--;
+        memmove(start, end ? end + 1 : at + strlen(at), strlen(end ? end + 1 : at + strlen(at)) + 1);
+    }
     if (rc != 0 && rc != 1) fail_msg("pocket %s %s: exit %d (a crash, a kill or a hang): %s", cmd, args, rc, line);
     if (rc == 1) {
         char prefix[64];
