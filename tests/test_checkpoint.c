@@ -120,6 +120,41 @@ static void test_declared_sizes_are_backed(void **s) {
     unlink(path);
 }
 
+// A tensor whose float type is declared wider than 8 bytes is refused before it is read (found by
+// fuzz_checkpoint: libhdf5 1.10 converted from a 32-bit float declared 524292 bytes wide by reading that
+// many bytes per value past its buffer); the same tensor as float32 loads.
+static void test_damaged_datatype_width(void **s) {
+    (void)s;
+    PtError e;
+    ModelBundle a, b;
+    char path[] = "/tmp/pocket_ckpt_XXXXXX";
+    save_tiny(&a, path);
+    const char *name = "/params/model.embed_tokens.weight";
+    for (size_t width = 4; width <= 16; width += 12) {
+        hid_t f = H5Fopen(path, H5F_ACC_RDWR, H5P_DEFAULT), type = H5Tcopy(H5T_IEEE_F32LE);
+        hsize_t dims[2] = {(hsize_t)a.cfg.vocab_size, (hsize_t)a.cfg.d_model};
+        hid_t space = H5Screate_simple(2, dims, NULL);
+        assert_true(H5Tset_size(type, width) >= 0 && H5Ldelete(f, name, H5P_DEFAULT) >= 0);
+        hid_t ds = H5Dcreate2(f, name, type, space, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
+        assert_true(ds >= 0);
+        H5Dclose(ds);
+        H5Sclose(space);
+        H5Tclose(type);
+        H5Fclose(f);
+        int rc = checkpoint_load(path, &b, &e);
+        if (width == 4) {
+            assert_int_equal(rc, 0);
+            bundle_free(&b);
+        } else {
+            assert_int_equal(rc, -1);
+            if (!strstr(e.msg, "/params/model.embed_tokens.weight holds numbers of 16 bytes each (damaged datatype)"))
+                fail_msg("%s", e.msg);
+        }
+    }
+    bundle_free(&a);
+    unlink(path);
+}
+
 // A config.json value past the float32 range is refused (found probing fuzz_hf_config: initializer_range 1e39 was
 // read as infinity and dropped from the config.json written back, JSON having no infinity), and so is a
 // checkpoint's non-finite one.
@@ -163,6 +198,7 @@ int main(void) {
         cmocka_unit_test(test_roundtrip_llama),        cmocka_unit_test(test_random_init_statistics),
         cmocka_unit_test(test_truncated_is_refused),   cmocka_unit_test(test_param_count_matches_spec),
         cmocka_unit_test(test_declared_sizes_are_backed), cmocka_unit_test(test_config_floats_finite),
+        cmocka_unit_test(test_damaged_datatype_width),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

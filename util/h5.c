@@ -345,8 +345,18 @@ static hid_t open_dataset(hid_t loc, const char *name, H5DatasetInfo *info, cons
     info->rank = H5Sget_simple_extent_ndims(space);
     if (info->rank >= 0 && info->rank <= H5_MAX_RANK) H5Sget_simple_extent_dims(space, info->dims, NULL);
     info->stored_bytes = H5Dget_storage_size(ds);
+    // A number wider than 8 bytes is a damaged datatype (a 32-bit float declared 524292 bytes wide): libhdf5
+    // 1.10 converts from it by reading that many bytes per value past its buffers (later releases refuse it)
+    H5T_class_t cls = H5Tget_class(type);
+    size_t width = H5Tget_size(type);
     H5Sclose(space);
     H5Tclose(type);
+    if ((cls == H5T_INTEGER || cls == H5T_FLOAT) && width > 8) {
+        char where[512];
+        object_path(loc, name, where, sizeof where);
+        H5Dclose(ds);
+        return pt_fail(e, "%s: %s holds numbers of %zu bytes each (damaged datatype)", path, where, width);
+    }
     return ds;
 }
 
