@@ -267,9 +267,11 @@ fuzz-replay: fuzz
 # make fuzz-seeds: rewrites the seed files of tests/fuzz/corpus (tests/fuzz/make_seeds.c; commit what changed).
 fuzz-seeds: $(BUILD)/tests/fuzz/make_seeds
 	$(BUILD)/tests/fuzz/make_seeds
-# CI: the replay, then each target 2 s from its corpus (about 3 minutes with the build).
+# CI: the replay, then each target 2 s from its corpus (about 3 minutes with the build). The HDF5 targets are
+# replayed only: in seconds their fuzzing reaches libhdf5 1.10.8's own crashes and loops (docs/fuzzing.md).
+FUZZ_CI_RUN = $(filter-out $(FUZZ_HDF5),$(FUZZ_TARGETS))
 fuzz-ci: fuzz-replay
-	$(MAKE) --no-print-directory fuzz-run SECONDS=2
+	$(MAKE) --no-print-directory fuzz-run SECONDS=2 FUZZ="$(FUZZ_CI_RUN)"
 
 clean:
 	rm -rf build build-san build-mpi build-mpi-san build-cuda build-mpi-cuda build-fuzz pocket
