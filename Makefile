@@ -31,8 +31,10 @@ POCKET ?= $(if $(filter build,$(BUILD)),pocket,$(BUILD)/pocket)
 ifeq ($(SAN),1)
   CFLAGS = $(CFLAGS_COMMON) -O1 -g -fno-omit-frame-pointer -fsanitize=address,undefined -fno-sanitize-recover=undefined
   LDFLAGS = -fsanitize=address,undefined
-  # libgomp's thread pool and libhdf5's global caches are still held at exit.
-  export ASAN_OPTIONS = detect_leaks=0
+  # libgomp's thread pool and libhdf5's global caches are still held at exit. A failed allocation returns NULL
+  # as it does outside ASan: libhdf5 asks for what a corrupt file's header declares and reports the failure
+  # (tests/test_fuzz_inputs.c gives pocket such files; docs/fuzzing.md).
+  export ASAN_OPTIONS = detect_leaks=0:allocator_may_return_null=1
 else
   CFLAGS = $(CFLAGS_COMMON) -O3 -march=$(MARCH) -g
   LDFLAGS =
@@ -46,7 +48,8 @@ TEST_BIN := $(TEST_SRC:tests/%.c=$(BUILD)/tests/%)
 BENCH_SRC := $(wildcard tests/bench_*.c)
 BENCH_BIN := $(BENCH_SRC:tests/%.c=$(BUILD)/tests/%)
 
-.PHONY: all test test-arm64 test-clang deps-arm64 test-mpi check interop bench bench-isa demo demo-choice deps clean fuzz fuzz-lib qat-experiment bench-qat
+.PHONY: all test test-arm64 test-clang deps-arm64 test-mpi check interop bench bench-isa demo demo-choice deps clean fuzz fuzz-lib \
+        fuzz-run fuzz-replay fuzz-ci fuzz-seeds qat-experiment bench-qat
 .SECONDARY:
 all: $(POCKET)
 
@@ -191,24 +194,84 @@ deps:
 	  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $$missing; \
 	else echo "all Debian packages present"; fi
 
-# libFuzzer targets (clang; how to run them: tests/fuzz/README.md). fuzz_gguf
-# is the GGUF reader alone, linked with nothing but what the reader uses.
-# fuzz_gguf_import runs the whole import over the library, which is compiled
-# again by clang into build-fuzz/lib with the fuzzer's coverage and the
-# sanitizers: in the gcc-built build/libpocket.a libFuzzer would see no
+# libFuzzer targets, one per parser (tests/fuzz/fuzz_*.c; how to run them: tests/fuzz/README.md, what each
+# covers and the campaigns' figures: docs/fuzzing.md). fuzz_gguf is the GGUF reader alone, linked with nothing
+# but what the reader uses. Every other target links the library, compiled again by clang into build-fuzz/lib
+# with the fuzzer's coverage and the sanitizers: in the gcc-built build/libpocket.a libFuzzer would see no
 # coverage and ASan no memory errors.
 FUZZ_FLAGS = -std=c11 -D_GNU_SOURCE -g -O1 -fno-sanitize-recover=undefined
+FUZZ_TARGETS := $(sort $(filter-out fuzz_util,$(patsubst tests/fuzz/%.c,%,$(wildcard tests/fuzz/fuzz_*.c))))
 FUZZ_GGUF_SRC = tests/fuzz/fuzz_gguf.c formats/gguf_reader.c util/util.c
-fuzz: build-fuzz/fuzz_gguf build-fuzz/fuzz_gguf_import
+fuzz: $(FUZZ_TARGETS:%=build-fuzz/%)
 build-fuzz/fuzz_gguf: $(FUZZ_GGUF_SRC) formats/gguf_reader.h util/util.h
 	@mkdir -p build-fuzz
 	clang $(FUZZ_FLAGS) -fsanitize=fuzzer,address,undefined -o $@ $(FUZZ_GGUF_SRC) -lm
+# The library in build-fuzz/lib is made by a second make with these flags, which knows its dependencies; the
+# targets relink only when it changed.
 fuzz-lib:
 	$(MAKE) --no-print-directory BUILD=build-fuzz/lib CC=clang \
-	  CFLAGS="$(FUZZ_FLAGS) -march=native -fopenmp -fsanitize=fuzzer-no-link,address,undefined $(HDF5_CFLAGS) -MMD -MP" \
+	  CFLAGS="$(FUZZ_FLAGS) -Wno-pass-failed -march=native -fopenmp -fsanitize=fuzzer-no-link,address,undefined $(HDF5_CFLAGS) -MMD -MP" \
 	  build-fuzz/lib/libpocket.a
-build-fuzz/fuzz_gguf_import: tests/fuzz/fuzz_gguf_import.c fuzz-lib
-	clang $(FUZZ_FLAGS) -fsanitize=fuzzer,address,undefined -o $@ $< build-fuzz/lib/libpocket.a $(LDLIBS)
+ifneq ($(BUILD),build-fuzz/lib)
+build-fuzz/lib/libpocket.a: fuzz-lib
+	@:
+endif
+# The targets find the fixtures they load (a tokenizer, chat templates, a base config) from the repo root.
+build-fuzz/fuzz_util.o: tests/fuzz/fuzz_util.c tests/fuzz/fuzz_util.h
+	@mkdir -p build-fuzz
+	clang $(FUZZ_FLAGS) -fopenmp -fsanitize=fuzzer-no-link,address,undefined -DFUZZ_ROOT='"$(CURDIR)"' -c $< -o $@
+build-fuzz/fuzz_%: tests/fuzz/fuzz_%.c build-fuzz/fuzz_util.o build-fuzz/lib/libpocket.a
+	clang $(FUZZ_FLAGS) $(HDF5_CFLAGS) -fsanitize=fuzzer,address,undefined -o $@ $< build-fuzz/fuzz_util.o \
+	  build-fuzz/lib/libpocket.a $(LDLIBS)
+
+# The options every run uses: an input over 1 s is a hang, over 2 GB of memory (or one allocation over 1 GB)
+# a failure, leaks are checked after each input. A failed allocation returns NULL as it does outside ASan
+# (pocket's x* allocators then die, which libFuzzer reports). The HDF5 targets take any one allocation the
+# memory limit allows: libhdf5 asks for what a corrupt header declares and reports the failure itself
+# (docs/fuzzing.md); LeakSanitizer skips blocks libhdf5 loses on its own error paths (tests/fuzz/lsan.supp).
+FUZZ_OPTS = -timeout=1 -rss_limit_mb=2048 -detect_leaks=1
+FUZZ_HDF5 = fuzz_checkpoint fuzz_lora_checkpoint fuzz_dataset
+FUZZ_ENV = UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 ASAN_OPTIONS=allocator_may_return_null=1 \
+  LSAN_OPTIONS=suppressions=$(CURDIR)/tests/fuzz/lsan.supp
+fuzz_limit = $$(case " $(FUZZ_HDF5) " in (*" $$t "*) echo -malloc_limit_mb=1048576;; (*) echo -malloc_limit_mb=1024;; esac)
+# make fuzz-run SECONDS=N: each target N seconds (default 60), one after the other, from its committed corpus
+# (tests/fuzz/corpus/<target>, for the GGUF targets tests/fixtures/gguf too) and dictionary (tests/fuzz/dict/<target>.dict) into build-fuzz/corpus/<target>;
+# a crash, hang or leak is written to build-fuzz/artifacts/<target>/ and fails the run. FUZZ=t1,t2 picks targets;
+# FUZZ_EXTRA adds libFuzzer options (the campaigns on a loaded machine: docs/fuzzing.md).
+SECONDS ?= 60
+comma := ,
+FUZZ ?= $(FUZZ_TARGETS)
+fuzz-run: fuzz
+	@failed=""; for t in $(subst $(comma), ,$(FUZZ)); do \
+	  mkdir -p build-fuzz/corpus/$$t build-fuzz/artifacts/$$t; \
+	  dict=; [ -f tests/fuzz/dict/$$t.dict ] && dict=-dict=tests/fuzz/dict/$$t.dict; \
+	  seeds=tests/fuzz/corpus/$$t; case $$t in fuzz_gguf*) seeds="$$seeds tests/fixtures/gguf";; esac; \
+	  echo "== $$t: $(SECONDS) s"; \
+	  $(FUZZ_ENV) build-fuzz/$$t -max_total_time=$(SECONDS) $(FUZZ_OPTS) $(fuzz_limit) $(FUZZ_EXTRA) $$dict -print_final_stats=1 \
+	    -artifact_prefix=build-fuzz/artifacts/$$t/ build-fuzz/corpus/$$t $$seeds \
+	    >build-fuzz/artifacts/$$t/log 2>&1 || failed="$$failed $$t"; \
+	  grep -E "^#[0-9]+ +DONE|^stat::number_of_executed_units|^Done" build-fuzz/artifacts/$$t/log | tail -2; \
+	done; \
+	if [ -n "$$failed" ]; then echo "FAILED:$$failed (logs and inputs in build-fuzz/artifacts/)"; exit 1; fi
+# make fuzz-replay: every committed input (the corpora and the regressions, tests/fuzz/regressions/<target>)
+# run once through its target, as a regression test; fast (CI runs it).
+fuzz-replay: fuzz
+	@failed=""; for t in $(FUZZ_TARGETS); do \
+	  files=$$(find tests/fuzz/corpus/$$t tests/fuzz/regressions/$$t -type f 2>/dev/null | sort); \
+	  [ -n "$$files" ] || continue; \
+	  echo "== $$t: $$(echo "$$files" | wc -l) inputs"; \
+	  $(FUZZ_ENV) build-fuzz/$$t $(FUZZ_OPTS) $(fuzz_limit) $$files >build-fuzz/replay-$$t.log 2>&1 || \
+	    { failed="$$failed $$t"; tail -40 build-fuzz/replay-$$t.log; }; \
+	done; \
+	if [ -n "$$failed" ]; then echo "FAILED:$$failed"; exit 1; fi
+# make fuzz-seeds: rewrites the seed files of tests/fuzz/corpus (tests/fuzz/make_seeds.c; commit what changed).
+fuzz-seeds: $(BUILD)/tests/fuzz/make_seeds
+	$(BUILD)/tests/fuzz/make_seeds
+# CI: the replay, then each target 2 s from its corpus (about 3 minutes with the build). The HDF5 targets are
+# replayed only: in seconds their fuzzing reaches libhdf5 1.10.8's own crashes and loops (docs/fuzzing.md).
+FUZZ_CI_RUN = $(filter-out $(FUZZ_HDF5),$(FUZZ_TARGETS))
+fuzz-ci: fuzz-replay
+	$(MAKE) --no-print-directory fuzz-run SECONDS=2 FUZZ="$(FUZZ_CI_RUN)"
 
 clean:
 	rm -rf build build-san build-mpi build-mpi-san build-cuda build-mpi-cuda build-fuzz pocket

@@ -224,6 +224,7 @@ static int all_blank(const char *s, size_t n) {
 // The end of the record at c->pos: 1 with *end (its newline), or 0 when
 // the buffer holds no end yet. A table's row may hold quoted newlines.
 static int record_end(Corpus *c, CsvScan *sc, size_t *end) {
+    if (!c->buf) return 0;   // nothing read yet (and no pointer to offset)
     if (c->format == CORPUS_JSONL) {
         char *nl = c->len > c->pos + sc->at ? memchr(c->buf + c->pos + sc->at, '\n', c->len - c->pos - sc->at) : NULL;
         sc->at = c->len - c->pos;   // bytes before this hold no newline

@@ -2,6 +2,7 @@
 // functions chat templates call, with jinja2's (and Python's) behaviour;
 // tojson as transformers defines it (non-ASCII kept, json.dumps separators).
 // Operations that keep a string's bytes keep their tags.
+#include <errno.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -56,13 +57,16 @@ static int in_chars(const JStr *chars, const JStr *s, size_t i, int n) {
 JVal jb_strip(Render *r, JVal v, const JStr *chars, int which) {
     const JStr *s = v.s;
     size_t a = 0, b = s->len;
+    const uint64_t per_char = 1 + (chars ? chars->len / 16 : 0);   // in_chars scans chars
     while ((which & 1) && a < b) {
+        jr_work(r, r->at, per_char);
         int n;
         int32_t c = cp_at(s, a, &n);
         if (chars ? !in_chars(chars, s, a, n) : !py_space(c)) break;
         a += (size_t)n;
     }
     while ((which & 2) && b > a) {
+        jr_work(r, r->at, per_char);
         size_t k = b - 1;
         while (k > a && ((unsigned char)s->s[k] & 0xC0) == 0x80) k--;
         int n;
@@ -82,6 +86,7 @@ static int64_t char_count(const JStr *s) {
 // Case mapping per code point (upper 1, lower 2, title-case words 3, capitalize 4);
 // a character keeps the tag of its first byte.
 static JVal map_case(Render *r, const JStr *s, int how) {
+    jr_work(r, r->at, s->len / 4);
     JBuf b = {.arena = &r->arena};
     jbuf_put(&b, "", 0, NULL);
     int word_start = 1;
@@ -107,6 +112,7 @@ static JVal map_case(Render *r, const JStr *s, int how) {
 static JVal split(Render *r, const JNode *at, const JStr *s, const JVal *sep_v, int64_t maxsplit) {
     JList *l = jv_list_new(&r->arena);
     if (!sep_v || sep_v->t == JV_NONE) {   // runs of whitespace, no empty pieces
+        jr_work(r, at, s->len / 4);
         size_t i = 0;
         while (i < s->len) {
             int n;
@@ -131,15 +137,12 @@ static JVal split(Render *r, const JNode *at, const JStr *s, const JVal *sep_v, 
     }
     const JStr *sep = need_str(r, at, *sep_v, "split");
     if (sep->len == 0) jr_fail(r, at, "split: empty separator");
+    jr_work(r, at, (s->len + sep->len) / 64);
     size_t start = 0;
-    for (size_t i = 0; i + sep->len <= s->len;) {
-        if ((maxsplit < 0 || l->n < maxsplit) && !memcmp(s->s + i, sep->s, sep->len)) {
-            jv_list_push(&r->arena, l, jr_substr(r, s, start, i));
-            i += sep->len;
-            start = i;
-        } else {
-            i++;
-        }
+    for (const char *hit; (maxsplit < 0 || l->n < maxsplit) &&
+                          (hit = memmem(s->s + start, s->len - start, sep->s, sep->len));) {
+        jv_list_push(&r->arena, l, jr_substr(r, s, start, (size_t)(hit - s->s)));
+        start = (size_t)(hit - s->s) + sep->len;
     }
     jv_list_push(&r->arena, l, jr_substr(r, s, start, s->len));
     return list_val(l);
@@ -151,14 +154,23 @@ static JVal replace(Render *r, const JNode *at, const JStr *s, JVal old_v, JVal 
     jbuf_put(&b, "", 0, NULL);
     size_t i = 0;
     int64_t done = 0;
-    while (i <= s->len) {
-        if ((count < 0 || done < count) && (old->len == 0 || (i + old->len <= s->len && !memcmp(s->s + i, old->s, old->len)))) {
+    if (old->len) {   // each occurrence found by memmem, the text between copied whole
+        jr_work(r, at, (s->len + old->len) / 64);
+        for (const char *hit; (count < 0 || done < count) && (hit = memmem(s->s + i, s->len - i, old->s, old->len));
+             done++) {
+            size_t k = (size_t)(hit - s->s);
+            jbuf_put(&b, s->s + i, k - i, s->tag ? s->tag + i : NULL);
+            jbuf_put(&b, new->s, new->len, new->tag);
+            i = k + old->len;
+        }
+        jbuf_put(&b, s->s + i, s->len - i, s->tag ? s->tag + i : NULL);
+        return jbuf_value(&b);
+    }
+    while (i <= s->len) {   // an empty `old`: new before every character and at the end, as Python does
+        jr_work(r, at, 1);
+        if (count < 0 || done < count) {
             jbuf_put(&b, new->s, new->len, new->tag);
             done++;
-            if (old->len) {
-                i += old->len;
-                continue;
-            }
         }
         if (i == s->len) break;
         int n;
@@ -176,6 +188,7 @@ static int starts_or_ends(Render *r, const JNode *at, const JStr *s, JVal what, 
         return 0;
     }
     const JStr *p = need_str(r, at, what, ends ? "endswith" : "startswith");
+    jr_work(r, at, 1 + p->len / 64);
     if (p->len > s->len) return 0;
     return !memcmp(s->s + (ends ? s->len - p->len : 0), p->s, p->len);
 }
@@ -208,17 +221,18 @@ JVal jb_method(Render *r, const JNode *at, JVal obj, const char *name, const JVa
         if (named(name, "find") || named(name, "count")) {
             if (n < 1) jr_fail(r, at, "%s needs an argument", name);
             const JStr *p = need_str(r, at, args[0], name);
+            jr_work(r, at, (s->len + p->len) / 64);
+            if (name[0] == 'f') {
+                const char *hit = memmem(s->s, s->len, p->s, p->len);
+                JStr head = {hit ? (size_t)(hit - s->s) : 0, s->s, NULL};
+                return jv_int(hit ? char_count(&head) : -1);
+            }
+            if (p->len == 0) return jv_int(char_count(s) + 1);   // Python: between every two characters
             int64_t hits = 0;
-            for (size_t i = 0; i + p->len <= s->len; i++)
-                if (!memcmp(s->s + i, p->s, p->len)) {
-                    if (name[0] == 'f') {
-                        JStr head = {i, s->s, NULL};
-                        return jv_int(char_count(&head));
-                    }
-                    hits++;
-                    if (p->len) i += p->len - 1;
-                }
-            return jv_int(name[0] == 'f' ? -1 : hits);
+            for (const char *from = s->s, *hit; (hit = memmem(from, s->len - (size_t)(from - s->s), p->s, p->len));
+                 hits++)
+                from = hit + p->len;
+            return jv_int(hits);
         }
     } else if (obj.t == JV_DICT) {
         const JDict *d = obj.d;
@@ -238,7 +252,8 @@ JVal jb_method(Render *r, const JNode *at, JVal obj, const char *name, const JVa
         }
         if (named(name, "get")) {
             if (n < 1) jr_fail(r, at, "get needs a key");
-            const JVal *v = jv_dict_get(d, args[0]);
+            const JVal *v = jv_dict_get(d, args[0], &r->work);
+            jr_work(r, at, 0);
             return v ? *v : n > 1 ? args[1] : jv_none();
         }
     }
@@ -270,38 +285,42 @@ int jb_test(Render *r, const JNode *at, const char *name, JVal v, const JVal *ar
     if (named(name, "lower") || named(name, "upper")) {
         if (v.t != JV_STR) return 0;
         JVal m = map_case(r, v.s, name[0] == 'l' ? 2 : 1);
-        return jv_equal(m, v);
+        return jr_equal(r, at, m, v);
     }
     if (n < 1) jr_fail(r, at, "unknown test '%s' (or it needs an argument)", name);
-    if (named(name, "equalto") || named(name, "eq") || named(name, "sameas")) return jv_equal(v, args[0]);
-    if (named(name, "ne")) return !jv_equal(v, args[0]);
+    if (named(name, "equalto") || named(name, "eq") || named(name, "sameas")) return jr_equal(r, at, v, args[0]);
+    if (named(name, "ne")) return !jr_equal(r, at, v, args[0]);
     if (named(name, "in")) {
         JVal in = args[0];
         if (in.t == JV_LIST) {
             for (int i = 0; i < in.l->n; i++)
-                if (jv_equal(in.l->v[i], v)) return 1;
+                if (jr_equal(r, at, in.l->v[i], v)) return 1;
             return 0;
         }
-        if (in.t == JV_DICT) return jv_dict_get(in.d, v) != NULL;
+        if (in.t == JV_DICT) {
+            const JVal *found = jv_dict_get(in.d, v, &r->work);
+            jr_work(r, at, 0);
+            return found != NULL;
+        }
         if (in.t == JV_STR && v.t == JV_STR) {
-            for (size_t i = 0; i + v.s->len <= in.s->len; i++)
-                if (!memcmp(in.s->s + i, v.s->s, v.s->len)) return 1;
-            return 0;
+            jr_work(r, at, (in.s->len + v.s->len) / 64);
+            return v.s->len == 0 || memmem(in.s->s, in.s->len, v.s->s, v.s->len) != NULL;
         }
         return 0;
     }
     if (named(name, "divisibleby")) {
         int64_t d = int_arg(r, at, args[0], name);
-        return d != 0 && int_arg(r, at, v, name) % d == 0;
+        return d == -1 || (d != 0 && int_arg(r, at, v, name) % d == 0);   // INT64_MIN % -1 is undefined in C
     }
     jr_fail(r, at, "unknown test '%s'", name);
 }
 
 // ---- filters -------------------------------------------------------------------------------------
 
-static JVal attr_of(JVal item, JVal name) {
+static JVal attr_of(Render *r, const JNode *at, JVal item, JVal name) {
     if (item.t == JV_DICT && name.t == JV_STR) {
-        const JVal *v = jv_dict_get(item.d, name);
+        const JVal *v = jv_dict_get(item.d, name, &r->work);
+        jr_work(r, at, 0);
         if (v) return *v;
     }
     return jv_undef("attribute");
@@ -314,7 +333,8 @@ static JVal select_items(Render *r, const JNode *at, JVal v, const JVal *args, i
     if (by_attr && n < 1) jr_fail(r, at, "selectattr/rejectattr need an attribute name");
     const char *test = n > t0 ? need_str(r, at, args[t0], "a test name")->s : NULL;
     for (int i = 0; i < in->n; i++) {
-        JVal x = by_attr ? attr_of(in->v[i], args[0]) : in->v[i];
+        jr_work(r, at, 1);
+        JVal x = by_attr ? attr_of(r, at, in->v[i], args[0]) : in->v[i];
         int pass = test ? jb_test(r, at, test, x, args + t0 + 1, n - t0 - 1) : jv_truthy(x);
         if (pass == keep) jv_list_push(&r->arena, out, in->v[i]);
     }
@@ -331,7 +351,10 @@ JVal jb_filter(Render *r, const JNode *at, const char *name, JVal v, const JVal 
         return v;
     }
     if (named(name, "length") || named(name, "count")) {
-        if (v.t == JV_STR) return jv_int(char_count(v.s));
+        if (v.t == JV_STR) {
+            jr_work(r, at, v.s->len / 64);
+            return jv_int(char_count(v.s));
+        }
         if (v.t == JV_LIST) return jv_int(v.l->n);
         if (v.t == JV_DICT) return jv_int(v.d->n);
         if (v.t == JV_UNDEF) return jv_int(0);
@@ -344,9 +367,11 @@ JVal jb_filter(Render *r, const JNode *at, const char *name, JVal v, const JVal 
         const JVal *ind = kwarg(kw_names, kw, n_kw, "indent"), *sort = kwarg(kw_names, kw, n_kw, "sort_keys");
         JBuf b = {.arena = &r->arena};
         jbuf_put(&b, "", 0, NULL);
-        int indent = ind && ind->t == JV_INT ? (int)ind->i : -1;
+        // Python takes any indent; past a million spaces a line only runs the memory limit out.
+        int indent = ind && ind->t == JV_INT ? (int)(ind->i > 1000000 ? 1000000 : ind->i < -1 ? -1 : ind->i) : -1;
         if (jv_write_json(&b, v, indent, sort && jv_truthy(*sort), 0))
-            jr_fail(r, at, "tojson: a %s is not JSON serializable", jv_type_name(v.t));
+            jr_fail(r, at, "tojson: a %s is not JSON serializable, or it nests deeper than 100 levels",
+                    jv_type_name(v.t));
         return jbuf_value(&b);
     }
     if (named(name, "items")) {
@@ -378,6 +403,7 @@ JVal jb_filter(Render *r, const JNode *at, const char *name, JVal v, const JVal 
         JBuf b = {.arena = &r->arena};
         jbuf_put(&b, "", 0, NULL);
         for (int i = 0; i < l->n; i++) {
+            jr_work(r, at, 1);
             if (i && sep) jbuf_put(&b, sep->s, sep->len, sep->tag);
             jv_write_str(&b, l->v[i]);
         }
@@ -389,9 +415,10 @@ JVal jb_filter(Render *r, const JNode *at, const char *name, JVal v, const JVal 
         JList *in = jr_items(r, at, v), *out = jv_list_new(&r->arena);
         const JVal *attr = kwarg(kw_names, kw, n_kw, "attribute"), *dflt = kwarg(kw_names, kw, n_kw, "default");
         for (int i = 0; i < in->n; i++) {
+            jr_work(r, at, 1);
             JVal x;
             if (attr) {
-                x = attr_of(in->v[i], *attr);
+                x = attr_of(r, at, in->v[i], *attr);
                 if (x.t == JV_UNDEF && dflt) x = *dflt;
             } else if (n > 0) {
                 x = jb_filter(r, at, need_str(r, at, args[0], "map")->s, in->v[i], args + 1, n - 1, NULL, NULL, 0);
@@ -403,20 +430,30 @@ JVal jb_filter(Render *r, const JNode *at, const char *name, JVal v, const JVal 
         return list_val(out);
     }
     if (named(name, "abs")) {
+        if (v.t == JV_INT && v.i == INT64_MIN) jr_overflow(r, at);
         if (v.t == JV_INT) return jv_int(v.i < 0 ? -v.i : v.i);
         if (v.t == JV_FLOAT) return jv_float(fabs(v.f));
         jr_fail(r, at, "abs needs a number");
     }
-    if (named(name, "int")) {
+    if (named(name, "int")) {   // jinja2: int(value), else int(float(value)), else the default
+        const int64_t dflt = n > 0 ? int_arg(r, at, args[0], "int") : 0;
+        double f = v.t == JV_FLOAT ? v.f : NAN;
         if (v.t == JV_INT) return v;
-        if (v.t == JV_FLOAT) return jv_int((int64_t)v.f);
         if (v.t == JV_BOOL) return jv_int(v.b);
         if (v.t == JV_STR) {
             char *end;
+            errno = 0;
             long long x = strtoll(v.s->s, &end, 10);
-            return jv_int(*end ? (n > 0 ? int_arg(r, at, args[0], "int") : 0) : x);
+            if (!*end && end != v.s->s) {
+                if (errno == ERANGE) jr_overflow(r, at);
+                return jv_int(x);
+            }
+            f = strtod(v.s->s, &end);
+            if (*end || end == v.s->s) return jv_int(dflt);
         }
-        return jv_int(0);
+        if (isnan(f)) return jv_int(dflt);   // Python: ValueError, so the default
+        if (!(f >= -9223372036854775808.0 && f < 9223372036854775808.0)) jr_overflow(r, at);
+        return jv_int((int64_t)f);
     }
     if (named(name, "float")) {
         if (v.t == JV_INT) return jv_float((double)v.i);
@@ -449,10 +486,10 @@ JVal jb_filter(Render *r, const JNode *at, const char *name, JVal v, const JVal 
         int first = n > 1 ? jv_truthy(args[1]) : f ? jv_truthy(*f) : 0;
         JBuf b = {.arena = &r->arena};
         jbuf_put(&b, "", 0, NULL);
+        jr_work(r, at, v.s->len / 4);
         for (size_t i = 0; i < v.s->len; i++) {
             int line_start = i == 0 ? first : v.s->s[i - 1] == '\n';
-            if (line_start && v.s->s[i] != '\n')
-                for (int64_t k = 0; k < width; k++) jbuf_put(&b, " ", 1, NULL);
+            if (line_start && v.s->s[i] != '\n' && width > 0) jbuf_spaces(&b, (uint64_t)width);
             jbuf_put(&b, v.s->s + i, 1, v.s->tag ? v.s->tag + i : NULL);
         }
         return jbuf_value(&b);
@@ -475,6 +512,7 @@ static JVal fn_namespace(Render *r, const JVal *args, int n, const char **kw_nam
         if (args[i].t == JV_DICT)
             for (int k = 0; k < args[i].d->n; k++) jv_dict_set(&r->arena, d, args[i].d->key[k], args[i].d->val[k]);
     for (int i = 0; i < n_kw; i++) jv_dict_set(&r->arena, d, jv_cstr(&r->arena, kw_names[i]), kw[i]);
+    jr_work(r, r->at, 0);   // the keys compared
     return (JVal){.t = JV_DICT, .d = d};
 }
 
@@ -494,9 +532,11 @@ static JVal fn_range(Render *r, const JVal *args, int n, const char **kw_names, 
     if (n >= 3) step = args[2].i;
     if (n < 1 || n > 3 || step == 0) jr_fail(r, NULL, "range() takes 1 to 3 integers, the step not 0");
     JList *l = jv_list_new(&r->arena);
-    for (int64_t i = a; step > 0 ? i < b : i > b; i += step) {
+    for (int64_t i = a; step > 0 ? i < b : i > b;) {
+        jr_work(r, r->at, 1);
         if (l->n >= 1000000) jr_fail(r, NULL, "range() too long");
         jv_list_push(&r->arena, l, jv_int(i));
+        if (__builtin_add_overflow(i, step, &i)) break;   // past b either way
     }
     return list_val(l);
 }

@@ -21,6 +21,31 @@ _Noreturn void jr_fail(Render *r, const JNode *at, const char *fmt, ...) {
     longjmp(r->fail, 1);
 }
 
+_Noreturn void jr_overflow(Render *r, const JNode *at) {
+    jr_fail(r, at, "integer overflow: the result does not fit in 64 bits");
+}
+
+void jr_work(Render *r, const JNode *at, uint64_t n) {
+    r->work.used += n;
+    if (r->work.used > r->work.limit)
+        jr_fail(r, at, "the template takes more than %llu steps (a loop or recursion without end?)",
+                (unsigned long long)r->work.limit);
+}
+
+int jr_equal(Render *r, const JNode *at, JVal a, JVal b) {
+    int eq = jv_equal(a, b, &r->work);
+    jr_work(r, at, 0);
+    if (eq < 0) jr_fail(r, at, "values compared are nested deeper than %d levels (namespaces holding each other?)",
+                        JINJA_MAX_NESTING);
+    return eq;
+}
+
+// The arena's limit, passed.
+_Noreturn static void out_of_memory(void *ctx) {
+    Render *r = ctx;
+    jr_fail(r, r->at, "the template uses more than %zu MB of memory", r->arena.limit >> 20);
+}
+
 // ---- scopes -------------------------------------------------------------------------------
 
 static Scope *scope_new(Render *r, Scope *parent) {
@@ -50,7 +75,7 @@ static JVal lookup(Render *r, Scope *s, const char *name) {
     for (; s; s = s->parent)
         for (int i = s->n - 1; i >= 0; i--)
             if (!strcmp(s->name[i], name)) return s->val[i];
-    const JVal *g = jv_dict_get_str(r->globals, name);
+    const JVal *g = jv_dict_get_str(r->globals, name, &r->work);
     if (g) return *g;
     JFunc fn = jb_global(name);
     if (fn) return (JVal){.t = JV_FUNC, .fn = fn};
@@ -83,6 +108,7 @@ static int compare(Render *r, const JNode *at, JVal a, JVal b) {
     if (is_num(a) && is_num(b)) return (num(a) > num(b)) - (num(a) < num(b));
     if (a.t == JV_STR && b.t == JV_STR) {
         size_t n = a.s->len < b.s->len ? a.s->len : b.s->len;
+        jr_work(r, at, n / 64);
         int c = memcmp(a.s->s, b.s->s, n);
         return c ? (c > 0) - (c < 0) : (a.s->len > b.s->len) - (a.s->len < b.s->len);
     }
@@ -93,17 +119,19 @@ static int contains(Render *r, const JNode *at, JVal item, JVal in) {
     if (in.t == JV_UNDEF) return 0;
     if (in.t == JV_STR) {
         if (item.t != JV_STR) jr_fail(r, at, "'in <string>' needs a string on the left, not %s", jv_type_name(item.t));
-        if (item.s->len == 0) return 1;
-        for (size_t i = 0; i + item.s->len <= in.s->len; i++)
-            if (!memcmp(in.s->s + i, item.s->s, item.s->len)) return 1;
-        return 0;
+        jr_work(r, at, (in.s->len + item.s->len) / 64);
+        return item.s->len == 0 || memmem(in.s->s, in.s->len, item.s->s, item.s->len) != NULL;
     }
     if (in.t == JV_LIST) {
         for (int i = 0; i < in.l->n; i++)
-            if (jv_equal(in.l->v[i], item)) return 1;
+            if (jr_equal(r, at, in.l->v[i], item)) return 1;
         return 0;
     }
-    if (in.t == JV_DICT) return jv_dict_get(in.d, item) != NULL;
+    if (in.t == JV_DICT) {
+        const JVal *v = jv_dict_get(in.d, item, &r->work);
+        jr_work(r, at, 0);
+        return v != NULL;
+    }
     jr_fail(r, at, "argument of type %s is not iterable", jv_type_name(in.t));
 }
 
@@ -130,18 +158,28 @@ static JVal arith(Render *r, const JNode *at, BinOp op, JVal a, JVal b) {
         jr_fail(r, at, "unsupported operand types for an arithmetic operator: %s and %s", jv_type_name(a.t),
                 jv_type_name(b.t));
     int ints = is_int(a) && is_int(b);
-    int64_t x = int_of(a), y = int_of(b);
+    int64_t x = int_of(a), y = int_of(b), z;
     double fx = num(a), fy = num(b);
     switch (op) {
-    case OP_ADD: return ints ? jv_int(x + y) : jv_float(fx + fy);
-    case OP_SUB: return ints ? jv_int(x - y) : jv_float(fx - fy);
-    case OP_MUL: return ints ? jv_int(x * y) : jv_float(fx * fy);
+    case OP_ADD:
+        if (ints && __builtin_add_overflow(x, y, &z)) jr_overflow(r, at);
+        return ints ? jv_int(z) : jv_float(fx + fy);
+    case OP_SUB:
+        if (ints && __builtin_sub_overflow(x, y, &z)) jr_overflow(r, at);
+        return ints ? jv_int(z) : jv_float(fx - fy);
+    case OP_MUL:
+        if (ints && __builtin_mul_overflow(x, y, &z)) jr_overflow(r, at);
+        return ints ? jv_int(z) : jv_float(fx * fy);
     case OP_DIV:
         if (fy == 0) jr_fail(r, at, "division by zero");
         return jv_float(fx / fy);
     case OP_FLOORDIV: case OP_MOD:
         if (fy == 0) jr_fail(r, at, "division by zero");
         if (ints) {   // Python rounds toward negative infinity
+            if (x == INT64_MIN && y == -1) {   // the one quotient past 64 bits; its remainder is 0
+                if (op == OP_FLOORDIV) jr_overflow(r, at);
+                return jv_int(0);
+            }
             int64_t q = x / y, m = x % y;
             if (m != 0 && ((m < 0) != (y < 0))) q--, m += y;
             return jv_int(op == OP_MOD ? m : q);
@@ -150,9 +188,14 @@ static JVal arith(Render *r, const JNode *at, BinOp op, JVal a, JVal b) {
             return jv_float(op == OP_MOD ? fx - q * fy : q);
         }
     case OP_POW:
-        if (ints && y >= 0) {
+        if (ints && y >= 0) {   // by squaring; only 0, 1 and -1 stay in range for any exponent
             int64_t p = 1;
-            for (int64_t i = 0; i < y && i < 64; i++) p *= x;
+            for (;;) {
+                if ((y & 1) && __builtin_mul_overflow(p, x, &p)) jr_overflow(r, at);
+                y >>= 1;
+                if (!y) break;
+                if (__builtin_mul_overflow(x, x, &x)) jr_overflow(r, at);
+            }
             return jv_int(p);
         }
         return jv_float(pow(fx, fy));
@@ -162,8 +205,8 @@ static JVal arith(Render *r, const JNode *at, BinOp op, JVal a, JVal b) {
 
 static JVal binop(Render *r, const JNode *n, JVal a, JVal b) {
     switch (n->op) {
-    case OP_EQ: return jv_bool(jv_equal(a, b));
-    case OP_NE: return jv_bool(!jv_equal(a, b));
+    case OP_EQ: return jv_bool(jr_equal(r, n, a, b));
+    case OP_NE: return jv_bool(!jr_equal(r, n, a, b));
     case OP_LT: return jv_bool(compare(r, n, a, b) < 0);
     case OP_LE: return jv_bool(compare(r, n, a, b) <= 0);
     case OP_GT: return jv_bool(compare(r, n, a, b) > 0);
@@ -177,6 +220,7 @@ static JVal binop(Render *r, const JNode *n, JVal a, JVal b) {
 
 // Byte offsets of the code points of s (n + 1 entries), for Python's character indexing.
 static size_t *char_offsets(Render *r, const JStr *s, int64_t *n) {
+    jr_work(r, r->at, s->len / 16);
     size_t *off = arena_alloc(&r->arena, (s->len + 1) * sizeof *off);
     int64_t k = 0;
     for (size_t i = 0; i < s->len; i++)
@@ -193,7 +237,8 @@ JVal jr_substr(Render *r, const JStr *s, size_t from, size_t to) {
 static JVal index_value(Render *r, const JNode *at, JVal obj, JVal key) {
     if (obj.t == JV_UNDEF) undefined_use(r, at, obj);
     if (obj.t == JV_DICT) {
-        const JVal *v = jv_dict_get(obj.d, key);
+        const JVal *v = jv_dict_get(obj.d, key, &r->work);
+        jr_work(r, at, 0);
         return v ? *v : jv_undef(key.t == JV_STR ? key.s->s : "item");
     }
     if ((obj.t == JV_LIST || obj.t == JV_STR) && is_int(key)) {
@@ -235,9 +280,10 @@ static JVal slice_value(Render *r, const JNode *n, JVal obj, Scope *s) {
     JList *l = obj.t == JV_LIST ? jv_list_new(&r->arena) : NULL;
     JBuf b = {.arena = &r->arena};
     jbuf_put(&b, "", 0, NULL);
-    for (int64_t i = start; step > 0 ? i < stop : i > stop; i += step) {
+    for (int64_t i = start; step > 0 ? i < stop : i > stop;) {
         if (l) jv_list_push(&r->arena, l, obj.l->v[i]);
         else jbuf_put(&b, obj.s->s + off[i], off[i + 1] - off[i], obj.s->tag ? obj.s->tag + off[i] : NULL);
+        if (__builtin_add_overflow(i, step, &i)) break;   // past the end either way
     }
     return l ? (JVal){.t = JV_LIST, .l = l} : jbuf_value(&b);
 }
@@ -289,7 +335,21 @@ static JVal eval_call(Render *r, Scope *s, const JNode *n) {
     jr_fail(r, n, "%s is not callable", jv_type_name(fn.t));
 }
 
+static JVal eval_node(Render *r, Scope *s, const JNode *n);
+
+// Every evaluation is a step, and a level of C recursion.
 static JVal eval(Render *r, Scope *s, const JNode *n) {
+    if (++r->nesting > JINJA_MAX_RENDER_NESTING)
+        jr_fail(r, n, "the template nests deeper than %d levels as it renders (a macro calling itself?)",
+                JINJA_MAX_RENDER_NESTING);
+    r->at = n;
+    jr_work(r, n, 1);
+    JVal v = eval_node(r, s, n);
+    r->nesting--;
+    return v;
+}
+
+static JVal eval_node(Render *r, Scope *s, const JNode *n) {
     switch (n->kind) {
     case N_LIT: return n->lit;
     case N_VAR: return lookup(r, s, n->name);
@@ -297,7 +357,7 @@ static JVal eval(Render *r, Scope *s, const JNode *n) {
         JVal obj = eval(r, s, n->a);
         if (obj.t == JV_UNDEF) undefined_use(r, n, obj);
         if (obj.t == JV_DICT) {
-            const JVal *v = jv_dict_get_str(obj.d, n->name);
+            const JVal *v = jv_dict_get_str(obj.d, n->name, &r->work);
             return v ? *v : jv_undef(n->name);
         }
         return jv_undef(n->name);
@@ -318,6 +378,7 @@ static JVal eval(Render *r, Scope *s, const JNode *n) {
     case N_NOT: return jv_bool(!jv_truthy(eval(r, s, n->a)));
     case N_NEG: {
         JVal v = eval(r, s, n->a);
+        if (v.t == JV_INT && v.i == INT64_MIN) jr_overflow(r, n);
         if (v.t == JV_INT || v.t == JV_BOOL) return jv_int(-int_of(v));
         if (v.t == JV_FLOAT) return jv_float(-v.f);
         jr_fail(r, n, "bad operand type for unary -: %s", jv_type_name(v.t));
@@ -341,7 +402,12 @@ static JVal eval(Render *r, Scope *s, const JNode *n) {
     }
     case N_DICT: {
         JDict *d = jv_dict_new(&r->arena);
-        for (int i = 0; i < n->n_args; i++) jv_dict_set(&r->arena, d, eval(r, s, n->args[i]), eval(r, s, n->kw[i]));
+        for (int i = 0; i < n->n_args; i++) {
+            JVal key = eval(r, s, n->args[i]);
+            if (key.t == JV_LIST || key.t == JV_DICT) jr_fail(r, n->args[i], "unhashable type: '%s'", jv_type_name(key.t));
+            jv_dict_set(&r->arena, d, key, eval(r, s, n->kw[i]));
+            jr_work(r, n, 0);   // the keys compared
+        }
         return (JVal){.t = JV_DICT, .d = d};
     }
     default: jr_fail(r, n, "not an expression");
@@ -382,26 +448,29 @@ static void exec_for(Render *r, Scope *s, const JNode *n, JBuf *out) {
     if (n->b) {   // the loop filter runs first: loop.* counts the kept items
         items = jv_list_new(&r->arena);
         for (int i = 0; i < all->n; i++) {
+            jr_work(r, n, 1);
             Scope *f = scope_new(r, s);
             bind_targets(r, f, n, all->v[i]);
             if (jv_truthy(eval(r, f, n->b))) jv_list_push(&r->arena, items, all->v[i]);
         }
     }
     int len = items->n;
+    // One `loop` for the whole statement whose values each turn updates, as
+    // jinja2's LoopContext is one object (and a turn then allocates only its scope).
+    static const char *const LOOP_KEYS[] = {"index", "index0", "revindex", "revindex0", "first", "last", "length",
+                                            "previtem", "nextitem"};
+    Arena *a = &r->arena;
+    JDict *loop = jv_dict_new(a);
+    for (int k = 0; k < 9; k++) jv_dict_add(a, loop, jv_cstr(a, LOOP_KEYS[k]), jv_none());
     for (int i = 0; i < len; i++) {
+        jr_work(r, n, 1);
         Scope *it = scope_new(r, s);
         bind_targets(r, it, n, items->v[i]);
-        Arena *a = &r->arena;
-        JDict *loop = jv_dict_new(a);
-        jv_dict_set(a, loop, jv_cstr(a, "index"), jv_int(i + 1));
-        jv_dict_set(a, loop, jv_cstr(a, "index0"), jv_int(i));
-        jv_dict_set(a, loop, jv_cstr(a, "revindex"), jv_int(len - i));
-        jv_dict_set(a, loop, jv_cstr(a, "revindex0"), jv_int(len - i - 1));
-        jv_dict_set(a, loop, jv_cstr(a, "first"), jv_bool(i == 0));
-        jv_dict_set(a, loop, jv_cstr(a, "last"), jv_bool(i == len - 1));
-        jv_dict_set(a, loop, jv_cstr(a, "length"), jv_int(len));
-        jv_dict_set(a, loop, jv_cstr(a, "previtem"), i > 0 ? items->v[i - 1] : jv_undef("loop.previtem"));
-        jv_dict_set(a, loop, jv_cstr(a, "nextitem"), i + 1 < len ? items->v[i + 1] : jv_undef("loop.nextitem"));
+        const JVal values[9] = {jv_int(i + 1), jv_int(i), jv_int(len - i), jv_int(len - i - 1), jv_bool(i == 0),
+                                jv_bool(i == len - 1), jv_int(len),
+                                i > 0 ? items->v[i - 1] : jv_undef("loop.previtem"),
+                                i + 1 < len ? items->v[i + 1] : jv_undef("loop.nextitem")};
+        memcpy(loop->val, values, sizeof values);
         scope_set(r, it, "loop", (JVal){.t = JV_DICT, .d = loop});
         exec_body(r, it, n->body, out);
         int signal = r->loop_signal;
@@ -429,11 +498,17 @@ static void exec_set(Render *r, Scope *s, const JNode *n) {
     if (target.t != JV_DICT || !target.d->ns)
         jr_fail(r, n, "cannot assign attribute '%s' on '%s': not a namespace()", n->name2, n->name);
     jv_dict_set(&r->arena, target.d, jv_cstr(&r->arena, n->name2), v);
+    jr_work(r, n, 0);
 }
 
 static void exec_body(Render *r, Scope *s, const JNode *body, JBuf *out) {
+    if (++r->nesting > JINJA_MAX_RENDER_NESTING)
+        jr_fail(r, body, "the template nests deeper than %d levels as it renders (a macro calling itself?)",
+                JINJA_MAX_RENDER_NESTING);
     for (int i = 0; i < body->n_args && !r->loop_signal; i++) {
         const JNode *n = body->args[i];
+        r->at = n;
+        jr_work(r, n, 1);
         switch (n->kind) {
         case N_TEXT: jbuf_put(out, n->lit.s->s, n->lit.s->len, NULL); break;
         case N_OUT: jv_write_str(out, eval(r, s, n->a)); break;
@@ -453,6 +528,7 @@ static void exec_body(Render *r, Scope *s, const JNode *body, JBuf *out) {
         default: jr_fail(r, n, "not a statement");
         }
     }
+    r->nesting--;
 }
 
 // ---- the API ---------------------------------------------------------------------------------------
@@ -482,6 +558,10 @@ int jinja_render(const JinjaTemplate *t, const JinjaVars *vars, char **text, siz
     r->tpl = t;
     r->globals = jinja_vars_dict(vars);
     r->err = e;
+    jinja_vars_limits(vars, &r->work.limit, &r->arena.limit);
+    r->arena.over = out_of_memory;
+    r->arena.ctx = r;
+    r->arena.work = &r->work;
     *text = NULL, *tags = NULL, *len = 0;
     if (setjmp(r->fail)) {
         arena_free(&r->arena);

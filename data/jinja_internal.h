@@ -8,11 +8,30 @@
 #include <stdint.h>
 #include "jinja.h"
 
+// How deep a template's syntax and the values it builds may nest; real
+// templates stay within a few levels. Deeper is an error, not a stack overflow.
+enum { JINJA_MAX_NESTING = 200 };
+
+// ---- work and memory: what a render may spend --------------------------------
+
+// Steps: an expression evaluated, a statement run, a loop turn, a dict key
+// compared, 64 bytes compared or searched, a few characters case-mapped or
+// split. A render fails once it has taken more than `limit` (jinja_render
+// sets it from the variables' size), so no template runs without end.
+typedef struct {
+    uint64_t used, limit;
+} JWork;
+
 // ---- arena: everything a parse or a render allocates, freed at once ----------
 
 typedef struct ArenaBlock ArenaBlock;
 typedef struct {
     ArenaBlock *head;
+    size_t bytes;             // allocated so far
+    size_t limit;             // 0: none; an allocation past it calls over(ctx), which does not return
+    void (*over)(void *ctx);
+    void *ctx;
+    JWork *work;              // NULL, or what dict updates in this arena count against
 } Arena;
 
 void *arena_alloc(Arena *a, size_t bytes);   // zeroed, 16-byte aligned
@@ -77,12 +96,21 @@ JVal jv_cstr(Arena *a, const char *s);
 JList *jv_list_new(Arena *a);
 void jv_list_push(Arena *a, JList *l, JVal v);
 JDict *jv_dict_new(Arena *a);
+// Keys are scalars (string, number, bool, none: what Python can hash, tuples
+// aside); the renderer refuses a list or dict as a key.
 void jv_dict_set(Arena *a, JDict *d, JVal key, JVal val);
-const JVal *jv_dict_get(const JDict *d, JVal key);
-const JVal *jv_dict_get_str(const JDict *d, const char *key);
+void jv_dict_add(Arena *a, JDict *d, JVal key, JVal val);   // key known to be new: no lookup
+// The lookups count the keys they compare in *w (NULL: not counted).
+const JVal *jv_dict_get(const JDict *d, JVal key, JWork *w);
+const JVal *jv_dict_get_str(const JDict *d, const char *key, JWork *w);
 
 int jv_truthy(JVal v);
-int jv_equal(JVal a, JVal b);
+// ==, as Python compares: numbers by value, strings by bytes, lists and dicts
+// item by item, a list or dict equal to itself without a look inside (so a
+// namespace holding itself compares). 1 equal, 0 not, -1 when the values nest
+// deeper than JINJA_MAX_NESTING (two namespaces holding each other) or *w
+// (counting what is compared; NULL: not counted) passes its limit.
+int jv_equal(JVal a, JVal b, JWork *w);
 const char *jv_type_name(JvType t);
 
 // A growable byte buffer with a parallel tag array (tags allocated on the first nonzero one).
@@ -95,6 +123,7 @@ typedef struct {
 
 void jbuf_put(JBuf *b, const char *s, size_t len, const uint16_t *tag);
 void jbuf_puts(JBuf *b, const char *s);
+void jbuf_spaces(JBuf *b, uint64_t n);   // n spaces
 JVal jbuf_value(JBuf *b);   // the buffer's bytes as a string value (no copy)
 
 // str(v) as Python/Jinja prints it: None, True, 1.5, ['a', 1], {'k': 'v'}; undefined is "".
@@ -139,7 +168,8 @@ struct JinjaTemplate {
     char *name;
 };
 
-// Text -> tree. src need not be NUL-terminated.
+// Text -> tree. src need not be NUL-terminated. Nesting (brackets, unary
+// operators, blocks) deeper than JINJA_MAX_NESTING levels is an error.
 int jinja_compile(JinjaTemplate *t, const char *src, size_t len, PtError *e);
 
 // ---- rendering --------------------------------------------------------------------
@@ -160,11 +190,30 @@ struct Render {
     jmp_buf fail;
     PtError *err;
     int loop_signal;        // 1 break, 2 continue
-    int depth;              // macro/recursion depth
+    int depth;              // macro calls open
+    int nesting;            // evaluations and bodies open (C recursion): at most JINJA_MAX_RENDER_NESTING
+    JWork work;             // steps taken and their limit
+    const JNode *at;        // the node evaluated last, for the memory limit's message
 };
+
+// A render's bounds (jinja_render): JINJA_BASE_STEPS steps plus 4 per byte and
+// 1000 per message of its variables; JINJA_BASE_BYTES of memory plus 64 per
+// byte; C recursion JINJA_MAX_RENDER_NESTING levels (macros calling macros),
+// macros 100 calls deep. The eight families' templates (tests/test_jinja.c)
+// take under 600 steps and one 60 kB arena block for a short conversation.
+#define JINJA_BASE_STEPS 4000000u
+#define JINJA_BASE_BYTES (32u << 20)
+enum { JINJA_MAX_RENDER_NESTING = 2000 };
 
 // Ends the render: fills the error (with the node's place when given) and jumps out.
 _Noreturn void jr_fail(Render *r, const JNode *at, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+// Python's ints have no bound and ours are 64-bit: a result past them ends the
+// render with this error rather than wrapping (or being undefined in C).
+_Noreturn void jr_overflow(Render *r, const JNode *at);
+// jv_equal, its -1 an error of the render; counted in the render's work.
+int jr_equal(Render *r, const JNode *at, JVal a, JVal b);
+// Counts n more steps, failing at `at` past the render's limit.
+void jr_work(Render *r, const JNode *at, uint64_t n);
 // jinja_eval.c: what a for loop walks (a list's items, a dict's keys, a string's characters), which the list
 // filters take too; and s[from, to) as a new string keeping its bytes' tags.
 JList *jr_items(Render *r, const JNode *at, JVal v);
@@ -181,5 +230,7 @@ JFunc jb_global(const char *name);
 // Python's str.strip family on s: which = 1 left, 2 right, 3 both; chars NULL = whitespace.
 JVal jb_strip(Render *r, JVal s, const JStr *chars, int which);
 
-// jinja_value.c: the dictionary of a JinjaVars (the render's globals).
+// jinja_value.c: the dictionary of a JinjaVars (the render's globals), and the
+// bounds of a render over them (see JINJA_BASE_STEPS).
 const JDict *jinja_vars_dict(const JinjaVars *v);
+void jinja_vars_limits(const JinjaVars *v, uint64_t *steps, size_t *bytes);

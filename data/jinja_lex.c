@@ -50,25 +50,34 @@ static int is_space(char c) { return c == ' ' || c == '\t' || c == '\n' || c == 
 static int is_name_start(char c) { return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || c == '_'; }
 static int is_digit(char c) { return c >= '0' && c <= '9'; }
 
-// Where a source offset lies, 1-based.
-static void place(const char *s, size_t at, int *line, int *col) {
-    *line = 1, *col = 1;
-    for (size_t i = 0; i < at; i++) {
-        if (s[i] == '\n') (*line)++, *col = 1;
-        else if (((unsigned char)s[i] & 0xC0) != 0x80) (*col)++;
+// Where a source offset lies, 1-based, counted on from the offset asked
+// before (the lexer asks in increasing order), so lexing stays linear in the
+// template's length.
+typedef struct {
+    size_t at;
+    int line, col;
+} Place;
+
+static void place(const char *s, Place *p, size_t at, int *line, int *col) {
+    if (at < p->at) *p = (Place){0, 1, 1};
+    for (size_t i = p->at; i < at; i++) {
+        if (s[i] == '\n') p->line++, p->col = 1;
+        else if (((unsigned char)s[i] & 0xC0) != 0x80) p->col++;
     }
+    p->at = at;
+    *line = p->line, *col = p->col;
 }
 
 // Tokens inside a tag, from *pos up to its end ("}}" or "%}", with an optional
 // leading "-"); *strip_after says the end was "-}}"/"-%}".
-static int lex_tag(JTokens *t, const char *s, size_t len, size_t *pos, int is_var, int *strip_after,
+static int lex_tag(JTokens *t, const char *s, size_t len, size_t *pos, int is_var, int *strip_after, Place *pl,
                    const char *name, PtError *e) {
     size_t i = *pos;
     int depth = 0;   // open brackets: "}}" inside a dict literal is not the end
     for (;;) {
         while (i < len && is_space(s[i])) i++;
         int line, col;
-        place(s, i, &line, &col);
+        place(s, pl, i, &line, &col);
         if (i >= len) return fail_at(e, name, line, col, is_var ? "unclosed {{" : "unclosed {%"), -1;
         const char *end = is_var ? "}}" : "%}";
         if (depth == 0 && s[i] == '-' && i + 2 < len && !strncmp(s + i + 1, end, 2)) {
@@ -130,6 +139,7 @@ int jinja_lex(JTokens *t, const char *src, size_t src_len, const char *name, PtE
     int strip_next = 0;       // the previous tag ended with "-": strip the text's leading whitespace
     int trim_newline = 0;     // the previous tag was a block or comment: drop one leading "\n"
     int line_starting = 1;    // the text starts a line (for lstrip_blocks)
+    Place pl = {0, 1, 1};
     while (i <= len) {
         // The text up to the next tag.
         size_t j = i;
@@ -152,12 +162,12 @@ int jinja_lex(JTokens *t, const char *src, size_t src_len, const char *name, PtE
         }
         if (b > a) {
             int line, col;
-            place(s, a, &line, &col);
+            place(s, &pl, a, &line, &col);
             push(t, (JToken){.kind = TK_TEXT, .start = s + a, .len = b - a, .line = line, .col = col});
         }
         if (j >= len) break;
         int line, col;
-        place(s, j, &line, &col);
+        place(s, &pl, j, &line, &col);
         size_t p = j + 2 + (mod == '-' || mod == '+');
         if (kind == '#') {
             const char *close = strstr(s + p, "#}");
@@ -172,8 +182,8 @@ int jinja_lex(JTokens *t, const char *src, size_t src_len, const char *name, PtE
         push(t, (JToken){.kind = is_var ? TK_VAR_BEGIN : TK_BLOCK_BEGIN, .start = s + j, .len = 2, .line = line,
                          .col = col});
         int strip_after;
-        if (lex_tag(t, s, len, &p, is_var, &strip_after, name, e)) return -1;
-        place(s, p - 2, &line, &col);
+        if (lex_tag(t, s, len, &p, is_var, &strip_after, &pl, name, e)) return -1;
+        place(s, &pl, p - 2, &line, &col);
         push(t, (JToken){.kind = is_var ? TK_VAR_END : TK_BLOCK_END, .start = s + p - 2, .len = 2, .line = line,
                          .col = col});
         strip_next = strip_after;
@@ -182,7 +192,7 @@ int jinja_lex(JTokens *t, const char *src, size_t src_len, const char *name, PtE
         i = p;
     }
     int line, col;
-    place(s, len, &line, &col);
+    place(s, &pl, len, &line, &col);
     push(t, (JToken){.kind = TK_EOF, .start = s + len, .line = line, .col = col});
     return 0;
 }

@@ -3,6 +3,7 @@
 // comparisons and `in`, + -, ~, * / // %, **, unary minus, then postfix
 // (.attr, [index], [a:b:c], calls) and filters / `is` tests, which bind
 // tighter than every binary operator.
+#include <errno.h>
 #include <stdlib.h>
 #include <string.h>
 #include "jinja_internal.h"
@@ -15,6 +16,7 @@ typedef struct {
     const char *name;
     PtError *e;
     jmp_buf fail;
+    int depth;              // open nested expressions and blocks (enter/leave)
 } Parser;
 
 static const JToken *cur(Parser *p) { return &p->t->tok[p->i]; }
@@ -23,6 +25,18 @@ _Noreturn static void fail(Parser *p, const JToken *at, const char *msg, const c
     pt_fail(p->e, "%s:%d:%d: %s%s%s", p->name, at->line, at->col, msg, detail ? " " : "", detail ? detail : "");
     longjmp(p->fail, 1);
 }
+
+// The parser recurses once per nesting level (brackets, unary operators,
+// blocks inside blocks): deeper than JINJA_MAX_NESTING is an error rather
+// than a stack overflow. Real templates nest a few levels.
+static void enter(Parser *p) {
+    if (++p->depth > JINJA_MAX_NESTING) {
+        char limit[64];
+        snprintf(limit, sizeof limit, "(more than %d levels)", JINJA_MAX_NESTING);
+        fail(p, cur(p), "expressions or blocks nested too deeply", limit);
+    }
+}
+static void leave(Parser *p) { p->depth--; }
 
 static int is_op(const JToken *t, const char *op) {
     return t->kind == TK_OP && t->len == strlen(op) && !memcmp(t->start, op, t->len);
@@ -173,7 +187,9 @@ static JNode *parse_primary(Parser *p) {
             if (t->start[i] != '_') num[k++] = t->start[i];
         num[k] = 0;
         n = node(p, N_LIT, t);
+        errno = 0;
         n->lit = t->kind == TK_INT ? jv_int(strtoll(num, NULL, 10)) : jv_float(strtod(num, NULL));
+        if (t->kind == TK_INT && errno == ERANGE) fail(p, t, "integer literal out of the 64-bit range", NULL);
         return n;
     }
     if (accept_op(p, "(")) {
@@ -303,6 +319,7 @@ static JNode *parse_filter_expr(Parser *p, JNode *n) {
 static JNode *parse_unary(Parser *p, int with_filter) {
     const JToken *t = cur(p);
     JNode *n;
+    enter(p);
     if (accept_op(p, "-")) {
         n = node(p, N_NEG, t);
         n->a = parse_unary(p, 0);
@@ -312,6 +329,7 @@ static JNode *parse_unary(Parser *p, int with_filter) {
         n = parse_primary(p);
     }
     n = parse_postfix(p, n);
+    leave(p);
     return with_filter ? parse_filter_expr(p, n) : n;
 }
 
@@ -379,7 +397,9 @@ static JNode *parse_not(Parser *p) {
     const JToken *t = cur(p);
     if (accept_name(p, "not")) {
         JNode *n = node(p, N_NOT, t);
+        enter(p);
         n->a = parse_not(p);
+        leave(p);
         return n;
     }
     return parse_compare(p);
@@ -406,6 +426,7 @@ static JNode *parse_or(Parser *p) {
 }
 
 static JNode *parse_expr(Parser *p) {
+    enter(p);
     JNode *n = parse_or(p);
     const JToken *t = cur(p);
     if (accept_name(p, "if")) {
@@ -413,8 +434,9 @@ static JNode *parse_expr(Parser *p) {
         c->b = n;
         c->a = parse_or(p);
         if (accept_name(p, "else")) c->c = parse_expr(p);
-        return c;
+        n = c;
     }
+    leave(p);
     return n;
 }
 
@@ -536,6 +558,7 @@ static JNode *parse_statement(Parser *p) {
 static JNode *parse_body(Parser *p, const char *const *ends, const JToken *opened) {
     JNode *body = node(p, N_BODY, cur(p));
     NodeList items = {0};
+    enter(p);
     for (;;) {
         const JToken *t = cur(p);
         if (t->kind == TK_EOF) {
@@ -569,6 +592,7 @@ static JNode *parse_body(Parser *p, const char *const *ends, const JToken *opene
         }
     }
     body->args = items.v, body->n_args = items.n;
+    leave(p);
     return body;
 }
 

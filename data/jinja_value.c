@@ -15,10 +15,13 @@ struct ArenaBlock {
 };
 
 void *arena_alloc(Arena *a, size_t bytes) {
+    if (bytes > SIZE_MAX / 2) die("template memory: %zu bytes asked", bytes);
     bytes = (bytes + 15) & ~(size_t)15;
     ArenaBlock *b = a->head;
     if (!b || b->used + bytes > b->size) {
         size_t size = bytes > 60000 ? bytes : 60000;
+        a->bytes += sizeof *b + size;
+        if (a->limit && a->bytes > a->limit) a->over(a->ctx);
         b = xmalloc(sizeof *b + size, "template memory");
         b->next = a->head, b->used = 0, b->size = size;
         a->head = b;
@@ -83,25 +86,30 @@ void jv_list_push(Arena *a, JList *l, JVal v) {
 
 JDict *jv_dict_new(Arena *a) { return arena_alloc(a, sizeof(JDict)); }
 
-const JVal *jv_dict_get(const JDict *d, JVal key) {
+const JVal *jv_dict_get(const JDict *d, JVal key, JWork *w) {
     for (int i = 0; i < d->n; i++)
-        if (jv_equal(d->key[i], key)) return &d->val[i];
+        if (jv_equal(d->key[i], key, w) == 1) return &d->val[i];   // scalar keys: never -1
     return NULL;
 }
 
-const JVal *jv_dict_get_str(const JDict *d, const char *key) {
+const JVal *jv_dict_get_str(const JDict *d, const char *key, JWork *w) {
     size_t len = strlen(key);
+    if (w) w->used += (uint64_t)d->n;
     for (int i = 0; i < d->n; i++)
         if (d->key[i].t == JV_STR && d->key[i].s->len == len && !memcmp(d->key[i].s->s, key, len)) return &d->val[i];
     return NULL;
 }
 
 void jv_dict_set(Arena *a, JDict *d, JVal key, JVal val) {
-    const JVal *old = jv_dict_get(d, key);
+    const JVal *old = jv_dict_get(d, key, a->work);
     if (old) {
         d->val[old - d->val] = val;
         return;
     }
+    jv_dict_add(a, d, key, val);
+}
+
+void jv_dict_add(Arena *a, JDict *d, JVal key, JVal val) {
     if (d->n == d->cap) {
         int cap = d->cap ? 2 * d->cap : 8;
         JVal *k = arena_alloc(a, (size_t)cap * sizeof *k), *v = arena_alloc(a, (size_t)cap * sizeof *v);
@@ -130,22 +138,31 @@ int jv_truthy(JVal v) {
 static int is_number(JVal v) { return v.t == JV_INT || v.t == JV_FLOAT || v.t == JV_BOOL; }
 static double as_double(JVal v) { return v.t == JV_FLOAT ? v.f : v.t == JV_INT ? (double)v.i : (double)v.b; }
 
-int jv_equal(JVal a, JVal b) {
+static int equal_at(JVal a, JVal b, int depth, JWork *w) {
+    if (w && ++w->used > w->limit) return -1;
     if (is_number(a) && is_number(b)) return as_double(a) == as_double(b);
     if (a.t != b.t) return 0;
+    if (depth > JINJA_MAX_NESTING) return -1;
+    int eq;
     switch (a.t) {
     case JV_UNDEF: case JV_NONE: return 1;
-    case JV_STR: return a.s->len == b.s->len && !memcmp(a.s->s, b.s->s, a.s->len);
+    case JV_STR:
+        if (a.s->len != b.s->len) return 0;
+        if (w) w->used += a.s->len / 64;
+        return !memcmp(a.s->s, b.s->s, a.s->len);
     case JV_LIST:
+        if (a.l == b.l) return 1;
         if (a.l->n != b.l->n) return 0;
         for (int i = 0; i < a.l->n; i++)
-            if (!jv_equal(a.l->v[i], b.l->v[i])) return 0;
+            if ((eq = equal_at(a.l->v[i], b.l->v[i], depth + 1, w)) != 1) return eq;
         return 1;
     case JV_DICT:
+        if (a.d == b.d) return 1;
         if (a.d->n != b.d->n) return 0;
         for (int i = 0; i < a.d->n; i++) {
-            const JVal *o = jv_dict_get(b.d, a.d->key[i]);
-            if (!o || !jv_equal(a.d->val[i], *o)) return 0;
+            const JVal *o = jv_dict_get(b.d, a.d->key[i], w);   // keys are scalars (jv_dict_set)
+            if (!o) return 0;
+            if ((eq = equal_at(a.d->val[i], *o, depth + 1, w)) != 1) return eq;
         }
         return 1;
     case JV_FUNC: return a.fn == b.fn;
@@ -153,6 +170,8 @@ int jv_equal(JVal a, JVal b) {
     default: return 0;
     }
 }
+
+int jv_equal(JVal a, JVal b, JWork *w) { return equal_at(a, b, 0, w); }
 
 const char *jv_type_name(JvType t) {
     static const char *const NAMES[] = {"undefined", "none", "bool", "int", "float", "str", "list", "dict",
@@ -229,6 +248,7 @@ static void write_repr_str(JBuf *b, const JStr *s) {
     int has_single = memchr(s->s, '\'', s->len) != NULL, has_double = memchr(s->s, '"', s->len) != NULL;
     char q = has_single && !has_double ? '"' : '\'';
     jbuf_put(b, &q, 1, NULL);
+    size_t plain = 0;   // start of the run of bytes written as they are
     for (size_t i = 0; i < s->len; i++) {
         unsigned char c = (unsigned char)s->s[i];
         char esc[8];
@@ -237,12 +257,12 @@ static void write_repr_str(JBuf *b, const JStr *s) {
         else if (c == '\r') strcpy(esc, "\\r");
         else if (c == '\t') strcpy(esc, "\\t");
         else if (c < 0x20 || c == 0x7f) snprintf(esc, sizeof esc, "\\x%02x", c);
-        else {
-            jbuf_put(b, s->s + i, 1, NULL);
-            continue;
-        }
+        else continue;
+        jbuf_put(b, s->s + plain, i - plain, NULL);
         jbuf_puts(b, esc);
+        plain = i + 1;
     }
+    jbuf_put(b, s->s + plain, s->len - plain, NULL);
     jbuf_put(b, &q, 1, NULL);
 }
 
@@ -297,6 +317,7 @@ JVal jv_to_str(Arena *a, JVal v) {
 
 static void json_string(JBuf *b, const char *s, size_t len) {
     jbuf_puts(b, "\"");
+    size_t plain = 0;   // start of the run of bytes written as they are
     for (size_t i = 0; i < len; i++) {
         unsigned char c = (unsigned char)s[i];
         char esc[8];
@@ -308,18 +329,23 @@ static void json_string(JBuf *b, const char *s, size_t len) {
         else if (c == '\b') strcpy(esc, "\\b");
         else if (c == '\f') strcpy(esc, "\\f");
         else if (c < 0x20 || c == 0x7f) snprintf(esc, sizeof esc, "\\u%04x", c);
-        else {
-            jbuf_put(b, s + i, 1, NULL);
-            continue;
-        }
+        else continue;
+        jbuf_put(b, s + plain, i - plain, NULL);
         jbuf_puts(b, esc);
+        plain = i + 1;
     }
+    jbuf_put(b, s + plain, len - plain, NULL);
     jbuf_puts(b, "\"");
+}
+
+void jbuf_spaces(JBuf *b, uint64_t n) {
+    static const char SPACES[] = "                                                                ";
+    for (; n > 0; n -= n < 64 ? n : 64) jbuf_put(b, SPACES, n < 64 ? n : 64, NULL);
 }
 
 static void newline_indent(JBuf *b, int indent, int depth) {
     jbuf_puts(b, "\n");
-    for (int i = 0; i < indent * depth; i++) jbuf_puts(b, " ");
+    jbuf_spaces(b, (uint64_t)indent * (uint64_t)depth);
 }
 
 static int key_cmp(const void *x, const void *y, void *ctx) {
@@ -389,6 +415,7 @@ struct JinjaVars {
     Arena arena;
     JDict *d;
     JList *messages;
+    size_t bytes;   // of the strings given: the render's limits grow with them
 };
 
 JinjaVars *jinja_vars_new(void) {
@@ -405,6 +432,7 @@ void jinja_vars_free(JinjaVars *v) {
 
 void jinja_vars_set_str(JinjaVars *v, const char *name, const char *s) {
     jv_dict_set(&v->arena, v->d, jv_cstr(&v->arena, name), jv_cstr(&v->arena, s));
+    v->bytes += strlen(s);
 }
 
 void jinja_vars_set_bool(JinjaVars *v, const char *name, int b) {
@@ -427,6 +455,13 @@ void jinja_vars_add_message(JinjaVars *v, const char *role, const char *content,
     }
     jv_dict_set(a, m, jv_cstr(a, "content"), jv_str(a, content, len, tags));
     jv_list_push(a, v->messages, (JVal){.t = JV_DICT, .d = m});
+    v->bytes += strlen(role) + len;
 }
 
 const JDict *jinja_vars_dict(const JinjaVars *v) { return v->d; }
+
+void jinja_vars_limits(const JinjaVars *v, uint64_t *steps, size_t *bytes) {
+    size_t messages = v->messages ? (size_t)v->messages->n : 0;
+    *steps = JINJA_BASE_STEPS + 4 * (uint64_t)v->bytes + 1000 * (uint64_t)messages;
+    *bytes = JINJA_BASE_BYTES + 64 * v->bytes;
+}

@@ -43,10 +43,24 @@ static int cmp_range(const void *a, const void *b) {
     return (x->start > y->start) - (x->start < y->start);
 }
 
+// N of a "/layers.N/..." name (the string need not end with a NUL); -1 for other names.
 static int layer_of(const char *name, uint32_t n) {
     const char prefix[] = "/layers.";
     if (n <= sizeof prefix || strncmp(name, prefix, sizeof prefix - 1) != 0) return -1;
-    return atoi(name + sizeof prefix - 1);
+    int layer = 0;
+    for (uint32_t i = sizeof prefix - 1; i < n && name[i] >= '0' && name[i] <= '9' && layer < 1000000; i++)
+        layer = 10 * layer + (name[i] - '0');
+    return layer;
+}
+
+// Offset + the sizes that follow it, when every one is >= 0 and their sum stays inside a file of
+// `len` bytes: 1 and *end; 0 otherwise (a reference past the file, or numbers that would overflow).
+static int inside(const int64_t *part, int n, int64_t len, int64_t *end) {
+    int64_t sum = 0;
+    for (int i = 0; i < n; i++)
+        if (part[i] < 0 || __builtin_add_overflow(sum, part[i], &sum)) return 0;
+    *end = sum;
+    return sum <= len;
 }
 
 // Checks one int4 convolution's blob: IDST header dims and value table,
@@ -70,10 +84,16 @@ static int check_conv(FbReader *r, size_t conv, const uint8_t *wt, int64_t wt_le
     for (int i = 0; i < n_ext && i < 5; i++) x[i] = fbr_vec_int(r, ext, (uint32_t)i, 8);
     int bits = (int)fbr_int(r, quan, 7, 4, 0), shape32 = (int)fbr_int(r, quan, 11, 1, 0);
     int asym = fbr_int(r, quan, 9, 4, 0) != 0, fp16 = fbr_int(r, quan, 15, 1, 0) == 1;
-    int64_t header = shape32 ? 26 : 22, end = x[0] + x[1] + x[2] + (n_ext > 3 ? x[3] : 0);
-    if (x[0] < 0 || x[1] < 0 || x[2] < 0 || end > wt_len)
-        return pt_fail(e, "%s/llm.mnn.weight: op %.*s references bytes %lld..%lld, the file has %lld", dir,
-                       (int)op->name_len, op->name, (long long)x[0], (long long)end, (long long)wt_len);
+    int64_t header = shape32 ? 26 : 22, end;
+    if (!inside(x, n_ext > 3 ? 4 : 3, wt_len, &end))
+        return pt_fail(e, "%s/llm.mnn.weight: op %.*s references %lld + %lld + %lld bytes, the file has %lld", dir,
+                       (int)op->name_len, op->name, (long long)x[0], (long long)x[1], (long long)x[2],
+                       (long long)wt_len);
+    if (x[1] < header || oc < 1 || ic < 1)
+        return pt_fail(e, "%s/llm.mnn: op %.*s: %lld code bytes (the IDST header alone takes %lld) for a %lld x %lld "
+                          "matrix",
+                       dir, (int)op->name_len, op->name, (long long)x[1], (long long)header, (long long)oc,
+                       (long long)ic);
     const uint8_t *h = wt + x[0];
     int64_t hoc = shape32 ? (int64_t)(h[1] | h[2] << 8 | h[3] << 16 | (uint32_t)h[4] << 24) : (h[1] | h[2] << 8);
     int64_t hic = shape32 ? (int64_t)(h[5] | h[6] << 8 | h[7] << 16 | (uint32_t)h[8] << 24) : (h[3] | h[4] << 8);
@@ -117,12 +137,13 @@ static int check_norm(FbReader *r, size_t ln, int64_t wt_len, const char *dir, c
     uint32_t n_ext = fbr_vec_len(r, ext, 8);
     if (r->bad) return pt_fail(e, "%s/llm.mnn: op %.*s: %s", dir, (int)op->name_len, op->name, r->why);
     if (n_ext < 2) return 1;   // gamma inline in the graph
-    int64_t off = fbr_vec_int(r, ext, 0, 8), g = fbr_vec_int(r, ext, 1, 8), b = n_ext > 2 ? fbr_vec_int(r, ext, 2, 8) : 0;
-    if (off < 0 || g <= 0 || g % 4 || b < 0 || b > g || off + g + b > wt_len)
+    int64_t part[3] = {fbr_vec_int(r, ext, 0, 8), fbr_vec_int(r, ext, 1, 8), n_ext > 2 ? fbr_vec_int(r, ext, 2, 8) : 0};
+    int64_t off = part[0], g = part[1], b = part[2], end;
+    if (!inside(part, 3, wt_len, &end) || g <= 0 || g % 4 || b > g)
         return pt_fail(e, "%s/llm.mnn.weight: norm %.*s references %lld + %lld + %lld bytes, the file has %lld", dir,
                        (int)op->name_len, op->name, (long long)off, (long long)g, (long long)b, (long long)wt_len);
     rg->start = off;
-    rg->end = off + g + b;
+    rg->end = end;
     fprintf(out, "  %-40.*s %6lld weights              @%-10lld gamma %-9lld beta %lld\n", (int)op->name_len, op->name,
             (long long)(g / 4), (long long)off, (long long)g, (long long)b);
     return 0;
@@ -258,8 +279,9 @@ int mnn_inspect(const char *dir, FILE *out, PtError *e) {
         int64_t ao = json_integer_value(json_object_get(tie, "alpha_offset"));
         int64_t as = json_integer_value(json_object_get(tie, "alpha_size"));
         int ok = 0;
+        int64_t alpha[2] = {ao, as}, alpha_end;
         for (int i = 0; i < n_ranges && !ok; i++)
-            ok = wo > ranges[i].start && wo < ao && ao + as <= ranges[i].end && ao >= ranges[i].start;
+            ok = wo > ranges[i].start && wo < ao && inside(alpha, 2, ranges[i].end, &alpha_end) && ao >= ranges[i].start;
         if (!ok) {
             pt_fail(e, "%s/llm_config.json: tie_embeddings (weight %lld, alpha %lld + %lld) is not inside one blob", dir,
                     (long long)wo, (long long)ao, (long long)as);

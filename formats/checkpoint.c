@@ -206,6 +206,7 @@ int checkpoint_load(const char *path, ModelBundle *b, PtError *e) {
     int rc = h5_exists(f, "config") ? read_fields(f, "config", CONFIG_FIELDS, COUNT(CONFIG_FIELDS), &cfg, path, e)
                                     : pt_fail(e, "%s: no /config group: not a pocket checkpoint", path);
     if (!rc) rc = config_validate(&cfg, path, e);
+    if (!rc) rc = h5_check_declared(f, (double)config_param_count(&cfg) * sizeof(float), "/config", path, e);
     if (!rc) {
         bundle_alloc(b, &cfg);
         rc = read_tensor_range(f, "params", &b->tt, 0, b->tt.total, b->params, path, e);

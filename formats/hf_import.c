@@ -155,45 +155,72 @@ static int import_tensor(Import *im, const StFile *f, const StTensor *t, PtError
 
 // Imports every tensor of one file; with a weight map, only the tensors the
 // map assigns to this shard (file_index).
-static int import_file(Import *im, const char *path, WeightMap *w, int file_index, PtError *e) {
-    StFile f;
-    if (st_open(&f, path, e)) return -1;
+static int import_file(Import *im, const StFile *f, WeightMap *w, int file_index, PtError *e) {
     int rc = 0;
-    for (int i = 0; i < f.n && rc == 0; i++) {
-        const StTensor *t = &f.t[i];
+    for (int i = 0; i < f->n && rc == 0; i++) {
+        const StTensor *t = &f->t[i];
         if (w) {
             int k = weight_map_find(w, t->name);
             if (k < 0) {
                 rc = pt_fail(e, "%s: tensor \"%s\" is not listed in the weight_map of model.safetensors.index.json",
-                             path, t->name);
+                             f->path, t->name);
                 break;
             }
             if (w->file_of[k] != file_index) continue;   // the index says another shard holds it
             w->found[k] = 1;
         }
-        rc = import_tensor(im, &f, t, e);
+        rc = import_tensor(im, f, t, e);
     }
-    st_close(&f);
     return rc;
 }
 
-static int import_sharded(Import *im, const char *index_path, PtError *e) {
-    WeightMap w;
-    if (weight_map_load(&w, index_path, e)) return -1;
-    int rc = 0;
-    for (int s = 0; s < w.n_files && rc == 0; s++) {
-        char *shard = path_join(im->dir, w.file[s]);
-        if (!path_exists(shard))
-            rc = pt_fail(e, "%s: weight_map names shard \"%s\", which does not exist", index_path, w.file[s]);
-        else
-            rc = import_file(im, shard, &w, s, e);
-        free(shard);
+// The weights, opened (their headers checked) before anything is read:
+// model.safetensors, or every shard the index names, in its order.
+typedef struct {
+    WeightMap map;     // empty for a single file
+    StFile *file;
+    int n;
+} Weights;
+
+static void weights_close(Weights *w) {
+    for (int i = 0; i < w->n; i++) st_close(&w->file[i]);
+    free(w->file);
+    weight_map_free(&w->map);
+    memset(w, 0, sizeof *w);
+}
+
+static int weights_open(Weights *w, const char *dir, const char *single, const char *index, PtError *e) {
+    memset(w, 0, sizeof *w);
+    if (path_exists(single)) {
+        w->file = xcalloc(1, sizeof *w->file, "weights");
+        if (st_open(&w->file[0], single, e)) return weights_close(w), -1;
+        w->n = 1;
+        return 0;
     }
-    for (int k = 0; k < w.n_names && rc == 0; k++)
-        if (!w.found[k])
-            rc = pt_fail(e, "%s: weight_map puts tensor \"%s\" in \"%s\", which does not hold it", index_path,
-                         w.name[k], w.file[w.file_of[k]]);
-    weight_map_free(&w);
+    if (!path_exists(index))
+        return pt_fail(e, "%s: no model.safetensors or model.safetensors.index.json (only safetensors weights are "
+                          "supported)", dir);
+    if (weight_map_load(&w->map, index, e)) return -1;
+    w->file = xcalloc((size_t)w->map.n_files, sizeof *w->file, "weights");
+    for (int s = 0; s < w->map.n_files; s++) {
+        char *shard = path_join(dir, w->map.file[s]);
+        int rc = path_exists(shard) ? st_open(&w->file[s], shard, e)
+                                    : pt_fail(e, "%s: weight_map names shard \"%s\", which does not exist", index,
+                                              w->map.file[s]);
+        free(shard);
+        if (rc) return weights_close(w), -1;
+        w->n++;
+    }
+    return 0;
+}
+
+static int import_weights(Import *im, Weights *w, const char *index, PtError *e) {
+    int rc = 0;
+    for (int s = 0; s < w->n && rc == 0; s++) rc = import_file(im, &w->file[s], w->map.n_names ? &w->map : NULL, s, e);
+    for (int k = 0; k < w->map.n_names && rc == 0; k++)
+        if (!w->map.found[k])
+            rc = pt_fail(e, "%s: weight_map puts tensor \"%s\" in \"%s\", which does not hold it", index,
+                         w->map.name[k], w->map.file[w->map.file_of[k]]);
     return rc;
 }
 
@@ -273,6 +300,7 @@ int hf_import(const char *dir, ModelBundle *b, PtError *e) {
     char *single = path_join(dir, "model.safetensors");
     char *index = path_join(dir, "model.safetensors.index.json");
     Import im = {.dir = dir, .b = b};
+    Weights w = {0};
     int rc = -1;
     ModelConfig cfg;
     uint8_t *text = NULL;
@@ -283,21 +311,22 @@ int hf_import(const char *dir, ModelBundle *b, PtError *e) {
     }
     if (read_whole_file(cfg_path, &text, &len, e) || config_from_hf_json(&cfg, (const char *)text, cfg_path, e))
         goto out;
-    bundle_alloc(b, &cfg);
-    im.loaded = xcalloc(b->tt.n, 1, "import flags");
     // Like transformers: a single model.safetensors wins over an index.
-    const char *weights;
-    if (path_exists(single)) {
-        weights = single;
-        if (import_file(&im, single, NULL, 0, e)) goto out;
-    } else if (path_exists(index)) {
-        weights = index;
-        if (import_sharded(&im, index, e)) goto out;
-    } else {
-        pt_fail(e, "%s: no model.safetensors or model.safetensors.index.json (only safetensors weights are supported)",
-                dir);
+    if (weights_open(&w, dir, single, index, e)) goto out;
+    const char *weights = w.map.n_names ? index : single;
+    // The weights hold 2 bytes a parameter at least (bf16, f16): a config.json they cannot fill is refused
+    // before room is made for the model it describes.
+    uint64_t bytes = 0;
+    for (int s = 0; s < w.n; s++) bytes += w.file[s].data_len;
+    if ((double)config_param_count(&cfg) * 2 > (double)bytes) {
+        pt_fail(e, "%s: describes %zu parameters, more than %s holds (%llu bytes of tensors; 2 a parameter at least)",
+                cfg_path, config_param_count(&cfg), w.map.n_names ? "the shards of the index" : "model.safetensors",
+                (unsigned long long)bytes);
         goto out;
     }
+    bundle_alloc(b, &cfg);
+    im.loaded = xcalloc(b->tt.n, 1, "import flags");
+    if (import_weights(&im, &w, index, e)) goto out;
     if (check_complete(&im, weights, e)) goto out;
     if (read_optional(dir, "tokenizer.json", &b->tokenizer_json, &b->tokenizer_json_len, e) ||
         read_optional(dir, "tokenizer_config.json", &b->tokenizer_config_json, &b->tokenizer_config_json_len, e) ||
@@ -306,6 +335,7 @@ int hf_import(const char *dir, ModelBundle *b, PtError *e) {
     rc = 0;
 out:
     if (rc) bundle_free(b);
+    weights_close(&w);
     free(text);
     free(im.loaded);
     free(im.tied_head);

@@ -85,6 +85,12 @@ int lora_checkpoint_load(const char *path, const ModelConfig *mc, const char *ba
     if (!rc && base_hash && strcmp(hash, base_hash))
         rc = pt_fail(e, "%s: trained on the %s base with sha256 %s, but %s has sha256 %s (an adapter applies only to "
                      "the base it was trained on)", path, base, hash, base_name, base_hash);
+    if (!rc) {   // the adapter's size from /lora and the base's config, before room is made for it
+        TensorTable tt;
+        lora_table_build(&tt, mc, &lc);
+        rc = h5_check_declared(f, (double)tt.total * sizeof(float), "/lora", path, e);
+        tensor_table_free(&tt);
+    }
     if (!rc) {
         lora_adapter_alloc(a, mc, &lc);
         strcpy(a->base_sha256, hash);

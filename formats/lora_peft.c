@@ -133,6 +133,15 @@ int lora_peft_import(const char *dir, const ModelConfig *mc, LoraAdapter *a, PtE
     char *cfg_path = path_join(dir, CONFIG_NAME), *w_path = path_join(dir, WEIGHTS_NAME);
     LoraConfig lc;
     int rc = read_config(cfg_path, &lc, e);
+    if (!rc) {   // r and the targets against what the weights file can hold (2 bytes a weight at least)
+        TensorTable tt;
+        lora_table_build(&tt, mc, &lc);
+        int64_t bytes = file_size(w_path);
+        if (bytes >= 0 && (double)tt.total * 2 > (double)bytes)
+            rc = pt_fail(e, "%s: r = %d on these targets makes %zu weights, more than the %lld bytes of %s hold",
+                         cfg_path, lc.rank, tt.total, (long long)bytes, WEIGHTS_NAME);
+        tensor_table_free(&tt);
+    }
     if (!rc) {
         lora_adapter_alloc(a, mc, &lc);
         rc = read_weights(w_path, a, e);

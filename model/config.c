@@ -1,5 +1,6 @@
 #include "config.h"
 #include <jansson.h>
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -70,6 +71,7 @@ static int get_float(json_t *root, const char *key, float *out, const char *src,
     if (!v || json_is_null(v)) return 0;
     if (!json_is_number(v)) return pt_fail(e, "%s: key \"%s\" is not a number", src, key);
     *out = (float)json_number_value(v);
+    if (!isfinite(*out)) return pt_fail(e, "%s: key \"%s\" = %g is past the float32 range", src, key, json_number_value(v));
     return 0;
 }
 
@@ -189,11 +191,23 @@ int config_validate(const ModelConfig *c, const char *src, PtError *e) {
     if (c->vocab_size < 2) return pt_fail(e, "%s: vocab_size %d too small", src, c->vocab_size);
     if (c->max_seq < 1) return pt_fail(e, "%s: max_position_embeddings %d must be positive", src, c->max_seq);
     if (!(c->norm_eps > 0) || !(c->rope_theta > 1)) return pt_fail(e, "%s: rms_norm_eps and rope_theta must be positive", src);
+    // Finite, or the config.json written back would lose them (JSON has no infinity).
+    if (!isfinite(c->norm_eps) || !isfinite(c->rope_theta) || !isfinite(c->init_std))
+        return pt_fail(e, "%s: rms_norm_eps %g, rope_theta %g and initializer_range %g must be finite", src,
+                       c->norm_eps, c->rope_theta, c->init_std);
     if (c->eos_id >= c->vocab_size || c->pad_id >= c->vocab_size || c->bos_id >= c->vocab_size)
         return pt_fail(e, "%s: a special token id is >= vocab_size %d", src, c->vocab_size);
     if (c->choice_id < 0 || c->choice_id >= c->vocab_size)
         return pt_fail(e, "%s: the decision head's row %d is outside the vocabulary [1, %d)", src, c->choice_id,
                        c->vocab_size);
+    // Every size is below 2^30, but their products are not: the count (in double, exact far past the bound)
+    // is held under CONFIG_MAX_PARAMS, so no tensor size or offset computed from the config can overflow.
+    double H = c->d_model, q = (double)c->n_head * c->head_dim, kv = (double)c->n_kv_head * c->head_dim;
+    double params = c->n_layer * (2 * H + 2 * H * q + 2 * H * kv + 3 * H * c->d_ff + 2.0 * c->head_dim) + H +
+                    2.0 * c->vocab_size * H;
+    if (params > CONFIG_MAX_PARAMS)
+        return pt_fail(e, "%s: the sizes describe %.3g parameters, more than the %.3g this program handles", src,
+                       params, (double)CONFIG_MAX_PARAMS);
     return 0;
 }
 

@@ -28,6 +28,9 @@ int config_preset(ModelConfig *c, const char *name, PtError *e);
 int config_from_hf_json(ModelConfig *c, const char *json_text, const char *src, PtError *e);
 // A preset name, a config.json path, or a directory holding config.json.
 int config_load(ModelConfig *c, const char *preset_or_path, PtError *e);
+// Also refuses a config of more than CONFIG_MAX_PARAMS parameters (2^40), so
+// sizes computed from it never overflow.
+#define CONFIG_MAX_PARAMS (1ull << 40)
 int config_validate(const ModelConfig *c, const char *src, PtError *e);
 // HF config.json text for this config (malloc'd), as transformers writes it.
 char *config_to_hf_json(const ModelConfig *c);

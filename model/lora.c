@@ -44,7 +44,8 @@ void lora_targets_format(unsigned mask, char *out, size_t cap) {
 }
 
 int lora_config_check(const LoraConfig *c, const char *src, PtError *e) {
-    if (c->rank < 1) return pt_fail(e, "%s: LoRA rank %d is below 1", src, c->rank);
+    if (c->rank < 1 || c->rank > LORA_MAX_RANK)
+        return pt_fail(e, "%s: LoRA rank %d is outside 1..%d", src, c->rank, LORA_MAX_RANK);
     if (!c->targets || c->targets >> LORA_N_TARGETS)
         return pt_fail(e, "%s: LoRA target mask 0x%x is empty or unknown", src, c->targets);
     if (!isfinite(c->alpha) || c->alpha == 0)

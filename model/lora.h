@@ -38,8 +38,9 @@ int lora_targets_parse(const char *list, unsigned *mask, const char *src, PtErro
 // The canonical list of a mask: "q,k,v,o,gate,up,down" (the table order).
 void lora_targets_format(unsigned mask, char *out, size_t cap);
 static inline float lora_scale(const LoraConfig *c) { return c->alpha / (float)c->rank; }
-// Refuses what the adapter cannot be: rank < 1, no target, alpha zero or not
-// finite, dropout outside [0, 1). src names the origin.
+// Refuses what the adapter cannot be: rank outside 1..LORA_MAX_RANK, no
+// target, alpha zero or not finite, dropout outside [0, 1). src names the origin.
+enum { LORA_MAX_RANK = 65536 };
 int lora_config_check(const LoraConfig *c, const char *src, PtError *e);
 
 // The in and out features of target t's projection in a model of this config.

@@ -8,6 +8,7 @@
 #include <string.h>
 #include <unistd.h>
 #include "../formats/checkpoint.h"
+#include "test_fixture_util.h"
 
 static void roundtrip(const char *preset) {
     PtError e;
@@ -66,17 +67,23 @@ static void test_random_init_statistics(void **s) {
     bundle_free(&a);
 }
 
-static void test_truncated_is_refused(void **s) {
-    (void)s;
+// A random "tiny" model a, saved to a new temporary file named in path (a mkstemp template).
+static void save_tiny(ModelBundle *a, char *path) {
     PtError e;
     ModelConfig cfg;
     assert_int_equal(config_preset(&cfg, "tiny", &e), 0);
-    ModelBundle a, b;
-    bundle_alloc(&a, &cfg);
-    bundle_init_random(&a, 1);
-    char path[] = "/tmp/pocket_ckpt_XXXXXX";
+    bundle_alloc(a, &cfg);
+    bundle_init_random(a, 1);
     close(mkstemp(path));
-    assert_int_equal(checkpoint_save(path, &a, &e), 0);
+    assert_int_equal(checkpoint_save(path, a, &e), 0);
+}
+
+static void test_truncated_is_refused(void **s) {
+    (void)s;
+    PtError e;
+    ModelBundle a, b;
+    char path[] = "/tmp/pocket_ckpt_XXXXXX";
+    save_tiny(&a, path);
     assert_int_equal(truncate(path, 3000), 0);
     assert_int_equal(checkpoint_load(path, &b, &e), -1);
     assert_non_null(strstr(e.msg, path));
@@ -87,6 +94,86 @@ static void test_truncated_is_refused(void **s) {
     assert_non_null(strstr(e.msg, "not an HDF5 file"));
     bundle_free(&a);
     unlink(path);
+}
+
+// Sizes a /config declares are held against the file before room is made for
+// them (found probing fuzz_checkpoint: a /config of a few bytes changed made
+// the loader allocate and zero gigabytes, or die out of memory); and no config
+// may describe more than 2^40 parameters, past which table offsets could overflow.
+static void test_declared_sizes_are_backed(void **s) {
+    (void)s;
+    PtError e;
+    ModelBundle a, b;
+    char path[] = "/tmp/pocket_ckpt_XXXXXX";
+    save_tiny(&a, path);
+    assert_int_equal(checkpoint_load(path, &b, &e), 0);
+    bundle_free(&b);
+    h5_set_int_attr(path, "config", "vocab_size", 1 << 28);   // x 64 embedding floats: 64 GB, from 0.5 MB
+    assert_int_equal(checkpoint_load(path, &b, &e), -1);
+    if (!strstr(e.msg, "/config declares 68.7 GB of data, more than a file of"))
+        fail_msg("%s", e.msg);
+    ModelConfig huge = a.cfg;
+    huge.d_model = huge.vocab_size = 1 << 30;
+    assert_int_equal(config_validate(&huge, "huge", &e), -1);
+    assert_non_null(strstr(e.msg, "huge: the sizes describe 2.31e+18 parameters, more than the 1.1e+12"));
+    bundle_free(&a);
+    unlink(path);
+}
+
+// A tensor whose float type is declared wider than 8 bytes is refused before it is read (found by
+// fuzz_checkpoint: libhdf5 1.10 converted from a 32-bit float declared 524292 bytes wide by reading that
+// many bytes per value past its buffer); the same tensor as float32 loads.
+static void test_damaged_datatype_width(void **s) {
+    (void)s;
+    PtError e;
+    ModelBundle a, b;
+    char path[] = "/tmp/pocket_ckpt_XXXXXX";
+    save_tiny(&a, path);
+    const char *name = "/params/model.embed_tokens.weight";
+    for (size_t width = 4; width <= 16; width += 12) {
+        hid_t f = H5Fopen(path, H5F_ACC_RDWR, H5P_DEFAULT), type = H5Tcopy(H5T_IEEE_F32LE);
+        hsize_t dims[2] = {(hsize_t)a.cfg.vocab_size, (hsize_t)a.cfg.d_model};
+        hid_t space = H5Screate_simple(2, dims, NULL);
+        assert_true(H5Tset_size(type, width) >= 0 && H5Ldelete(f, name, H5P_DEFAULT) >= 0);
+        hid_t ds = H5Dcreate2(f, name, type, space, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
+        assert_true(ds >= 0);
+        H5Dclose(ds);
+        H5Sclose(space);
+        H5Tclose(type);
+        H5Fclose(f);
+        int rc = checkpoint_load(path, &b, &e);
+        if (width == 4) {
+            assert_int_equal(rc, 0);
+            bundle_free(&b);
+        } else {
+            assert_int_equal(rc, -1);
+            if (!strstr(e.msg, "/params/model.embed_tokens.weight holds numbers of 16 bytes each (damaged datatype)"))
+                fail_msg("%s", e.msg);
+        }
+    }
+    bundle_free(&a);
+    unlink(path);
+}
+
+// A config.json value past the float32 range is refused (found probing fuzz_hf_config: initializer_range 1e39 was
+// read as infinity and dropped from the config.json written back, JSON having no infinity), and so is a
+// checkpoint's non-finite one.
+static void test_config_floats_finite(void **s) {
+    (void)s;
+    PtError e;
+    ModelConfig c;
+    const char *keys[] = {"initializer_range", "rope_theta", "rms_norm_eps"};
+    for (int k = 0; k < 3; k++) {
+        char json[300];
+        snprintf(json, sizeof json, "{\"model_type\": \"qwen3\", \"num_hidden_layers\": 1, \"hidden_size\": 8, "
+                 "\"num_attention_heads\": 2, \"intermediate_size\": 8, \"vocab_size\": 16, \"%s\": -1e39}", keys[k]);
+        assert_int_equal(config_from_hf_json(&c, json, "c.json", &e), -1);
+        if (!strstr(e.msg, "= -1e+39 is past the float32 range")) fail_msg("%s", e.msg);
+    }
+    assert_int_equal(config_preset(&c, "tiny", &e), 0);
+    c.init_std = INFINITY;
+    assert_int_equal(config_validate(&c, "ckpt", &e), -1);
+    assert_non_null(strstr(e.msg, "initializer_range inf must be finite"));
 }
 
 static void test_param_count_matches_spec(void **s) {
@@ -110,6 +197,8 @@ int main(void) {
         cmocka_unit_test(test_roundtrip_tied),         cmocka_unit_test(test_roundtrip_untied),
         cmocka_unit_test(test_roundtrip_llama),        cmocka_unit_test(test_random_init_statistics),
         cmocka_unit_test(test_truncated_is_refused),   cmocka_unit_test(test_param_count_matches_spec),
+        cmocka_unit_test(test_declared_sizes_are_backed), cmocka_unit_test(test_config_floats_finite),
+        cmocka_unit_test(test_damaged_datatype_width),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -1,10 +1,13 @@
 // test_cli_util.h: what the tests that drive the `pocket` binary share: the
-// binary ($POCKET), a shell command with printf arguments, and a tiny Qwen3
+// binary ($POCKET), a shell command with printf arguments, a check that a
+// command left no output behind, and a tiny Qwen3
 // checkpoint of the fixture tokenizer's vocabulary (1505 ids) to train.
 #pragma once
+#include <dirent.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <sys/wait.h>
 
 static inline const char *pocket(void) { return getenv("POCKET") ? getenv("POCKET") : "./pocket"; }
@@ -18,6 +21,18 @@ __attribute__((format(printf, 1, 2))) static inline int sh(const char *fmt, ...)
     va_end(ap);
     int st = system(cmd);
     return WIFEXITED(st) ? WEXITSTATUS(st) : 128;
+}
+
+// 1 when no entry of dir starts with prefix (no output, no PATH.tmp.PID left behind).
+static inline int no_entry_with_prefix(const char *dir, const char *prefix) {
+    DIR *d = opendir(dir);
+    if (!d) return 1;
+    struct dirent *ent;
+    int none = 1;
+    while ((ent = readdir(d)) != NULL)
+        if (strncmp(ent->d_name, prefix, strlen(prefix)) == 0) none = 0;
+    closedir(d);
+    return none;
 }
 
 // path: a tiny Qwen3 config.json (2 layers, heads 4/2, tied, the fixture

@@ -189,6 +189,7 @@ typedef struct {
     uint8_t mask[6];
     uint64_t vocab, n_tokens_attr, n_docs_attr;
     int without_vocab_attr;
+    hsize_t declared_tokens;   // != 0: /tokens declares this many entries in chunks never written
 } RawSpec;
 
 static void write_u64(hid_t f, const char *name, uint64_t v) {
@@ -223,7 +224,16 @@ static void write_raw(const char *path, const RawSpec *s) {
     if (!s->without_vocab_attr) write_u64(f, "vocab_size", s->vocab);
     write_u64(f, "n_tokens", s->n_tokens_attr);
     write_u64(f, "n_docs", s->n_docs_attr);
-    if (s->tok_type >= 0) write_vec(f, "tokens", s->tok_type, H5T_NATIVE_UINT64, s->tokens, s->n_tokens_data);
+    if (s->declared_tokens) {
+        hsize_t chunk = 1 << 16;
+        hid_t sp = H5Screate_simple(1, &s->declared_tokens, NULL), dcpl = H5Pcreate(H5P_DATASET_CREATE);
+        H5Pset_chunk(dcpl, 1, &chunk);
+        H5Dclose(H5Dcreate2(f, "tokens", s->tok_type, sp, H5P_DEFAULT, dcpl, H5P_DEFAULT));
+        H5Pclose(dcpl);
+        H5Sclose(sp);
+    } else if (s->tok_type >= 0) {
+        write_vec(f, "tokens", s->tok_type, H5T_NATIVE_UINT64, s->tokens, s->n_tokens_data);
+    }
     if (s->off_type >= 0) write_vec(f, "doc_offsets", s->off_type, H5T_NATIVE_UINT64, s->offsets, s->n_offsets);
     if (s->with_mask) write_vec(f, "loss_mask", H5T_STD_U8LE, H5T_NATIVE_UINT8, s->mask, s->n_tokens_data);
     H5Fclose(f);
@@ -249,7 +259,7 @@ static void test_bad_files(void **state) {
     assert_int_equal(ds.loss_mask[4], 1);
     dataset_close(&ds);
 
-    BadCase cases[16];
+    BadCase cases[20];
     int n = 0;
     s = good_spec(); s.tok_type = -1;                        cases[n++] = (BadCase){"/tokens", s};
     s = good_spec(); s.off_type = -1;                        cases[n++] = (BadCase){"/doc_offsets", s};
@@ -266,6 +276,10 @@ static void test_bad_files(void **state) {
     s = good_spec(); s.n_docs_attr = 3;                      cases[n++] = (BadCase){"/doc_offsets has 3 entries", s};
     s = good_spec(); s.without_vocab_attr = 1;               cases[n++] = (BadCase){"vocab_size", s};
     s = good_spec(); s.kind = "pretrain";                    cases[n++] = (BadCase){"kind", s};
+    // A length no file this small holds (chunks never written read as zeros): refused before 128 GB are
+    // allocated for it (found probing fuzz_dataset).
+    s = good_spec(); s.declared_tokens = s.n_tokens_attr = 1ull << 36;
+    cases[n++] = (BadCase){"/tokens declares 137 GB of data, more than a file of", s};
     for (int i = 0; i < n; i++) {
         write_raw(path, &cases[i].s);
         expect_open_error(path, cases[i].needle);

@@ -18,6 +18,7 @@
 #include <cmocka.h>
 #include "../model/bundle.h"
 #include "../formats/safetensors.h"
+#include "test_cli_util.h"
 
 extern char **environ;
 
@@ -84,17 +85,6 @@ static void run_pocket(Ctx *c, Run *r, const char *a1, const char *a2, const cha
 }
 
 // No entry of dir starts with prefix (catches OUT.h5 and OUT.h5.tmp.PID).
-static int no_entry_with_prefix(const char *dir, const char *prefix) {
-    DIR *d = opendir(dir);
-    if (!d) return 1;
-    struct dirent *ent;
-    int none = 1;
-    while ((ent = readdir(d)) != NULL)
-        if (strncmp(ent->d_name, prefix, strlen(prefix)) == 0) none = 0;
-    closedir(d);
-    return none;
-}
-
 // `pocket import DIR --out OUT` must fail with one line naming `file_part` and
 // saying `must_say`, and leave nothing named OUT.h5*.
 static void expect_import_fails(Ctx *c, const char *dir, const char *file_part, const char *must_say) {
@@ -468,6 +458,28 @@ static void test_sharded_errors(void **state) {
     free(dir);
 }
 
+// A config.json whose sizes the weights cannot hold is refused before room is made for the model it describes
+// (found probing fuzz_hf_import: a config.json edited to a huge vocabulary made the import allocate and zero
+// gigabytes); single file and sharded.
+static void test_config_larger_than_weights(void **state) {
+    Ctx *c = *state;
+    const ModelSpec *specs[2] = {&TINY, &(ModelSpec){.preset = "tiny", .dtype = "BF16", .shards = 2}};
+    const char *holder[2] = {"more than model.safetensors holds", "more than the shards of the index holds"};
+    for (int k = 0; k < 2; k++) {
+        char *dir = make_model_dir(c, k ? "hugevocab-sharded" : "hugevocab", specs[k]);
+        ModelConfig cfg;
+        PtError e;
+        assert_int_equal(config_preset(&cfg, "tiny", &e), 0);
+        cfg.vocab_size = 1 << 28;
+        char *text = config_to_hf_json(&cfg);
+        write_text(dir, "config.json", text);
+        free(text);
+        expect_import_fails(c, dir, "config.json", "describes 17179955584 parameters");
+        expect_import_fails(c, dir, "config.json", holder[k]);
+        free(dir);
+    }
+}
+
 // ------------------------------------------------------------ good inputs
 
 // Every table tensor of b is in DIR/model.safetensors with `dtype`, and its
@@ -632,6 +644,7 @@ int main(void) {
         cmocka_unit_test(test_tied_head_differs),
         cmocka_unit_test(test_other_sources),
         cmocka_unit_test(test_sharded_errors),
+        cmocka_unit_test(test_config_larger_than_weights),
         cmocka_unit_test(test_bad_tokenizer_files),
         cmocka_unit_test(test_good_imports),
         cmocka_unit_test(test_export_errors),

@@ -185,10 +185,101 @@ static void test_jinja_corners(void **state) {
     expect_error("{% include 'x' %}", "unsupported tag");
 }
 
+// What a hostile or broken template meets: each limit is one clear error
+// naming the place, reached in bounded time and memory (docs/fuzzing.md).
+static void test_jinja_limits(void **state) {
+    (void)state;
+    // Lexing is linear: 50,000 tags (400 kB) take 0.04 s (47 s when every
+    // token's line was counted from the start; the bound leaves room for a
+    // loaded machine), and a late error still names its line and column.
+    size_t n = 50000;
+    char *big = malloc(8 * n + 16);
+    for (size_t i = 0; i < n; i++) memcpy(big + 8 * i, "{{ 1 }}\n", 8);
+    strcpy(big + 8 * n, "x{{ + }}");
+    double t0 = now_seconds();
+    expect_error(big, "t:50001:7: expected an expression");
+    assert_true(now_seconds() - t0 < 5.0);
+    free(big);
+    // Nesting past JINJA_MAX_NESTING (200) is an error where the parser
+    // recursed until the stack ran out (at 20,000 nested ifs, 6,000 brackets) or the
+    // renderer did (10,000 nots); 60 levels are fine.
+    big = malloc(8 * n + 16);
+    for (size_t i = 0; i < n; i++) memcpy(big + 8 * i, "{%if 1%}", 8);
+    big[8 * n] = 0;
+    expect_error(big, "nested too deeply (more than 200 levels)");
+    const struct { const char *open, *close; int levels; } chains[] = {{"(", ")", 6000}, {"not ", "", 10000}, {"-", "", 10000}};
+    for (int k = 0; k < 3; k++) {
+        char *p = big;
+        p += sprintf(p, "{{ ");
+        for (int i = 0; i < chains[k].levels; i++) p += sprintf(p, "%s", chains[k].open);
+        p += sprintf(p, "1");
+        for (int i = 0; i < chains[k].levels; i++) p += sprintf(p, "%s", chains[k].close);
+        sprintf(p, " }}");
+        expect_error(big, "nested too deeply");
+    }
+    free(big);
+    // 64-bit integers: a result past them is an error (Python's ints would grow; C's are undefined there).
+    expect("{{ 9223372036854775807 - 1 }}|{{ (-1) ** 65 }}|{{ 2 ** 62 }}|{{ (-9223372036854775807 - 1) % -1 }}"
+           "|{{ '3.7'|int }}|{{ 'x'|int(5) }}|{{ 'nan'|float|int }}|{{ 'abc'[::9223372036854775807] }}"
+           "|{{ (-9223372036854775807 - 1) is divisibleby(-1) }}|{{ range(9223372036854775806, 9223372036854775807, 5)|list }}",
+           "9223372036854775806|-1|4611686018427387904|0|3|5|0|a|True|[9223372036854775806]");
+    const char *const overflows[] = {"{{ 9223372036854775807 + 1 }}", "{{ -9223372036854775807 - 2 }}",
+                                     "{{ 4611686018427387904 * 2 }}", "{{ 3 ** 41 }}",
+                                     "{{ (-9223372036854775807 - 1) // -1 }}", "{{ -(-9223372036854775807 - 1) }}",
+                                     "{{ (-9223372036854775807 - 1)|abs }}", "{{ 1e300|int }}",
+                                     "{{ '99999999999999999999'|int }}"};
+    for (size_t i = 0; i < sizeof overflows / sizeof overflows[0]; i++)
+        expect_error(overflows[i], "integer overflow: the result does not fit in 64 bits");
+    expect_error("{{ 99999999999999999999 }}", "t:1:4: integer literal out of the 64-bit range");
+    // A namespace may hold itself (Python compares it by identity first); two that hold each other nest without
+    // end, which Python refuses too (RecursionError). A list or dict is not a key, as in Python.
+    expect("{% set ns = namespace() %}{% set ns.x = ns %}{{ ns == ns }}|{{ ns in [ns] }}|{{ [ns] == [ns] }}",
+           "True|True|True");
+    expect_error("{% set a = namespace() %}{% set b = namespace() %}{% set a.x = b %}{% set b.x = a %}{{ a == b }}",
+                 "nested deeper than 200 levels");
+    expect_error("{{ {[1]: 2} }}", "t:1:5: unhashable type: 'list'");
+    expect("{{ {1: 'a', 'k': none, true: 2}[1] }}", "2");
+    // Work and memory are bounded per render (here 4,000,000 steps + 4 x 26 bytes + 1,000 x 1 message of
+    // variables, and 32 MB + 64 x 26 bytes): a
+    // loop without end in practice, output or values that grow without end, slow searches in a loop, and a
+    // macro that recurses through deep expressions each end in one error, in a twentieth of a second (the
+    // bound of 5 s leaves room for a loaded machine; without the bounds they ran for hours or ran out of memory).
+    const struct { const char *src, *says; } bounded[] = {
+        {"{% for i in range(100000) %}{% for j in range(100000) %}{% endfor %}{% endfor %}", "uses more than 32 MB"},
+        {"{% for i in range(100000) %}{% if i + i + i + i + i + i + i + i + i + i + i + i + i + i + i + i + i + i + i"
+         " + i + i + i + i + i + i + i + i + i + i + i + i + i + i + i + i + i + i + i + i + i == -1 %}{% endif %}"
+         "{% endfor %}", "t:1:153: the template takes more than 4001104 steps"},
+        {"{% set ns = namespace(s='ab') %}{% for i in range(60) %}{% set ns.s = ns.s ~ ns.s %}{% endfor %}",
+         "t:1:71: the template uses more than 32 MB of memory"},
+        {"{% set ns = namespace(l=[1]) %}{% for i in range(60) %}{% set ns.l = ns.l + ns.l %}{% endfor %}",
+         "uses more than 32 MB"},
+        {"{% set s = 'a' * 100000 %}{% set t = s ~ '' %}{% for i in range(100000) %}{% if s == t %}{% endif %}{% endfor %}",
+         "takes more than"},
+        {"{% set s = 'a' * 100000 %}{% for i in range(100000) %}{{ s.strip(s ~ 'b') }}{% endfor %}", "takes more than"},
+        {"{{ ('a' * 100000).replace('', 'b' * 1000) }}", "uses more than 32 MB"},
+        {"{{ 'x'|indent(100000000000, true) }}", "uses more than 32 MB"},
+        {"{% macro f(n) %}{{ not not not not not not not not not not not not not not not not not not not not not not not not not not not not not not f(n) }}{% endmacro %}{{ f(1) }}",
+         "nests deeper than 2000 levels as it renders"},
+        {"{% macro f(n) %}{{ f(n) }}{% endmacro %}{{ f(1) }}", "macro calls nested too deeply"},
+    };
+    for (size_t i = 0; i < sizeof bounded / sizeof bounded[0]; i++) {
+        t0 = now_seconds();
+        expect_error(bounded[i].src, bounded[i].says);
+        if (now_seconds() - t0 > 5.0) fail_msg("%s: %.2f s", bounded[i].src, now_seconds() - t0);
+    }
+    // Within the bounds: searches and replacements on long strings run in linear time.
+    expect("{% set s = 'ab' * 100000 %}{{ s.count('ba') }}|{{ s.find('bb') }}|{{ s.replace('ab', 'c')|length }}"
+           "|{{ s.split('ba')|length }}|{{ 'abab'.count('') }}|{{ 'xab'.find('') }}|{{ 'aXbXc'.replace('X', '', 1) }}",
+           "99999|-1|100000|100000|5|0|abXc");
+    expect("{{ " "((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((1))))))))))))))))))))))))))))))))))))))))))))))))))))))))))))"
+           " }}|{{ not not not not 1 }}|{{ - - 2 }}", "1|True|2");
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_families_match_transformers),
         cmocka_unit_test(test_jinja_corners),
+        cmocka_unit_test(test_jinja_limits),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -234,6 +234,18 @@ static void test_round_trip(void **s) {
     lora_adapter_free(&x);
     lora_adapter_free(&y);
     lora_adapter_free(&z);
+    // A /lora rank no file of this size can hold, or past 65536, is refused before room is made for it (found
+    // probing fuzz_lora_checkpoint: rank 2^30 asked for 1.6 TB).
+    const struct { int rank; const char *says; } ranks[] = {{60000, "/lora declares 0.469 GB of data, more than a file of"},
+                                                             {1 << 30, "LoRA rank 1073741824 is outside 1..65536"}};
+    for (int k = 0; k < 2; k++) {
+        assert_int_equal(sh("cp %s %s/rank.h5", a1, g_dir), 0);
+        char path[300];
+        snprintf(path, sizeof path, "%s/rank.h5", g_dir);
+        h5_set_int_attr(path, "lora", "rank", ranks[k].rank);
+        assert_int_equal(lora_checkpoint_load(path, &b.cfg, NULL, NULL, &x, &e), -1);
+        if (!strstr(e.msg, ranks[k].says)) fail_msg("%s", e.msg);
+    }
     bundle_free(&b);
 }
 
@@ -287,6 +299,7 @@ static void test_bad_input(void **s) {
         {"unknown", "s/\"q_proj\"/\"fc1\"/", "target module \"fc1\" is not one of"},
         {"regex", "s/\"target_modules\": \\[/\"target_modules\": \".*proj\", \"x\": [/", "is a pattern"},
         {"rank", "s/\"r\": 4/\"r\": 8/", "has shape [4, 100], the base and r = 8 imply [8, 100]"},
+        {"huge_rank", "s/\"r\": 4/\"r\": 65536/", "r = 65536 on these targets makes"},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         variant(cases[i].name, cases[i].sed);

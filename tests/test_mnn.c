@@ -155,6 +155,25 @@ static void export_then_inspect_and_detect_damage(void **state) {
     assert_int_equal(st.n_linears, 2 * 7 + 1);
     FILE *devnull = fopen("/dev/null", "w");
     if (mnn_inspect(dir, devnull, &e)) fail_msg("%s", e.msg);
+    // A weight reference whose offset and sizes overflow 64 bits together (found by fuzz_mnn_inspect; the sum
+    // was a signed overflow): layer 0's q_proj refers to [offset, 22 + 64 * 64 / 2 code bytes, 64 * 4 alpha
+    // bytes], here with the offset made 2^63 - 1.
+    char *graph_path = path_join(dir, "llm.mnn");
+    uint8_t *graph;
+    size_t graph_len;
+    if (read_whole_file(graph_path, &graph, &graph_len, &e)) fail_msg("%s", e.msg);
+    const int64_t sizes[2] = {22 + 64 * 64 / 2, 64 * 4}, huge = INT64_MAX;
+    uint8_t *ref = memmem(graph + 8, graph_len - 8, sizes, sizeof sizes);
+    assert_non_null(ref);
+    memcpy(ref - 8, &huge, 8);
+    FILE *f = fopen(graph_path, "wb");
+    assert_int_equal(fwrite(graph, 1, graph_len, f), graph_len);
+    fclose(f);
+    assert_int_equal(mnn_inspect(dir, devnull, &e), -1);
+    assert_non_null(strstr(e.msg, "references 9223372036854775807 + 2070 + 256 bytes, the file has"));
+    free(graph);
+    free(graph_path);
+    if (mnn_export(&b, &q, dir, &o, &st, &e)) fail_msg("%s", e.msg);
     // One byte short: the lm_head's alpha now runs past the end.
     char *weight = path_join(dir, "llm.mnn.weight");
     assert_int_equal(truncate(weight, st.weight_bytes - 1), 0);

@@ -40,6 +40,24 @@ static void dtype_name(hid_t type, char buf[16]) {
 
 // ---------------------------------------------------------------- files
 
+// The size of the file obj lies in (0 when unknown).
+static double file_bytes(hid_t obj) {
+    hid_t f = H5Iget_file_id(obj);
+    hsize_t size = 0;
+    if (f >= 0) {
+        H5Fget_filesize(f, &size);
+        H5Fclose(f);
+    }
+    return (double)size;
+}
+
+int h5_check_declared(hid_t obj, double bytes, const char *what, const char *path, PtError *e) {
+    const double deflate_max = 1032, have = file_bytes(obj);
+    if (bytes <= have * deflate_max) return 0;
+    return pt_fail(e, "%s: %s declares %.3g GB of data, more than a file of %.0f bytes holds even deflated (damaged?)",
+                   path, what, bytes / 1e9, have);
+}
+
 int h5_is_file(const char *path) {
     quiet();
     return path_exists(path) && !path_is_dir(path) && H5Fis_hdf5(path) > 0;
@@ -222,7 +240,11 @@ static char *read_string(hid_t obj, hid_t type, int is_attr) {
         if (st >= 0 && v) s = xstrdup(v);
         H5free_memory(v);
     } else {
-        size_t n = H5Tget_size(type);
+        size_t n = H5Tget_size(type);   // stored as it is: a length past the file's is a damaged header
+        if ((double)n > file_bytes(obj)) {
+            H5Tclose(mem);
+            return NULL;
+        }
         v = xcalloc(n + 1, 1, "string");
         H5Tset_size(mem, n + 1);
         herr_t st = is_attr ? H5Aread(obj, mem, v) : H5Dread(obj, mem, H5S_ALL, H5S_ALL, H5P_DEFAULT, v);
@@ -323,8 +345,18 @@ static hid_t open_dataset(hid_t loc, const char *name, H5DatasetInfo *info, cons
     info->rank = H5Sget_simple_extent_ndims(space);
     if (info->rank >= 0 && info->rank <= H5_MAX_RANK) H5Sget_simple_extent_dims(space, info->dims, NULL);
     info->stored_bytes = H5Dget_storage_size(ds);
+    // A number wider than 8 bytes is a damaged datatype (a 32-bit float declared 524292 bytes wide): libhdf5
+    // 1.10 converts from it by reading that many bytes per value past its buffers (later releases refuse it)
+    H5T_class_t cls = H5Tget_class(type);
+    size_t width = H5Tget_size(type);
     H5Sclose(space);
     H5Tclose(type);
+    if ((cls == H5T_INTEGER || cls == H5T_FLOAT) && width > 8) {
+        char where[512];
+        object_path(loc, name, where, sizeof where);
+        H5Dclose(ds);
+        return pt_fail(e, "%s: %s holds numbers of %zu bytes each (damaged datatype)", path, where, width);
+    }
     return ds;
 }
 
@@ -364,7 +396,7 @@ static int read_checked(hid_t loc, const char *name, hid_t type, int rank, const
         rc = pt_fail(e, "%s: %s has shape %s, expected %s", path, where, got, expect);
     } else if (H5Tget_class(type) == H5T_FLOAT ? strncmp(info.dtype, "float", 5) : strcmp(info.dtype, want)) {
         rc = pt_fail(e, "%s: %s has the wrong dtype (%s, want %s)", path, where, info.dtype, want);
-    } else {
+    } else if (!alloc || !(rc = h5_check_declared(ds, (double)n * (double)H5Tget_size(type), where, path, e))) {
         void *buf = alloc ? xmalloc(n * H5Tget_size(type), name) : *out;
         char why[200];
         if (n && H5Dread(ds, type, H5S_ALL, H5S_ALL, H5P_DEFAULT, buf) < 0)
@@ -392,7 +424,13 @@ int h5_read_bytes(hid_t loc, const char *name, char **data, size_t *len, const c
     if (ds < 0) return -1;
     int rc = -1;
     *data = NULL;
+    char where[512];
+    object_path(loc, name, where, sizeof where);
     if (info.rank == 1 && (!strcmp(info.dtype, "uint8") || !strcmp(info.dtype, "int8"))) {
+        if (h5_check_declared(ds, (double)info.dims[0], where, path, e)) {
+            H5Dclose(ds);
+            return -1;
+        }
         *len = info.dims[0];
         *data = xmalloc(*len + 1, name);
         (*data)[*len] = 0;
@@ -410,6 +448,5 @@ int h5_read_bytes(hid_t loc, const char *name, char **data, size_t *len, const c
     if (rc == 0) return 0;
     free(*data);
     *data = NULL;
-    char where[512];
-    return pt_fail(e, "%s: %s is neither bytes nor a string", path, object_path(loc, name, where, sizeof where));
+    return pt_fail(e, "%s: %s is neither bytes nor a string", path, where);
 }

@@ -28,6 +28,12 @@ int h5_output_create(H5Output *out, const char *path, PtError *e);
 int h5_output_commit(H5Output *out, PtError *e);
 void h5_output_abort(H5Output *out);   // closes and removes the temporary file, as a failed commit does
 
+// Refuses data no file of obj's size can store, before room is made for it:
+// `bytes` of data take at least bytes / 1032 bytes of file (deflate's bound),
+// so a header or attribute declaring more (`what`: "/config", "/tokens") is
+// one error naming the file rather than gigabytes allocated.
+int h5_check_declared(hid_t obj, double bytes, const char *what, const char *path, PtError *e);
+
 // ---- groups and links; a name may be a path ("optim/m") relative to loc
 int h5_exists(hid_t loc, const char *name);         // 1 when every part of the path exists
 hid_t h5_create_group(hid_t loc, const char *name);

@@ -88,6 +88,11 @@ int path_exists(const char *path) {
     return stat(path, &st) == 0;
 }
 
+int64_t file_size(const char *path) {
+    struct stat st;
+    return stat(path, &st) == 0 && S_ISREG(st.st_mode) ? (int64_t)st.st_size : -1;
+}
+
 char *path_join(const char *dir, const char *name) {
     size_t a = strlen(dir), b = strlen(name);
     char *p = xmalloc(a + b + 2, "path");

@@ -27,6 +27,7 @@ char *xstrdup(const char *s);
 int read_whole_file(const char *path, uint8_t **data, size_t *len, PtError *e);
 int path_is_dir(const char *path);
 int path_exists(const char *path);
+int64_t file_size(const char *path);   // bytes of a regular file; -1 when it is not one
 char *path_join(const char *dir, const char *name);   // malloc'd
 
 // Output files are written to PATH.tmp.PID and renamed over PATH on commit, so
