@@ -24,8 +24,9 @@
 # first of BENCH_QAT_SEEDS), BENCH_QAT_WINDOWS (held-out windows of 512 tokens, default 32: 16,384
 # positions; the float model's logits of each are kept in ref-cache/, 3.2 GB),
 # BENCH_QAT_ROWS (which rows to make: default "rtn llmexport-rtn hqq awq qat
-# synth"; instances with disjoint rows or seeds may run side by side on a
-# machine with cores to spare, OMP_NUM_THREADS each), BENCH_QAT_SYNTH (sampled
+# synth task", task being recipes/qat-bench/task.sh's exact-match table;
+# instances with disjoint rows or seeds may run side by side on a machine
+# with cores to spare, OMP_NUM_THREADS each), BENCH_QAT_SYNTH (sampled
 # sequences per seed, default 400: one pass of qat.ini's 200 steps of 2).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -35,7 +36,7 @@ SEEDS=${BENCH_QAT_SEEDS:-"1234 5678"}
 GRIDS=${BENCH_QAT_GRIDS:-"asym sym"}
 SYM_SEEDS=${BENCH_QAT_SYM_SEEDS:-${SEEDS%% *}}
 WINDOWS=${BENCH_QAT_WINDOWS:-32}
-ROWS=" ${BENCH_QAT_ROWS:-rtn llmexport-rtn hqq awq qat synth} "
+ROWS=" ${BENCH_QAT_ROWS:-rtn llmexport-rtn hqq awq qat synth task} "
 SYNTH=${BENCH_QAT_SYNTH:-400}
 POCKET=./pocket
 PY=tests/.venv/bin/python
@@ -165,3 +166,5 @@ for grid in $GRIDS; do
     done
 done
 $PY $HERE/table.py "$OUT/results" | tee "$OUT/table.md"
+# the task half: SFT on the demo's task, then RTN, llmexport --hqq and distilled QAT by exact match in the runtime
+if row task; then bash $HERE/task.sh | tee "$OUT/task-table.md"; fi
