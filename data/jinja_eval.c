@@ -362,7 +362,10 @@ static JVal eval_node(Render *r, Scope *s, const JNode *n) {
         }
         return jv_undef(n->name);
     }
-    case N_INDEX: return index_value(r, n, eval(r, s, n->a), eval(r, s, n->b));
+    case N_INDEX: {  // left before right, as jinja2 does (C leaves argument order open): errors name one place
+        JVal obj = eval(r, s, n->a);
+        return index_value(r, n, obj, eval(r, s, n->b));
+    }
     case N_SLICE: return slice_value(r, n, eval(r, s, n->a), s);
     case N_CALL: return eval_call(r, s, n);
     case N_FILTER: {
@@ -383,7 +386,10 @@ static JVal eval_node(Render *r, Scope *s, const JNode *n) {
         if (v.t == JV_FLOAT) return jv_float(-v.f);
         jr_fail(r, n, "bad operand type for unary -: %s", jv_type_name(v.t));
     }
-    case N_BIN: return binop(r, n, eval(r, s, n->a), eval(r, s, n->b));
+    case N_BIN: {
+        JVal a = eval(r, s, n->a);
+        return binop(r, n, a, eval(r, s, n->b));
+    }
     case N_AND: {
         JVal a = eval(r, s, n->a);
         return jv_truthy(a) ? eval(r, s, n->b) : a;

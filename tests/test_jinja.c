@@ -248,9 +248,9 @@ static void test_jinja_limits(void **state) {
         {"{% for i in range(100000) %}{% for j in range(100000) %}{% endfor %}{% endfor %}", "uses more than 32 MB"},
         {"{% for i in range(100000) %}{% if i + i + i + i + i + i + i + i + i + i + i + i + i + i + i + i + i + i + i"
          " + i + i + i + i + i + i + i + i + i + i + i + i + i + i + i + i + i + i + i + i + i == -1 %}{% endif %}"
-         "{% endfor %}", "t:1:153: the template takes more than 4001104 steps"},
+         "{% endfor %}", "t:1:109: the template takes more than 4001104 steps"},  // left operand first: one place with every compiler
         {"{% set ns = namespace(s='ab') %}{% for i in range(60) %}{% set ns.s = ns.s ~ ns.s %}{% endfor %}",
-         "t:1:71: the template uses more than 32 MB of memory"},
+         "t:1:78: the template uses more than 32 MB of memory"},
         {"{% set ns = namespace(l=[1]) %}{% for i in range(60) %}{% set ns.l = ns.l + ns.l %}{% endfor %}",
          "uses more than 32 MB"},
         {"{% set s = 'a' * 100000 %}{% set t = s ~ '' %}{% for i in range(100000) %}{% if s == t %}{% endif %}{% endfor %}",
