@@ -9,6 +9,7 @@
 #include "../formats/safetensors.h"
 #include "../formats/checkpoint.h"
 #include "../formats/lora_checkpoint.h"
+#include "../util/h5.h"
 #include "commands.h"
 
 static void help(FILE *f) {
@@ -25,8 +26,7 @@ static void help(FILE *f) {
 }
 
 static int h5_has(const char *path, const char *name) {
-    H5Eset_auto2(H5E_DEFAULT, NULL, NULL);
-    hid_t f = H5Fopen(path, H5F_ACC_RDONLY, H5P_DEFAULT);
+    hid_t f = h5_open_read(path, NULL);   // a damaged file: the loader tried next says what is wrong
     if (f < 0) return 0;
     int has = H5Lexists(f, name, H5P_DEFAULT) > 0;
     H5Fclose(f);

@@ -58,6 +58,16 @@ int h5_check_declared(hid_t obj, double bytes, const char *what, const char *pat
                    path, what, bytes / 1e9, have);
 }
 
+int h5_check_number_width(hid_t type, const char *what, const char *path, PtError *e) {
+    // A number wider than 8 bytes is a damaged datatype (a 32-bit float declared 524292 bytes wide): libhdf5
+    // 1.10 converts from it by reading that many bytes per value past its buffers (later releases refuse it)
+    H5T_class_t cls = H5Tget_class(type);
+    size_t width = H5Tget_size(type);
+    if ((cls == H5T_INTEGER || cls == H5T_FLOAT) && width > 8)
+        return pt_fail(e, "%s: %s holds numbers of %zu bytes each (damaged datatype)", path, what, width);
+    return 0;
+}
+
 int h5_is_file(const char *path) {
     quiet();
     return path_exists(path) && !path_is_dir(path) && H5Fis_hdf5(path) > 0;
@@ -67,6 +77,7 @@ hid_t h5_open_read(const char *path, PtError *e) {
     quiet();
     if (!path_exists(path)) return pt_fail(e, "%s: no such file", path);
     if (!h5_is_file(path)) return pt_fail(e, "%s: not an HDF5 file (or truncated)", path);
+    if (h5_probe(path, e)) return -1;
     hid_t f = H5Fopen(path, H5F_ACC_RDONLY, H5P_DEFAULT);
     char why[200];
     if (f < 0) return pt_fail(e, "%s: cannot open as HDF5 (corrupt or truncated?): %s", path, reason(why));
@@ -228,9 +239,7 @@ int h5_read_attr(hid_t obj, const char *name, hid_t type, void *value, size_t co
     return rc;
 }
 
-// A scalar string, fixed or variable length, of an attribute or a dataset
-// (is_attr picks the reader), malloc'd; NULL when it cannot be read.
-static char *read_string(hid_t obj, hid_t type, int is_attr) {
+char *h5_read_string(hid_t obj, hid_t type, int is_attr) {
     hid_t mem = H5Tcopy(H5T_C_S1);
     H5Tset_cset(mem, H5Tget_cset(type));   // HDF5 does not convert between charsets
     char *s = NULL, *v = NULL;
@@ -260,7 +269,7 @@ int h5_read_str_attr(hid_t obj, const char *name, char **s, const char *path, Pt
     hid_t attr = open_attr(obj, name, where, sizeof where, path, e);
     if (attr < 0) return -1;
     hid_t type = H5Aget_type(attr);
-    *s = H5Tget_class(type) == H5T_STRING ? read_string(attr, type, 1) : NULL;
+    *s = H5Tget_class(type) == H5T_STRING ? h5_read_string(attr, type, 1) : NULL;
     H5Tclose(type);
     H5Aclose(attr);
     return *s ? 0 : pt_fail(e, "%s: attribute '%s' of %s is not a readable string", path, name, where);
@@ -345,19 +354,12 @@ static hid_t open_dataset(hid_t loc, const char *name, H5DatasetInfo *info, cons
     info->rank = H5Sget_simple_extent_ndims(space);
     if (info->rank >= 0 && info->rank <= H5_MAX_RANK) H5Sget_simple_extent_dims(space, info->dims, NULL);
     info->stored_bytes = H5Dget_storage_size(ds);
-    // A number wider than 8 bytes is a damaged datatype (a 32-bit float declared 524292 bytes wide): libhdf5
-    // 1.10 converts from it by reading that many bytes per value past its buffers (later releases refuse it)
-    H5T_class_t cls = H5Tget_class(type);
-    size_t width = H5Tget_size(type);
+    char where[512];
+    int rc = h5_check_number_width(type, object_path(loc, name, where, sizeof where), path, e);
     H5Sclose(space);
     H5Tclose(type);
-    if ((cls == H5T_INTEGER || cls == H5T_FLOAT) && width > 8) {
-        char where[512];
-        object_path(loc, name, where, sizeof where);
-        H5Dclose(ds);
-        return pt_fail(e, "%s: %s holds numbers of %zu bytes each (damaged datatype)", path, where, width);
-    }
-    return ds;
+    if (rc) H5Dclose(ds);
+    return rc ? -1 : ds;
 }
 
 int h5_dataset_info(hid_t loc, const char *name, H5DatasetInfo *info, const char *path, PtError *e) {
@@ -437,7 +439,7 @@ int h5_read_bytes(hid_t loc, const char *name, char **data, size_t *len, const c
         if (*len == 0 || H5Dread(ds, H5T_NATIVE_UCHAR, H5S_ALL, H5S_ALL, H5P_DEFAULT, *data) >= 0) rc = 0;
     } else if (info.rank == 0 && !strcmp(info.dtype, "string")) {
         hid_t type = H5Dget_type(ds);
-        *data = read_string(ds, type, 0);
+        *data = h5_read_string(ds, type, 0);
         H5Tclose(type);
         if (*data) {
             *len = strlen(*data);

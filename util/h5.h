@@ -18,7 +18,15 @@
 
 // ---- files
 int h5_is_file(const char *path);                  // an existing regular file in HDF5 format
-hid_t h5_open_read(const char *path, PtError *e);  // read-only; <0 on error (no such file, not HDF5, corrupt)
+// Read-only; <0 on error (no such file, not HDF5, corrupt). The file is first
+// walked by h5_probe, so a header crafted against libhdf5 is refused here.
+hid_t h5_open_read(const char *path, PtError *e);
+// Walks the file's structure in a child process with a CPU bound (0.3 s plus
+// 10 s per GB of file) and, outside sanitizer builds, a 4 GB memory bound: its
+// links, objects, attributes and their values, datasets' types, shapes and
+// chunk indexes. A file on which libhdf5 crashes or loops, or whose headers
+// declare what libhdf5 would read past its buffers, is one error here.
+int h5_probe(const char *path, PtError *e);
 
 // An output file is written as PATH.tmp.PID and renamed over PATH by commit,
 // so a crash or an error never leaves a half-written PATH behind.
@@ -33,6 +41,9 @@ void h5_output_abort(H5Output *out);   // closes and removes the temporary file,
 // so a header or attribute declaring more (`what`: "/config", "/tokens") is
 // one error naming the file rather than gigabytes allocated.
 int h5_check_declared(hid_t obj, double bytes, const char *what, const char *path, PtError *e);
+// Refuses an integer or float type wider than 8 bytes (a damaged header's):
+// libhdf5 1.10 converts from one by reading past its buffers.
+int h5_check_number_width(hid_t type, const char *what, const char *path, PtError *e);
 
 // ---- groups and links; a name may be a path ("optim/m") relative to loc
 int h5_exists(hid_t loc, const char *name);         // 1 when every part of the path exists
@@ -53,6 +64,10 @@ int h5_has_attr(hid_t obj, const char *name);
 int h5_read_attr(hid_t obj, const char *name, hid_t type, void *value, size_t count, const char *path, PtError *e);
 // A fixed- or variable-length string, malloc'd into *s.
 int h5_read_str_attr(hid_t obj, const char *name, char **s, const char *path, PtError *e);
+// The scalar string value, fixed or variable length, of an attribute or a
+// dataset (is_attr says which obj is) of string type `type`, malloc'd; NULL
+// when it cannot be read.
+char *h5_read_string(hid_t obj, hid_t type, int is_attr);
 
 // ---- datasets
 // A new chunked, shuffled, deflated dataset of the given shape holding data.

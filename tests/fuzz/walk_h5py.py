@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """What another libhdf5 makes of the inputs that break Debian's 1.10.8.
 
-    tests/.venv/bin/python tests/fuzz/libhdf5/walk_h5py.py tests/fuzz/libhdf5/*/*.h5
+    tests/.venv/bin/python tests/fuzz/walk_h5py.py tests/fuzz/regressions/*/libhdf5-*.h5
 
 Each file is opened by h5py (whose wheel carries its own libhdf5) in a child
 process that reads every attribute and every dataset, as pocket's loaders do;
