@@ -111,7 +111,7 @@ demo-choice:
 # (.ci/run; about two minutes).
 ARM64_CC ?= aarch64-linux-gnu-gcc
 ARM64_BUILD = build-arm64
-ARM64_SRC := $(filter-out util/h5.c util/h5_probe.c,$(wildcard util/*.c)) $(wildcard model/*.c model/ops/*.c)
+ARM64_SRC := $(filter-out util/h5%.c,$(wildcard util/*.c)) $(wildcard model/*.c model/ops/*.c)
 ARM64_OBJ := $(ARM64_SRC:%.c=$(ARM64_BUILD)/%.o)
 ARM64_TESTS := $(patsubst %,$(ARM64_BUILD)/tests/%,test_matmul test_ops_attention test_ops_classifier test_ops_fast \
                  test_ops_grad test_ops_torch)

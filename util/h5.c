@@ -239,7 +239,7 @@ int h5_read_attr(hid_t obj, const char *name, hid_t type, void *value, size_t co
     return rc;
 }
 
-char *h5_read_string(hid_t obj, hid_t type, int is_attr) {
+char *h5_read_string_here(hid_t obj, hid_t type, int is_attr) {
     hid_t mem = H5Tcopy(H5T_C_S1);
     H5Tset_cset(mem, H5Tget_cset(type));   // HDF5 does not convert between charsets
     char *s = NULL, *v = NULL;
@@ -262,6 +262,39 @@ char *h5_read_string(hid_t obj, hid_t type, int is_attr) {
     }
     H5Tclose(mem);
     return s;
+}
+
+typedef struct {
+    hid_t obj, type;
+    int is_attr;
+} StringRead;
+
+static int read_string_work(void *ctx, int out) {
+    const StringRead *r = ctx;
+    char *s = h5_read_string_here(r->obj, r->type, r->is_attr);
+    size_t n = s ? strlen(s) : 0, done = 0;
+    while (s && done < n) {
+        ssize_t k = write(out, s + done, n - done);
+        if (k <= 0) break;
+        done += (size_t)k;
+    }
+    free(s);
+    return s && done == n ? 0 : -1;
+}
+
+char *h5_read_string(hid_t obj, hid_t type, int is_attr) {
+    if (H5Tis_variable_str(type) <= 0) return h5_read_string_here(obj, type, is_attr);
+    // libhdf5 1.10 copies a variable-length string's global-heap object into a buffer sized by the string's
+    // declared length: a crafted heap overruns it (a corrupt malloc heap that aborts the process later), so
+    // the string is read in a child, which hands over only its bytes
+    char path[4096], *s = NULL;
+    size_t len = 0;
+    StringRead r = {obj, type, is_attr};
+    if (H5Fget_name(obj, path, sizeof path) <= 0) return NULL;
+    int rc = h5_in_child(path, "reading a string", read_string_work, &r, &s, &len, (size_t)file_bytes(obj) + 1, NULL);
+    if (rc == 0 && strlen(s) == len) return s;   // (a NUL inside: not a string pocket wrote)
+    free(s);
+    return NULL;
 }
 
 int h5_read_str_attr(hid_t obj, const char *name, char **s, const char *path, PtError *e) {
@@ -401,8 +434,8 @@ static int read_checked(hid_t loc, const char *name, hid_t type, int rank, const
     } else if (!alloc || !(rc = h5_check_declared(ds, (double)n * (double)H5Tget_size(type), where, path, e))) {
         void *buf = alloc ? xmalloc(n * H5Tget_size(type), name) : *out;
         char why[200];
-        if (n && H5Dread(ds, type, H5S_ALL, H5S_ALL, H5P_DEFAULT, buf) < 0)
-            rc = pt_fail(e, "%s: %s cannot be read (corrupt or truncated?): %s", path, where, reason(why));
+        if (n && h5_read_all(ds, type, buf, why) < 0)
+            rc = pt_fail(e, "%s: %s cannot be read (corrupt or truncated?): %s", path, where, why);
         if (alloc && rc) free(buf);
         else if (alloc) *out = buf;
     }
@@ -426,7 +459,7 @@ int h5_read_bytes(hid_t loc, const char *name, char **data, size_t *len, const c
     if (ds < 0) return -1;
     int rc = -1;
     *data = NULL;
-    char where[512];
+    char where[512], why[200] = "";
     object_path(loc, name, where, sizeof where);
     if (info.rank == 1 && (!strcmp(info.dtype, "uint8") || !strcmp(info.dtype, "int8"))) {
         if (h5_check_declared(ds, (double)info.dims[0], where, path, e)) {
@@ -436,7 +469,7 @@ int h5_read_bytes(hid_t loc, const char *name, char **data, size_t *len, const c
         *len = info.dims[0];
         *data = xmalloc(*len + 1, name);
         (*data)[*len] = 0;
-        if (*len == 0 || H5Dread(ds, H5T_NATIVE_UCHAR, H5S_ALL, H5S_ALL, H5P_DEFAULT, *data) >= 0) rc = 0;
+        if (*len == 0 || h5_read_all(ds, H5T_NATIVE_UCHAR, *data, why) >= 0) rc = 0;
     } else if (info.rank == 0 && !strcmp(info.dtype, "string")) {
         hid_t type = H5Dget_type(ds);
         *data = h5_read_string(ds, type, 0);
@@ -450,5 +483,6 @@ int h5_read_bytes(hid_t loc, const char *name, char **data, size_t *len, const c
     if (rc == 0) return 0;
     free(*data);
     *data = NULL;
+    if (why[0]) return pt_fail(e, "%s: %s cannot be read (corrupt or truncated?): %s", path, where, why);
     return pt_fail(e, "%s: %s is neither bytes nor a string", path, where);
 }

@@ -21,12 +21,24 @@ int h5_is_file(const char *path);                  // an existing regular file i
 // Read-only; <0 on error (no such file, not HDF5, corrupt). The file is first
 // walked by h5_probe, so a header crafted against libhdf5 is refused here.
 hid_t h5_open_read(const char *path, PtError *e);
-// Walks the file's structure in a child process with a CPU bound (0.3 s plus
-// 10 s per GB of file) and, outside sanitizer builds, a 4 GB memory bound: its
-// links, objects, attributes and their values, datasets' types, shapes and
-// chunk indexes. A file on which libhdf5 crashes or loops, or whose headers
-// declare what libhdf5 would read past its buffers, is one error here.
+// Walks the file's structure in a child process (h5_in_child): its links,
+// objects, attributes and their values, datasets' types, shapes and chunk
+// indexes. A file on which libhdf5 crashes or loops, or whose headers declare
+// what libhdf5 would read past its buffers, is one error here.
 int h5_probe(const char *path, PtError *e);
+
+// libhdf5 work on `path` in a child process (util/h5_child.c), bounded to
+// 0.3 s of CPU plus 10 s per GB of the file, 60 s + 20 times that of wall
+// clock and, outside sanitizer builds, 4 GB of memory over this process's.
+// work(ctx, out) runs in the child, may write up to `cap` bytes to the file
+// descriptor out (returned malloc'd and NUL-terminated in *out, *len) and
+// returns 0, or non-zero to refuse. Returns 0 or 1 (refused) with *out, or -1
+// with e naming the file and `doing` ("reading the file's structure") when
+// the child crashed, looped or could not start.
+typedef int (*H5ChildWork)(void *ctx, int out);
+#define H5_CHILD_REFUSED 3   // the child's exit status when work refused
+int h5_in_child(const char *path, const char *doing, H5ChildWork work, void *ctx, char **out, size_t *len,
+                size_t cap, PtError *e);
 
 // An output file is written as PATH.tmp.PID and renamed over PATH by commit,
 // so a crash or an error never leaves a half-written PATH behind.
@@ -66,8 +78,11 @@ int h5_read_attr(hid_t obj, const char *name, hid_t type, void *value, size_t co
 int h5_read_str_attr(hid_t obj, const char *name, char **s, const char *path, PtError *e);
 // The scalar string value, fixed or variable length, of an attribute or a
 // dataset (is_attr says which obj is) of string type `type`, malloc'd; NULL
-// when it cannot be read.
+// when it cannot be read. A variable-length one is read in a child process
+// (h5_in_child); h5_read_string_here reads it in this process (for code that
+// already runs in a child).
 char *h5_read_string(hid_t obj, hid_t type, int is_attr);
+char *h5_read_string_here(hid_t obj, hid_t type, int is_attr);
 
 // ---- datasets
 // A new chunked, shuffled, deflated dataset of the given shape holding data.
@@ -93,5 +108,10 @@ int h5_read_dataset(hid_t loc, const char *name, hid_t type, int rank, const hsi
 // wrong count from a corrupt file is an error, not a huge allocation.
 int h5_read_dataset_alloc(hid_t loc, const char *name, hid_t type, int rank, const hsize_t *dims, void **out,
                           const char *path, PtError *e);
+// The whole dataset converted to `mem` into out (room for all of it). Chunked
+// data is read without libhdf5's filter pipeline (util/h5_chunks.c): the
+// stored chunks, inflated and unshuffled here with every size checked; other
+// filters are refused. On error, why holds the reason.
+int h5_read_all(hid_t ds, hid_t mem, void *out, char why[200]);
 // A 1-D uint8/int8 dataset or a scalar string into a malloc'd, NUL-terminated buffer.
 int h5_read_bytes(hid_t loc, const char *name, char **data, size_t *len, const char *path, PtError *e);

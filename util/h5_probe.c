@@ -12,32 +12,9 @@
 // damaged file whose attribute list cannot be read may still crash on a
 // lookup by name. Data chunks are not inflated: zlib bounds its own output.
 #include "h5.h"
-#include <errno.h>
-#include <fcntl.h>
-#include <poll.h>
-#include <signal.h>
+#include "h5_chunk_grid.h"
 #include <string.h>
-#include <sys/resource.h>
-#include <sys/time.h>
-#include <sys/wait.h>
 #include <unistd.h>
-
-// The child's CPU time: a structure walk takes milliseconds; a chunk index
-// of a few GB about a second.
-#define PROBE_CPU_BASE_S 0.3
-#define PROBE_CPU_S_PER_GB 10.0
-#define PROBE_EXIT_REFUSED 3
-
-#if defined(__SANITIZE_ADDRESS__)
-#define PROBE_SANITIZED 1
-#elif defined(__has_feature)
-#if __has_feature(address_sanitizer)
-#define PROBE_SANITIZED 1
-#endif
-#endif
-#ifdef PROBE_SANITIZED
-#include <sanitizer/common_interface_defs.h>
-#endif
 
 typedef struct {
     const char *path;
@@ -85,7 +62,7 @@ static int read_value(Walk *w, hid_t obj, int is_attr, hid_t type, double elemen
     if (h5_check_declared(obj, elements * 8, where, w->path, &w->err)) return -1;
     int ok = 1;
     if (cls == H5T_STRING) {
-        char *v = h5_read_string(obj, type, is_attr);
+        char *v = h5_read_string_here(obj, type, is_attr);
         ok = v != NULL;
         free(v);
     } else if (elements > 0) {
@@ -136,23 +113,19 @@ static int check_chunks(Walk *w, hid_t ds, hid_t dcpl, int rank, const hsize_t *
     if (space >= 0) H5Sclose(space);
     if (bad) return refuse(w, where, bad);
     if (elements == 0) return 0;
-    hsize_t cells[H5S_MAX_RANK], at[H5S_MAX_RANK] = {0}, offset[H5S_MAX_RANK];
-    for (int d = 0; d < rank; d++) cells[d] = (dims[d] + chunk[d] - 1) / chunk[d];
-    for (;;) {
-        for (int d = 0; d < rank; d++) offset[d] = at[d] * chunk[d];
+    hsize_t offset[H5S_MAX_RANK];
+    ChunkGrid g;
+    chunk_grid_start(&g, rank, dims, chunk);
+    while (chunk_grid_next(&g, offset)) {
         unsigned mask = 0;
         haddr_t addr = HADDR_UNDEF;
         hsize_t size = 0;
-        if (H5Dget_chunk_info_by_coord(ds, offset, &mask, &addr, &size) >= 0 && addr != HADDR_UNDEF) {
-            found++;
-            if (addr > w->file_bytes || size > w->file_bytes - addr)
-                return refuse(w, where, "a chunk lies past the end of the file");
-            if ((double)size > chunk_bytes * 1.01 + 1024)   // deflate grows incompressible data by 0.03%
-                return refuse(w, where, "a chunk is stored larger than its data");
-        }
-        int d = rank - 1;
-        while (d >= 0 && ++at[d] == cells[d]) at[d--] = 0;
-        if (d < 0) break;
+        if (H5Dget_chunk_info_by_coord(ds, offset, &mask, &addr, &size) < 0 || addr == HADDR_UNDEF) continue;
+        found++;
+        if (addr > w->file_bytes || size > w->file_bytes - addr)
+            return refuse(w, where, "a chunk lies past the end of the file");
+        if ((double)size > chunk_bytes * 1.01 + 1024)   // deflate grows incompressible data by 0.03%
+            return refuse(w, where, "a chunk is stored larger than its data");
     }
     if (found != n_chunks) return refuse(w, where, "the chunk index holds chunks outside the dataset");
     return 0;
@@ -177,7 +150,10 @@ static int check_dataset(Walk *w, hid_t ds, const char *where) {
             double bytes = elements * (double)type_bytes;
             if (addr != HADDR_UNDEF && (addr > w->file_bytes || bytes > (double)(w->file_bytes - addr)))
                 rc = refuse(w, where, "its data lies past the end of the file");
-        } else if (layout != H5D_COMPACT) {
+        } else if (layout == H5D_COMPACT) {   // in the header: it must hold every element
+            if (H5Tis_variable_str(type) <= 0 && (double)H5Dget_storage_size(ds) < elements * (double)type_bytes)
+                rc = refuse(w, where, "its data is shorter than its shape");
+        } else {
             rc = refuse(w, where, "an unknown storage layout");
         }
     }
@@ -224,93 +200,25 @@ static int walk_file(Walk *w) {
     return rc;
 }
 
-static PT_NORETURN void child(const char *path, hsize_t file_bytes, double cpu_s, int out) {
-    int null = open("/dev/null", O_RDWR);   // libhdf5 or a sanitizer must not talk on our stderr
-    if (null >= 0) {
-        dup2(null, 1);
-        dup2(null, 2);
-    }
-    // A crash must end the child, whoever (a test framework, a sanitizer) set handlers in the parent
-    const int fatal[] = {SIGSEGV, SIGBUS, SIGFPE, SIGILL, SIGABRT, SIGPROF};
-    for (size_t i = 0; i < sizeof fatal / sizeof fatal[0]; i++) signal(fatal[i], SIG_DFL);
-#ifdef PROBE_SANITIZED
-    __sanitizer_set_death_callback(NULL);   // a fuzzer's: it would save the input as the parent's crash
-#endif
-    struct itimerval cpu = {{0, 0}, {(time_t)cpu_s, (suseconds_t)((cpu_s - (double)(time_t)cpu_s) * 1e6)}};
-    setitimer(ITIMER_PROF, &cpu, NULL);   // past it the child dies of SIGPROF
-#ifndef PROBE_SANITIZED
-    struct rlimit as = {(rlim_t)4 << 30, (rlim_t)4 << 30};   // over the parent's own size (below)
-    long pages = 0;
-    FILE *statm = fopen("/proc/self/statm", "r");
-    if (statm && fscanf(statm, "%ld", &pages) == 1) {
-        as.rlim_cur = as.rlim_max = as.rlim_cur + (rlim_t)pages * (rlim_t)sysconf(_SC_PAGESIZE);
-        setrlimit(RLIMIT_AS, &as);
-    }
-    if (statm) fclose(statm);
-#endif
-    Walk w = {path, file_bytes, "", {""}};
-    int rc = walk_file(&w);
-    if (rc && w.err.msg[0]) {
-        ssize_t n = write(out, w.err.msg, strlen(w.err.msg));
+static int walk_work(void *ctx, int out) {
+    Walk *w = ctx;
+    int rc = walk_file(w);
+    if (rc && w->err.msg[0]) {
+        ssize_t n = write(out, w->err.msg, strlen(w->err.msg));
         (void)n;
     }
-    _exit(rc ? PROBE_EXIT_REFUSED : 0);   // no atexit handlers: they are the parent's
+    return rc;
 }
 
 int h5_probe(const char *path, PtError *e) {
     int64_t bytes = file_size(path);
     if (bytes < 0) return pt_fail(e, "%s: no such file", path);
-    double cpu_s = PROBE_CPU_BASE_S + PROBE_CPU_S_PER_GB * (double)bytes / 1e9;
-    int fds[2];
-    if (pipe(fds) != 0) return pt_fail(e, "%s: cannot check the file: pipe: %s", path, strerror(errno));
-    fflush(NULL);
-    pid_t pid = fork();
-    if (pid < 0) {
-        close(fds[0]);
-        close(fds[1]);
-        return pt_fail(e, "%s: cannot check the file: fork: %s", path, strerror(errno));
-    }
-    if (pid == 0) {
-        close(fds[0]);
-        child(path, (hsize_t)bytes, cpu_s, fds[1]);
-    }
-    close(fds[1]);
-    // The CPU bound ends a loop; the wall clock bounds a child that waits (slow storage, a stopped process).
-    char msg[sizeof e->msg];
-    size_t got = 0;
-    double deadline = now_seconds() + 60 + 20 * cpu_s;
-    int timed_out = 0;
-    for (;;) {
-        struct pollfd p = {fds[0], POLLIN, 0};
-        double left = deadline - now_seconds();
-        if (left <= 0) {
-            timed_out = 1;
-            break;
-        }
-        int r = poll(&p, 1, (int)(left * 1000) + 1);
-        if (r < 0 && errno == EINTR) continue;
-        if (r <= 0) continue;
-        ssize_t n = read(fds[0], msg + got, sizeof msg - 1 - got);
-        if (n < 0 && errno == EINTR) continue;
-        if (n <= 0) break;
-        got += (size_t)n;
-        if (got == sizeof msg - 1) break;
-    }
-    msg[got] = 0;
-    close(fds[0]);
-    if (timed_out) kill(pid, SIGKILL);
-    int status = 0;
-    while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {}
-    if (timed_out) return pt_fail(e, "%s: libhdf5 gave no answer reading the file's structure in %.0f s", path,
-                                  60 + 20 * cpu_s);
-    if (WIFEXITED(status) && WEXITSTATUS(status) == 0) return 0;
-    if (WIFEXITED(status) && WEXITSTATUS(status) == PROBE_EXIT_REFUSED && got)
-        return pt_fail(e, "%s", msg);
-    if (WIFSIGNALED(status) && WTERMSIG(status) == SIGPROF)
-        return pt_fail(e, "%s: libhdf5 did not finish reading the file's structure in %.1f s of CPU (damaged: it loops?)",
-                       path, cpu_s);
-    char how[64];   // a sanitizer in the child reports a memory error by its exit status
-    if (WIFSIGNALED(status)) snprintf(how, sizeof how, "%s", strsignal(WTERMSIG(status)));
-    else snprintf(how, sizeof how, "exit status %d", WEXITSTATUS(status));
-    return pt_fail(e, "%s: libhdf5 crashed reading the file's structure (%s; damaged?)", path, how);
+    Walk w = {path, (hsize_t)bytes, "", {""}};
+    char *said;
+    size_t len;
+    int rc = h5_in_child(path, "reading the file's structure", walk_work, &w, &said, &len, sizeof e->msg, e);
+    if (rc == 1 && len) pt_fail(e, "%s", said);
+    else if (rc == 1) pt_fail(e, "%s: its structure cannot be read (damaged?)", path);
+    free(said);
+    return rc ? -1 : 0;
 }
