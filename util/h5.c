@@ -58,13 +58,23 @@ int h5_check_declared(hid_t obj, double bytes, const char *what, const char *pat
                    path, what, bytes / 1e9, have);
 }
 
-int h5_check_number_width(hid_t type, const char *what, const char *path, PtError *e) {
+int h5_check_number_type(hid_t type, const char *what, const char *path, PtError *e) {
+    H5T_class_t cls = H5Tget_class(type);
+    if (cls != H5T_INTEGER && cls != H5T_FLOAT) return 0;
     // A number wider than 8 bytes is a damaged datatype (a 32-bit float declared 524292 bytes wide): libhdf5
     // 1.10 converts from it by reading that many bytes per value past its buffers (later releases refuse it)
-    H5T_class_t cls = H5Tget_class(type);
-    size_t width = H5Tget_size(type);
-    if ((cls == H5T_INTEGER || cls == H5T_FLOAT) && width > 8)
-        return pt_fail(e, "%s: %s holds numbers of %zu bytes each (damaged datatype)", path, what, width);
+    size_t width = H5Tget_size(type), bits = width * 8;
+    if (width > 8) return pt_fail(e, "%s: %s holds numbers of %zu bytes each (damaged datatype)", path, what, width);
+    // Its bit fields must lie inside those bytes: 1.10 converts from fields past them too (SIGSEGV in H5T__bit_find)
+    size_t precision = H5Tget_precision(type), spos = 0, epos = 0, esize = 0, mpos = 0, msize = 0;
+    int offset = H5Tget_offset(type);
+    int bad = precision == 0 || offset < 0 || (size_t)offset + precision > bits;
+    if (!bad && cls == H5T_FLOAT) {
+        bad = H5Tget_fields(type, &spos, &epos, &esize, &mpos, &msize) < 0 || spos >= bits || esize == 0 ||
+              msize == 0 || esize > 16 || epos + esize > bits || mpos + msize > bits;
+    }
+    if (bad) return pt_fail(e, "%s: %s has a %zu-byte number type whose bit fields do not fit it (damaged datatype)",
+                            path, what, width);
     return 0;
 }
 
@@ -388,7 +398,7 @@ static hid_t open_dataset(hid_t loc, const char *name, H5DatasetInfo *info, cons
     if (info->rank >= 0 && info->rank <= H5_MAX_RANK) H5Sget_simple_extent_dims(space, info->dims, NULL);
     info->stored_bytes = H5Dget_storage_size(ds);
     char where[512];
-    int rc = h5_check_number_width(type, object_path(loc, name, where, sizeof where), path, e);
+    int rc = h5_check_number_type(type, object_path(loc, name, where, sizeof where), path, e);
     H5Sclose(space);
     H5Tclose(type);
     if (rc) H5Dclose(ds);

@@ -53,9 +53,10 @@ void h5_output_abort(H5Output *out);   // closes and removes the temporary file,
 // so a header or attribute declaring more (`what`: "/config", "/tokens") is
 // one error naming the file rather than gigabytes allocated.
 int h5_check_declared(hid_t obj, double bytes, const char *what, const char *path, PtError *e);
-// Refuses an integer or float type wider than 8 bytes (a damaged header's):
-// libhdf5 1.10 converts from one by reading past its buffers.
-int h5_check_number_width(hid_t type, const char *what, const char *path, PtError *e);
+// Refuses an integer or float type wider than 8 bytes, or whose bit fields
+// (precision, offset; sign, exponent, mantissa) do not fit its bytes (a
+// damaged header's): libhdf5 1.10 converts from one by reading past its buffers.
+int h5_check_number_type(hid_t type, const char *what, const char *path, PtError *e);
 
 // ---- groups and links; a name may be a path ("optim/m") relative to loc
 int h5_exists(hid_t loc, const char *name);         // 1 when every part of the path exists

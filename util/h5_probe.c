@@ -43,7 +43,7 @@ static int check_type(Walk *w, hid_t type, const char *where) {
     H5T_class_t cls = H5Tget_class(type);
     size_t size = H5Tget_size(type);
     if (cls < 0 || size == 0) return refuse(w, where, "unreadable datatype");
-    if (h5_check_number_width(type, where, w->path, &w->err)) return -1;
+    if (h5_check_number_type(type, where, w->path, &w->err)) return -1;
     if (cls == H5T_STRING && H5Tis_variable_str(type) <= 0 && size > w->file_bytes)
         return refuse(w, where, "a string longer than the file");
     return 0;
