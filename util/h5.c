@@ -40,8 +40,7 @@ static void dtype_name(hid_t type, char buf[16]) {
 
 // ---------------------------------------------------------------- files
 
-// The size of the file obj lies in (0 when unknown).
-static double file_bytes(hid_t obj) {
+double h5_file_bytes(hid_t obj) {
     hid_t f = H5Iget_file_id(obj);
     hsize_t size = 0;
     if (f >= 0) {
@@ -52,7 +51,7 @@ static double file_bytes(hid_t obj) {
 }
 
 int h5_check_declared(hid_t obj, double bytes, const char *what, const char *path, PtError *e) {
-    const double deflate_max = 1032, have = file_bytes(obj);
+    const double deflate_max = H5_DEFLATE_MAX_RATIO, have = h5_file_bytes(obj);
     if (bytes <= have * deflate_max) return 0;
     return pt_fail(e, "%s: %s declares %.3g GB of data, more than a file of %.0f bytes holds even deflated (damaged?)",
                    path, what, bytes / 1e9, have);
@@ -260,7 +259,7 @@ char *h5_read_string_here(hid_t obj, hid_t type, int is_attr) {
         H5free_memory(v);
     } else {
         size_t n = H5Tget_size(type);   // stored as it is: a length past the file's is a damaged header
-        if ((double)n > file_bytes(obj)) {
+        if ((double)n > h5_file_bytes(obj)) {
             H5Tclose(mem);
             return NULL;
         }
@@ -301,7 +300,7 @@ char *h5_read_string(hid_t obj, hid_t type, int is_attr) {
     size_t len = 0;
     StringRead r = {obj, type, is_attr};
     if (H5Fget_name(obj, path, sizeof path) <= 0) return NULL;
-    int rc = h5_in_child(path, "reading a string", read_string_work, &r, &s, &len, (size_t)file_bytes(obj) + 1, NULL);
+    int rc = h5_in_child(path, "reading a string", read_string_work, &r, &s, &len, (size_t)h5_file_bytes(obj) + 1, NULL);
     if (rc == 0 && strlen(s) == len) return s;   // (a NUL inside: not a string pocket wrote)
     free(s);
     return NULL;

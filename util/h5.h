@@ -53,6 +53,8 @@ void h5_output_abort(H5Output *out);   // closes and removes the temporary file,
 // so a header or attribute declaring more (`what`: "/config", "/tokens") is
 // one error naming the file rather than gigabytes allocated.
 int h5_check_declared(hid_t obj, double bytes, const char *what, const char *path, PtError *e);
+#define H5_DEFLATE_MAX_RATIO 1032.0   // zlib's most bytes out per byte in
+double h5_file_bytes(hid_t obj);      // the size of the file obj lies in (0 when unknown)
 // Refuses an integer or float type wider than 8 bytes, or whose bit fields
 // (precision, offset; sign, exponent, mantissa) do not fit its bytes (a
 // damaged header's): libhdf5 1.10 converts from one by reading past its buffers.

@@ -1,5 +1,6 @@
-// h5_chunk_grid.h: the places of a chunked dataset's chunk grid, in order
-// (util/ internal: the probe and the chunk reader walk the same grid).
+// h5_chunk_grid.h: the places of a chunked dataset's chunk grid, in order,
+// and the most a chunk may be stored in (util/ internal: the probe and the
+// chunk reader walk the same grid and hold chunks to the same bound).
 #pragma once
 #include <hdf5.h>
 #include <string.h>
@@ -33,3 +34,7 @@ static inline int chunk_grid_next(ChunkGrid *g, hsize_t offset[H5S_MAX_RANK]) {
     if (d < 0) g->done = 1;
     return 1;
 }
+
+// The most bytes a chunk of chunk_bytes may be stored in: deflate grows
+// incompressible data by about 0.03%, plus its header.
+static inline double chunk_stored_max(double chunk_bytes) { return chunk_bytes * 1.01 + 1024; }

@@ -142,15 +142,9 @@ static int read_chunks(hid_t ds, hid_t dcpl, hid_t ftype, int rank, const hsize_
         if (cdims[d] == 0) return fail(why, "a chunk dimension of 0");
         chunk_bytes *= (double)cdims[d];
     }
-    hid_t file = H5Iget_file_id(ds);
-    hsize_t file_bytes = 0;
-    if (file >= 0) {
-        H5Fget_filesize(file, &file_bytes);
-        H5Fclose(file);
-    }
-    if (chunk_bytes > 4294967295.0 || chunk_bytes > (double)file_bytes * 1032)
+    if (chunk_bytes > 4294967295.0 || chunk_bytes > h5_file_bytes(ds) * H5_DEFLATE_MAX_RATIO)
         return fail(why, "chunks of %.0f bytes, more than HDF5 or this file holds", chunk_bytes);
-    size_t cb = (size_t)chunk_bytes, raw_cap = cb + cb / 100 + 1024;   // deflate's worst growth, as the probe allows
+    size_t cb = (size_t)chunk_bytes, raw_cap = (size_t)chunk_stored_max(chunk_bytes);
     uint8_t fill[8] = {0}, *raw = xmalloc(raw_cap, "chunk"), *a = xmalloc(cb, "chunk"), *b = xmalloc(cb, "chunk");
     if (elem > sizeof fill || H5Pget_fill_value(dcpl, ftype, fill) < 0) memset(fill, 0, sizeof fill);
     ChunkGrid g;

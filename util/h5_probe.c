@@ -124,7 +124,7 @@ static int check_chunks(Walk *w, hid_t ds, hid_t dcpl, int rank, const hsize_t *
         found++;
         if (addr > w->file_bytes || size > w->file_bytes - addr)
             return refuse(w, where, "a chunk lies past the end of the file");
-        if ((double)size > chunk_bytes * 1.01 + 1024)   // deflate grows incompressible data by 0.03%
+        if ((double)size > chunk_stored_max(chunk_bytes))
             return refuse(w, where, "a chunk is stored larger than its data");
     }
     if (found != n_chunks) return refuse(w, where, "the chunk index holds chunks outside the dataset");
