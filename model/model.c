@@ -40,6 +40,13 @@ void model_use_lora(Model *m, const LoraConfig *lc, const TensorTable *tt, float
     lora_views(&m->la, tt, weights);
 }
 
+void model_capture(Model *m, const int *layers, int n, float *buf) {
+    if (n < 0 || n > 8) die("model_capture: %d layers (at most 8)", n);
+    m->n_capture = n;
+    for (int k = 0; k < n; k++) m->capture_layers[k] = layers[k];
+    m->capture = n ? buf : NULL;
+}
+
 void model_zero_grads(Model *m) {
     if (m->grad_out) OP(m->dev, zero, m->grad_out, model_grad_table(m)->total * sizeof(float));
 }
@@ -393,6 +400,16 @@ static float *layer_input(Model *m, int l) {
     return m->a.x + (m->training ? (size_t)l : (size_t)(l & 1)) * NH;
 }
 
+// The captured layers' outputs of this pass's rows into their columns of m->capture.
+static void capture_layer(Model *m, const Pass *ps, int l, const float *x_out) {
+    const int H = m->cfg.d_model, W = m->n_capture * H;
+    for (int k = 0; k < m->n_capture; k++) {
+        if (m->capture_layers[k] != l) continue;
+        for (int r = 0; r < ps->N; r++)
+            OP(m->dev, copy, m->capture + (size_t)r * W + (size_t)k * H, x_out + (size_t)r * H, (size_t)H * sizeof(float));
+    }
+}
+
 // Uploads a batch's inputs (positions 0.. per row, or p0.., when it has none)
 // and runs embedding, blocks and the final norm over the pass's rows.
 static void forward_trunk(Model *m, const Pass *ps, const int *tokens, const int *pos) {
@@ -406,8 +423,10 @@ static void forward_trunk(Model *m, const Pass *ps, const int *tokens, const int
     OP(d, upload, m->pos, pos, ints);
     OP(d, upload, m->tokens, tokens, ints);
     OP(d, embedding_forward, m->a.x, m->tokens, m->w.embed, ps->N, m->cfg.d_model);
-    for (int l = 0; l < m->cfg.n_layer; l++)
+    for (int l = 0; l < m->cfg.n_layer; l++) {
         block_forward(m, ps, l, slot_of(m, l), layer_input(m, l), layer_input(m, l + 1));
+        if (m->n_capture) capture_layer(m, ps, l, layer_input(m, l + 1));
+    }
 }
 
 // ---------------------------------------------------------------- backward

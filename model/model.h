@@ -98,6 +98,11 @@ typedef struct {
     uint8_t *mask;
     DistillSums distill_sums;   // the last pass's cross-entropy and KL sums (ModelInput.distill)
     float *last_logits;         // [V]: a cache plan's logits of the last fed row
+    // Captures (model_capture): every pass also copies the output of these
+    // layers at each of its rows into capture [rows, n_capture*H] (device,
+    // the caller's), layer k of the list at columns k*H..: what a draft reads.
+    int n_capture, capture_layers[8];
+    float *capture;
     float *choice_scores;       // [2N]: the decision head's scores and their gradients (choice_head.c)
     int *host_pos;              // positions built on the host, [B*T]
     float *host_choice;         // [2N]: choice_scores' host copy (scores, then their gradients)
@@ -129,6 +134,10 @@ void model_use_weights(Model *m, float *weights);
 // later call with the same configuration only moves the views.
 void model_use_lora(Model *m, const LoraConfig *lc, const TensorTable *tt, float *weights);
 void model_zero_grads(Model *m);
+// Copies the outputs of `layers` (n <= 8, 0-based, each after its MLP
+// residual) at every row of each later pass into buf (device memory, [rows
+// of the pass, n*H]); n = 0 stops it.
+void model_capture(Model *m, const int *layers, int n, float *buf);
 // Points the gradient output at another buffer laid out by the table (the
 // adapter's with LoRA: model_grad_table) (device
 // memory; NULL: the model's own). A trainer uses it to keep micro-batches'

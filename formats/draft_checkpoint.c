@@ -1,0 +1,139 @@
+// draft_checkpoint.c: speculative draft checkpoints (draft_checkpoint.h).
+#include "draft_checkpoint.h"
+#include <string.h>
+#include "checkpoint_parts.h"
+
+static int write_attrs(hid_t f, const Draft *d) {
+    hid_t g = h5_create_group(f, "draft");
+    if (g < 0) return -1;
+    char layers[128];
+    draft_layers_format(&d->cfg, layers, sizeof layers);
+    int rc = h5_write_attr(g, "layers", H5T_NATIVE_INT, &d->cfg.n_layer, 1) ||
+             h5_write_attr(g, "block", H5T_NATIVE_INT, &d->cfg.block, 1) ||
+             h5_write_attr(g, "mask_token", H5T_NATIVE_INT, &d->cfg.mask_token, 1) ||
+             h5_write_attr(g, "d_ff", H5T_NATIVE_INT, &d->cfg.d_ff, 1) || h5_write_str_attr(g, "target_layers", layers) ||
+             h5_write_str_attr(g, "base_sha256", d->base_sha256);
+    H5Gclose(g);
+    return rc ? -1 : 0;
+}
+
+int draft_checkpoint_save(const char *path, const Draft *d, const MomentSource *moments, const TrainState *st,
+                          PtError *e) {
+    H5Output out;
+    if (h5_output_create(&out, path, e)) return -1;
+    int rc = write_attrs(out.file, d) || checkpoint_write_tensors(out.file, "params", &d->tt, d->params, NULL, 0) ||
+             (st && checkpoint_write_train_state(out.file, moments, &d->tt, st));
+    if (rc) {
+        h5_output_abort(&out);
+        return pt_fail(e, "%s: writing the draft failed (disk full or not writable?)", path);
+    }
+    return h5_output_commit(&out, e);
+}
+
+// A string attribute into buf; fails when longer than the buffer.
+static int read_str(hid_t g, const char *name, char *buf, size_t cap, const char *path, PtError *e) {
+    char *s;
+    if (h5_read_str_attr(g, name, &s, path, e)) return -1;
+    int rc = strlen(s) < cap ? 0 : pt_fail(e, "%s: attribute '%s' of /draft is over %zu bytes", path, name, cap - 1);
+    if (!rc) strcpy(buf, s);
+    free(s);
+    return rc;
+}
+
+// /draft's attributes: the configuration and the base's hash (not yet checked against a target).
+static int read_attrs(hid_t f, DraftConfig *dc, char hash[65], const char *path, PtError *e) {
+    memset(dc, 0, sizeof *dc);
+    hid_t g = h5_exists(f, "draft") ? h5_open_group(f, "draft", path, e)
+                                    : pt_fail(e, "%s: no /draft group: not a speculative draft checkpoint", path);
+    char layers[128];
+    int rc = g < 0 ? -1 : 0;
+    if (!rc)
+        rc = h5_read_attr(g, "layers", H5T_NATIVE_INT, &dc->n_layer, 1, path, e) ||
+             h5_read_attr(g, "block", H5T_NATIVE_INT, &dc->block, 1, path, e) ||
+             h5_read_attr(g, "mask_token", H5T_NATIVE_INT, &dc->mask_token, 1, path, e) ||
+             h5_read_attr(g, "d_ff", H5T_NATIVE_INT, &dc->d_ff, 1, path, e) ||
+             read_str(g, "target_layers", layers, sizeof layers, path, e) ||
+             read_str(g, "base_sha256", hash, 65, path, e);
+    if (g >= 0) H5Gclose(g);
+    if (!rc) rc = draft_layers_parse(layers, dc, path, e);
+    return rc ? -1 : 0;
+}
+
+int draft_checkpoint_read_config(const char *path, DraftConfig *dc, char *hash, PtError *e) {
+    hid_t f = h5_open_read(path, e);
+    if (f < 0) return -1;
+    int rc = read_attrs(f, dc, hash, path, e);
+    H5Fclose(f);
+    return rc;
+}
+
+int draft_checkpoint_load(const char *path, const ModelConfig *tc, const char *base_hash, const char *base_name,
+                          Draft *d, PtError *e) {
+    memset(d, 0, sizeof *d);
+    hid_t f = h5_open_read(path, e);
+    if (f < 0) return -1;
+    DraftConfig dc;
+    char hash[65];
+    int rc = read_attrs(f, &dc, hash, path, e) || draft_config_check(&dc, tc, path, e);
+    if (!rc && base_hash && strcmp(hash, base_hash))
+        rc = pt_fail(e, "%s: a draft for the target with sha256 %s, but %s has sha256 %s (a draft serves only the "
+                     "target weights it was trained on)", path, hash, base_name, base_hash);
+    if (!rc) {   // the draft's size from /draft and the target's config, before room is made for it
+        TensorTable tt;
+        draft_table_build(&tt, tc, &dc);
+        rc = h5_check_declared(f, (double)tt.total * sizeof(float), "/draft", path, e);
+        tensor_table_free(&tt);
+    }
+    if (!rc) {
+        draft_alloc(d, tc, &dc);
+        strcpy(d->base_sha256, hash);
+        rc = checkpoint_read_tensors(f, "params", &d->tt, d->params, path, e);
+    }
+    H5Fclose(f);
+    if (rc) draft_free(d);
+    return rc ? -1 : 0;
+}
+
+int draft_checkpoint_is(const char *path) {
+    if (!h5_is_file(path)) return 0;
+    PtError e;
+    hid_t f = h5_open_read(path, &e);
+    if (f < 0) return 0;
+    int yes = h5_exists(f, "draft") > 0;
+    H5Fclose(f);
+    return yes;
+}
+
+int draft_checkpoint_inspect(const char *path, FILE *out, PtError *e) {
+    hid_t f = h5_open_read(path, e);
+    if (f < 0) return -1;
+    DraftConfig dc;
+    char hash[65], layers[128];
+    hid_t p = -1;
+    int rc = read_attrs(f, &dc, hash, path, e);
+    if (!rc && (p = h5_open_group(f, "params", path, e)) < 0) rc = -1;
+    if (!rc) {
+        draft_layers_format(&dc, layers, sizeof layers);
+        fprintf(out, "%s: DFlash speculative draft, %d layer(s), block %d, mask token %d, d_ff %d, target layers %s\n",
+                path, dc.n_layer, dc.block, dc.mask_token, dc.d_ff, layers);
+        fprintf(out, "target: int4 weights with sha256 %s\n", hash);
+        int n = h5_child_count(p);
+        double floats = 0;
+        for (int i = 0; i < n && !rc; i++) {
+            char name[256];
+            H5DatasetInfo info;
+            if (!h5_child_name(p, i, name, sizeof name) || h5_dataset_info(p, name, &info, path, e)) {
+                rc = -1;
+                break;
+            }
+            fprintf(out, "%-48s [%llu, %llu]\n", name, (unsigned long long)info.dims[0],
+                    (unsigned long long)(info.rank > 1 ? info.dims[1] : 1));
+            floats += (double)info.dims[0] * (info.rank > 1 ? (double)info.dims[1] : 1);
+        }
+        fprintf(out, "%d tensors, %.0f parameters (%.2f MB f32)%s\n", n, floats, floats * 4 / 1e6,
+                h5_exists(f, "optim") ? "; AdamW moments and training state (a run's checkpoint)" : "");
+    }
+    if (p >= 0) H5Gclose(p);
+    H5Fclose(f);
+    return rc ? -1 : 0;
+}
