@@ -3,7 +3,9 @@
 #include <errno.h>
 #include <math.h>
 #include <string.h>
+#include "../formats/draft_checkpoint.h"
 #include "../model/generate.h"
+#include "../model/speculative.h"
 #include "../train/evaluate.h"
 #include "commands.h"
 #include "open_model.h"
@@ -12,7 +14,7 @@ static void help(FILE *f) {
     fprintf(f,
             "usage: pocket generate --ckpt CKPT.h5 (--prompt TEXT | --prompt-ids \"ID ID ...\") [--chat [--system TEXT]]\n"
             "                       [--int4] [--max-new N] [--temperature T] [--top-k K] [--top-p P] [--seed S] [--ids]\n"
-            "                       [--matmul fp32|bf16] [--a16 off|bf16|fp16] [--lora ADAPTER]\n\n"
+            "                       [--matmul fp32|bf16] [--a16 off|bf16|fp16] [--lora ADAPTER] [--draft DRAFT.h5]\n\n"
             "Continues the prompt with the checkpoint's model (KV cache: the prompt is read in one\n"
             "pass, then one token per step) and prints the new text to stdout as it is generated.\n"
             "Generation stops after --max-new tokens or at an end token: the config's eos id,\n"
@@ -37,6 +39,9 @@ static void help(FILE *f) {
             "  --top-p P            then among the smallest set with probability >= P (default 1)\n"
             "  --seed S             sampling seed (default 0); same seed, same output\n"
             "  --ids                print the new token ids (space-separated) instead of text\n"
+            "  --draft DRAFT.h5     speculative decoding with a DFlash draft trained for this checkpoint's int4\n"
+            "                       weights ([draft] recipes; implies --int4, greedy only): the output is the\n"
+            "                       same; the statistics line gives the mean acceptance length\n"
             RUN_FLAGS_HELP);
 }
 
@@ -139,7 +144,7 @@ static void on_token(void *ctx, int id) {
 }
 
 int cmd_generate(int argc, char **argv) {
-    const char *ckpt = NULL, *prompt_text = NULL, *prompt_ids = NULL, *system = NULL, *v;
+    const char *ckpt = NULL, *prompt_text = NULL, *prompt_ids = NULL, *system = NULL, *draft_path = NULL, *v;
     int chat = 0, print_ids = 0, int4 = 0;
     GenParams params;
     gen_params_default(&params);
@@ -153,6 +158,7 @@ int cmd_generate(int argc, char **argv) {
         else if (!strcmp(argv[i], "--ids")) print_ids = 1;
         else if (!strcmp(argv[i], "--int4")) int4 = 1;
         else if ((v = arg_value(argc, argv, &i, "--ckpt"))) ckpt = v;
+        else if ((v = arg_value(argc, argv, &i, "--draft"))) draft_path = v;
         else if ((v = arg_value(argc, argv, &i, "--prompt"))) prompt_text = v;
         else if ((v = arg_value(argc, argv, &i, "--prompt-ids"))) prompt_ids = v;
         else if ((v = arg_value(argc, argv, &i, "--system"))) system = v;
@@ -195,7 +201,11 @@ int cmd_generate(int argc, char **argv) {
 
     PtError e;
     OpenModel om;
-    oo.int4 = int4;
+    if (draft_path && params.temperature > 0) {
+        fprintf(stderr, "pocket generate: --draft decodes greedily: drop --temperature\n");
+        return 2;
+    }
+    oo.int4 = int4 || draft_path;   // a draft drafts for the int4 weights it was trained against
     if (open_model(&om, ckpt, &oo, &e)) { fprintf(stderr, "pocket generate: %s\n", e.msg); return 1; }
     const ModelBundle *b = &om.b;
     const ModelConfig *c = &b->cfg;
@@ -204,6 +214,17 @@ int cmd_generate(int argc, char **argv) {
     char *rendered = NULL;
     GenContext g;
     memset(&g, 0, sizeof g);
+    Draft draft;
+    memset(&draft, 0, sizeof draft);
+    SpecContext spec;
+    memset(&spec, 0, sizeof spec);
+    float *draft_weights = NULL;
+    if (draft_path) {
+        char hash[65];
+        open_model_base_hash(&om, hash);
+        if (draft_checkpoint_load(draft_path, c, hash, ckpt, &draft, &e)) goto fail;
+        draft_weights = dev_mirror(&om.dev, draft.params, draft.tt.total * sizeof(float), "draft weights");
+    }
 
     if (!b->tokenizer_json && (prompt_text || !print_ids)) {
         fprintf(stderr, "pocket generate: %s has no /tokenizer/tokenizer.json; use --prompt-ids with --ids\n", ckpt);
@@ -240,15 +261,18 @@ int cmd_generate(int argc, char **argv) {
 
     // The cache holds what this call can use; generate() reports a prompt
     // that does not fit the model's context.
-    long need = (long)n_prompt + params.max_new;
+    long need = (long)n_prompt + params.max_new + (draft_path ? draft.cfg.block : 0);
     if (gen_init(&g, &om.m, need < c->max_seq ? (int)need : c->max_seq, &e)) goto fail;
+    if (draft_path && spec_init(&spec, &g, &draft.cfg, &draft.tt, draft_weights, &e)) goto fail;
     out = xmalloc((size_t)params.max_new * sizeof(int), "generated ids");
     // The stream records each id as it is chosen, into the array generate() fills anyway.
     Stream s = {tok, &params, print_ids, out, 0, 0, 0};
     params.on_token = on_token;
     params.on_token_ctx = &s;
     double t0 = now_seconds();
-    int n_new = generate(&g, prompt, n_prompt, &params, out, params.max_new, &e);
+    SpecStats ss;
+    int n_new = draft_path ? spec_generate(&spec, prompt, n_prompt, &params, out, params.max_new, &ss, &e)
+                           : generate(&g, prompt, n_prompt, &params, out, params.max_new, &e);
     if (n_new < 0) goto fail;
     double t1 = now_seconds();
     if (!print_ids) stream_text(&s, 1);
@@ -259,11 +283,18 @@ int cmd_generate(int argc, char **argv) {
     fprintf(stderr, "pocket generate: %d prompt + %d new tokens (%s); prefill %.1f tok/s, decode %.1f tok/s\n",
             n_prompt, n_new, stopped ? "end token" : "max-new reached", n_prompt / fmax(prefill, 1e-9),
             n_new > 1 ? (n_new - 1) / fmax(decode, 1e-9) : 0.0);
+    if (draft_path)
+        fprintf(stderr, "pocket generate: draft %s: mean acceptance %.2f tokens per target pass (%ld passes, block "
+                        "%d)\n", draft_path, ss.passes ? (double)ss.tokens / ss.passes : 0.0, ss.passes,
+                draft.cfg.block);
     rc = 0;
     goto done;
 fail:
     fprintf(stderr, "pocket generate: %s\n", e.msg);
 done:
+    spec_free(&spec);
+    if (draft_weights) dev_unmirror(&om.dev, draft_weights, draft.params);
+    draft_free(&draft);
     gen_free(&g);
     free(out);
     free(prompt);
