@@ -1,5 +1,6 @@
-// pocket inspect: says what a file holds (checkpoint, token dataset,
-// safetensors file or HF model directory).
+// pocket inspect: says what a file holds (checkpoint, LoRA adapter,
+// speculative draft, token dataset, safetensors file, GGUF file, HF model
+// directory or MNN package).
 #include <hdf5.h>
 #include <string.h>
 #include "../data/dataset.h"
@@ -8,6 +9,7 @@
 #include "../formats/gguf_reader.h"
 #include "../formats/safetensors.h"
 #include "../formats/checkpoint.h"
+#include "../formats/draft_checkpoint.h"
 #include "../formats/lora_checkpoint.h"
 #include "../util/h5.h"
 #include "commands.h"
@@ -17,6 +19,8 @@ static void help(FILE *f) {
             "usage: pocket inspect FILE [--tokenizer tokenizer.json|CKPT.h5]\n\n"
             "  CKPT.h5            config, tensors, shapes, sizes\n"
             "  ADAPTER.h5         a LoRA adapter: rank, alpha, targets, the base's hash, tensors\n"
+            "  DRAFT.h5           a speculative draft: layers, block, target layers, mask token, the target's\n"
+            "                     hash, tensors\n"
             "  DATA.h5            token counts, tokenizer hash, a decoded sample (needs --tokenizer)\n"
             "  X.safetensors      tensors, dtypes, shapes, sizes\n"
             "  X.gguf             metadata keys and values, tensors, types, shapes, offsets\n"
@@ -79,6 +83,7 @@ int cmd_inspect(int argc, char **argv) {
         if (rc == 0) rc = dataset_inspect(file, tok, stdout, &e);
         if (tok) tokenizer_free(tok);
     } else if (lora_checkpoint_is(file)) rc = lora_checkpoint_inspect(file, stdout, &e);
+    else if (draft_checkpoint_is(file)) rc = draft_checkpoint_inspect(file, stdout, &e);
     else if (checkpoint_is_hdf5(file)) rc = checkpoint_inspect(file, stdout, &e);
     else rc = st_inspect(file, stdout, &e);
     if (rc) fprintf(stderr, "pocket inspect: %s\n", e.msg);

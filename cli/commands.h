@@ -17,3 +17,4 @@ int cmd_choose(int argc, char **argv);     // cli/cmd_choose.c
 int cmd_synth(int argc, char **argv);      // cli/cmd_synth.c
 int cmd_teacher_topk(int argc, char **argv);   // cli/cmd_teacher_topk.c
 int cmd_prune_vocab(int argc, char **argv);   // cli/cmd_prune_vocab.c
+int cmd_draft_data(int argc, char **argv);    // cli/cmd_draft_data.c

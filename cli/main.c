@@ -23,6 +23,7 @@ static const Command COMMANDS[] = {
     {"generate", cmd_generate, "text from a checkpoint's model (sampling, --chat, --int4)"},
     {"choose", cmd_choose, "the decision head's scores and pick among given candidates"},
     {"synth", cmd_synth, "a token dataset sampled from the model itself, for data-free QAT and distillation"},
+    {"draft-data", cmd_draft_data, "an SFT dataset of the int4 target's own greedy replies to a dataset's prompts ([draft] data)"},
     {"teacher-topk", cmd_teacher_topk, "a dataset with a teacher's top-k logits stored beside its tokens ([distill] source = topk)"},
     {"forward", cmd_forward, "logits, loss and gradients for given tokens, dumped to safetensors"},
     {"prune-vocab", cmd_prune_vocab, "a checkpoint with a smaller vocabulary: the tokens a corpus uses most"},

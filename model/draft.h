@@ -81,6 +81,7 @@ void draft_init(Draft *d, uint64_t seed);
 typedef struct {
     const int *block_tokens;   // [blk*S] host: the block's tokens (row i*S + s)
     const int *anchors;        // [S] host: block s's first position p; it sees context rows t < p of its sequence
+    const int *ctx_lo;         // [S] host or NULL (0): ... and t >= ctx_lo[s] (packed rows: its example's first row)
     const int *targets;        // [blk*S] host or NULL: the token row i*S+s should predict; < 0: none
     const float *pos_weight;   // [blk] host, with targets: the loss weight of block position i
     // Generation (B = 1) fills the context a few rows at a time: rows before
@@ -104,7 +105,8 @@ typedef struct {
     ModelConfig tc;
     DraftConfig dc;
     const TensorTable *tt;     // the draft's table (the caller's)
-    float *weights, *grads;    // device; grads owned by training plans
+    float *weights, *grads;    // device: the weights, and where the backward writes
+    float *own_grads;          // a training plan's own gradient buffer
     DraftViews w, g;
     const float *embed, *lm_head;   // the target's, device memory (frozen)
     MatmulPrecision matmul;
@@ -117,7 +119,7 @@ typedef struct {
     // the backward's buffers
     float *dx, *dln, *dq, *dq_raw, *dkb, *dkb_raw, *dvb, *datt, *dgate, *dup, *dact;
     float *dctx, *dctx_pre, *dkc, *dkc_raw, *dvc;
-    int *tokens, *targets, *anchors, *pos_blk, *pos_ctx;   // device
+    int *tokens, *targets, *anchors, *ctx_lo, *pos_blk, *pos_ctx;   // device
     int *host_pos;                                          // [max(R, B*T)]
     void *arena;
 } DraftModel;
@@ -140,6 +142,9 @@ double draft_forward(DraftModel *dm, const float *captures, const DraftInput *in
 double draft_forward_backward(DraftModel *dm, const float *captures, const DraftInput *in, float grad_scale,
                               double *weight);
 void draft_zero_grads(DraftModel *dm);
+// Points the gradient output at another buffer laid out by the draft's table
+// (device; NULL: the plan's own): a trainer keeps micro-batches apart.
+void draft_model_use_grads(DraftModel *dm, float *grads);
 
 // The loss weight of block position i (1..blk-1; position 0 is the given
 // token and has none): exp(-(i-1)/decay), DFlash's decay toward later rows.

@@ -27,10 +27,15 @@ void draft_model_free(DraftModel *dm) {
     Device *d = dm->dev;
     if (!d) return;
     if (dm->arena) d->be->release(d, dm->arena);
-    if (dm->grads) d->be->release(d, dm->grads);
+    if (dm->own_grads) d->be->release(d, dm->own_grads);
     rope_table_free(&dm->rope, d);
     free(dm->host_pos);
     memset(dm, 0, sizeof *dm);
+}
+
+void draft_model_use_grads(DraftModel *dm, float *grads) {
+    dm->grads = grads ? grads : dm->own_grads;
+    draft_views(&dm->g, dm->tt, dm->grads);
 }
 
 void draft_zero_grads(DraftModel *dm) { OP(dm->dev, zero, dm->grads, dm->tt->total * sizeof(float)); }
@@ -84,6 +89,7 @@ static void plan_buffers(DraftModel *dm, Carver *c) {
     dm->targets = (int *)carve(c, R);
     dm->pos_blk = (int *)carve(c, R);
     dm->anchors = (int *)carve(c, (size_t)dm->B * dm->A);
+    dm->ctx_lo = (int *)carve(c, (size_t)dm->B * dm->A);
     dm->pos_ctx = (int *)carve(c, NC);
     if (!dm->training) return;
     dm->dx = carve(c, R * H);
@@ -129,9 +135,9 @@ int draft_model_plan(DraftModel *dm, int B, int T, int A, int training, PtError 
     for (int b = 0; b < B; b++)
         for (int t = 0; t < T; t++) dm->host_pos[b * T + t] = t;
     OP(d, upload, dm->pos_ctx, dm->host_pos, (size_t)NC * sizeof(int));
-    if (training && !dm->grads) {
-        dm->grads = d->be->alloc(d, dm->tt->total * sizeof(float), "draft gradients");
-        draft_views(&dm->g, dm->tt, dm->grads);
+    if (training && !dm->own_grads) {
+        dm->own_grads = d->be->alloc(d, dm->tt->total * sizeof(float), "draft gradients");
+        draft_model_use_grads(dm, NULL);
     }
     // The ops' workspace: the draft's widest input is fc's (n_target * H).
     ModelConfig wc = dm->tc;
@@ -181,7 +187,7 @@ static void layer_forward(DraftModel *dm, int l, const float *x_in, float *x_out
     OP(d, rmsnorm_forward, a->kb, a->kb_rstd, a->kb_raw, w->knorm, R * nkv, hd, tc->norm_eps);
     OP(d, rope_forward, a->q, &dm->rope, dm->pos_blk, R, nq, hd);
     OP(d, rope_forward, a->kb, &dm->rope, dm->pos_blk, R, nkv, hd);
-    OP(d, draft_attention_forward, a->att, a->lse, a->q, a->kc, a->vc, a->kb, a->vb, dm->anchors, dm->B, dm->T, dm->A,
+    OP(d, draft_attention_forward, a->att, a->lse, a->q, a->kc, a->vc, a->kb, a->vb, dm->anchors, dm->ctx_lo, dm->B, dm->T, dm->A,
        dm->dc.block, nq, nkv, hd);
     OP(d, matmul_forward, dm->proj, a->att, w->wo, R, Q, H, p);
     OP(d, residual_forward, a->x_mid, x_in, dm->proj, (size_t)R * H);
@@ -224,7 +230,7 @@ static void layer_backward(DraftModel *dm, int l, const float *x_in) {
     OP(d, zero, dm->dkc, (size_t)NC * KV * fl);
     OP(d, zero, dm->dvc, (size_t)NC * KV * fl);
     OP(d, draft_attention_backward, dm->dq, dm->dkc, dm->dvc, dm->dkb, dm->dvb, dm->datt, a->att, a->lse, a->q, a->kc,
-       a->vc, a->kb, a->vb, dm->anchors, dm->B, dm->T, dm->A, dm->dc.block, nq, nkv, hd);
+       a->vc, a->kb, a->vb, dm->anchors, dm->ctx_lo, dm->B, dm->T, dm->A, dm->dc.block, nq, nkv, hd);
     OP(d, rope_backward, dm->dq, &dm->rope, dm->pos_blk, R, nq, hd);
     OP(d, rope_backward, dm->dkb, &dm->rope, dm->pos_blk, R, nkv, hd);
     OP(d, rope_backward, dm->dkc, &dm->rope, dm->pos_ctx, NC, nkv, hd);
@@ -252,6 +258,8 @@ static void upload_input(DraftModel *dm, const DraftInput *in) {
     OP(d, upload, dm->pos_blk, dm->host_pos, (size_t)R * sizeof(int));
     OP(d, upload, dm->tokens, in->block_tokens, (size_t)R * sizeof(int));
     OP(d, upload, dm->anchors, in->anchors, (size_t)S * sizeof(int));
+    if (in->ctx_lo) OP(d, upload, dm->ctx_lo, in->ctx_lo, (size_t)S * sizeof(int));
+    else OP(d, zero, dm->ctx_lo, (size_t)S * sizeof(int));
     if (in->targets) OP(d, upload, dm->targets, in->targets, (size_t)R * sizeof(int));
     for (int s = 0; s < S; s++)
         if (in->anchors[s] < 0 || in->anchors[s] + dm->dc.block > dm->rope.max_pos)

@@ -84,7 +84,7 @@ int spec_generate(SpecContext *s, const int *prompt, int n_prompt, const GenPara
         const int at = m->n_past;
         block[0] = cur;
         for (int i = 1; i < blk; i++) block[i] = s->dm.dc.mask_token;
-        DraftInput in = {block, &at, NULL, NULL, s->ctx_done, at};
+        DraftInput in = {block, &at, NULL, NULL, NULL, s->ctx_done, at};
         draft_forward(&s->dm, s->captures, &in, s->logits, NULL);
         s->ctx_done = at;
         OP(d, download, s->host_logits, s->logits, (size_t)blk * V * sizeof(float));

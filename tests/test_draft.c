@@ -17,10 +17,10 @@
 #define FIXTURE "tests/fixtures/draft/expected.safetensors"
 
 // ---- the attention op
-typedef struct { double *q, *kc, *vc, *kb, *vb; const int *anchor; int B, T, A, blk, nq, nkv, hd; } AttnCtx;
+typedef struct { double *q, *kc, *vc, *kb, *vb; const int *anchor, *lo; int B, T, A, blk, nq, nkv, hd; } AttnCtx;
 static void attn_fwd(void *p, double *out) {
     AttnCtx *c = p;
-    draft_attention_forward_ref(out, c->q, c->kc, c->vc, c->kb, c->vb, c->anchor, c->B, c->T, c->A, c->blk, c->nq,
+    draft_attention_forward_ref(out, c->q, c->kc, c->vc, c->kb, c->vb, c->anchor, c->lo, c->B, c->T, c->A, c->blk, c->nq,
                                 c->nkv, c->hd);
 }
 
@@ -40,13 +40,14 @@ static void test_attention_op(void **state) {
     enum { B = 2, T = 5, A = 3, blk = 3, nq = 4, nkv = 2, hd = 4 };
     const int S = B * A, R = blk * S, Q = nq * hd, KV = nkv * hd;
     const int anchor[B * A] = {0, 2, 5, 1, 4, 9};   // no context, some, all of it, and past the end
+    const int lo[B * A] = {0, 0, 3, 1, 2, 0};       // packed examples: context from its example's first row
     Rng r;
     rng_seed(&r, 3);
     double *q = rand_d(&r, (size_t)R * Q, 1.0), *kc = rand_d(&r, (size_t)B * T * KV, 1.0);
     double *vc = rand_d(&r, (size_t)B * T * KV, 1.0), *kb = rand_d(&r, (size_t)R * KV, 1.0);
     double *vb = rand_d(&r, (size_t)R * KV, 1.0), *Rw = rand_d(&r, (size_t)R * Q, 1.0);
     double *want = zeros_d((size_t)R * Q);
-    AttnCtx c = {q, kc, vc, kb, vb, anchor, B, T, A, blk, nq, nkv, hd};
+    AttnCtx c = {q, kc, vc, kb, vb, anchor, lo, B, T, A, blk, nq, nkv, hd};
     attn_fwd(&c, want);
 
     Device dev;
@@ -54,7 +55,7 @@ static void test_attention_op(void **state) {
     float *fq = to_f(q, (size_t)R * Q), *fkc = to_f(kc, (size_t)B * T * KV), *fvc = to_f(vc, (size_t)B * T * KV);
     float *fkb = to_f(kb, (size_t)R * KV), *fvb = to_f(vb, (size_t)R * KV), *fR = to_f(Rw, (size_t)R * Q);
     float *out = xcalloc((size_t)R * Q, sizeof(float), "out"), *lse = xcalloc((size_t)R * nq, sizeof(float), "lse");
-    draft_attention_forward(&dev, out, lse, fq, fkc, fvc, fkb, fvb, anchor, B, T, A, blk, nq, nkv, hd);
+    draft_attention_forward(&dev, out, lse, fq, fkc, fvc, fkb, fvb, anchor, lo, B, T, A, blk, nq, nkv, hd);
     double worst = 0;
     for (int i = 0; i < R * Q; i++) worst = fmax(worst, fabs(out[i] - want[i]));
     printf("  draft attention forward: max |float - double| %.2e\n", worst);
@@ -64,7 +65,7 @@ static void test_attention_op(void **state) {
     float *dq = xcalloc((size_t)R * Q, sizeof(float), "dq"), *dkc = xcalloc((size_t)B * T * KV, sizeof(float), "dkc");
     float *dvc = xcalloc((size_t)B * T * KV, sizeof(float), "dvc"), *dkb = xcalloc((size_t)R * KV, sizeof(float), "dkb");
     float *dvb = xcalloc((size_t)R * KV, sizeof(float), "dvb");
-    draft_attention_backward(&dev, dq, dkc, dvc, dkb, dvb, fR, out, lse, fq, fkc, fvc, fkb, fvb, anchor, B, T, A, blk,
+    draft_attention_backward(&dev, dq, dkc, dvc, dkb, dvb, fR, out, lse, fq, fkc, fvc, fkb, fvb, anchor, lo, B, T, A, blk,
                              nq, nkv, hd);
     struct { double *x; float *g; size_t n; const char *name; } parts[] = {
         {q, dq, (size_t)R * Q, "dq"}, {kc, dkc, (size_t)B * T * KV, "dk (context)"},
@@ -77,7 +78,6 @@ static void test_attention_op(void **state) {
         assert_true(e < 1e-4);
         free(g);
     }
-    // context rows no block sees get no gradient: sequence 1's rows 4.. are seen only by the block at 9 (all of them)
     free(q), free(kc), free(vc), free(kb), free(vb), free(Rw), free(want);
     free(fq), free(fkc), free(fvc), free(fkb), free(fvb), free(fR), free(out), free(lse);
     free(dq), free(dkc), free(dvc), free(dkb), free(dvb);
@@ -157,7 +157,7 @@ static void test_pass_matches_torch(void **state) {
     draft_model_init(&dm, &dev, &fx.tc, &fx.dc, &fx.d.tt, fx.d.params, fx.embed, fx.lm_head, MATMUL_FP32);
     PtError e;
     assert_int_equal(draft_model_plan(&dm, fx.B, fx.T, fx.A, 1, &e), 0);
-    DraftInput in = {fx.tokens, fx.anchors, fx.targets, fx.pos_weight, 0, 0};
+    DraftInput in = {fx.tokens, fx.anchors, NULL, fx.targets, fx.pos_weight, 0, 0};
     const int V = fx.tc.vocab_size, R = fx.dc.block * fx.B * fx.A;
     float *logits = xmalloc((size_t)R * V * sizeof(float), "logits");
     double weight;
@@ -216,7 +216,7 @@ static void test_partial_context(void **state) {
     int from = 0;
     for (int n = 2; n <= T; n += 3) {   // 2, 5, 8 context rows, then the block at n
         int anchor = n;
-        DraftInput iw = {tokens, &anchor, NULL, NULL, 0, n}, ip = {tokens, &anchor, NULL, NULL, from, n};
+        DraftInput iw = {tokens, &anchor, NULL, NULL, NULL, 0, n}, ip = {tokens, &anchor, NULL, NULL, NULL, from, n};
         draft_forward(&whole, fx.captures, &iw, a, NULL);
         draft_forward(&part, fx.captures, &ip, b, NULL);
         assert_true(max_diff(a, b, (size_t)blk * V) == 0);

@@ -7,6 +7,7 @@
 #include <stddef.h>
 #include <string.h>
 #include <strings.h>
+#include "../model/draft.h"
 
 typedef enum { KT_INT, KT_LONG, KT_FLOAT, KT_BOOL, KT_CHOICE, KT_STR } KeyType;
 
@@ -149,6 +150,21 @@ static const KeySpec KEYS[] = {
     {"distill", "source", KT_CHOICE, F(distill.source), "forward", NULL, "forward|topk", 0,
      "the teacher's full distribution from its own forward in every step, or its top-k logits stored in "
      "data.train by pocket teacher-topk"},
+    {"draft", "enabled", KT_BOOL, F(draft.enabled), "0", NULL, NULL, 0,
+     "train a DFlash speculative draft for the frozen int4 model of model.init (train.mode = sft)"},
+    {"draft", "layers", KT_INT, F(draft.layers), "1", "[1, 16]", NULL, 0, "the draft's decoder layers"},
+    {"draft", "block", KT_INT, F(draft.block), "8", "[2, 64]", NULL, 0,
+     "tokens per drafting pass: the last accepted token and block - 1 mask tokens"},
+    {"draft", "target_layers", KT_STR, F(draft.target_layers), "", NULL, NULL, 0,
+     "0-based target layers whose outputs are the draft's context, comma-separated and increasing; empty = "
+     "min(3, L) of the target's L layers, spaced as DFlash does (layers 1 to L-3 of a deep target)"},
+    {"draft", "mask_token", KT_INT, F(draft.mask_token), "-1", "[-1, 2147483647]", NULL, 0,
+     "the id of the block's mask rows; -1 = the target's pad_id, else its eos_id, else 0"},
+    {"draft", "d_ff", KT_INT, F(draft.d_ff), "0", "[0, 1048576]", NULL, 0, "the draft's MLP width; 0 = the target's"},
+    {"draft", "anchors", KT_INT, F(draft.anchors), "16", "[1, 4096]", NULL, 0,
+     "blocks drawn per training sequence, each at a response token followed by another"},
+    {"draft", "loss_decay", KT_FLOAT, F(draft.loss_decay), "7", "(0, 1e6]", NULL, 0,
+     "block position i of the loss weighs exp(-(i-1)/loss_decay): the first drafted tokens count most"},
 };
 #define N_KEYS ((int)(sizeof KEYS / sizeof KEYS[0]))
 #undef F
@@ -472,6 +488,29 @@ static int lora_check(const Recipe *r, const char *src, PtError *e) {
     return 0;
 }
 
+// [draft]: its target layers' syntax (the target checks them against its
+// layers), and what it cannot be combined with: the target is frozen and int4.
+static int draft_check(const Recipe *r, const char *src, PtError *e) {
+    char where[RECIPE_STR + 32];
+    snprintf(where, sizeof where, "%s: [draft] target_layers", src);
+    DraftConfig dc;
+    if (r->draft.target_layers[0] && draft_layers_parse(r->draft.target_layers, &dc, where, e)) return -1;
+    if (!r->draft.enabled) return 0;
+    if (r->lora.enabled)
+        return pt_fail(e, "%s: [draft] enabled with [lora] enabled is not supported (a draft serves the frozen "
+                       "int4 model of model.init as it is, without an adapter)", src);
+    if (r->qat.enabled)
+        return pt_fail(e, "%s: [draft] enabled with [qat] enabled is not supported (the target is frozen: give "
+                       "model.init the QAT checkpoint)", src);
+    if (r->distill.enabled)
+        return pt_fail(e, "%s: [draft] enabled with [distill] enabled is not supported (the draft learns from "
+                       "the data's response tokens)", src);
+    if (r->train.mode != TRAIN_MODE_SFT)
+        return pt_fail(e, "%s: [draft] needs train.mode = sft (its blocks start at response tokens), not %s", src,
+                       train_mode_name(r->train.mode));
+    return 0;
+}
+
 int recipe_load(Recipe *r, const char *path, int n_sets, char **sets, PtError *e) {
     recipe_defaults(r);
     if (path && load_file(r, path, e)) return -1;
@@ -491,7 +530,7 @@ int recipe_load(Recipe *r, const char *path, int n_sets, char **sets, PtError *e
     if (r->qat.freeze_codes_step >= 0 && r->qat.freeze_codes_step < r->qat.start_step)
         return pt_fail(e, "%s: [qat] freeze_codes_step (%ld) is before [qat] start_step (%ld); codes can only be "
                        "frozen once fake-quant runs", src, r->qat.freeze_codes_step, r->qat.start_step);
-    if (lora_check(r, src, e)) return -1;
+    if (lora_check(r, src, e) || draft_check(r, src, e)) return -1;
     if (r->distill.enabled && r->train.mode == TRAIN_MODE_CHOICE)
         return pt_fail(e, "%s: [distill] distils next-token distributions; train.mode = choice trains the decision "
                        "head's scores, which a teacher does not give", src);

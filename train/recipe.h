@@ -7,6 +7,7 @@
 //     [qat]    W4A16 quantization-aware training
 //     [lora]   a LoRA / QLoRA adapter trained on a frozen base
 //     [distill] distillation from a teacher's next-token distributions
+//     [draft]  a DFlash speculative draft trained against the frozen int4 model
 //
 // The key table in recipe.c is the one place the keys are listed: it drives
 // parsing, --set overrides, validation, `--help` and the resolved recipe the
@@ -99,6 +100,14 @@ typedef struct {
         float temperature;
         int source;                   // DISTILL_*: a teacher forward each step, or top-k from the dataset
     } distill;
+    struct {
+        int enabled, layers, block;
+        char target_layers[RECIPE_STR];   // "3,14,25"; "" = draft_layers_default of min(3, L) layers
+        int mask_token;               // -1 = the target's pad_id, else its eos_id, else 0
+        int d_ff;                     // 0 = the target's
+        int anchors;                  // blocks drawn per training sequence
+        float loss_decay;             // block position i weighs exp(-(i-1)/loss_decay)
+    } draft;
 } Recipe;
 
 // Defaults, then the file at `path` (NULL: none), then the --set overrides

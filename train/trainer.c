@@ -19,6 +19,7 @@
 #include "data_parallel.h"
 #include "devices.h"
 #include "distill.h"
+#include "draft_train.h"
 #include "evaluate.h"
 #include "lora_train.h"
 #include "run_dir.h"
@@ -50,11 +51,20 @@ typedef struct {
     LoraTrain lora;           // [lora] enabled (lora_on): the frozen base and the adapter that trains
     int lora_on;
     DistillRun distill;       // [distill] enabled (distill.on): the teacher
+    DraftTrain draft;         // [draft] enabled (draft_on): the draft that trains on the frozen int4 model's captures
+    int draft_on;
     double step_ce, step_kl;  // with [distill]: the last step's mean cross-entropy and KL per counted token
 } Trainer;
 
-// The buffer the optimizer updates: the adapter's with LoRA, else the masters.
-static float *trained_params(const Trainer *t) { return t->lora_on ? t->lora.params : t->params; }
+// The buffer the optimizer updates: the draft's, the adapter's with LoRA, else
+// the masters; its gradients and their table.
+static float *trained_params(const Trainer *t) {
+    return t->draft_on ? t->draft.params : t->lora_on ? t->lora.params : t->params;
+}
+static float *step_grads(const Trainer *t) { return t->draft_on ? draft_train_grads(&t->draft) : t->m.grads; }
+static const TensorTable *grad_table(const Trainer *t) {
+    return t->draft_on ? draft_train_table(&t->draft) : model_grad_table(&t->m);
+}
 
 static const QatState *qat_state(const Trainer *t) { return t->qat_on && t->qat.ready ? &t->qat.q : NULL; }
 
@@ -95,10 +105,12 @@ static int load_bundle(Trainer *t, char **resumed, PtError *e) {
     t->st.best_val_loss = INFINITY;
     if (resume >= 0) {
         *resumed = run_dir_checkpoint_path(t->dir, resume);
-        if (!r->lora.enabled) return checkpoint_load(*resumed, b, e);
+        if (!r->lora.enabled && !r->draft.enabled) return checkpoint_load(*resumed, b, e);
     }
-    if (r->lora.enabled && !checkpoint_is_hdf5(r->model.init))   // an adapter resumes on its base, model.init
-        return pt_fail(e, "%s: [lora] needs model.init to be a checkpoint (.h5): the frozen base", r->model.init);
+    // An adapter or a draft resumes on its frozen base, model.init.
+    if ((r->lora.enabled || r->draft.enabled) && !checkpoint_is_hdf5(r->model.init))
+        return pt_fail(e, "%s: [%s] needs model.init to be a checkpoint (.h5): the frozen base", r->model.init,
+                       r->lora.enabled ? "lora" : "draft");
     if (checkpoint_is_hdf5(r->model.init)) {
         if (checkpoint_load(r->model.init, b, e)) return -1;
     } else {
@@ -166,6 +178,13 @@ static int lora_setup(Trainer *t, const char *resume_path, PtError *e) {
     return 0;
 }
 
+// ---- a draft: the model is the frozen int4 target whose captures the draft reads (draft_train.h).
+static int draft_setup(Trainer *t, const char *resume_path, PtError *e) {
+    if (!t->r->draft.enabled) return 0;
+    t->draft_on = 1;
+    return draft_train_init(&t->draft, t->r, &t->dev, &t->b, t->params, &t->m, resume_path, t->lead ? stdout : NULL, e);
+}
+
 // ---- QAT: the model runs on fake-quantized weights; gradients reach the
 // master weights through the straight-through estimator (qat/qat.h).
 static int qat_setup(Trainer *t, const char *resume_path, PtError *e) {
@@ -212,7 +231,7 @@ static int qat_setup(Trainer *t, const char *resume_path, PtError *e) {
 // The sharded optimizer state: this rank's AdamW moments from the run's
 // checkpoint, or zero for a new run.
 static int optimizer_setup(Trainer *t, const char *resume_path, PtError *e) {
-    dp_init(&t->dp, t->comm, &t->dev, model_grad_table(&t->m), t->qat_on ? t->qat.q.total : 0);
+    dp_init(&t->dp, t->comm, &t->dev, grad_table(t), t->qat_on ? t->qat.q.total : 0);
     if (t->qat_on) {
         t->qat.lo = t->dp.glo[t->comm->rank];
         t->qat.hi = t->dp.ghi[t->comm->rank];
@@ -244,7 +263,9 @@ static int save_checkpoint(Trainer *t, PtError *e) {
     char *path = run_dir_checkpoint_path(t->dir, t->st.step);
     loader_get_cursor(&t->loader, &t->st.cursor);
     int rc;
-    if (t->lora_on) {   // only the adapter: the frozen base stays where it is
+    if (t->draft_on) {   // only the draft or the adapter: the frozen base stays where it is
+        rc = draft_train_save(&t->draft, &t->dp, path, &t->st, e);
+    } else if (t->lora_on) {
         rc = lora_train_save(&t->lora, &t->dp, path, &t->st, e);
     } else {
         download_params(t);
@@ -258,7 +279,7 @@ static int save_checkpoint(Trainer *t, PtError *e) {
 
 static void write_sample(Trainer *t) {
     const Recipe *r = t->r;
-    if (!r->train.sample_prompt[0]) return;
+    if (!r->train.sample_prompt[0] || t->draft_on) return;   // a draft's target does not change
     int *ids = NULL;
     size_t n = 0, cap = 0;
     PtError e;
@@ -298,14 +319,19 @@ static int evaluate(Trainer *t, PtError *e) {
     if (!t->has_val) return 0;
     if (use_step_weights(t, e)) return -1;
     double t0 = now_seconds(), sums[2];
-    long count;
-    int rc = eval_loss_sums(&t->m, &t->val_ds, t->r->train.doc_mask, t->r->train.eval_batches, t->comm->rank,
-                            t->comm->world, &sums[0], &count, e);
+    long count = 0;
+    const int rank = t->comm->rank, world = t->comm->world;
+    int rc = t->draft_on ? draft_train_eval(&t->draft, &t->m, &t->val_ds, t->r->train.eval_batches, rank, world,
+                                            &sums[0], &sums[1], e)
+                         : eval_loss_sums(&t->m, &t->val_ds, t->r->train.doc_mask, t->r->train.eval_batches, rank,
+                                          world, &sums[0], &count, e);
     if (agree(t, rc, e)) return -1;
-    sums[1] = (double)count;
+    if (!t->draft_on) sums[1] = (double)count;
     comm_sum_doubles(t->comm, sums, 2, "the validation loss");
     double val = sums[1] > 0 ? sums[0] / sums[1] : NAN;
-    if (isnan(val)) return pt_fail(e, "%s: the validation data counts no target token", t->r->data.val);
+    if (isnan(val))
+        return pt_fail(e, "%s: the validation data counts no target token%s", t->r->data.val,
+                       t->draft_on ? " a draft block can predict" : "");
     series_add(&t->val_curve, t->st.step, val);
     int best = val < t->st.best_val_loss;
     if (best) t->st.best_val_loss = val;
@@ -321,7 +347,9 @@ static int evaluate(Trainer *t, PtError *e) {
            best ? ", best so far" : "");
     if (best) {
         char *path = path_join(t->dir, "best.h5");
-        if (t->lora_on) {
+        if (t->draft_on) {
+            rc = draft_train_save(&t->draft, &t->dp, path, NULL, e);
+        } else if (t->lora_on) {
             rc = lora_train_save(&t->lora, &t->dp, path, NULL, e);
         } else {   // the frozen base of a LoRA run is never copied back
             download_params(t);
@@ -337,14 +365,15 @@ static int evaluate(Trainer *t, PtError *e) {
     return rc;
 }
 
-// LoRA dropout's seed for this rank's micro-batch a of the step: from the run
-// seed and the micro-batch's index in the loader's one stream (rank r reads
-// r, r + world, ...), so a resumed run draws the same masks, and two ranks
-// those of one rank accumulating their two micro-batches.
-static uint64_t dropout_seed(const Trainer *t, int a) {
+// The seed of this rank's micro-batch a of the step (LoRA dropout's masks, a
+// draft's blocks; salt tells them apart): from the run seed and the
+// micro-batch's index in the loader's one stream (rank r reads r, r + world,
+// ...), so a resumed run draws the same, and two ranks what one rank
+// accumulating their two micro-batches draws.
+static uint64_t micro_seed(const Trainer *t, int a, uint64_t salt) {
     const uint64_t accum = (uint64_t)t->r->train.grad_accum, world = (uint64_t)t->comm->world;
     const uint64_t index = ((uint64_t)t->st.step * accum + (uint64_t)a) * world + (uint64_t)t->comm->rank;
-    return dropout_child_seed((uint64_t)t->r->train.seed ^ 0xd50f0a7ull, index);
+    return dropout_child_seed((uint64_t)t->r->train.seed ^ salt, index);
 }
 
 // ---- one optimizer step over grad_accum micro-batches of every rank. The
@@ -357,7 +386,9 @@ static double train_step(Trainer *t, int stop, double *norm_out, int *finite, in
     double kd[2] = {0, 0};           // [distill]: cross-entropy and KL sums
     for (int a = 0; a < accum; a++) {
         loader_next(&t->loader, &t->micro[a]);
-        sums[1] += t->micro[a].n_loss;
+        // A draft's loss averages over its blocks' weighted rows, drawn now.
+        sums[1] += t->draft_on ? draft_train_prepare(&t->draft, a, &t->micro[a], micro_seed(t, a, 0xd2af7b10c5ull))
+                               : t->micro[a].n_loss;
     }
     comm_sum_doubles(t->comm, sums + 1, 2, "counting the step's tokens");
     // Every micro-batch's gradient is scaled by 1/(targets in the whole step), so
@@ -368,20 +399,27 @@ static double train_step(Trainer *t, int stop, double *norm_out, int *finite, in
     const double n_loss = sums[1];
     float scale = n_loss > 0 ? 1.0f / (float)n_loss : 0.0f;
     double local = 0;
+    float *grads = step_grads(t);
+    const size_t n_grads = grad_table(t)->total;
     for (int a = 0; a < accum; a++) {
+        if (t->draft_on) {
+            local += draft_train_micro(&t->draft, &t->m, &t->micro[a], a, scale, a ? t->micro_grads : NULL);
+            if (a) OP(&t->dev, residual_forward, grads, grads, t->micro_grads, n_grads);
+            continue;
+        }
         ChoiceGroups groups;
         ModelInput in = choice_batch_input(&t->micro[a], t->loader.choice, &groups);
         in.distill = distill_target(&t->distill, &t->micro[a], &in);
         int c;
         model_use_grads(&t->m, a ? t->micro_grads : NULL);
         model_zero_grads(&t->m);
-        model_set_dropout_seed(&t->m, dropout_seed(t, a));
+        model_set_dropout_seed(&t->m, micro_seed(t, a, 0xd50f0a7ull));
         local += model_forward_backward(&t->m, &in, scale, NULL, &c);
         kd[0] += t->m.distill_sums.ce;
         kd[1] += t->m.distill_sums.kl;
-        if (a) OP(&t->dev, residual_forward, t->m.grads, t->m.grads, t->micro_grads, model_grad_table(&t->m)->total);
+        if (a) OP(&t->dev, residual_forward, grads, grads, t->micro_grads, n_grads);
     }
-    model_use_grads(&t->m, NULL);
+    if (!t->draft_on) model_use_grads(&t->m, NULL);
     comm_sum_doubles(t->comm, &local, 1, "the step's loss");
     double loss = n_loss > 0 ? local / n_loss : 0.0;
     if (t->distill.on) {
@@ -391,17 +429,17 @@ static double train_step(Trainer *t, int stop, double *norm_out, int *finite, in
     }
     *stop_all = sums[2] > 0;
     const long step = t->st.step;
-    dp_reduce_grads(&t->dp, t->m.grads);
+    dp_reduce_grads(&t->dp, grads);
     if (t->qat_on && qat_run_active(&t->qat, step)) {   // its scale gradients need the summed gradient
-        dp_gather_grads(&t->dp, t->m.grads);
-        qat_run_backward(&t->qat, step, t->params, t->m.grads);
+        dp_gather_grads(&t->dp, grads);
+        qat_run_backward(&t->qat, step, t->params, grads);
     }
-    double norm = dp_grad_norm(&t->dp, t->m.grads);
+    double norm = dp_grad_norm(&t->dp, grads);
     *norm_out = norm;
     *finite = isfinite(loss) && isfinite(norm);
     if (*finite) {
         float lr = schedule_lr(&t->sched, t->adam.lr, step);
-        dp_update(&t->dp, trained_params(t), t->m.grads, grad_clip_factor(norm, t->adam.grad_clip), &t->adam, lr,
+        dp_update(&t->dp, trained_params(t), grads, grad_clip_factor(norm, t->adam.grad_clip), &t->adam, lr,
                   step + 1);
         if (t->qat_on) {
             if (qat_run_update(&t->qat, step)) dp_share_qat_scales(&t->dp, &t->qat.dq);
@@ -434,6 +472,7 @@ static void trainer_free(Trainer *t) {
     dp_free(&t->dp);
     if (t->micro_grads) t->dev.be->release(&t->dev, t->micro_grads);
     lora_train_free(&t->lora);
+    draft_train_free(&t->draft);
     distill_free(&t->distill);
     if (t->dev.be) {
         dev_unmirror(&t->dev, t->params, t->b.params);
@@ -467,7 +506,7 @@ static int announce(Trainer *t, const char *resumed, long tokens_per_step, PtErr
     cpu_kernels_announce(&t->dev, r->train.matmul == TRAIN_MATMUL_BF16, stdout);
     if (t->comm->world > 1) {
         // A ring reduce-scatter of the gradients and an allgather of the parameters each send (W-1)/W of them.
-        const double W = t->comm->world, sent = 2 * (W - 1) / W * (double)model_grad_table(&t->m)->total * 4;
+        const double W = t->comm->world, sent = 2 * (W - 1) / W * (double)grad_table(t)->total * 4;
         printf("data parallel: %d ranks, %ld tokens a step; each rank holds 1/%d of the AdamW state (%.1f MiB) and "
                "sends %.1f MiB a step\n", t->comm->world, tokens_per_step, t->comm->world,
                2.0 * (double)(dp_hi(&t->dp) - dp_lo(&t->dp)) * 4 / (1 << 20), sent / (1 << 20));
@@ -507,8 +546,8 @@ int train_run(const Recipe *r, Comm *comm, volatile sig_atomic_t *stop, PtError 
                          r->model.init);
     }
     if (rc == 0) place_on_device(&t);
-    rc = rc || lora_setup(&t, resumed, e) || qat_setup(&t, resumed, e) || optimizer_setup(&t, resumed, e) ||
-                 open_data(&t, e)
+    rc = rc || lora_setup(&t, resumed, e) || draft_setup(&t, resumed, e) || qat_setup(&t, resumed, e) ||
+                 optimizer_setup(&t, resumed, e) || open_data(&t, e)
              ? -1
              : 0;
     const int B = r->train.micro_batch, T = r->train.seq_len, accum = r->train.grad_accum;
@@ -517,7 +556,8 @@ int train_run(const Recipe *r, Comm *comm, volatile sig_atomic_t *stop, PtError 
     double budget = r->train.tokens > 0 ? (double)r->train.tokens : r->train.epochs * (double)t.train_ds.n_tokens;
     t.total_steps = r->train.steps > 0 ? r->train.steps : (long)ceil(budget / tokens_per_step);
     if (rc == 0 && t.total_steps < 1) rc = pt_fail(e, "set train.steps, train.tokens or train.epochs");
-    if (rc == 0) rc = model_plan(&t.m, B, T, 1, t.lead ? stdout : NULL, e);
+    if (rc == 0) rc = model_plan(&t.m, B, T, !t.draft_on, t.lead ? stdout : NULL, e);   // a draft's target: inference
+    if (rc == 0 && t.draft_on) rc = draft_train_plan(&t.draft, &t.m, accum, e);
     if (agree(&t, rc, e)) goto out;
     if (uses_nccl(&t)) {
         const int bf16 = r->train.grad_reduce == GRAD_REDUCE_BF16;
@@ -530,7 +570,7 @@ int train_run(const Recipe *r, Comm *comm, volatile sig_atomic_t *stop, PtError 
     t.micro = xcalloc(accum, sizeof(Batch), "micro-batches");
     for (int a = 0; a < accum; a++) batch_alloc(&t.micro[a], B, T);
     if (accum > 1)
-        t.micro_grads = t.dev.be->alloc(&t.dev, model_grad_table(&t.m)->total * sizeof(float), "micro-batch gradients");
+        t.micro_grads = t.dev.be->alloc(&t.dev, grad_table(&t)->total * sizeof(float), "micro-batch gradients");
     // MFU against the CPU's measured peak; a GPU's is not measured here (0: no MFU).
     // The peak of the vectors the chosen kernels use (POCKET_KERNELS may restrict them).
     t.peak_gflops = t.lead && t.dev.be == backend_cpu()
@@ -541,6 +581,7 @@ int train_run(const Recipe *r, Comm *comm, volatile sig_atomic_t *stop, PtError 
         t.flops_per_token += -2.0 * config_train_flops_per_token(&t.b.cfg, 0) / 6 + 6.0 * (double)t.lora.ad.tt.total;
     if (t.distill.on && t.distill.source == DISTILL_FORWARD)   // the teacher's forward, a third of a training step
         t.flops_per_token += config_train_flops_per_token(&t.distill.b.cfg, T) / 3;
+    if (t.draft_on) t.flops_per_token = draft_train_flops_per_token(&t.draft, T);
     if (agree(&t, announce(&t, resumed, tokens_per_step, e), e)) goto out;
     int tty = t.lead && isatty(fileno(stderr)), stopped = 0;
     double start = now_seconds(), last_print = 0;

@@ -129,19 +129,21 @@ void attention_backward_ref(double *dq, double *dk, double *dv, const double *do
 // q, out [blk*S, nq*hd]; kb, vb [blk*S, nkv*hd] (the block's own keys);
 // kc, vc [B*T, nkv*hd] (each sequence's context rows); lse [nq, blk*S].
 // Block s's rows see context rows t < anchor[s] of sequence b and all blk
-// rows of block s: no causal mask. scale = 1/sqrt(hd). The backward
+// rows of block s: no causal mask. ctx_lo [S] (or NULL: 0) raises the first
+// context row block s sees (packed examples: its own example's first row).
+// scale = 1/sqrt(hd). The backward
 // accumulates into dq, dkc, dvc, dkb, dvb.
 #define DRAFT_ATTN_MAX_BLOCK 64
 void draft_attention_forward(Device *d, float *out, float *lse, const float *q, const float *kc, const float *vc,
-                             const float *kb, const float *vb, const int *anchor, int B, int T, int A, int blk, int nq,
-                             int nkv, int hd);
+                             const float *kb, const float *vb, const int *anchor, const int *ctx_lo, int B, int T, int A,
+                             int blk, int nq, int nkv, int hd);
 void draft_attention_backward(Device *d, float *dq, float *dkc, float *dvc, float *dkb, float *dvb, const float *dout,
                               const float *out, const float *lse, const float *q, const float *kc, const float *vc,
-                              const float *kb, const float *vb, const int *anchor, int B, int T, int A, int blk,
-                              int nq, int nkv, int hd);
+                              const float *kb, const float *vb, const int *anchor, const int *ctx_lo, int B, int T, int A,
+                              int blk, int nq, int nkv, int hd);
 void draft_attention_forward_ref(double *out, const double *q, const double *kc, const double *vc, const double *kb,
-                                 const double *vb, const int *anchor, int B, int T, int A, int blk, int nq, int nkv,
-                                 int hd);
+                                 const double *vb, const int *anchor, const int *ctx_lo, int B, int T, int A, int blk, int nq,
+                                 int nkv, int hd);
 
 // ---- SwiGLU: out = silu(gate) * up, elementwise over n values.
 void swiglu_forward(Device *d, float *out, const float *gate, const float *up, size_t n);

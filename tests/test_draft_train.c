@@ -1,0 +1,272 @@
+// test_draft_train.c: pocket train with [draft] and pocket draft-data, end to
+// end on a tiny target (hidden 64, so its matrices take int4 group 64) made
+// by a few SFT steps on a counting task.
+// - the draft's loss falls on a dataset of one example (every batch the same
+//   rows, blocks drawn anew);
+// - a run stopped with train.stop_after and resumed ends with the bits of an
+//   uninterrupted one (every parameter and AdamW moment, the losses), with
+//   grad_accum 2 and an evaluation between;
+// - bad input, one stderr line, a non-zero exit and nothing written: resuming
+//   on other target weights (both hashes named), a target layer outside the
+//   target, block 1 or 65, [draft] with [lora] or in cpt mode, draft-data on
+//   CPT data;
+// - draft-data writes the prompts and, with loss, exactly what pocket
+//   generate --int4 generates from each;
+// - pocket inspect describes a draft checkpoint.
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <cmocka.h>
+#include <sys/stat.h>
+#include "../data/dataset.h"
+#include "../formats/draft_checkpoint.h"
+#include "test_cli_util.h"
+
+static char g_dir[256];
+
+// DIR/NAME: a [draft] recipe on DIR/target.h5 and DATA (train and val), 6 steps of 2 x 64 x 2, evaluated every 3,
+// saved every 3, with `extra` after it.
+static int write_draft_recipe(const char *name, const char *data, const char *extra) {
+    char path[600];
+    snprintf(path, sizeof path, "%s/%s", g_dir, name);
+    FILE *f = fopen(path, "w");
+    if (!f) return -1;
+    fprintf(f, "[model]\ninit = %s/target.h5\n[data]\ntrain = %s/%s\nval = %s/%s\n"
+               "[train]\nmode = sft\nmicro_batch = 2\nseq_len = 64\ngrad_accum = 2\nsteps = 6\neval_interval = 3\n"
+               "eval_batches = 2\nsave_interval = 3\nthreads = 1\n[optim]\nlr = 0.01\nwarmup = 1\n"
+               "[draft]\nenabled = 1\nblock = 4\nanchors = 4\n%s",
+            g_dir, g_dir, data, g_dir, data, extra);
+    return fclose(f) == 0 ? 0 : -1;
+}
+
+// The target: a tiny Qwen3 trained 100 SFT steps on "count from N" -> "N+1 ... N+11" (so its greedy replies
+// are not one token repeated), sft.h5 of 12 such chats and one.h5 of the first.
+static int setup(void **state) {
+    (void)state;
+    snprintf(g_dir, sizeof g_dir, "/tmp/pocket_draft_XXXXXX");
+    if (!mkdtemp(g_dir)) return -1;
+    char path[600];
+    snprintf(path, sizeof path, "%s/config.json", g_dir);
+    if (write_tiny_config(path, 64, 16, 128, 1505, ", \"rope_theta\": 10000.0")) return -1;
+    snprintf(path, sizeof path, "%s/sft.jsonl", g_dir);
+    FILE *f = fopen(path, "w");
+    if (!f) return -1;
+    for (int i = 0; i < 12; i++) {
+        fprintf(f, "{\"prompt\": \"count from %d\", \"completion\": \"", i);
+        for (int k = 1; k <= 11; k++) fprintf(f, "%s%d", k > 1 ? " " : "", i + k);
+        fprintf(f, "\"}\n");
+    }
+    if (fclose(f)) return -1;
+    const char *tok = "tests/fixtures/tok/tokenizer.json";
+    if (sh("%s init --model %s/config.json --tokenizer %s --out %s/init.h5 >/dev/null", pocket(), g_dir, tok, g_dir) ||
+        sh("%s tokenize --chat --tokenizer %s %s/sft.jsonl --out %s/sft.h5 >/dev/null", pocket(), tok, g_dir, g_dir) ||
+        sh("head -1 %s/sft.jsonl > %s/one.jsonl && %s tokenize --chat --tokenizer %s %s/one.jsonl --out %s/one.h5 "
+           ">/dev/null", g_dir, g_dir, pocket(), tok, g_dir, g_dir) ||
+        sh("%s tokenize --tokenizer %s tests/fixtures/tok/corpus.txt --out %s/cpt.h5 >/dev/null", pocket(), tok, g_dir))
+        return -1;
+    snprintf(path, sizeof path, "%s/sft.ini", g_dir);
+    f = fopen(path, "w");
+    if (!f) return -1;
+    fprintf(f, "[model]\ninit = %s/init.h5\n[data]\ntrain = %s/sft.h5\n[train]\nmode = sft\nmicro_batch = 4\n"
+               "seq_len = 64\nsteps = 100\neval_interval = 0\nsave_interval = 0\nthreads = 1\nrun_dir = %s/sft\n"
+               "[optim]\nlr = 0.03\nwarmup = 2\n", g_dir, g_dir, g_dir);
+    if (fclose(f)) return -1;
+    if (sh("%s train %s/sft.ini >/dev/null && cp %s/sft/ckpt-00000100.h5 %s/target.h5", pocket(), g_dir, g_dir, g_dir))
+        return -1;
+    return write_draft_recipe("draft.ini", "sft.h5", "");
+}
+
+static int teardown(void **state) {
+    (void)state;
+    return sh("rm -rf %s", g_dir);
+}
+
+// The per-step losses of a run's metrics.jsonl (training steps only: they have "lr").
+static int step_losses(const char *run, double *loss, int cap) {
+    char cmd[600];
+    snprintf(cmd, sizeof cmd, "grep '\"lr\"' %s/metrics.jsonl | grep -o '\"loss\": *[-0-9.e+]*' | cut -d: -f2", run);
+    FILE *p = popen(cmd, "r");
+    int n = 0;
+    while (n < cap && fscanf(p, "%lf", &loss[n]) == 1) n++;
+    pclose(p);
+    return n;
+}
+
+// On one example every batch holds the same rows: the draft's loss falls.
+static void test_loss_decreases(void **s) {
+    (void)s;
+    assert_int_equal(write_draft_recipe("one.ini", "one.h5", ""), 0);
+    assert_int_equal(sh("%s train %s/one.ini --set train.steps=24 --set train.eval_interval=0 --set "
+                        "train.save_interval=0 --set optim.lr=0.02 --set train.run_dir=%s/one >/dev/null", pocket(),
+                        g_dir, g_dir), 0);
+    char run[300];
+    snprintf(run, sizeof run, "%s/one", g_dir);
+    double loss[64];
+    int n = step_losses(run, loss, 64);
+    assert_int_equal(n, 24);
+    double first = (loss[0] + loss[1] + loss[2]) / 3, last = (loss[n - 1] + loss[n - 2] + loss[n - 3]) / 3;
+    printf("  draft loss on one example: %.4f over the first 3 steps, %.4f over the last 3\n", first, last);
+    assert_true(last < 0.6 * first);
+}
+
+static void load_draft(const char *path, Draft *d) {
+    ModelConfig c;
+    PtError e;
+    char cfg[300];
+    snprintf(cfg, sizeof cfg, "%s/config.json", g_dir);
+    if (config_load(&c, cfg, &e) || draft_checkpoint_load(path, &c, NULL, NULL, d, &e)) fail_msg("%s", e.msg);
+}
+
+// Stopped after 2 steps (mid-way between saves and evaluations) and resumed = uninterrupted, bit for bit.
+static void test_resume_is_bit_identical(void **s) {
+    (void)s;
+    assert_int_equal(sh("%s train %s/draft.ini --set train.run_dir=%s/full >/dev/null", pocket(), g_dir, g_dir), 0);
+    assert_int_equal(sh("%s train %s/draft.ini --set train.run_dir=%s/split --set train.stop_after=2 >/dev/null",
+                        pocket(), g_dir, g_dir), 0);
+    assert_int_equal(sh("%s train %s/draft.ini --set train.run_dir=%s/split >/dev/null", pocket(), g_dir, g_dir), 0);
+    char a[300], b[300], la[4096], lb[4096];
+    snprintf(a, sizeof a, "%s/full", g_dir);
+    snprintf(b, sizeof b, "%s/split", g_dir);
+    read_losses(a, la, sizeof la);
+    read_losses(b, lb, sizeof lb);
+    assert_true(strlen(la) > 0);
+    assert_string_equal(la, lb);
+    // every dataset (parameters, AdamW moments) and attribute (config, hash, state) alike
+    assert_int_equal(sh("h5diff %s/ckpt-00000006.h5 %s/ckpt-00000006.h5", a, b), 0);
+    assert_int_equal(sh("h5diff %s/best.h5 %s/best.h5", a, b), 0);
+    snprintf(a, sizeof a, "%s/full/ckpt-00000006.h5", g_dir);
+    snprintf(b, sizeof b, "%s/split/ckpt-00000006.h5", g_dir);
+    Draft x, y;
+    load_draft(a, &x);
+    load_draft(b, &y);
+    assert_int_equal(x.tt.total, y.tt.total);
+    assert_memory_equal(x.params, y.params, x.tt.total * sizeof(float));
+    assert_int_equal(x.cfg.n_target, 2);   // min(3, L) of a 2-layer target: both
+    assert_int_equal(x.cfg.target_layers[0], 0);
+    assert_int_equal(x.cfg.target_layers[1], 1);
+    assert_int_equal(x.cfg.mask_token, 1500);   // the config's pad_id
+    assert_int_equal(x.cfg.block, 4);
+    // the draft only: no target tensor; its moments are there
+    assert_int_equal(sh("h5ls -r %s | grep -q embed_tokens", a), 1);
+    assert_int_equal(sh("h5ls -r %s | grep -q 'optim/v/layers.0.mlp.down_proj.weight'", a), 0);
+    // inspect names it and the target's hash
+    assert_int_equal(sh("%s inspect %s | grep -q 'speculative draft, 1 layer(s), block 4, mask token 1500' && "
+                        "%s inspect %s | grep -q 'sha256 %s'", pocket(), a, pocket(), a, x.base_sha256), 0);
+    draft_free(&x);
+    draft_free(&y);
+}
+
+// The command fails with one stderr line containing `says`; `out` (if given) does not exist.
+static void assert_refused(const char *cmd, const char *out, const char *says) {
+    char err[300], line[2048] = "";
+    snprintf(err, sizeof err, "%s/err.txt", g_dir);
+    int rc = sh("%s >/dev/null 2>%s", cmd, err);
+    if (rc == 0) fail_msg("accepted: %s", cmd);
+    FILE *f = fopen(err, "r");
+    size_t n = fread(line, 1, sizeof line - 1, f);
+    fclose(f);
+    line[n] = 0;
+    char *nl = strchr(line, '\n');
+    if (!nl || nl[1]) fail_msg("not one line: [%s] from %s", line, cmd);
+    if (!strstr(line, says)) fail_msg("[%s] lacks \"%s\"", line, says);
+    struct stat st;
+    if (out && stat(out, &st) == 0) fail_msg("%s was written by %s", out, cmd);
+}
+
+static void test_bad_input(void **s) {
+    (void)s;
+    char cmd[1200], run[300];
+    // A run on other weights: model.init's file replaced between the stop and the resume.
+    assert_int_equal(sh("cp %s/target.h5 %s/moving.h5 && %s train %s/draft.ini --set model.init=%s/moving.h5 --set "
+                        "train.run_dir=%s/moved --set train.stop_after=3 >/dev/null && cp %s/init.h5 %s/moving.h5 && "
+                        "ls %s/moved > %s/before.txt", g_dir, g_dir, pocket(), g_dir, g_dir, g_dir, g_dir, g_dir, g_dir,
+                        g_dir), 0);
+    snprintf(cmd, sizeof cmd, "%s train %s/draft.ini --set model.init=%s/moving.h5 --set train.run_dir=%s/moved",
+             pocket(), g_dir, g_dir, g_dir);
+    assert_refused(cmd, NULL, "a draft for the target with sha256 ");
+    assert_int_equal(sh("grep -q 'but %s/moving.h5 has sha256 [0-9a-f]\\{64\\}' %s/err.txt", g_dir, g_dir), 0);
+    assert_int_equal(sh("ls %s/moved | cmp -s - %s/before.txt", g_dir, g_dir), 0);
+    // Recipes that cannot run: nothing is made, not even the run directory.
+    const struct { const char *set, *says; } cases[] = {
+        {"draft.target_layers=0,9", "target layer 9 is outside the target's 2 layers"},
+        {"draft.target_layers=1,0", "the target layers must increase"},
+        {"draft.block=1", "[draft] block: 1 is out of range [2, 64]"},
+        {"draft.block=65", "[draft] block: 65 is out of range [2, 64]"},
+        {"lora.enabled=1", "[draft] enabled with [lora] enabled is not supported"},
+        {"train.mode=cpt", "[draft] needs train.mode = sft"},
+    };
+    for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
+        snprintf(run, sizeof run, "%s/bad%zu", g_dir, k);
+        snprintf(cmd, sizeof cmd, "%s train %s/draft.ini --set train.run_dir=%s --set %s", pocket(), g_dir, run,
+                 cases[k].set);
+        assert_refused(cmd, run, cases[k].says);
+    }
+    // draft-data wants SFT data: prompts
+    char out[300];
+    snprintf(out, sizeof out, "%s/dd-bad.h5", g_dir);
+    snprintf(cmd, sizeof cmd, "%s draft-data --ckpt %s/target.h5 --data %s/cpt.h5 --out %s", pocket(), g_dir, g_dir,
+             out);
+    assert_refused(cmd, out, "cpt.h5: a cpt dataset, not SFT data");
+    assert_true(no_entry_with_prefix(g_dir, "dd-bad.h5"));
+}
+
+// draft-data: each example's prompt, then (with loss) what pocket generate --int4 makes of it.
+static void test_draft_data_is_generate(void **s) {
+    (void)s;
+    assert_int_equal(sh("%s draft-data --ckpt %s/target.h5 --data %s/sft.h5 --out %s/dd.h5 --max-new 14 --limit 3 "
+                        "--threads 1 >/dev/null 2>&1", pocket(), g_dir, g_dir, g_dir), 0);
+    char path[300];
+    snprintf(path, sizeof path, "%s/dd.h5", g_dir);
+    Dataset d, src;
+    PtError e;
+    if (dataset_open(&d, path, &e)) fail_msg("%s", e.msg);
+    snprintf(path, sizeof path, "%s/sft.h5", g_dir);
+    if (dataset_open(&src, path, &e)) fail_msg("%s", e.msg);
+    assert_int_equal(d.kind, DATASET_SFT);
+    assert_string_equal(d.tokenizer_hash, src.tokenizer_hash);
+    assert_int_equal((int)d.n_docs, 3);
+    int distinct = 0;
+    for (uint64_t k = 0; k < d.n_docs; k++) {
+        const uint64_t off = d.doc_offsets[k], len = dataset_doc_len(&d, k), soff = src.doc_offsets[k];
+        uint64_t np = 0;
+        while (np < len && !d.loss_mask[off + np]) np++;
+        assert_true(np > 0 && np < len);
+        char ids[4096] = "", want[4096] = "";
+        size_t n = 0;
+        for (uint64_t i = 0; i < np; i++) {   // the prompt is the source example's, up to its first trained token
+            assert_int_equal(dataset_token(&d, off + i), dataset_token(&src, soff + i));
+            assert_int_equal(src.loss_mask[soff + i], 0);
+            n += (size_t)snprintf(ids + n, sizeof ids - n, "%s%u", i ? " " : "", dataset_token(&d, off + i));
+        }
+        assert_int_equal(src.loss_mask[soff + np], 1);
+        n = 0;
+        for (uint64_t i = np; i < len; i++) {
+            assert_int_equal(d.loss_mask[off + i], 1);
+            n += (size_t)snprintf(want + n, sizeof want - n, "%s%u", i > np ? " " : "", dataset_token(&d, off + i));
+            distinct += i > np && dataset_token(&d, off + i) != dataset_token(&d, off + i - 1);
+        }
+        char cmd[6000], got[4096] = "";
+        snprintf(cmd, sizeof cmd, "%s generate --ckpt %s/target.h5 --int4 --ids --max-new 14 --prompt-ids \"%s\" "
+                 "2>/dev/null", pocket(), g_dir, ids);
+        FILE *p = popen(cmd, "r");
+        size_t got_n = fread(got, 1, sizeof got - 1, p);
+        pclose(p);
+        got[got_n] = 0;
+        got[strcspn(got, "\n")] = 0;
+        if (strcmp(got, want))
+            fail_msg("example %d: draft-data wrote [%s], generate --int4 says [%s]", (int)k, want, got);
+    }
+    assert_true(distinct > 0);   // the replies say something
+    dataset_close(&d);
+    dataset_close(&src);
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_loss_decreases),
+        cmocka_unit_test(test_resume_is_bit_identical),
+        cmocka_unit_test(test_bad_input),
+        cmocka_unit_test(test_draft_data_is_generate),
+    };
+    return cmocka_run_group_tests(tests, setup, teardown);
+}

@@ -1,0 +1,264 @@
+// draft_train.c: the frozen int4 target, the draft and its blocks in a run (draft_train.h).
+#include "draft_train.h"
+#include <math.h>
+#include <string.h>
+#include "../formats/int4_weights.h"
+#include "../formats/lora_checkpoint.h"
+#include "../model/ops/dropout_mask.h"
+
+// min(3, L) target layers: DFlash's spacing, or on a target too short for
+// it (its list would run past the last layer) the first ones.
+static void default_target_layers(DraftConfig *dc, int L) {
+    const int n = L < 3 ? L : 3;
+    draft_layers_default(dc, n, L);
+    if (dc->target_layers[n - 1] < L) return;
+    for (int k = 0; k < n; k++) dc->target_layers[k] = k;
+}
+
+// [draft] resolved against the target's config.
+static int draft_config(const Recipe *r, const ModelConfig *tc, DraftConfig *dc, PtError *e) {
+    char src[RECIPE_STR + 32];
+    snprintf(src, sizeof src, "[draft] for %s", r->model.init);
+    memset(dc, 0, sizeof *dc);
+    dc->n_layer = r->draft.layers;
+    dc->block = r->draft.block;
+    if (r->draft.target_layers[0]) {
+        if (draft_layers_parse(r->draft.target_layers, dc, src, e)) return -1;
+    } else {
+        default_target_layers(dc, tc->n_layer);
+    }
+    dc->mask_token = r->draft.mask_token >= 0 ? r->draft.mask_token
+                     : tc->pad_id >= 0        ? tc->pad_id
+                     : tc->eos_id >= 0        ? tc->eos_id
+                                              : 0;
+    dc->d_ff = r->draft.d_ff > 0 ? r->draft.d_ff : tc->d_ff;
+    return draft_config_check(dc, tc, src, e);
+}
+
+static int same_config(const DraftConfig *a, const DraftConfig *b) {
+    if (a->n_layer != b->n_layer || a->block != b->block || a->n_target != b->n_target ||
+        a->mask_token != b->mask_token || a->d_ff != b->d_ff)
+        return 0;
+    for (int k = 0; k < a->n_target; k++)
+        if (a->target_layers[k] != b->target_layers[k]) return 0;
+    return 1;
+}
+
+static void describe(const DraftConfig *dc, char *out, size_t cap) {
+    char layers[128];
+    draft_layers_format(dc, layers, sizeof layers);
+    snprintf(out, cap, "%d layer(s), block %d, target layers %s, mask token %d, d_ff %d", dc->n_layer, dc->block,
+             layers, dc->mask_token, dc->d_ff);
+}
+
+int draft_train_init(DraftTrain *dt, const Recipe *r, Device *d, ModelBundle *b, float *base_params,
+                     const Model *target, const char *resume_path, FILE *log, PtError *e) {
+    memset(dt, 0, sizeof *dt);
+    dt->dev = d;
+    dt->A = r->draft.anchors;
+    DraftConfig dc;
+    if (draft_config(r, &b->cfg, &dc, e)) return -1;
+    // The target as the phone runs it: exactly the weights `--int4` runs (QLoRA's base).
+    int from_qat;
+    QuantSpec spec;
+    if (int4_lora_base(b, r->model.init, 1, r->train.threads, &from_qat, &spec, e)) return -1;
+    if (base_params != b->params) OP(d, upload, base_params, b->params, b->tt.total * sizeof(float));
+    char hash[65], want[256];
+    lora_base_hash(&b->tt, b->params, hash);
+    describe(&dc, want, sizeof want);
+    if (resume_path) {
+        if (draft_checkpoint_load(resume_path, &b->cfg, hash, r->model.init, &dt->d, e)) return -1;
+        if (!same_config(&dt->d.cfg, &dc)) {
+            char have[256];
+            describe(&dt->d.cfg, have, sizeof have);
+            return pt_fail(e, "%s: the draft (%s) is not the one [draft] asks for (%s)", resume_path, have, want);
+        }
+    } else {
+        draft_alloc(&dt->d, &b->cfg, &dc);
+        draft_init(&dt->d, (uint64_t)r->train.seed ^ 0xd4af7ull);
+        memcpy(dt->d.base_sha256, hash, sizeof hash);
+    }
+    draft_pos_weights(dt->pos_weight, dc.block, r->draft.loss_decay);
+    dt->params = dev_mirror(d, dt->d.params, dt->d.tt.total * sizeof(float), "draft weights");
+    size_t n_params = 0;
+    for (int i = 0; i < dt->d.tt.n; i++) n_params += dt->d.tt.t[i].numel;
+    MatmulPrecision p = r->train.matmul == TRAIN_MATMUL_BF16 ? MATMUL_BF16 : MATMUL_FP32;
+    draft_model_init(&dt->dm, d, &b->cfg, &dt->d.cfg, &dt->d.tt, dt->params, target->w.embed, target->w.lm_head, p);
+    if (log)
+        fprintf(log, "draft: %s, %zu parameters, %d blocks per sequence; target: the int4 model of %s (%s, group %d "
+                "%s), sha256 %s\n", want, n_params, dt->A, r->model.init, from_qat ? "its QAT scales" :
+                "round-to-nearest", spec.group, spec.symmetric ? "symmetric" : "asymmetric", hash);
+    return 0;
+}
+
+static void blocks_alloc(DraftBlocks *bl, int blk, int S) {
+    bl->block_tokens = xmalloc((size_t)blk * S * sizeof(int), "draft block tokens");
+    bl->targets = xmalloc((size_t)blk * S * sizeof(int), "draft block targets");
+    bl->anchors = xmalloc((size_t)S * sizeof(int), "draft anchors");
+    bl->ctx_lo = xmalloc((size_t)S * sizeof(int), "draft context starts");
+    bl->weight = 0;
+}
+
+static void blocks_free(DraftBlocks *bl) {
+    free(bl->block_tokens);
+    free(bl->targets);
+    free(bl->anchors);
+    free(bl->ctx_lo);
+}
+
+int draft_train_plan(DraftTrain *dt, Model *target, int accum, PtError *e) {
+    const int B = target->B, T = target->T, S = B * dt->A, blk = dt->d.cfg.block;
+    if (draft_model_plan(&dt->dm, B, T, dt->A, 1, e)) return -1;
+    const size_t width = (size_t)dt->d.cfg.n_target * target->cfg.d_model;
+    dt->captures = dt->dev->be->alloc(dt->dev, (size_t)B * T * width * sizeof(float), "draft captures");
+    model_capture(target, dt->d.cfg.target_layers, dt->d.cfg.n_target, dt->captures);
+    dt->n_blocks = accum;
+    dt->blocks = xcalloc(accum, sizeof(DraftBlocks), "draft blocks");
+    for (int a = 0; a < accum; a++) blocks_alloc(&dt->blocks[a], blk, S);
+    dt->cand = xmalloc((size_t)T * sizeof(int), "draft anchor candidates");
+    return 0;
+}
+
+void draft_train_free(DraftTrain *dt) {
+    if (!dt->dev) return;
+    draft_model_free(&dt->dm);   // nothing when it was never made
+    if (dt->captures) dt->dev->be->release(dt->dev, dt->captures);
+    for (int a = 0; a < dt->n_blocks; a++) blocks_free(&dt->blocks[a]);
+    free(dt->blocks);
+    free(dt->cand);
+    if (dt->params) dev_unmirror(dt->dev, dt->params, dt->d.params);
+    draft_free(&dt->d);
+    memset(dt, 0, sizeof *dt);
+}
+
+// Draws blocks for every sequence of b into out (draft_train.h: the rule).
+// A sequence with fewer candidates than blocks fills the rest with blocks
+// that have no target (they add nothing to the loss).
+static double draw_blocks(DraftTrain *dt, const Batch *b, uint64_t seed, DraftBlocks *out) {
+    const int B = b->B, T = b->T, A = dt->A, S = B * A, blk = dt->d.cfg.block, mask_token = dt->d.cfg.mask_token;
+    double weight = 0;
+    for (int s = 0; s < B; s++) {
+        const int *tok = b->tokens + (size_t)s * T;
+        const uint8_t *resp = b->mask + (size_t)s * T;   // resp[q - 1]: token q is a response token
+        int n = 0;
+        for (int p = 1; p + 1 < T; p++)
+            if (resp[p - 1] && resp[p]) dt->cand[n++] = p;
+        const int take = n < A ? n : A;
+        Rng rng;
+        rng_seed(&rng, dropout_child_seed(seed, (uint64_t)s));
+        for (int j = 0; j < take; j++) {   // the first `take` of a random order, then in increasing order
+            int k = j + (int)(rng_next(&rng) % (uint64_t)(n - j)), x = dt->cand[k];
+            dt->cand[k] = dt->cand[j];
+            dt->cand[j] = x;
+        }
+        for (int j = 1; j < take; j++)
+            for (int k = j; k > 0 && dt->cand[k - 1] > dt->cand[k]; k--) {
+                int x = dt->cand[k];
+                dt->cand[k] = dt->cand[k - 1];
+                dt->cand[k - 1] = x;
+            }
+        for (int j = 0; j < A; j++) {
+            const int blk_s = s * A + j, p = j < take ? dt->cand[j] : 1;
+            int live = j < take;
+            out->anchors[blk_s] = p;
+            // The block sees its own example's context only, as at generation (packed rows).
+            int lo = p;
+            while (b->seg && lo > 0 && b->seg[(size_t)s * T + lo - 1] == b->seg[(size_t)s * T + p]) lo--;
+            out->ctx_lo[blk_s] = b->seg ? lo : 0;
+            out->block_tokens[blk_s] = tok[p];
+            out->targets[blk_s] = -1;
+            for (int i = 1; i < blk; i++) {
+                live = live && p + i < T && resp[p + i - 1];
+                out->block_tokens[(size_t)i * S + blk_s] = mask_token;
+                out->targets[(size_t)i * S + blk_s] = live ? tok[p + i] : -1;
+                if (live) weight += dt->pos_weight[i];
+            }
+        }
+    }
+    out->weight = weight;
+    return weight;
+}
+
+double draft_train_prepare(DraftTrain *dt, int a, const Batch *b, uint64_t seed) {
+    return draw_blocks(dt, b, seed, &dt->blocks[a]);
+}
+
+static DraftInput draft_input(const DraftTrain *dt, const DraftBlocks *bl) {
+    return (DraftInput){.block_tokens = bl->block_tokens, .anchors = bl->anchors, .ctx_lo = bl->ctx_lo,
+                        .targets = bl->targets,
+                        .pos_weight = dt->pos_weight, .ctx_from = 0};
+}
+
+// The target's pass over b: only its captures are wanted.
+static void target_forward(Model *target, const Batch *b) {
+    ModelInput in = {.B = b->B, .T = b->T, .tokens = b->tokens, .pos = b->pos, .seg = b->seg};
+    model_forward(target, &in, NULL, NULL);
+}
+
+double draft_train_micro(DraftTrain *dt, Model *target, const Batch *b, int a, float scale, float *grads) {
+    target_forward(target, b);
+    draft_model_use_grads(&dt->dm, grads);
+    draft_zero_grads(&dt->dm);
+    DraftInput in = draft_input(dt, &dt->blocks[a]);
+    double weight;
+    double loss = draft_forward_backward(&dt->dm, dt->captures, &in, scale, &weight);
+    draft_model_use_grads(&dt->dm, NULL);
+    return loss;
+}
+
+int draft_train_eval(DraftTrain *dt, Model *target, const Dataset *d, long max_batches, int rank, int world,
+                     double *sum, double *weight, PtError *e) {
+    Loader l;
+    if (loader_open(&l, d, target->B, target->T, 4242, rank, world, e)) return -1;
+    loader_set_one_pass(&l);
+    Batch b;
+    batch_alloc(&b, target->B, target->T);
+    DraftBlocks bl;
+    blocks_alloc(&bl, dt->d.cfg.block, dt->dm.B * dt->A);
+    *sum = *weight = 0;
+    // As eval_loss_sums: global batch i * world + rank is this rank's; its
+    // blocks depend on that index only, so the ranks' sums add up to one's.
+    for (long i = 0; max_batches <= 0 || i * world < max_batches; i++) {
+        if (loader_done(&l)) break;
+        loader_next(&l, &b);
+        const long global = i * world + rank;
+        if (max_batches > 0 && global >= max_batches) continue;
+        if (draw_blocks(dt, &b, dropout_child_seed(0xe7a1d0a5ull, (uint64_t)global), &bl) == 0) continue;
+        target_forward(target, &b);
+        DraftInput in = draft_input(dt, &bl);
+        double w;
+        *sum += draft_forward(&dt->dm, dt->captures, &in, NULL, &w);
+        *weight += w;
+    }
+    blocks_free(&bl);
+    batch_free(&b);
+    loader_close(&l);
+    return 0;
+}
+
+typedef struct { const Draft *d; const TrainState *st; } DraftWrite;
+static int write_draft(void *ctx, const char *path, const MomentSource *src, PtError *e) {
+    const DraftWrite *w = ctx;
+    return draft_checkpoint_save(path, w->d, src, w->st, e);
+}
+
+int draft_train_save(DraftTrain *dt, DataParallel *dp, const char *path, const TrainState *st, PtError *e) {
+    OP(dt->dev, download, dt->d.params, dt->params, dt->d.tt.total * sizeof(float));
+    if (!st) return dp->comm->rank == 0 ? draft_checkpoint_save(path, &dt->d, NULL, NULL, e) : 0;
+    DraftWrite w = {&dt->d, st};
+    return dp_save_with(dp, path, write_draft, &w, e);
+}
+
+double draft_train_flops_per_token(const DraftTrain *dt, int T) {
+    const ModelConfig *tc = &dt->d.target;
+    const DraftConfig *dc = &dt->d.cfg;
+    const double H = tc->d_model, KV = (double)tc->n_kv_head * tc->head_dim, V = tc->vocab_size;
+    // Every context row: the target's forward (a third of a training step),
+    // fc and each draft layer's K and V; every block row: the draft's layers
+    // and the lm_head (its input gradient only: it is frozen).
+    const double ctx =
+        config_train_flops_per_token(tc, T) / 3 + 6.0 * dc->n_target * H * H + 6.0 * dc->n_layer * 2 * H * KV;
+    const double layer = (double)(dt->d.tt.total - (size_t)dc->n_target * H * H) / dc->n_layer;
+    const double rows_per_token = (double)dt->A * dc->block / T;
+    return ctx + rows_per_token * (6.0 * layer * dc->n_layer + 4.0 * V * H);
+}
