@@ -5,6 +5,7 @@
 #include <string.h>
 #include "../formats/gguf_writer.h"
 #include "../formats/hf_export.h"
+#include "../formats/draft_checkpoint.h"
 #include "../formats/lora_peft.h"
 #include "../export/mnn_export.h"
 #include "../data/chat.h"
@@ -21,6 +22,7 @@ typedef struct {
     const char *memory;  // mnn config.json "memory": "low" (default) or "normal"
     const char *sampler; // mnn config.json sampling: "mixed" (default) or "greedy"
     const char *lora;    // an adapter checkpoint: peft, or for the runtimes cli/export_lora.h (mnn, gguf)
+    const char *draft;   // mnn: a DFlash draft checkpoint to ship in the package (export/mnn_draft.h)
     int force, merge;
 } ExportOptions;
 
@@ -65,6 +67,7 @@ static int export_gguf(const OpenModel *om, const ExportOptions *o, PtError *e) 
 }
 
 static int export_mnn(const OpenModel *om, const ExportOptions *o, PtError *e) {
+    if (o->draft && o->lora) return pt_fail(e, "--draft goes with a base package, not with --lora");
     if (o->lora && !o->merge && (o->graph || o->memory || o->sampler))
         return pt_fail(e, "--graph, --memory and --sampler are the base package's: lora.mnn follows the package in --out");
     if (o->dtype || o->quant) return pt_fail(e, "--dtype and --quant are not for mnn: it is always int4 (group of the checkpoint's QAT state, else 64)");
@@ -82,8 +85,27 @@ static int export_mnn(const OpenModel *om, const ExportOptions *o, PtError *e) {
                            .greedy = !strcmp(sampler, "greedy")};
     LoraExportArgs la = {o->lora, "mnn", o->out, NULL, o->merge, o->force, &mo};
     if (o->lora) return export_lora(om, &la, e);
+    // The draft must have been trained on exactly the int4 weights the package ships.
+    Draft draft = {0};
+    if (o->draft) {
+        char hash[65], base[1100];
+        open_model_base_hash(om, hash);
+        snprintf(base, sizeof base, "%s (its int4 model)", o->ckpt);
+        if (draft_checkpoint_load(o->draft, &om->b.cfg, hash, base, &draft, e)) return -1;
+        mo.draft = &draft;
+    }
     MnnExportStats st;
     int rc = mnn_export(&om->b, q, o->out, &mo, &st, e);
+    if (rc == 0 && o->draft) {
+        char layers[128];
+        draft_layers_format(&draft.cfg, layers, sizeof layers);
+        printf("%s: DFlash draft %s (%d layer(s), block %d, target layers %s): dflash.mnn %.1f kB (%d ops, fp32 "
+               "weights; the target's int4 lm_head in dflash.mnn.weight, %.2f MB), dflash_fc.mnn %.1f kB; llm.mnn "
+               "outputs hidden_states; speculative_type dflash for MNN 3.6.1\n",
+               o->out, o->draft, draft.cfg.n_layer, draft.cfg.block, layers, st.draft_graph_bytes / 1e3, st.draft_ops,
+               st.draft_weight_bytes / 1e6, st.draft_fc_bytes / 1e3);
+    }
+    draft_free(&draft);
     if (rc == 0)
         printf("%s/config.json: %s\n", o->out,
                mo.greedy ? "greedy decoding (sampler_type greedy), as pocket generate's default"
@@ -126,7 +148,7 @@ static const struct {
 static void help(FILE *f) {
     fprintf(f, "usage: pocket export --ckpt CKPT.h5 --format FORMAT --out PATH [--dtype f32|bf16] [--quant Q]\n"
                  "                     [--graph fused|plain] [--memory low|normal] [--sampler mixed|greedy] [--force]\n"
-                 "                     [--lora ADAPTER.h5 [--merge]]\n\n");
+                 "                     [--lora ADAPTER.h5 [--merge]] [--draft DRAFT.h5]\n\n");
     for (int i = 0; i < N_FORMATS; i++)
         fprintf(f, "  --format %-5s %s\n", FORMATS[i].name, FORMATS[i].what);
     fprintf(f,
@@ -158,6 +180,11 @@ static void help(FILE *f) {
             "                   (--quant f32, the default, or f16) for any GGUF of CKPT\n"
             "  --merge          with --lora and mnn: a whole package with the adapter folded into the\n"
             "                   weights (codes re-derived on the base's int4 grid, see docs/exports.md)\n"
+            "  --draft DRAFT    mnn: ship a DFlash speculative draft (a checkpoint of a [draft] run) in the\n"
+            "                   package for MNN 3.6.1's speculative decoding: dflash.mnn, dflash.mnn.weight,\n"
+            "                   dflash_fc.mnn, llm.mnn's extra output hidden_states and speculative_type\n"
+            "                   dflash in config.json. The draft must have been trained on CKPT's int4 model\n"
+            "                   (its hash) and read target layers CKPT has; see docs/exports.md\n"
             "  --force          replace an existing non-empty output directory\n");
 }
 
@@ -205,6 +232,8 @@ int cmd_export(int argc, char **argv) {
             o.sampler = v;
         } else if ((v = arg_value(argc, argv, &i, "--lora"))) {
             o.lora = v;
+        } else if ((v = arg_value(argc, argv, &i, "--draft"))) {
+            o.draft = v;
         } else if (!strcmp(argv[i], "--merge")) {
             o.merge = 1;
         } else if (!strcmp(argv[i], "--force")) {
@@ -233,6 +262,10 @@ int cmd_export(int argc, char **argv) {
     const int q4_0 = o.quant && !strcmp(o.quant, "q4_0"), q4_1 = o.quant && !strcmp(o.quant, "q4_1");
     QuantSpec grid = {QUANT_GROUP_DEFAULT, q4_0};
     OpenOptions oo = {.int4 = !strcmp(format, "mnn") || (!strcmp(format, "gguf") && (q4_0 || q4_1)), .grid = &grid};
+    if (o.draft && strcmp(format, "mnn")) {
+        fprintf(stderr, "pocket export: --draft is for --format mnn (MNN's DFlash speculative decoding)\n");
+        return 1;
+    }
     if ((o.lora && !strcmp(format, "hf")) || (o.merge && (!o.lora || strcmp(format, "mnn")))) {
         fprintf(stderr, "pocket export: %s\n", o.merge ? "--merge needs --lora and --format mnn"
                                                       : "--lora exports to peft, mnn or gguf");

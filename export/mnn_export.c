@@ -8,31 +8,18 @@
 #include "mnn_weights.h"
 #include <math.h>
 #include "../util/out_dir.h"
+#include "mnn_draft.h"
+#include "mnn_writer.h"
 
-// What the wiring needs while it streams weights and adds ops.
-typedef struct {
-    const ModelBundle *b;
-    const QatState *q;
-    MnnGraph g;
-    MnnWeightFile wf;
-    int fused;                   // MnnExportOptions.fused
-    const LoraWeightsView *lora; // a LoRA graph (lora.mnn): the adapter's ops after each targeted projection
-    int mask, cos, sin;          // tensors shared by all layers: cos/sin [1, S, 1, D]
-    int cos_rows, sin_rows;      // the same as [S, D] rows, for the fused RoPE op
-    int n_linears;
-    int64_t lm_head_offset;      // the lm_head blob, for the tied embedding lookup
-    int64_t lm_head_code_bytes;  // its header + packed codes (external[1])
-    int64_t lm_head_alpha_bytes;
-    PtError *e;
-} Writer;
+typedef MnnWriter Writer;
 
-static char *name_of(char *buf, int layer, const char *what) {   // buf: 256 bytes
+char *mw_name(char *buf, int layer, const char *what) {
     if (layer < 0) snprintf(buf, 256, "/%s", what);
     else snprintf(buf, 256, "/layers.%d/%s", layer, what);
     return buf;
 }
 
-static char *sub(char *buf, const char *base, const char *what) {
+char *mw_sub(char *buf, const char *base, const char *what) {
     char tmp[256];
     snprintf(tmp, sizeof tmp, "%.200s/%.50s", base, what);
     memcpy(buf, tmp, sizeof tmp);
@@ -70,19 +57,19 @@ static int conv(Writer *w, const char *name, int x_c4, const float *weight, int 
 }
 
 // [1, S, n] (NCHW) -> NC4HW4 [S, n, 1, 1], the layout convolutions run on.
-static int to_c4(Writer *w, const char *name, int x, int n) {
+int mw_to_c4(Writer *w, const char *name, int x, int n) {
     char buf[256];
     int32_t dims[4] = {-1, n, 1, 1};
-    int t = mnn_reshape(&w->g, sub(buf, name, "pre_reshape"), x, dims, 4);
-    return mnn_convert(&w->g, sub(buf, name, "pre_convert"), t, MNN_NCHW, MNN_NC4HW4);
+    int t = mnn_reshape(&w->g, mw_sub(buf, name, "pre_reshape"), x, dims, 4);
+    return mnn_convert(&w->g, mw_sub(buf, name, "pre_convert"), t, MNN_NCHW, MNN_NC4HW4);
 }
 
 // NC4HW4 [S, n, 1, 1] -> [1, S, n] (NCHW), the output named out_name if given.
-static int from_c4(Writer *w, const char *name, int y, int n, const char *out_name) {
+int mw_from_c4(Writer *w, const char *name, int y, int n, const char *out_name) {
     char buf[256];
     int32_t dims[3] = {1, -1, n};
-    int t = mnn_convert(&w->g, sub(buf, name, "post_convert"), y, MNN_NC4HW4, MNN_NCHW);
-    return mnn_reshape(&w->g, out_name ? out_name : sub(buf, name, "post_reshape"), t, dims, 3);
+    int t = mnn_convert(&w->g, mw_sub(buf, name, "post_convert"), y, MNN_NC4HW4, MNN_NCHW);
+    return mnn_reshape(&w->g, out_name ? out_name : mw_sub(buf, name, "post_reshape"), t, dims, 3);
 }
 
 // y[1,S,oc] = x[1,S,ic] W^T: the convolution between two layout conversions.
@@ -93,55 +80,54 @@ static int linear(Writer *w, const char *name, int x, const float *weight, int k
         if (w->b->tt.t[i].layer == layer && (int)w->b->tt.t[i].kind == kind) ti = &w->b->tt.t[i];
     if (!ti) return pt_fail(w->e, "%s: no such tensor in the checkpoint", name);
     int c4;
-    if (conv(w, name, to_c4(w, name, x, (int)ti->shape[1]), weight, kind, layer, &c4)) return -1;
-    *y = from_c4(w, name, c4, (int)ti->shape[0], out_name);
+    if (conv(w, name, mw_to_c4(w, name, x, (int)ti->shape[1]), weight, kind, layer, &c4)) return -1;
+    *y = mw_from_c4(w, name, c4, (int)ti->shape[0], out_name);
     return 0;
 }
 
-static int rmsnorm(Writer *w, const char *name, int x, const float *gamma, int n, int *y) {
+int mw_rmsnorm(Writer *w, const char *name, int x, const float *gamma, int n, int *y) {
     MnnExternal ext;
     if (mnn_write_rmsnorm(&w->wf, gamma, n, &ext, w->e)) return -1;
     *y = mnn_rmsnorm(&w->g, name, x, w->b->cfg.norm_eps, &ext);
     return 0;
 }
 
-// cos/sin rows [1, S, 1, D] for the positions of this call, computed in the
-// graph exactly as model/ops/rope.c does: angle = float(pos) * inv_freq in
-// fp32, inv_freq = 1 / theta^(2i/D); the D/2 values repeated twice
-// (rotate-half layout).
-static void rope_tables(Writer *w, int position_ids) {
+// cos/sin for the positions of this call, computed in the graph exactly as
+// model/ops/rope.c does: angle = float(pos) * inv_freq in fp32, inv_freq = 1 /
+// theta^(2i/D); the D/2 values repeated twice (rotate-half layout).
+void mw_rope_tables(Writer *w, const char *prefix, int position_ids, MnnRope *r) {
     const ModelConfig *c = &w->b->cfg;
     MnnGraph *g = &w->g;
     int half = c->head_dim / 2;
     float *inv_freq = xmalloc((size_t)half * sizeof(float), "inv_freq");
     for (int i = 0; i < half; i++) inv_freq[i] = 1.0f / powf(c->rope_theta, (float)(2 * i) / (float)c->head_dim);
     int32_t col[2] = {-1, 1}, row4[4] = {1, -1, 1, c->head_dim};
-    int pos = mnn_cast(g, "/rotary/pos_float", position_ids, MNN_DT_INT32, MNN_DT_FLOAT);
-    pos = mnn_reshape(g, "/rotary/pos_column", pos, col, 2);
-    int inv = mnn_const_f32(g, "/rotary/inv_freq", inv_freq, half);
-    int angle = mnn_binary(g, "/rotary/angle", pos, inv, MNN_BIN_MUL);
-    int cs = mnn_unary(g, "/rotary/cos_half", angle, MNN_UN_COS);
-    int sn = mnn_unary(g, "/rotary/sin_half", angle, MNN_UN_SIN);
-    cs = mnn_concat(g, "/rotary/cos_full", cs, cs, -1);
-    sn = mnn_concat(g, "/rotary/sin_full", sn, sn, -1);
-    w->cos_rows = cs;
-    w->sin_rows = sn;
-    w->cos = mnn_reshape(g, "/rotary/cos", cs, row4, 4);
-    w->sin = mnn_reshape(g, "/rotary/sin", sn, row4, 4);
+    char n[256];
+#define NAME(what) (snprintf(n, sizeof n, "%.200s/%s", prefix, what), n)
+    int pos = mnn_cast(g, NAME("pos_float"), position_ids, MNN_DT_INT32, MNN_DT_FLOAT);
+    pos = mnn_reshape(g, NAME("pos_column"), pos, col, 2);
+    int inv = mnn_const_f32(g, NAME("inv_freq"), inv_freq, half);
+    int angle = mnn_binary(g, NAME("angle"), pos, inv, MNN_BIN_MUL);
+    int cs = mnn_unary(g, NAME("cos_half"), angle, MNN_UN_COS);
+    int sn = mnn_unary(g, NAME("sin_half"), angle, MNN_UN_SIN);
+    r->cos_rows = mnn_concat(g, NAME("cos_full"), cs, cs, -1);
+    r->sin_rows = mnn_concat(g, NAME("sin_full"), sn, sn, -1);
+    r->cos = mnn_reshape(g, NAME("cos"), r->cos_rows, row4, 4);
+    r->sin = mnn_reshape(g, NAME("sin"), r->sin_rows, row4, 4);
+#undef NAME
     free(inv_freq);
 }
 
-// x * cos + rotate_half(x) * sin on [1, S, heads, D], rotate_half(x) = [-x2, x1].
-static int rope(Writer *w, const char *base, int x) {
+int mw_rope(Writer *w, const char *base, int x, const MnnRope *r) {
     char buf[256];
     MnnGraph *g = &w->g;
     int halves[2];
-    mnn_split_half(g, sub(buf, base, "split"), x, w->b->cfg.head_dim / 2, halves);
-    int neg = mnn_unary(g, sub(buf, base, "neg"), halves[1], MNN_UN_NEG);
-    int rot = mnn_concat(g, sub(buf, base, "rotate_half"), neg, halves[0], -1);
-    int a = mnn_binary(g, sub(buf, base, "mul_cos"), x, w->cos, MNN_BIN_MUL);
-    int b = mnn_binary(g, sub(buf, base, "mul_sin"), rot, w->sin, MNN_BIN_MUL);
-    return mnn_binary(g, sub(buf, base, "out"), a, b, MNN_BIN_ADD);
+    mnn_split_half(g, mw_sub(buf, base, "split"), x, w->b->cfg.head_dim / 2, halves);
+    int neg = mnn_unary(g, mw_sub(buf, base, "neg"), halves[1], MNN_UN_NEG);
+    int rot = mnn_concat(g, mw_sub(buf, base, "rotate_half"), neg, halves[0], -1);
+    int a = mnn_binary(g, mw_sub(buf, base, "mul_cos"), x, r->cos, MNN_BIN_MUL);
+    int b = mnn_binary(g, mw_sub(buf, base, "mul_sin"), rot, r->sin, MNN_BIN_MUL);
+    return mnn_binary(g, mw_sub(buf, base, "out"), a, b, MNN_BIN_ADD);
 }
 
 // One decoder block on h [1, S, H]: returns the next residual stream.
@@ -155,31 +141,31 @@ static int block(Writer *w, int l, int h, int *out) {
     char n[256], buf[256];
     int H = c->d_model, D = c->head_dim;
     int n1, q, k, v, att, o, r1, n2, gate, up, act, down;
-    if (rmsnorm(w, name_of(n, l, "input_layernorm"), h, p->ln1, H, &n1) ||
-        linear(w, name_of(n, l, "self_attn/q_proj/Linear"), n1, p->wq, T_WQ, l, NULL, &q) ||
-        linear(w, name_of(n, l, "self_attn/k_proj/Linear"), n1, p->wk, T_WK, l, NULL, &k) ||
-        linear(w, name_of(n, l, "self_attn/v_proj/Linear"), n1, p->wv, T_WV, l, NULL, &v))
+    if (mw_rmsnorm(w, mw_name(n, l, "input_layernorm"), h, p->ln1, H, &n1) ||
+        linear(w, mw_name(n, l, "self_attn/q_proj/Linear"), n1, p->wq, T_WQ, l, NULL, &q) ||
+        linear(w, mw_name(n, l, "self_attn/k_proj/Linear"), n1, p->wk, T_WK, l, NULL, &k) ||
+        linear(w, mw_name(n, l, "self_attn/v_proj/Linear"), n1, p->wv, T_WV, l, NULL, &v))
         return -1;
     int32_t qs[4] = {1, -1, c->n_head, D}, ks[4] = {1, -1, c->n_kv_head, D};
-    q = mnn_reshape(g, name_of(n, l, "self_attn/q_heads"), q, qs, 4);
-    k = mnn_reshape(g, name_of(n, l, "self_attn/k_heads"), k, ks, 4);
-    v = mnn_reshape(g, name_of(n, l, "self_attn/v_heads"), v, ks, 4);
-    if (c->qk_norm && (rmsnorm(w, name_of(n, l, "self_attn/q_norm"), q, p->qnorm, D, &q) ||
-                       rmsnorm(w, name_of(n, l, "self_attn/k_norm"), k, p->knorm, D, &k)))
+    q = mnn_reshape(g, mw_name(n, l, "self_attn/q_heads"), q, qs, 4);
+    k = mnn_reshape(g, mw_name(n, l, "self_attn/k_heads"), k, ks, 4);
+    v = mnn_reshape(g, mw_name(n, l, "self_attn/v_heads"), v, ks, 4);
+    if (c->qk_norm && (mw_rmsnorm(w, mw_name(n, l, "self_attn/q_norm"), q, p->qnorm, D, &q) ||
+                       mw_rmsnorm(w, mw_name(n, l, "self_attn/k_norm"), k, p->knorm, D, &k)))
         return -1;
-    q = rope(w, name_of(n, l, "self_attn/q_rope"), q);
-    k = rope(w, name_of(n, l, "self_attn/k_rope"), k);
-    att = mnn_attention(g, name_of(n, l, "self_attn/FusedAttention"), q, k, v, w->mask, l, 0);
-    if (linear(w, name_of(n, l, "self_attn/o_proj/Linear"), att, p->wo, T_WO, l, NULL, &o)) return -1;
-    r1 = mnn_binary(g, name_of(n, l, "attn_residual"), h, o, MNN_BIN_ADD);
-    if (rmsnorm(w, name_of(n, l, "post_attention_layernorm"), r1, p->ln2, H, &n2) ||
-        linear(w, name_of(n, l, "mlp/gate_proj/Linear"), n2, p->wgate, T_WGATE, l, NULL, &gate) ||
-        linear(w, name_of(n, l, "mlp/up_proj/Linear"), n2, p->wup, T_WUP, l, NULL, &up))
+    q = mw_rope(w, mw_name(n, l, "self_attn/q_rope"), q, &w->rope);
+    k = mw_rope(w, mw_name(n, l, "self_attn/k_rope"), k, &w->rope);
+    att = mnn_attention(g, mw_name(n, l, "self_attn/FusedAttention"), q, k, v, w->mask, l, 0);
+    if (linear(w, mw_name(n, l, "self_attn/o_proj/Linear"), att, p->wo, T_WO, l, NULL, &o)) return -1;
+    r1 = mnn_binary(g, mw_name(n, l, "attn_residual"), h, o, MNN_BIN_ADD);
+    if (mw_rmsnorm(w, mw_name(n, l, "post_attention_layernorm"), r1, p->ln2, H, &n2) ||
+        linear(w, mw_name(n, l, "mlp/gate_proj/Linear"), n2, p->wgate, T_WGATE, l, NULL, &gate) ||
+        linear(w, mw_name(n, l, "mlp/up_proj/Linear"), n2, p->wup, T_WUP, l, NULL, &up))
         return -1;
-    act = mnn_unary(g, name_of(n, l, "mlp/silu"), gate, MNN_UN_SILU);
-    act = mnn_binary(g, sub(buf, name_of(n, l, "mlp"), "mul"), act, up, MNN_BIN_MUL);
-    if (linear(w, name_of(n, l, "mlp/down_proj/Linear"), act, p->wdown, T_WDOWN, l, NULL, &down)) return -1;
-    *out = mnn_binary(g, name_of(n, l, "mlp_residual"), r1, down, MNN_BIN_ADD);
+    act = mnn_unary(g, mw_name(n, l, "mlp/silu"), gate, MNN_UN_SILU);
+    act = mnn_binary(g, mw_sub(buf, mw_name(n, l, "mlp"), "mul"), act, up, MNN_BIN_MUL);
+    if (linear(w, mw_name(n, l, "mlp/down_proj/Linear"), act, p->wdown, T_WDOWN, l, NULL, &down)) return -1;
+    *out = mnn_binary(g, mw_name(n, l, "mlp_residual"), r1, down, MNN_BIN_ADD);
     return 0;
 }
 
@@ -197,31 +183,38 @@ static int block_fused(Writer *w, int l, int h, int *out) {
     char n[256], buf[256];
     int H = c->d_model, D = c->head_dim, KV = c->n_kv_head * D;
     int n1, qc, kc, vc, v, rot[2], att, oc, o, r1, n2, gc, uc, mc, dc, d;
-    if (rmsnorm(w, name_of(n, l, "input_layernorm"), h, p->ln1, H, &n1)) return -1;
-    int n1c = to_c4(w, name_of(n, l, "self_attn/qkv_input"), n1, H);
-    if (conv(w, name_of(n, l, "self_attn/q_proj/Linear"), n1c, p->wq, T_WQ, l, &qc) ||
-        conv(w, name_of(n, l, "self_attn/k_proj/Linear"), n1c, p->wk, T_WK, l, &kc) ||
-        conv(w, name_of(n, l, "self_attn/v_proj/Linear"), n1c, p->wv, T_WV, l, &vc))
+    if (mw_rmsnorm(w, mw_name(n, l, "input_layernorm"), h, p->ln1, H, &n1)) return -1;
+    int n1c = mw_to_c4(w, mw_name(n, l, "self_attn/qkv_input"), n1, H);
+    if (conv(w, mw_name(n, l, "self_attn/q_proj/Linear"), n1c, p->wq, T_WQ, l, &qc) ||
+        conv(w, mw_name(n, l, "self_attn/k_proj/Linear"), n1c, p->wk, T_WK, l, &kc) ||
+        conv(w, mw_name(n, l, "self_attn/v_proj/Linear"), n1c, p->wv, T_WV, l, &vc))
         return -1;
     int32_t vs[4] = {1, -1, c->n_kv_head, D};
-    v = from_c4(w, name_of(n, l, "self_attn/v_proj/Linear"), vc, KV, NULL);
-    v = mnn_reshape(g, name_of(n, l, "self_attn/v_heads"), v, vs, 4);
-    mnn_rope(g, name_of(n, l, "self_attn/FusedRoPE"), qc, kc, w->cos_rows, w->sin_rows, c->n_head, c->n_kv_head, D,
-             c->qk_norm ? p->qnorm : NULL, c->qk_norm ? p->knorm : NULL, c->norm_eps, rot);
-    att = mnn_attention(g, name_of(n, l, "self_attn/FusedAttention"), rot[0], rot[1], v, w->mask, l, 1);
-    if (conv(w, name_of(n, l, "self_attn/o_proj/Linear"), att, p->wo, T_WO, l, &oc)) return -1;
-    o = from_c4(w, name_of(n, l, "self_attn/o_proj/Linear"), oc, H, NULL);
-    r1 = mnn_binary(g, name_of(n, l, "attn_residual"), h, o, MNN_BIN_ADD);
-    if (rmsnorm(w, name_of(n, l, "post_attention_layernorm"), r1, p->ln2, H, &n2)) return -1;
-    int n2c = to_c4(w, name_of(n, l, "mlp/input"), n2, H);
-    if (conv(w, name_of(n, l, "mlp/gate_proj/Linear"), n2c, p->wgate, T_WGATE, l, &gc) ||
-        conv(w, name_of(n, l, "mlp/up_proj/Linear"), n2c, p->wup, T_WUP, l, &uc))
+    v = mw_from_c4(w, mw_name(n, l, "self_attn/v_proj/Linear"), vc, KV, NULL);
+    v = mnn_reshape(g, mw_name(n, l, "self_attn/v_heads"), v, vs, 4);
+    mnn_rope(g, mw_name(n, l, "self_attn/FusedRoPE"), qc, kc, w->rope.cos_rows, w->rope.sin_rows, c->n_head,
+             c->n_kv_head, D, c->qk_norm ? p->qnorm : NULL, c->qk_norm ? p->knorm : NULL, c->norm_eps, rot);
+    att = mnn_attention(g, mw_name(n, l, "self_attn/FusedAttention"), rot[0], rot[1], v, w->mask, l, 1);
+    if (conv(w, mw_name(n, l, "self_attn/o_proj/Linear"), att, p->wo, T_WO, l, &oc)) return -1;
+    o = mw_from_c4(w, mw_name(n, l, "self_attn/o_proj/Linear"), oc, H, NULL);
+    r1 = mnn_binary(g, mw_name(n, l, "attn_residual"), h, o, MNN_BIN_ADD);
+    if (mw_rmsnorm(w, mw_name(n, l, "post_attention_layernorm"), r1, p->ln2, H, &n2)) return -1;
+    int n2c = mw_to_c4(w, mw_name(n, l, "mlp/input"), n2, H);
+    if (conv(w, mw_name(n, l, "mlp/gate_proj/Linear"), n2c, p->wgate, T_WGATE, l, &gc) ||
+        conv(w, mw_name(n, l, "mlp/up_proj/Linear"), n2c, p->wup, T_WUP, l, &uc))
         return -1;
-    mc = mnn_binary(g, sub(buf, name_of(n, l, "mlp"), "mul_silu"), uc, gc, MNN_BIN_MUL_SILU);   // up * silu(gate)
-    if (conv(w, name_of(n, l, "mlp/down_proj/Linear"), mc, p->wdown, T_WDOWN, l, &dc)) return -1;
-    d = from_c4(w, name_of(n, l, "mlp/down_proj/Linear"), dc, H, NULL);
-    *out = mnn_binary(g, name_of(n, l, "mlp_residual"), r1, d, MNN_BIN_ADD);
+    mc = mnn_binary(g, mw_sub(buf, mw_name(n, l, "mlp"), "mul_silu"), uc, gc, MNN_BIN_MUL_SILU);   // up * silu(gate)
+    if (conv(w, mw_name(n, l, "mlp/down_proj/Linear"), mc, p->wdown, T_WDOWN, l, &dc)) return -1;
+    d = mw_from_c4(w, mw_name(n, l, "mlp/down_proj/Linear"), dc, H, NULL);
+    *out = mnn_binary(g, mw_name(n, l, "mlp_residual"), r1, d, MNN_BIN_ADD);
     return 0;
+}
+
+int mw_lm_head(Writer *w, int h, int *logits) {
+    ParamViews views;
+    param_views(&views, &w->b->tt, w->b->params);
+    int kind = w->b->cfg.tied_embeddings ? T_EMBED : T_LMHEAD;
+    return linear(w, "/lm/lm_head/Linear", h, views.lm_head, kind, -1, "logits", logits);
 }
 
 // The whole graph, streaming the weights in op order.
@@ -237,20 +230,27 @@ static int build_graph(Writer *w) {
     w->mask = mnn_input(g, "attention_mask", mask_dims, 4, MNN_DT_FLOAT);
     int pos = mnn_input(g, "position_ids", pos_dims, 2, MNN_DT_INT32);
     int logits_index = mnn_input(g, "logits_index", idx_dims, 1, MNN_DT_INT32);
-    rope_tables(w, pos);
+    mw_rope_tables(w, "/rotary", pos, &w->rope);
     // [S, 1, H] -> [1, S, H], so the residual adds never broadcast.
     int32_t hs[3] = {1, -1, c->d_model};
     int h = mnn_reshape(g, "/embeddings", ids, hs, 3);
-    for (int l = 0; l < c->n_layer; l++)
-        if ((w->fused ? block_fused(w, l, h, &h) : block(w, l, h, &h))) return -1;
+    int *layer_out = xmalloc((size_t)c->n_layer * sizeof(int), "layer outputs");
+    int rc = 0;
+    for (int l = 0; l < c->n_layer && !rc; l++) {
+        rc = w->fused ? block_fused(w, l, h, &h) : block(w, l, h, &h);
+        layer_out[l] = h;
+    }
+    if (!rc && w->draft) mnn_draft_hidden_states(g, &w->draft->cfg, layer_out, c->d_model);
+    free(layer_out);
+    if (rc) return -1;
     // Rows from logits_index to the end (-1: the last one), final norm, lm_head.
     h = mnn_slice_from(g, "/logits_rows", h, logits_index, 1);
     char n[256];
-    if (rmsnorm(w, name_of(n, -1, "norm"), h, views.lnf, c->d_model, &h)) return -1;
-    int kind = c->tied_embeddings ? T_EMBED : T_LMHEAD;
+    if (mw_rmsnorm(w, mw_name(n, -1, "norm"), h, views.lnf, c->d_model, &h)) return -1;
     int logits;   // the runtime finds the output by this name
-    if (linear(w, "/lm/lm_head/Linear", h, views.lm_head, kind, -1, "logits", &logits)) return -1;
+    if (mw_lm_head(w, h, &logits)) return -1;
     mnn_graph_output(g, "logits");
+    if (w->draft) mnn_graph_output(g, "hidden_states");
     return 0;
 }
 
@@ -281,6 +281,7 @@ static json_t *runtime_config(const ModelConfig *c, const MnnExportOptions *o) {
     json_object_set_new(j, "top_p", json_real(0.9));
     json_object_set_new(j, "min_p", json_real(0.05));
     json_object_set_new(j, "repetition_penalty", json_real(1.0));
+    if (o->draft) mnn_draft_config(j, o->draft);
     return j;
 }
 
@@ -387,10 +388,10 @@ int mnn_export_graph(const ModelBundle *b, const QatState *q, int fused, const L
 int mnn_export(const ModelBundle *b, const QatState *q, const char *dir, const MnnExportOptions *o, MnnExportStats *st,
                PtError *e) {
     memset(st, 0, sizeof *st);
-    if (check_exportable(b, q, e)) return -1;
+    if (check_exportable(b, q, e) || (o->draft && mnn_draft_check(b, o->draft, e))) return -1;
     OutDir d;
     if (out_dir_begin(&d, dir, o->force, e)) return -1;
-    Writer w = {.b = b, .q = q, .fused = o->fused, .e = e};
+    Writer w = {.b = b, .q = q, .fused = o->fused, .draft = o->draft, .e = e};
     mnn_graph_init(&w.g);
     char *weight_path = out_dir_path(&d, "llm.mnn.weight");
     AtomicFile af;
@@ -414,6 +415,7 @@ int mnn_export(const ModelBundle *b, const QatState *q, const char *dir, const M
     if (rc == 0 && !b->cfg.tied_embeddings) rc = write_embedding(&d, b, &st->embedding_bytes, e);
     if (rc == 0) rc = write_json(&d, "config.json", runtime_config(&b->cfg, o), e);
     if (rc == 0) rc = write_json(&d, "llm_config.json", model_config(&w), e);
+    if (rc == 0 && o->draft) rc = mnn_draft_write(b, q, o->draft, &d, st, e);
     st->n_ops = w.g.n_ops;
     st->n_tensors = w.g.n_tensors;
     st->n_linears = w.n_linears;

@@ -6,11 +6,14 @@
 //   llm_config.json    model description, chat template, tied-embedding location
 //   tokenizer.mtok     the tokenizer (mnn_tokenizer.c)
 //   embeddings_bf16.bin  only for an untied model: the input embedding as bf16
+//   dflash.mnn, dflash.mnn.weight, dflash_fc.mnn  only with a speculative
+//                      draft (mnn_draft.h); llm.mnn then also outputs hidden_states
 // The int4 codes and fp16 scales are the QatState's, unchanged: what the
 // checkpoint trained with (QAT) or its RTN quantization.
 #pragma once
 #include "../model/bundle.h"
 #include "../qat/qat.h"
+#include "../model/draft.h"
 #include "../model/lora_view.h"
 #include "mnn_weights.h"
 
@@ -19,11 +22,14 @@ typedef struct {
     const char *memory;     // config.json "memory": "low" (int4 kernels) or "normal" (fp32 weights at load)
     int force;              // replace a non-empty output directory
     int greedy;             // config.json sampler_type "greedy" (else MNN's default "mixed" sampler)
+    const Draft *draft;     // a DFlash draft for this checkpoint's int4 model to ship with it (NULL: none)
 } MnnExportOptions;
 
 typedef struct {
     int n_ops, n_tensors, n_linears;
     int64_t graph_bytes, weight_bytes, tokenizer_bytes, embedding_bytes;
+    int draft_ops;          // with a draft: ops of dflash.mnn, and the sizes of its files
+    int64_t draft_graph_bytes, draft_weight_bytes, draft_fc_bytes;
 } MnnExportStats;
 
 int mnn_export(const ModelBundle *b, const QatState *q, const char *dir, const MnnExportOptions *o, MnnExportStats *st,

@@ -190,11 +190,36 @@ int mnn_unary(MnnGraph *g, const char *name, int a, int op) {
     return op1(g, name, MNN_OP_UNARY, MNN_P_UNARY, p, &a, 1);
 }
 
-int mnn_concat(MnnGraph *g, const char *name, int a, int b, int axis) {
+int mnn_concat_n(MnnGraph *g, const char *name, const int *in, int n, int axis) {
     FbNode *p = fb_table(&g->fb);   // Axis: 0 axis
     fb_i32(p, 0, axis);
+    return op1(g, name, MNN_OP_CONCAT, MNN_P_AXIS, p, in, n);
+}
+
+int mnn_concat(MnnGraph *g, const char *name, int a, int b, int axis) {
     int in[2] = {a, b};
-    return op1(g, name, MNN_OP_CONCAT, MNN_P_AXIS, p, in, 2);
+    return mnn_concat_n(g, name, in, 2, axis);
+}
+
+int mnn_matmul(MnnGraph *g, const char *name, int a, int b, int transpose_b) {
+    FbNode *p = fb_table(&g->fb);   // MatMul: 0 T, 1 transposeA, 2 transposeB
+    fb_i32(p, 0, MNN_DT_FLOAT);
+    fb_u8(p, 1, 0);
+    fb_u8(p, 2, (uint8_t)transpose_b);
+    int in[2] = {a, b};
+    return op1(g, name, MNN_OP_MATMUL, MNN_P_MATMUL, p, in, 2);
+}
+
+int mnn_softmax(MnnGraph *g, const char *name, int in, int axis) {
+    FbNode *p = fb_table(&g->fb);   // Axis: 0 axis
+    fb_i32(p, 0, axis);
+    return op1(g, name, MNN_OP_SOFTMAX, MNN_P_AXIS, p, &in, 1);
+}
+
+int mnn_permute(MnnGraph *g, const char *name, int in, const int32_t *perm, int n) {
+    FbNode *p = fb_table(&g->fb);   // Permute: 0 dims
+    fb_ref(p, 0, fb_vec_i32(&g->fb, perm, (size_t)n));
+    return op1(g, name, MNN_OP_PERMUTE, MNN_P_PERMUTE, p, &in, 1);
 }
 
 void mnn_split_half(MnnGraph *g, const char *name, int in, int half, int out[2]) {
@@ -251,6 +276,10 @@ static FbNode *inline_rmsnorm(MnnGraph *g, const float *gamma, int n, float eps)
     fb_u8(p, 6, 1);
     free(beta);
     return p;
+}
+
+int mnn_rmsnorm_inline(MnnGraph *g, const char *name, int in, const float *gamma, int n, float eps) {
+    return op1(g, name, MNN_OP_LAYERNORM, MNN_P_LAYERNORM, inline_rmsnorm(g, gamma, n, eps), &in, 1);
 }
 
 void mnn_rope(MnnGraph *g, const char *name, int q, int k, int cos, int sin, int n_head, int n_kv_head, int head_dim,

@@ -9,13 +9,15 @@
 // OpType values and the parameter union ids (schema of MNN 3.6.1).
 enum {
     MNN_OP_BINARY = 7, MNN_OP_CAST = 9, MNN_OP_CONCAT = 10, MNN_OP_CONST = 11, MNN_OP_CONV = 12,
-    MNN_OP_INPUT = 34, MNN_OP_RESHAPE = 73, MNN_OP_SLICE = 83, MNN_OP_STRIDED_SLICE = 91, MNN_OP_UNARY = 101,
-    MNN_OP_CONVERT = 129, MNN_OP_ATTENTION = 299, MNN_OP_ROPE = 306, MNN_OP_LAYERNORM = 603,
+    MNN_OP_INPUT = 34, MNN_OP_MATMUL = 39, MNN_OP_PERMUTE = 46, MNN_OP_RESHAPE = 73, MNN_OP_SLICE = 83,
+    MNN_OP_SOFTMAX = 85, MNN_OP_STRIDED_SLICE = 91, MNN_OP_UNARY = 101, MNN_OP_CONVERT = 129,
+    MNN_OP_ATTENTION = 299, MNN_OP_ROPE = 306, MNN_OP_LAYERNORM = 603,
 };
 enum {
     MNN_P_NONE = 0, MNN_P_AXIS = 4, MNN_P_BINARY = 6, MNN_P_BLOB = 7, MNN_P_CAST = 8, MNN_P_CONV = 9,
-    MNN_P_INPUT = 21, MNN_P_RESHAPE = 55, MNN_P_SLICE = 61, MNN_P_STRIDED_SLICE = 65, MNN_P_CONVERT = 66,
-    MNN_P_UNARY = 70, MNN_P_LAYERNORM = 88, MNN_P_ATTENTION = 98, MNN_P_ROPE = 102,
+    MNN_P_INPUT = 21, MNN_P_MATMUL = 25, MNN_P_PERMUTE = 29, MNN_P_RESHAPE = 55, MNN_P_SLICE = 61,
+    MNN_P_STRIDED_SLICE = 65, MNN_P_CONVERT = 66, MNN_P_UNARY = 70, MNN_P_LAYERNORM = 88, MNN_P_ATTENTION = 98,
+    MNN_P_ROPE = 102,
 };
 enum { MNN_NCHW = 0, MNN_NHWC = 1, MNN_NC4HW4 = 2 };
 enum { MNN_DT_FLOAT = 1, MNN_DT_INT32 = 3 };
@@ -67,6 +69,15 @@ int mnn_rmsnorm(MnnGraph *g, const char *name, int in, float eps, const MnnExter
 int mnn_binary(MnnGraph *g, const char *name, int a, int b, int op);
 int mnn_unary(MnnGraph *g, const char *name, int a, int op);
 int mnn_concat(MnnGraph *g, const char *name, int a, int b, int axis);
+int mnn_concat_n(MnnGraph *g, const char *name, const int *in, int n, int axis);
+// RMSNorm over the last axis with gamma (n values) inline in the graph.
+int mnn_rmsnorm_inline(MnnGraph *g, const char *name, int in, const float *gamma, int n, float eps);
+// a @ b (b transposed when transpose_b) over the last two axes, the leading
+// ones broadcast where one side has 1 (MatMul).
+int mnn_matmul(MnnGraph *g, const char *name, int a, int b, int transpose_b);
+int mnn_softmax(MnnGraph *g, const char *name, int in, int axis);
+// The axes of `in` reordered: output axis i is input axis perm[i] (Permute, ONNX Transpose).
+int mnn_permute(MnnGraph *g, const char *name, int in, const int32_t *perm, int n);
 // Splits the last axis into two equal halves: ids in out[0], out[1] (named name/0, name/1).
 void mnn_split_half(MnnGraph *g, const char *name, int in, int half, int out[2]);
 // Fused attention with the KV cache inside the op (MNN's Attention op).
