@@ -5,6 +5,7 @@
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 #include "../data/dataset.h"
 #include "../model/generate.h"
 #include "../train/evaluate.h"
@@ -65,6 +66,7 @@ static int continue_prompts(const OpenModel *om, const Tokenizer *tok, const cha
     uint8_t *mask = xcalloc((size_t)cap, 1, "example mask");
     const double t0 = now_seconds();
     double shown = 0;
+    const int tty = isatty(2);
     for (uint64_t k = 0; k < n && rc == 0; k++) {
         const uint64_t off = d->doc_offsets[k], len = dataset_doc_len(d, k);
         uint64_t np = 0;
@@ -90,13 +92,14 @@ static int continue_prompts(const OpenModel *om, const Tokenizer *tok, const cha
         c->prompt_tokens += np;
         c->new_tokens += (uint64_t)got;
         const double dt = now_seconds() - t0;
-        if (dt - shown >= 0.5 || k + 1 == n) {
+        if (dt - shown >= (tty ? 0.5 : 10.0) || k + 1 == n) {   // a log gets a line every 10 s
             shown = dt;
-            fprintf(stderr, "\rdraft-data: %llu/%llu examples, %.0f tokens/s   ", (unsigned long long)(k + 1),
-                    (unsigned long long)n, dt > 0 ? (double)c->new_tokens / dt : 0.0);
+            fprintf(stderr, "%sdraft-data: %llu/%llu examples, %.0f tokens/s%s", tty ? "\r" : "",
+                    (unsigned long long)(k + 1), (unsigned long long)n,
+                    dt > 0 ? (double)c->new_tokens / dt : 0.0, tty ? "   " : "\n");
         }
     }
-    if (c->written) fprintf(stderr, "\n");
+    if (c->written && tty) fprintf(stderr, "\n");
     free(ids);
     free(mask);
     gen_free(&g);

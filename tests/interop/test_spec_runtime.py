@@ -253,3 +253,56 @@ def test_draft_for_another_target_is_refused(spec, pocket, run_pocket, tmp_path)
     assert str(spec["draft"]) in proc.stderr and "sha256" in proc.stderr
     assert len(proc.stderr.strip().splitlines()) == 1
     assert not [p for p in tmp_path.iterdir() if p.name.startswith("pkg")]
+
+
+# ---- a draft that drafts what the target says: MNN accepts its tokens (and rolls back the rest) and still gives
+# the target's output
+
+def doc_prompts(path):
+    """The prompts of a pocket SFT dataset: each document's tokens before its first trained one."""
+    with h5py.File(path, "r") as f:
+        tokens, offsets, mask = f["tokens"][:], f["doc_offsets"][:], f["loss_mask"][:]
+    out = []
+    for a, b in zip(offsets[:-1], offsets[1:]):
+        first = int(np.flatnonzero(mask[a:b])[0])
+        out.append([int(t) for t in tokens[a:a + first]])
+    return out
+
+
+@pytest.fixture(scope="module")
+def fitted(spec, run_pocket):
+    """A draft trained until it knows the target's own replies to the fixture chats (pocket draft-data), and the
+    package with it."""
+    d = spec["dir"]
+    data = d / "replies.h5"
+    run_pocket("draft-data", "--ckpt", spec["ckpt"], "--data", d / "sft.h5", "--out", data, "--max-new", N_NEW)
+    # two layers: one layer does not memorise these replies past the first drafted token (loss ~1.3 at any step)
+    draft_keys = "".join(f"{k} = {v}\n" for k, v in {**DRAFT, "anchors": 16, "layers": 2}.items())
+    (d / "fit.ini").write_text(
+        f"[model]\ninit = {spec['ckpt']}\n[data]\ntrain = {data}\n[train]\nmode = sft\nmicro_batch = 2\n"
+        f"seq_len = 128\nsteps = 200\neval_interval = 0\nsave_interval = 0\nthreads = 2\nrun_dir = {d}/fit\n"
+        f"[optim]\nlr = 3e-3\nwarmup = 5\nschedule = constant\nweight_decay = 0\n[draft]\nenabled = 1\n{draft_keys}")
+    run_pocket("train", d / "fit.ini", timeout=900)
+    draft = sorted((d / "fit").glob("ckpt-*.h5"))[-1]
+    pkg = d / "fitted-fused"
+    run_pocket("export", "--ckpt", spec["ckpt"], "--format", "mnn", "--memory", "normal", "--sampler", "greedy",
+               "--out", pkg, "--draft", draft)
+    return {"draft": draft, "pkg": pkg, "prompts": doc_prompts(data)}
+
+
+def test_dflash_accepts_drafted_tokens(spec, fitted, run_pocket, tmp_path):
+    passes = tokens = 0
+    for ids in fitted["prompts"]:
+        args = ["--ckpt", spec["ckpt"], "--prompt-ids", " ".join(map(str, ids)), "--max-new", N_NEW, "--ids"]
+        ours = [int(x) for x in run_pocket("generate", *args, "--int4").stdout.split()]
+        spec_run = run_pocket("generate", *args, "--draft", fitted["draft"])
+        assert [int(x) for x in spec_run.stdout.split()] == ours
+        n = int(spec_run.stderr.split("(")[-1].split(" passes")[0])
+        passes, tokens = passes + n, tokens + len(ours) - 1
+        got, log = mnn_generate(fitted["pkg"], ids, tmp_path)
+        assert "DFlash: FC module loaded" in log
+        same_greedy(got, ours)
+    # pocket's loop is MNN's: with most of each block accepted, MNN's output equal to the target's shows its
+    # cache rolled back past the rejected rows
+    print(f"fitted draft: {tokens / passes:.2f} tokens per target pass over {len(fitted['prompts'])} prompts")
+    assert tokens / passes >= 2.0
