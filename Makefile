@@ -49,7 +49,7 @@ BENCH_SRC := $(wildcard tests/bench_*.c)
 BENCH_BIN := $(BENCH_SRC:tests/%.c=$(BUILD)/tests/%)
 
 .PHONY: all test test-arm64 test-clang deps-arm64 test-mpi check interop bench bench-isa demo demo-choice deps clean fuzz fuzz-lib \
-        fuzz-run fuzz-replay fuzz-ci fuzz-seeds qat-experiment bench-qat
+        fuzz-run fuzz-replay fuzz-ci fuzz-seeds qat-experiment bench-qat bench-spec
 .SECONDARY:
 all: $(POCKET)
 
@@ -171,6 +171,13 @@ qat-experiment:
 # int4 package judged on the MNN runtime's logits of a held-out split (recipes/qat-bench/run.sh; hours, resumable)
 bench-qat:
 	bash recipes/qat-bench/run.sh
+
+# Speculative decoding in the MNN 3.6.1 runtime: a DFlash draft pocket trains, against no draft and MNN's lookahead,
+# on held-out prompts of the demo's task, for the demo model (after make demo) and SmolLM2 (recipes/spec/run.sh;
+# about an hour on 2 cores, resumable)
+bench-spec: $(POCKET) $(VENV)/ok
+	bash recipes/spec/run.sh demo
+	SPEC_TRAIN_PROMPTS=200 SPEC_VAL_PROMPTS=40 SPEC_MAX_NEW=48 bash recipes/spec/run.sh smollm2
 
 # Our kernels and training step, PyTorch's step and HF tokenizers, in one run.
 bench: $(POCKET) $(BENCH_BIN) $(VENV)/ok

@@ -253,11 +253,12 @@ double draft_train_flops_per_token(const DraftTrain *dt, int T) {
     const ModelConfig *tc = &dt->d.target;
     const DraftConfig *dc = &dt->d.cfg;
     const double H = tc->d_model, KV = (double)tc->n_kv_head * tc->head_dim, V = tc->vocab_size;
-    // Every context row: the target's forward (a third of a training step),
-    // fc and each draft layer's K and V; every block row: the draft's layers
-    // and the lm_head (its input gradient only: it is frozen).
-    const double ctx =
-        config_train_flops_per_token(tc, T) / 3 + 6.0 * dc->n_target * H * H + 6.0 * dc->n_layer * 2 * H * KV;
+    // Every context row: the target's forward (a third of a training step,
+    // less its lm_head: only the captures are wanted), fc and each draft
+    // layer's K and V; every block row: the draft's layers and the lm_head
+    // (its input gradient only: it is frozen).
+    const double ctx = config_train_flops_per_token(tc, T) / 3 - 2.0 * V * H + 6.0 * dc->n_target * H * H +
+                       6.0 * dc->n_layer * 2 * H * KV;
     const double layer = (double)(dt->d.tt.total - (size_t)dc->n_target * H * H) / dc->n_layer;
     const double rows_per_token = (double)dt->A * dc->block / T;
     return ctx + rows_per_token * (6.0 * layer * dc->n_layer + 4.0 * V * H);
