@@ -3,7 +3,8 @@
 #include <string.h>
 #include "checkpoint_parts.h"
 
-static int write_attrs(hid_t f, const Draft *d) {
+static int write_attrs(hid_t f, const void *ctx) {
+    const Draft *d = ctx;
     hid_t g = h5_create_group(f, "draft");
     if (g < 0) return -1;
     char layers[128];
@@ -11,7 +12,8 @@ static int write_attrs(hid_t f, const Draft *d) {
     int rc = h5_write_attr(g, "layers", H5T_NATIVE_INT, &d->cfg.n_layer, 1) ||
              h5_write_attr(g, "block", H5T_NATIVE_INT, &d->cfg.block, 1) ||
              h5_write_attr(g, "mask_token", H5T_NATIVE_INT, &d->cfg.mask_token, 1) ||
-             h5_write_attr(g, "d_ff", H5T_NATIVE_INT, &d->cfg.d_ff, 1) || h5_write_str_attr(g, "target_layers", layers) ||
+             h5_write_attr(g, "d_ff", H5T_NATIVE_INT, &d->cfg.d_ff, 1) ||
+             h5_write_str_attr(g, "target_layers", layers) ||
              h5_write_str_attr(g, "base_sha256", d->base_sha256);
     H5Gclose(g);
     return rc ? -1 : 0;
@@ -19,25 +21,7 @@ static int write_attrs(hid_t f, const Draft *d) {
 
 int draft_checkpoint_save(const char *path, const Draft *d, const MomentSource *moments, const TrainState *st,
                           PtError *e) {
-    H5Output out;
-    if (h5_output_create(&out, path, e)) return -1;
-    int rc = write_attrs(out.file, d) || checkpoint_write_tensors(out.file, "params", &d->tt, d->params, NULL, 0) ||
-             (st && checkpoint_write_train_state(out.file, moments, &d->tt, st));
-    if (rc) {
-        h5_output_abort(&out);
-        return pt_fail(e, "%s: writing the draft failed (disk full or not writable?)", path);
-    }
-    return h5_output_commit(&out, e);
-}
-
-// A string attribute into buf; fails when longer than the buffer.
-static int read_str(hid_t g, const char *name, char *buf, size_t cap, const char *path, PtError *e) {
-    char *s;
-    if (h5_read_str_attr(g, name, &s, path, e)) return -1;
-    int rc = strlen(s) < cap ? 0 : pt_fail(e, "%s: attribute '%s' of /draft is over %zu bytes", path, name, cap - 1);
-    if (!rc) strcpy(buf, s);
-    free(s);
-    return rc;
+    return checkpoint_save_part(path, write_attrs, d, &d->tt, d->params, moments, st, "the draft", e);
 }
 
 // /draft's attributes: the configuration and the base's hash (not yet checked against a target).
@@ -52,8 +36,8 @@ static int read_attrs(hid_t f, DraftConfig *dc, char hash[65], const char *path,
              h5_read_attr(g, "block", H5T_NATIVE_INT, &dc->block, 1, path, e) ||
              h5_read_attr(g, "mask_token", H5T_NATIVE_INT, &dc->mask_token, 1, path, e) ||
              h5_read_attr(g, "d_ff", H5T_NATIVE_INT, &dc->d_ff, 1, path, e) ||
-             read_str(g, "target_layers", layers, sizeof layers, path, e) ||
-             read_str(g, "base_sha256", hash, 65, path, e);
+             checkpoint_read_str(g, "draft", "target_layers", layers, sizeof layers, path, e) ||
+             checkpoint_read_str(g, "draft", "base_sha256", hash, 65, path, e);
     if (g >= 0) H5Gclose(g);
     if (!rc) rc = draft_layers_parse(layers, dc, path, e);
     return rc ? -1 : 0;
@@ -94,15 +78,7 @@ int draft_checkpoint_load(const char *path, const ModelConfig *tc, const char *b
     return rc ? -1 : 0;
 }
 
-int draft_checkpoint_is(const char *path) {
-    if (!h5_is_file(path)) return 0;
-    PtError e;
-    hid_t f = h5_open_read(path, &e);
-    if (f < 0) return 0;
-    int yes = h5_exists(f, "draft") > 0;
-    H5Fclose(f);
-    return yes;
-}
+int draft_checkpoint_is(const char *path) { return checkpoint_has_group(path, "draft"); }
 
 int draft_checkpoint_inspect(const char *path, FILE *out, PtError *e) {
     hid_t f = h5_open_read(path, e);
@@ -117,21 +93,12 @@ int draft_checkpoint_inspect(const char *path, FILE *out, PtError *e) {
         fprintf(out, "%s: DFlash speculative draft, %d layer(s), block %d, mask token %d, d_ff %d, target layers %s\n",
                 path, dc.n_layer, dc.block, dc.mask_token, dc.d_ff, layers);
         fprintf(out, "target: int4 weights with sha256 %s\n", hash);
-        int n = h5_child_count(p);
         double floats = 0;
-        for (int i = 0; i < n && !rc; i++) {
-            char name[256];
-            H5DatasetInfo info;
-            if (!h5_child_name(p, i, name, sizeof name) || h5_dataset_info(p, name, &info, path, e)) {
-                rc = -1;
-                break;
-            }
-            fprintf(out, "%-48s [%llu, %llu]\n", name, (unsigned long long)info.dims[0],
-                    (unsigned long long)(info.rank > 1 ? info.dims[1] : 1));
-            floats += (double)info.dims[0] * (info.rank > 1 ? (double)info.dims[1] : 1);
-        }
-        fprintf(out, "%d tensors, %.0f parameters (%.2f MB f32)%s\n", n, floats, floats * 4 / 1e6,
-                h5_exists(f, "optim") ? "; AdamW moments and training state (a run's checkpoint)" : "");
+        const int n = checkpoint_print_tensors(p, 48, out, &floats, path, e);
+        if (n < 0) rc = -1;
+        else
+            fprintf(out, "%d tensors, %.0f parameters (%.2f MB f32)%s\n", n, floats, floats * 4 / 1e6,
+                    h5_exists(f, "optim") ? "; AdamW moments and training state (a run's checkpoint)" : "");
     }
     if (p >= 0) H5Gclose(p);
     H5Fclose(f);

@@ -17,7 +17,8 @@ void lora_base_hash(const TensorTable *tt, const float *weights, char hex[65]) {
     for (int i = 0; i < 32; i++) snprintf(hex + 2 * i, 3, "%02x", d[i]);
 }
 
-static int write_attrs(hid_t f, const LoraAdapter *a) {
+static int write_attrs(hid_t f, const void *ctx) {
+    const LoraAdapter *a = ctx;
     hid_t g = h5_create_group(f, "lora");
     if (g < 0) return -1;
     char targets[64];
@@ -33,25 +34,7 @@ static int write_attrs(hid_t f, const LoraAdapter *a) {
 
 int lora_checkpoint_save(const char *path, const LoraAdapter *a, const MomentSource *moments, const TrainState *st,
                          PtError *e) {
-    H5Output out;
-    if (h5_output_create(&out, path, e)) return -1;
-    int rc = write_attrs(out.file, a) || checkpoint_write_tensors(out.file, "params", &a->tt, a->params, NULL, 0) ||
-             (st && checkpoint_write_train_state(out.file, moments, &a->tt, st));
-    if (rc) {
-        h5_output_abort(&out);
-        return pt_fail(e, "%s: writing the adapter failed (disk full or not writable?)", path);
-    }
-    return h5_output_commit(&out, e);
-}
-
-// A string attribute into buf; fails when longer than the buffer.
-static int read_str(hid_t g, const char *name, char *buf, size_t cap, const char *path, PtError *e) {
-    char *s;
-    if (h5_read_str_attr(g, name, &s, path, e)) return -1;
-    int rc = strlen(s) < cap ? 0 : pt_fail(e, "%s: attribute '%s' of /lora is over %zu bytes", path, name, cap - 1);
-    if (!rc) strcpy(buf, s);
-    free(s);
-    return rc;
+    return checkpoint_save_part(path, write_attrs, a, &a->tt, a->params, moments, st, "the adapter", e);
 }
 
 // /lora's attributes, checked: the configuration, base ("fp32" or "int4") and its hash.
@@ -65,8 +48,9 @@ static int read_attrs(hid_t f, LoraConfig *lc, char base[16], char hash[65], con
         rc = h5_read_attr(g, "rank", H5T_NATIVE_INT, &lc->rank, 1, path, e) ||
              h5_read_attr(g, "alpha", H5T_NATIVE_FLOAT, &lc->alpha, 1, path, e) ||
              h5_read_attr(g, "dropout", H5T_NATIVE_FLOAT, &lc->dropout, 1, path, e) ||
-             read_str(g, "targets", targets, sizeof targets, path, e) || read_str(g, "base", base, 16, path, e) ||
-             read_str(g, "base_sha256", hash, 65, path, e);
+             checkpoint_read_str(g, "lora", "targets", targets, sizeof targets, path, e) ||
+             checkpoint_read_str(g, "lora", "base", base, 16, path, e) ||
+             checkpoint_read_str(g, "lora", "base_sha256", hash, 65, path, e);
     if (g >= 0) H5Gclose(g);
     if (!rc) rc = lora_targets_parse(targets, &lc->targets, path, e) || lora_config_check(lc, path, e);
     if (!rc && strcmp(base, "fp32") && strcmp(base, "int4"))
@@ -102,15 +86,7 @@ int lora_checkpoint_load(const char *path, const ModelConfig *mc, const char *ba
     return rc ? -1 : 0;
 }
 
-int lora_checkpoint_is(const char *path) {
-    if (!h5_is_file(path)) return 0;
-    PtError e;
-    hid_t f = h5_open_read(path, &e);
-    if (f < 0) return 0;
-    int yes = h5_exists(f, "lora") > 0;
-    H5Fclose(f);
-    return yes;
-}
+int lora_checkpoint_is(const char *path) { return checkpoint_has_group(path, "lora"); }
 
 int lora_checkpoint_base_int4(const char *path, PtError *e) {
     hid_t f = h5_open_read(path, e);
@@ -135,21 +111,12 @@ int lora_checkpoint_inspect(const char *path, FILE *out, PtError *e) {
         fprintf(out, "%s: LoRA adapter, rank %d, alpha %g (scale %g), dropout %g, targets %s\n", path, lc.rank,
                 lc.alpha, lc.alpha / lc.rank, lc.dropout, targets);
         fprintf(out, "base: %s weights with sha256 %s\n", base, hash);
-        int n = h5_child_count(p);
         double floats = 0;
-        for (int i = 0; i < n && !rc; i++) {
-            char name[256];
-            H5DatasetInfo info;
-            if (!h5_child_name(p, i, name, sizeof name) || h5_dataset_info(p, name, &info, path, e)) {
-                rc = -1;
-                break;
-            }
-            fprintf(out, "%-72s [%llu, %llu]\n", name, (unsigned long long)info.dims[0],
-                    (unsigned long long)(info.rank > 1 ? info.dims[1] : 1));
-            floats += (double)info.dims[0] * (info.rank > 1 ? (double)info.dims[1] : 1);
-        }
-        fprintf(out, "%d tensors, %.0f parameters (%.2f MB f32)%s\n", n, floats, floats * 4 / 1e6,
-                h5_exists(f, "optim") ? "; AdamW moments and training state (a run's checkpoint)" : "");
+        const int n = checkpoint_print_tensors(p, 72, out, &floats, path, e);
+        if (n < 0) rc = -1;
+        else
+            fprintf(out, "%d tensors, %.0f parameters (%.2f MB f32)%s\n", n, floats, floats * 4 / 1e6,
+                    h5_exists(f, "optim") ? "; AdamW moments and training state (a run's checkpoint)" : "");
     }
     if (p >= 0) H5Gclose(p);
     H5Fclose(f);

@@ -98,13 +98,13 @@ typedef struct {
                              int nq, int nkv, int hd, size_t kv_stride);
     // The DFlash draft's attention (model/draft.h); NULL where the backend has none yet (CUDA).
     void (*draft_attention_forward)(Device *d, float *out, float *lse, const float *q, const float *kc,
-                                    const float *vc, const float *kb, const float *vb, const int *anchor, const int *ctx_lo,
-                                    int B, int T, int A, int blk, int nq, int nkv, int hd);
+                                    const float *vc, const float *kb, const float *vb, const int *anchor,
+                                    const int *ctx_lo, int B, int T, int A, int blk, int nq, int nkv, int hd);
     void (*draft_attention_backward)(Device *d, float *dq, float *dkc, float *dvc, float *dkb, float *dvb,
                                      const float *dout, const float *out, const float *lse, const float *q,
                                      const float *kc, const float *vc, const float *kb, const float *vb,
-                                     const int *anchor, const int *ctx_lo, int B, int T, int A, int blk, int nq, int nkv,
-                                     int hd);
+                                     const int *anchor, const int *ctx_lo, int B, int T, int A, int blk, int nq,
+                                     int nkv, int hd);
     void (*swiglu_forward)(Device *d, float *out, const float *gate, const float *up, size_t n);
     void (*swiglu_backward)(Device *d, float *dgate, float *dup, const float *dout, const float *gate,
                             const float *up, size_t n);

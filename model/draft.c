@@ -38,7 +38,8 @@ int draft_layers_parse(const char *list, DraftConfig *dc, const char *src, PtErr
         char *end;
         long v = strtol(p, &end, 10);
         if (end == p || v < 0 || v > 1 << 16)
-            return pt_fail(e, "%s: target layers \"%s\": expected comma-separated layer numbers at \"%s\"", src, list, p);
+            return pt_fail(e, "%s: target layers \"%s\": expected comma-separated layer numbers at \"%s\"", src, list,
+                           p);
         if (dc->n_target == DRAFT_MAX_TARGETS)
             return pt_fail(e, "%s: target layers \"%s\": at most %d", src, list, DRAFT_MAX_TARGETS);
         dc->target_layers[dc->n_target++] = (int)v;
@@ -112,21 +113,7 @@ void draft_views(DraftViews *v, const TensorTable *tt, float *base) {
             else v->norm = p;
             continue;
         }
-        LayerViews *lv = &v->layer[t->layer];
-        switch (t->kind) {
-        case T_LN1: lv->ln1 = p; break;
-        case T_WQ: lv->wq = p; break;
-        case T_WK: lv->wk = p; break;
-        case T_WV: lv->wv = p; break;
-        case T_WO: lv->wo = p; break;
-        case T_QNORM: lv->qnorm = p; break;
-        case T_KNORM: lv->knorm = p; break;
-        case T_LN2: lv->ln2 = p; break;
-        case T_WGATE: lv->wgate = p; break;
-        case T_WUP: lv->wup = p; break;
-        case T_WDOWN: lv->wdown = p; break;
-        default: break;
-        }
+        layer_view_set(&v->layer[t->layer], t->kind, p);
     }
 }
 

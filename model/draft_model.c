@@ -187,8 +187,8 @@ static void layer_forward(DraftModel *dm, int l, const float *x_in, float *x_out
     OP(d, rmsnorm_forward, a->kb, a->kb_rstd, a->kb_raw, w->knorm, R * nkv, hd, tc->norm_eps);
     OP(d, rope_forward, a->q, &dm->rope, dm->pos_blk, R, nq, hd);
     OP(d, rope_forward, a->kb, &dm->rope, dm->pos_blk, R, nkv, hd);
-    OP(d, draft_attention_forward, a->att, a->lse, a->q, a->kc, a->vc, a->kb, a->vb, dm->anchors, dm->ctx_lo, dm->B, dm->T, dm->A,
-       dm->dc.block, nq, nkv, hd);
+    OP(d, draft_attention_forward, a->att, a->lse, a->q, a->kc, a->vc, a->kb, a->vb, dm->anchors, dm->ctx_lo, dm->B,
+       dm->T, dm->A, dm->dc.block, nq, nkv, hd);
     OP(d, matmul_forward, dm->proj, a->att, w->wo, R, Q, H, p);
     OP(d, residual_forward, a->x_mid, x_in, dm->proj, (size_t)R * H);
     // MLP

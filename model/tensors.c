@@ -89,28 +89,35 @@ const TensorInfo *tensor_table_find(const TensorTable *tt, const char *name) {
     return NULL;
 }
 
+void layer_view_set(LayerViews *lv, TensorKind kind, float *p) {
+    switch (kind) {
+    case T_LN1: lv->ln1 = p; break;
+    case T_WQ: lv->wq = p; break;
+    case T_WK: lv->wk = p; break;
+    case T_WV: lv->wv = p; break;
+    case T_WO: lv->wo = p; break;
+    case T_QNORM: lv->qnorm = p; break;
+    case T_KNORM: lv->knorm = p; break;
+    case T_LN2: lv->ln2 = p; break;
+    case T_WGATE: lv->wgate = p; break;
+    case T_WUP: lv->wup = p; break;
+    case T_WDOWN: lv->wdown = p; break;
+    default: break;
+    }
+}
+
 void param_views(ParamViews *v, const TensorTable *tt, float *base) {
     memset(v, 0, sizeof *v);
     for (int i = 0; i < tt->n; i++) {
         const TensorInfo *t = &tt->t[i];
         float *p = base + t->offset;
-        LayerViews *lv = t->layer >= 0 ? &v->layer[t->layer] : NULL;
         switch (t->kind) {
         case T_EMBED: v->embed = p; break;
         case T_LNF: v->lnf = p; break;
         case T_LMHEAD: v->lm_head = p; break;
-        case T_LN1: lv->ln1 = p; break;
-        case T_WQ: lv->wq = p; break;
-        case T_WK: lv->wk = p; break;
-        case T_WV: lv->wv = p; break;
-        case T_WO: lv->wo = p; break;
-        case T_QNORM: lv->qnorm = p; break;
-        case T_KNORM: lv->knorm = p; break;
-        case T_LN2: lv->ln2 = p; break;
-        case T_WGATE: lv->wgate = p; break;
-        case T_WUP: lv->wup = p; break;
-        case T_WDOWN: lv->wdown = p; break;
-        default: break;
+        default:
+            if (t->layer >= 0) layer_view_set(&v->layer[t->layer], t->kind, p);
+            break;
         }
     }
     if (tt->tied) v->lm_head = v->embed;

@@ -66,3 +66,5 @@ typedef struct {
 } ParamViews;
 
 void param_views(ParamViews *v, const TensorTable *tt, float *base);
+// Points lv's view of a layer tensor kind (T_LN1 .. T_WDOWN) at p; other kinds are ignored.
+void layer_view_set(LayerViews *lv, TensorKind kind, float *p);

@@ -20,8 +20,8 @@
 typedef struct { double *q, *kc, *vc, *kb, *vb; const int *anchor, *lo; int B, T, A, blk, nq, nkv, hd; } AttnCtx;
 static void attn_fwd(void *p, double *out) {
     AttnCtx *c = p;
-    draft_attention_forward_ref(out, c->q, c->kc, c->vc, c->kb, c->vb, c->anchor, c->lo, c->B, c->T, c->A, c->blk, c->nq,
-                                c->nkv, c->hd);
+    draft_attention_forward_ref(out, c->q, c->kc, c->vc, c->kb, c->vb, c->anchor, c->lo, c->B, c->T, c->A, c->blk,
+                                c->nq, c->nkv, c->hd);
 }
 
 static float *to_f(const double *x, size_t n) {
@@ -63,10 +63,10 @@ static void test_attention_op(void **state) {
 
     // backward: accumulates onto what is there; checked against central differences of the reference
     float *dq = xcalloc((size_t)R * Q, sizeof(float), "dq"), *dkc = xcalloc((size_t)B * T * KV, sizeof(float), "dkc");
-    float *dvc = xcalloc((size_t)B * T * KV, sizeof(float), "dvc"), *dkb = xcalloc((size_t)R * KV, sizeof(float), "dkb");
-    float *dvb = xcalloc((size_t)R * KV, sizeof(float), "dvb");
-    draft_attention_backward(&dev, dq, dkc, dvc, dkb, dvb, fR, out, lse, fq, fkc, fvc, fkb, fvb, anchor, lo, B, T, A, blk,
-                             nq, nkv, hd);
+    float *dvc = xcalloc((size_t)B * T * KV, sizeof(float), "dvc");
+    float *dkb = xcalloc((size_t)R * KV, sizeof(float), "dkb"), *dvb = xcalloc((size_t)R * KV, sizeof(float), "dvb");
+    draft_attention_backward(&dev, dq, dkc, dvc, dkb, dvb, fR, out, lse, fq, fkc, fvc, fkb, fvb, anchor, lo, B, T, A,
+                             blk, nq, nkv, hd);
     struct { double *x; float *g; size_t n; const char *name; } parts[] = {
         {q, dq, (size_t)R * Q, "dq"}, {kc, dkc, (size_t)B * T * KV, "dk (context)"},
         {vc, dvc, (size_t)B * T * KV, "dv (context)"}, {kb, dkb, (size_t)R * KV, "dk (block)"},

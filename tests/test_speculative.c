@@ -65,7 +65,8 @@ static double check_same_output(Setup *su) {
         int n = spec_generate(&su->s, su->prompts[k], PROMPT_LEN, &p, out, MAX_NEW, &st, &e);
         assert_int_equal(n, su->n_plain[k]);
         for (int i = 0; i < n; i++)
-            if (out[i] != su->plain[k][i]) fail_msg("prompt %d: token %d is %d with the draft, %d without", k, i, out[i], su->plain[k][i]);
+            if (out[i] != su->plain[k][i])
+                fail_msg("prompt %d: token %d is %d with the draft, %d without", k, i, out[i], su->plain[k][i]);
         passes += st.passes;
         tokens += st.tokens;
         assert_int_equal(st.tokens, n - 1);   // the first new token comes from the prompt's pass

@@ -17,8 +17,8 @@ static int visible_context(const int *anchor, const int *ctx_lo, int s, int T, i
 }
 
 void draft_attention_forward(Device *d, float *out, float *lse, const float *q, const float *kc, const float *vc,
-                             const float *kb, const float *vb, const int *anchor, const int *ctx_lo, int B, int T, int A,
-                             int blk, int nq, int nkv, int hd) {
+                             const float *kb, const float *vb, const int *anchor, const int *ctx_lo, int B, int T,
+                             int A, int blk, int nq, int nkv, int hd) {
     (void)d;
     const int S = B * A, group = nq / nkv, Q = nq * hd, KV = nkv * hd;
     const float scale = 1.0f / sqrtf((float)hd);
@@ -63,8 +63,8 @@ void draft_attention_forward(Device *d, float *out, float *lse, const float *q, 
 
 void draft_attention_backward(Device *d, float *dq, float *dkc, float *dvc, float *dkb, float *dvb, const float *dout,
                               const float *out, const float *lse, const float *q, const float *kc, const float *vc,
-                              const float *kb, const float *vb, const int *anchor, const int *ctx_lo, int B, int T, int A,
-                              int blk, int nq, int nkv, int hd) {
+                              const float *kb, const float *vb, const int *anchor, const int *ctx_lo, int B, int T,
+                              int A, int blk, int nq, int nkv, int hd) {
     (void)d;
     const int S = B * A, group = nq / nkv, Q = nq * hd, KV = nkv * hd;
     const float scale = 1.0f / sqrtf((float)hd);
@@ -105,8 +105,8 @@ void draft_attention_backward(Device *d, float *dq, float *dkc, float *dvc, floa
 }
 
 void draft_attention_forward_ref(double *out, const double *q, const double *kc, const double *vc, const double *kb,
-                                 const double *vb, const int *anchor, const int *ctx_lo, int B, int T, int A, int blk, int nq,
-                                 int nkv, int hd) {
+                                 const double *vb, const int *anchor, const int *ctx_lo, int B, int T, int A, int blk,
+                                 int nq, int nkv, int hd) {
     const int S = B * A, Q = nq * hd, KV = nkv * hd;
     double *sc = malloc((size_t)(T + blk) * sizeof(double));
     for (int s = 0; s < S; s++) {

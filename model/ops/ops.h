@@ -135,15 +135,15 @@ void attention_backward_ref(double *dq, double *dk, double *dv, const double *do
 // accumulates into dq, dkc, dvc, dkb, dvb.
 #define DRAFT_ATTN_MAX_BLOCK 64
 void draft_attention_forward(Device *d, float *out, float *lse, const float *q, const float *kc, const float *vc,
-                             const float *kb, const float *vb, const int *anchor, const int *ctx_lo, int B, int T, int A,
-                             int blk, int nq, int nkv, int hd);
+                             const float *kb, const float *vb, const int *anchor, const int *ctx_lo, int B, int T,
+                             int A, int blk, int nq, int nkv, int hd);
 void draft_attention_backward(Device *d, float *dq, float *dkc, float *dvc, float *dkb, float *dvb, const float *dout,
                               const float *out, const float *lse, const float *q, const float *kc, const float *vc,
-                              const float *kb, const float *vb, const int *anchor, const int *ctx_lo, int B, int T, int A,
-                              int blk, int nq, int nkv, int hd);
+                              const float *kb, const float *vb, const int *anchor, const int *ctx_lo, int B, int T,
+                              int A, int blk, int nq, int nkv, int hd);
 void draft_attention_forward_ref(double *out, const double *q, const double *kc, const double *vc, const double *kb,
-                                 const double *vb, const int *anchor, const int *ctx_lo, int B, int T, int A, int blk, int nq,
-                                 int nkv, int hd);
+                                 const double *vb, const int *anchor, const int *ctx_lo, int B, int T, int A, int blk,
+                                 int nq, int nkv, int hd);
 
 // ---- SwiGLU: out = silu(gate) * up, elementwise over n values.
 void swiglu_forward(Device *d, float *out, const float *gate, const float *up, size_t n);
