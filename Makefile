@@ -177,7 +177,7 @@ bench-qat:
 # about an hour on 2 cores, resumable)
 bench-spec: $(POCKET) $(VENV)/ok
 	bash recipes/spec/run.sh demo
-	SPEC_TRAIN_PROMPTS=200 SPEC_VAL_PROMPTS=40 SPEC_MAX_NEW=48 bash recipes/spec/run.sh smollm2
+	bash recipes/spec/run.sh smollm2
 
 # Our kernels and training step, PyTorch's step and HF tokenizers, in one run.
 bench: $(POCKET) $(BENCH_BIN) $(VENV)/ok

@@ -88,8 +88,10 @@ def run(pkg, prompts, threads, max_new):
     return res
 
 
-def decode_rate(res, idx):
-    new = sum(max(len(res[i]["ids"]) - 1, 0) for i in idx)
+def decode_rate(res, idx, plain=None):
+    """New tokens per second of decoding; with plain, only the tokens the plain package gave count (DFlash may run
+    up to block - 1 tokens past max_new, in the time measured)."""
+    new = sum(max(min(len(res[i]["ids"]), len((plain or res)[i]["ids"])) - 1, 0) for i in idx)
     return new / sum(max(res[i]["wall_s"] - res[i]["prefill_s"], 1e-9) for i in idx)
 
 
@@ -98,7 +100,7 @@ def summary(name, res, plain=None):
     same prompts."""
     ok = [i for i, r in enumerate(res) if "ids" in r and (plain is None or "ids" in plain[i])]
     s = {"package": name, "prompts": len(ok), "crashed": sum("crashed" in r for r in res),
-         "new_tokens": sum(len(res[i]["ids"]) for i in ok), "decode_tokens_per_s": decode_rate(res, ok),
+         "new_tokens": sum(len(res[i]["ids"]) for i in ok), "decode_tokens_per_s": decode_rate(res, ok, plain),
          "speedup": 1.0}
     if plain is not None:   # DFlash may give up to block - 1 tokens past max_new: compare the plain output's length
         s["same_output"] = sum(res[i]["ids"][:len(plain[i]["ids"])] == plain[i]["ids"] for i in ok) / max(len(ok), 1)

@@ -39,8 +39,10 @@ smollm2)
     TARGET=$RUN/sft/best.h5
     TRAIN_DATA=$RUN/sft-train.h5
     VAL_DATA=$RUN/sft-val.h5
-    TRAIN_PROMPTS=${SPEC_TRAIN_PROMPTS:-300}   # pocket's int4 decoding of SmolLM2 runs ~11 tokens/s on 2 cores
-    VAL_PROMPTS=${SPEC_VAL_PROMPTS:-50} ;;
+    # pocket's int4 decoding of SmolLM2 runs ~11 tokens/s on 2 cores: the replies take 10 minutes
+    TRAIN_PROMPTS=${SPEC_TRAIN_PROMPTS:-200}
+    VAL_PROMPTS=${SPEC_VAL_PROMPTS:-40}
+    MAX_NEW=${SPEC_MAX_NEW:-48} ;;
 *) echo "usage: recipes/spec/run.sh demo|smollm2" >&2; exit 2 ;;
 esac
 mkdir -p "$RUN"
