@@ -237,7 +237,7 @@ build-fuzz/fuzz_%: tests/fuzz/fuzz_%.c build-fuzz/fuzz_util.o build-fuzz/lib/lib
 # memory limit allows: libhdf5 asks for what a corrupt header declares and reports the failure itself
 # (docs/fuzzing.md); LeakSanitizer skips blocks libhdf5 loses on its own error paths (tests/fuzz/lsan.supp).
 FUZZ_OPTS = -timeout=1 -rss_limit_mb=2048 -detect_leaks=1
-FUZZ_HDF5 = fuzz_checkpoint fuzz_lora_checkpoint fuzz_dataset
+FUZZ_HDF5 = fuzz_checkpoint fuzz_lora_checkpoint fuzz_draft_checkpoint fuzz_dataset
 FUZZ_ENV = UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 ASAN_OPTIONS=allocator_may_return_null=1 \
   LSAN_OPTIONS=suppressions=$(CURDIR)/tests/fuzz/lsan.supp
 fuzz_limit = $$(case " $(FUZZ_HDF5) " in (*" $$t "*) echo -malloc_limit_mb=1048576;; (*) echo -malloc_limit_mb=1024;; esac)

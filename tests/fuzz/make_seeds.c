@@ -16,6 +16,7 @@
 #include "../../export/mnn_export.h"
 #include "../../formats/checkpoint.h"
 #include "../../formats/hf_export.h"
+#include "../../formats/draft_checkpoint.h"
 #include "../../formats/lora_checkpoint.h"
 #include "../../formats/safetensors.h"
 #include "../../model/ops/ops.h"
@@ -221,6 +222,28 @@ static void adapters(void) {
     CHECK(lora_checkpoint_save(scratch("o.h5"), &a, NULL, NULL, &e));
     put_h5(T, "adapter-o-gate-down.h5", scratch("o.h5"));
     lora_adapter_free(&a);
+}
+
+static void drafts(void) {
+    const char *T = "fuzz_draft_checkpoint";
+    ModelConfig target;
+    CHECK(config_load(&target, "tests/fixtures/hf/qwen3-tied", &e));
+    DraftConfig dc = {.n_layer = 1, .block = 4, .n_target = 2, .target_layers = {0, 1}, .mask_token = 1, .d_ff = 8};
+    Draft d;
+    draft_alloc(&d, &target, &dc);
+    draft_init(&d, 3);
+    snprintf(d.base_sha256, sizeof d.base_sha256, "%064d", 0);
+    CHECK(draft_checkpoint_save(scratch("d.h5"), &d, NULL, NULL, &e));
+    put_h5(T, "draft-1-layer.h5", scratch("d.h5"));
+    float *m = xcalloc(d.tt.total, sizeof(float), "m"), *v = xcalloc(d.tt.total, sizeof(float), "v");
+    MomentBuffers mb = {&d.tt, m, v};
+    MomentSource src = {moment_buffers, &mb};
+    TrainState st = {.step = 3, .tokens = 96, .best_val_loss = 2.5};
+    CHECK(draft_checkpoint_save(scratch("t.h5"), &d, &src, &st, &e));
+    put_h5(T, "draft-train.h5", scratch("t.h5"));
+    free(m);
+    free(v);
+    draft_free(&d);
 }
 
 static void datasets(const Tokenizer *tok) {
@@ -447,6 +470,7 @@ int main(void) {
     CHECK(tokenizer_load_file(&tok, "tests/fixtures/tok/tokenizer.json", &e));
     checkpoints(tok_json, tok_len);
     adapters();
+    drafts();
     datasets(tok);
     safetensors();
     model_dirs(tok_json, tok_len);
