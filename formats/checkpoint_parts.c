@@ -27,17 +27,26 @@ int checkpoint_read_str(hid_t g, const char *group, const char *name, char *buf,
     return rc;
 }
 
-int checkpoint_print_tensors(hid_t p, int width, FILE *out, double *floats, const char *path, PtError *e) {
-    int n = h5_child_count(p);
+int checkpoint_print_params(hid_t f, int width, FILE *out, const char *path, PtError *e) {
+    hid_t p = h5_open_group(f, "params", path, e);
+    if (p < 0) return -1;
+    const int n = h5_child_count(p);
+    double floats = 0;
     for (int i = 0; i < n; i++) {
         char name[256];
         H5DatasetInfo info;
-        if (!h5_child_name(p, i, name, sizeof name) || h5_dataset_info(p, name, &info, path, e)) return -1;
+        if (!h5_child_name(p, i, name, sizeof name) || h5_dataset_info(p, name, &info, path, e)) {
+            H5Gclose(p);
+            return -1;
+        }
         const double rows = (double)info.dims[0], cols = info.rank > 1 ? (double)info.dims[1] : 1;
         fprintf(out, "%-*s [%llu, %llu]\n", width, name, (unsigned long long)rows, (unsigned long long)cols);
-        *floats += rows * cols;
+        floats += rows * cols;
     }
-    return n;
+    H5Gclose(p);
+    fprintf(out, "%d tensors, %.0f parameters (%.2f MB f32)%s\n", n, floats, floats * 4 / 1e6,
+            h5_exists(f, "optim") ? "; AdamW moments and training state (a run's checkpoint)" : "");
+    return 0;
 }
 
 int checkpoint_has_group(const char *path, const char *group) {

@@ -31,6 +31,6 @@ int checkpoint_read_str(hid_t g, const char *group, const char *name, char *buf,
                         PtError *e);
 // 1 when path is an HDF5 file holding the group /group (what kind of file it is).
 int checkpoint_has_group(const char *path, const char *group);
-// Prints every dataset of the group p (its name padded to width, its shape)
-// and adds its values to *floats; returns how many, or -1.
-int checkpoint_print_tensors(hid_t p, int width, FILE *out, double *floats, const char *path, PtError *e);
+// Prints every dataset of /params of f (its name padded to width, its shape),
+// then their count, parameters and whether f is a run's checkpoint (/optim).
+int checkpoint_print_params(hid_t f, int width, FILE *out, const char *path, PtError *e);

@@ -85,22 +85,14 @@ int draft_checkpoint_inspect(const char *path, FILE *out, PtError *e) {
     if (f < 0) return -1;
     DraftConfig dc;
     char hash[65], layers[128];
-    hid_t p = -1;
     int rc = read_attrs(f, &dc, hash, path, e);
-    if (!rc && (p = h5_open_group(f, "params", path, e)) < 0) rc = -1;
     if (!rc) {
         draft_layers_format(&dc, layers, sizeof layers);
         fprintf(out, "%s: DFlash speculative draft, %d layer(s), block %d, mask token %d, d_ff %d, target layers %s\n",
                 path, dc.n_layer, dc.block, dc.mask_token, dc.d_ff, layers);
         fprintf(out, "target: int4 weights with sha256 %s\n", hash);
-        double floats = 0;
-        const int n = checkpoint_print_tensors(p, 48, out, &floats, path, e);
-        if (n < 0) rc = -1;
-        else
-            fprintf(out, "%d tensors, %.0f parameters (%.2f MB f32)%s\n", n, floats, floats * 4 / 1e6,
-                    h5_exists(f, "optim") ? "; AdamW moments and training state (a run's checkpoint)" : "");
+        rc = checkpoint_print_params(f, 48, out, path, e);
     }
-    if (p >= 0) H5Gclose(p);
     H5Fclose(f);
     return rc ? -1 : 0;
 }

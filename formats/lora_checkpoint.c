@@ -103,22 +103,14 @@ int lora_checkpoint_inspect(const char *path, FILE *out, PtError *e) {
     if (f < 0) return -1;
     LoraConfig lc;
     char targets[64], base[16], hash[65];
-    hid_t p = -1;
     int rc = read_attrs(f, &lc, base, hash, path, e);
-    if (!rc && (p = h5_open_group(f, "params", path, e)) < 0) rc = -1;
     if (!rc) {
         lora_targets_format(lc.targets, targets, sizeof targets);
         fprintf(out, "%s: LoRA adapter, rank %d, alpha %g (scale %g), dropout %g, targets %s\n", path, lc.rank,
                 lc.alpha, lc.alpha / lc.rank, lc.dropout, targets);
         fprintf(out, "base: %s weights with sha256 %s\n", base, hash);
-        double floats = 0;
-        const int n = checkpoint_print_tensors(p, 72, out, &floats, path, e);
-        if (n < 0) rc = -1;
-        else
-            fprintf(out, "%d tensors, %.0f parameters (%.2f MB f32)%s\n", n, floats, floats * 4 / 1e6,
-                    h5_exists(f, "optim") ? "; AdamW moments and training state (a run's checkpoint)" : "");
+        rc = checkpoint_print_params(f, 72, out, path, e);
     }
-    if (p >= 0) H5Gclose(p);
     H5Fclose(f);
     return rc ? -1 : 0;
 }
