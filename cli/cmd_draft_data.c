@@ -15,7 +15,7 @@
 static void help(FILE *f) {
     fprintf(f,
             "usage: pocket draft-data --ckpt TARGET.h5 --data SFT.h5 --out OUT.h5 [--max-new N] [--limit N]\n"
-            "                         [--threads N]\n\n"
+            "                         [--batch N] [--threads N]\n\n"
             "For each example of the SFT dataset SFT.h5, takes its prompt (the tokens before its first\n"
             "trained token: the chat up to its first reply, with the assistant header) and lets the int4\n"
             "model of the target (what pocket generate --int4 runs: its QAT scales, else RTN group 64)\n"
@@ -30,6 +30,9 @@ static void help(FILE *f) {
             "  --max-new N          new tokens per example at most (default 128; less where the\n"
             "                       target's context ends)\n"
             "  --limit N            the first N examples only (default: all)\n"
+            "  --batch N            prompts of the same length continued together after each is read\n"
+            "                       in a pass of its own, the matmuls over all of them at once\n"
+            "                       (default 16; the replies are the same as one at a time)\n"
             "  --threads N          OpenMP threads (default: all cores)\n");
 }
 
@@ -49,9 +52,83 @@ typedef struct {
     uint64_t written, skipped, ended, prompt_tokens, new_tokens;
 } Counts;
 
-// The examples [0, n) of d: each one's prompt and the target's continuation into w.
+typedef struct {
+    uint64_t k;   // the example
+    int np;       // its prompt's tokens
+} Prompt;
+
+static int by_length(const void *a, const void *b) {
+    const Prompt *x = a, *y = b;
+    if (x->np != y->np) return x->np < y->np ? -1 : 1;
+    return x->k < y->k ? -1 : x->k > y->k;
+}
+
+// Greedy replies to `rows` prompts of np tokens each: each prompt is read in
+// one pass of its own (as generate reads it) and its cache copied into a
+// lockstep plan, where the rows then advance together (one token each per
+// pass, the matmuls over all of them) until each makes an end token or has
+// max_new. out[r * max_new ..] gets row r's reply, got[r] its length.
+static int continue_rows(const Model *src, const Dataset *d, const Prompt *ps, int rows, int max_new,
+                         const GenParams *p, int *out, int *got, PtError *e) {
+    const int np = ps[0].np, V = src->cfg.vocab_size;
+    GenContext g;
+    if (gen_init(&g, src, np, e)) return -1;
+    Model m;
+    model_init(&m, src->dev, &src->cfg, src->tt, src->weights, &src->opt);
+    // The last new token is never fed: nothing reads its logits.
+    if (model_plan_cache_rows(&m, rows, np + max_new - 1, e)) {
+        model_free(&m);
+        gen_free(&g);
+        return -1;
+    }
+    float *dev_logits = m.dev->be->alloc(m.dev, (size_t)rows * V * sizeof(float), "draft-data logits");
+    float *logits = xmalloc((size_t)rows * V * sizeof(float), "draft-data logits on the host");
+    float *probs = xmalloc((size_t)V * sizeof(float), "sampling scratch");
+    int *order = xmalloc((size_t)V * sizeof(int), "sampling scratch");
+    int *next = xmalloc((size_t)(rows > np ? rows : np) * sizeof(int), "next tokens"), live = rows, rc = 0;
+    Rng rng;
+    rng_seed(&rng, p->seed);
+    for (int r = 0; r < rows && rc == 0; r++) {
+        for (int t = 0; t < np; t++) next[t] = (int)dataset_token(d, d->doc_offsets[ps[r].k] + (uint64_t)t);
+        if (gen_prefill_logits(&g, next, np, e) == NULL) {
+            rc = -1;
+            break;
+        }
+        model_cache_copy_row(&m, r, &g.m);
+        const int id = sample_token(g.logits, V, p, &rng, probs, order);
+        out[(size_t)r * max_new] = id;
+        got[r] = gen_is_stop(p, id) || max_new == 1 ? 1 : -1;   // -1: still generating
+        live -= got[r] > 0;
+    }
+    for (int i = 1; i < max_new && live > 0 && rc == 0; i++) {
+        for (int r = 0; r < rows; r++)   // (a finished row is fed its last token again: nothing reads it)
+            next[r] = out[(size_t)r * max_new + (got[r] > 0 ? got[r] : i) - 1];
+        model_feed_rows(&m, next, dev_logits);
+        OP(m.dev, download, logits, dev_logits, (size_t)rows * V * sizeof(float));
+        for (int r = 0; r < rows; r++) {
+            if (got[r] > 0) continue;
+            const int id = sample_token(logits + (size_t)r * V, V, p, &rng, probs, order);
+            out[(size_t)r * max_new + i] = id;
+            if (gen_is_stop(p, id) || i + 1 == max_new) {
+                got[r] = i + 1;
+                live--;
+            }
+        }
+    }
+    m.dev->be->release(m.dev, dev_logits);
+    free(logits);
+    free(probs);
+    free(order);
+    free(next);
+    model_free(&m);
+    gen_free(&g);
+    return rc;
+}
+
+// The examples [0, n) of d: each one's prompt and the target's continuation into
+// w, in the dataset's order; prompts of one length run `batch` at a time.
 static int continue_prompts(const OpenModel *om, const Tokenizer *tok, const char *ckpt, const Dataset *d,
-                            uint64_t n, int max_new, DatasetWriter *w, Counts *c, PtError *e) {
+                            uint64_t n, int max_new, int batch, DatasetWriter *w, Counts *c, PtError *e) {
     const ModelConfig *cfg = &om->b.cfg;
     GenParams p;
     gen_params_default(&p);
@@ -59,56 +136,83 @@ static int continue_prompts(const OpenModel *om, const Tokenizer *tok, const cha
     if (chat_generation_prompt(&om->b, ckpt, tok, NULL, "x", &probe, &p, e)) return -1;
     free(probe);
     add_default_stops(&p, cfg, tok);
-    GenContext g;
-    if (gen_init(&g, &om->m, cfg->max_seq, e)) return -1;
     const int cap = cfg->max_seq;
-    int *ids = xmalloc((size_t)cap * sizeof(int), "example"), rc = 0;
-    uint8_t *mask = xcalloc((size_t)cap, 1, "example mask");
-    const double t0 = now_seconds();
-    double shown = 0;
-    const int tty = isatty(2);
-    for (uint64_t k = 0; k < n && rc == 0; k++) {
+    Prompt *ps = xmalloc((size_t)(n ? n : 1) * sizeof *ps, "prompt list");
+    int *where = xmalloc((size_t)(n ? n : 1) * sizeof(int), "prompt index");   // example -> its place in ps, or -1
+    uint64_t m = 0;
+    for (uint64_t k = 0; k < n; k++) {
         const uint64_t off = d->doc_offsets[k], len = dataset_doc_len(d, k);
         uint64_t np = 0;
         while (np < len && !d->loss_mask[off + np]) np++;
+        where[k] = -1;
         if (np == 0 || np == len || np >= (uint64_t)cap) {   // no prompt, no reply, or no room to continue
             c->skipped++;
             continue;
         }
-        for (uint64_t i = 0; i < np; i++) ids[i] = (int)dataset_token(d, off + i);
-        p.max_new = max_new < cap - (int)np ? max_new : cap - (int)np;
-        int got = generate(&g, ids, (int)np, &p, ids + np, cap - (int)np, e);
-        if (got < 0) {
-            rc = -1;
-            break;
+        ps[m++] = (Prompt){k, (int)np};
+    }
+    qsort(ps, m, sizeof *ps, by_length);
+    for (uint64_t j = 0; j < m; j++) where[ps[j].k] = (int)j;
+    int *replies = xmalloc((size_t)(m ? m : 1) * max_new * sizeof(int), "replies");
+    int *got = xmalloc((size_t)(m ? m : 1) * sizeof(int), "reply lengths"), rc = 0;
+    const double t0 = now_seconds();
+    double shown = 0;
+    const int tty = isatty(2);
+    uint64_t done_new = 0;
+    for (uint64_t j = 0; j < m && rc == 0;) {
+        uint64_t end = j + 1;
+        while (end < m && end - j < (uint64_t)batch && ps[end].np == ps[j].np) end++;
+        const int room = max_new < cap - ps[j].np ? max_new : cap - ps[j].np;
+        // (a row's reply is at most `room` long; its slot holds max_new)
+        int *out = replies + (size_t)j * max_new, *tmp = xmalloc((size_t)(end - j) * room * sizeof(int), "replies");
+        rc = continue_rows(&om->m, d, ps + j, (int)(end - j), room, &p, tmp, got + j, e);
+        for (uint64_t r = 0; rc == 0 && r < end - j; r++) {
+            memcpy(out + r * max_new, tmp + r * room, (size_t)got[j + r] * sizeof(int));
+            done_new += (uint64_t)got[j + r];
         }
-        c->ended += got > 0 && gen_is_stop(&p, ids[np + got - 1]);
-        for (int i = 0; i < got; i++)   // a row past the tokenizer's (an lm_head's padding) ends the reply
-            if (ids[np + i] >= d->vocab_size) got = i;
-        memset(mask, 0, np);
-        memset(mask + np, 1, (size_t)got);
-        rc = dataset_writer_add(w, ids, mask, np + (size_t)got, e);
-        c->written++;
-        c->prompt_tokens += np;
-        c->new_tokens += (uint64_t)got;
+        free(tmp);
+        j = end;
         const double dt = now_seconds() - t0;
-        if (dt - shown >= (tty ? 0.5 : 10.0) || k + 1 == n) {   // a log gets a line every 10 s
+        if (rc == 0 && (dt - shown >= (tty ? 0.5 : 10.0) || j == m)) {   // a log gets a line every 10 s
             shown = dt;
             fprintf(stderr, "%sdraft-data: %llu/%llu examples, %.0f tokens/s%s", tty ? "\r" : "",
-                    (unsigned long long)(k + 1), (unsigned long long)n,
-                    dt > 0 ? (double)c->new_tokens / dt : 0.0, tty ? "   " : "\n");
+                    (unsigned long long)j, (unsigned long long)m, dt > 0 ? (double)done_new / dt : 0.0,
+                    tty ? "   " : "\n");
         }
     }
-    if (c->written && tty) fprintf(stderr, "\n");
+    if (m && tty) fprintf(stderr, "\n");
+    int *ids = xmalloc((size_t)cap * sizeof(int), "example");
+    uint8_t *mask = xcalloc((size_t)cap, 1, "example mask");
+    for (uint64_t k = 0; k < n && rc == 0; k++) {
+        if (where[k] < 0) continue;
+        const uint64_t j = (uint64_t)where[k], off = d->doc_offsets[k];
+        const int np = ps[j].np;
+        int g = got[j];
+        const int *reply = replies + j * max_new;
+        c->ended += g > 0 && gen_is_stop(&p, reply[g - 1]);
+        for (int i = 0; i < g; i++)   // a row past the tokenizer's (an lm_head's padding) ends the reply
+            if (reply[i] >= d->vocab_size) g = i;
+        for (int i = 0; i < np; i++) ids[i] = (int)dataset_token(d, off + (uint64_t)i);
+        memcpy(ids + np, reply, (size_t)g * sizeof(int));
+        memset(mask, 0, (size_t)np);
+        memset(mask + np, 1, (size_t)g);
+        rc = dataset_writer_add(w, ids, mask, (size_t)np + (size_t)g, e);
+        c->written++;
+        c->prompt_tokens += (uint64_t)np;
+        c->new_tokens += (uint64_t)g;
+    }
     free(ids);
     free(mask);
-    gen_free(&g);
+    free(ps);
+    free(where);
+    free(replies);
+    free(got);
     return rc;
 }
 
 int cmd_draft_data(int argc, char **argv) {
     const char *ckpt = NULL, *data = NULL, *out = NULL, *v;
-    long max_new = 128, limit = 0, threads = 0;
+    long max_new = 128, limit = 0, threads = 0, batch = 16;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) { help(stdout); return 0; }
         else if ((v = arg_value(argc, argv, &i, "--ckpt"))) ckpt = v;
@@ -116,6 +220,7 @@ int cmd_draft_data(int argc, char **argv) {
         else if ((v = arg_value(argc, argv, &i, "--out"))) out = v;
         else if ((v = arg_value(argc, argv, &i, "--max-new"))) { if (parse_int("--max-new", v, 1, 1 << 24, &max_new)) return 2; }
         else if ((v = arg_value(argc, argv, &i, "--limit"))) { if (parse_int("--limit", v, 1, 1L << 40, &limit)) return 2; }
+        else if ((v = arg_value(argc, argv, &i, "--batch"))) { if (parse_int("--batch", v, 1, 4096, &batch)) return 2; }
         else if ((v = arg_value(argc, argv, &i, "--threads"))) { if (parse_int("--threads", v, 0, 4096, &threads)) return 2; }
         else { fprintf(stderr, "pocket draft-data: unknown argument '%s' (see --help)\n", argv[i]); return 2; }
     }
@@ -153,7 +258,7 @@ int cmd_draft_data(int argc, char **argv) {
     }
     const uint64_t n = limit > 0 && (uint64_t)limit < d.n_docs ? (uint64_t)limit : d.n_docs;
     if (dataset_writer_open(&w, out, DATASET_SFT, d.vocab_size, d.tokenizer_hash, &e)) goto fail;
-    if (continue_prompts(&om, tok, ckpt, &d, n, (int)max_new, w, &c, &e)) goto fail;
+    if (continue_prompts(&om, tok, ckpt, &d, n, (int)max_new, (int)batch, w, &c, &e)) goto fail;
     if (c.written == 0) {
         pt_fail(&e, "%s: none of its %llu example(s) has a prompt before its first trained token", data,
                 (unsigned long long)n);

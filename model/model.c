@@ -573,6 +573,24 @@ void model_feed_rows(Model *m, const int *tokens, float *logits) {
        NULL, m->opt.matmul);
 }
 
+void model_cache_copy_row(Model *m, int r, const Model *one) {
+    const ModelConfig *c = &m->cfg;
+    const int R = m->cache_rows, KV = c->n_kv_head * c->head_dim;
+    if (!m->cache_len || r < 0 || r >= R || !one->cache_len || one->cache_rows != 1 || one->n_past > m->cache_len ||
+        one->cfg.n_layer != c->n_layer || one->cfg.n_kv_head != c->n_kv_head || one->cfg.head_dim != c->head_dim)
+        die("model_cache_copy_row: %d positions of a one-sequence cache do not fit sequence %d of %d (cache of %d)",
+            one->n_past, r, R, m->cache_len);
+    const size_t row = (size_t)KV * sizeof(float);
+    for (int l = 0; l < c->n_layer; l++)
+        for (int p = 0; p < one->n_past; p++) {
+            const size_t dst = ((size_t)l * m->cache_len + p) * R * KV + (size_t)r * KV,
+                         src = ((size_t)l * one->cache_len + p) * KV;
+            OP(m->dev, copy, m->k_cache + dst, one->k_cache + src, row);
+            OP(m->dev, copy, m->v_cache + dst, one->v_cache + src, row);
+        }
+    m->n_past = one->n_past;
+}
+
 void model_feed(Model *m, const int *tokens, int n, float *all_logits) {
     if (!m->cache_len || m->cache_rows != 1 || n < 1 || n > m->T || m->n_past + n > m->cache_len)
         die("model_feed: %d tokens after %d do not fit the plan (%d rows a pass, cache of %d)", n, m->n_past, m->T,

@@ -171,3 +171,8 @@ void model_feed(Model *m, const int *tokens, int n, float *all_logits);
 // (tokens[rows], host memory) at position n_past; logits [rows, V] (device
 // memory) receives each one's next-token logits.
 void model_feed_rows(Model *m, const int *tokens, float *logits);
+// Copies the n_past cached positions of a one-sequence cache plan (a prompt
+// read by model_feed in one pass) into sequence r of a model_plan_cache_rows
+// plan, and sets its n_past to one's: every sequence must be given the same
+// length before model_feed_rows continues them.
+void model_cache_copy_row(Model *m, int r, const Model *one);

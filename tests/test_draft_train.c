@@ -11,7 +11,8 @@
 //   target, block 1 or 65, [draft] with [lora] or in cpt mode, draft-data on
 //   CPT data;
 // - draft-data writes the prompts and, with loss, exactly what pocket
-//   generate --int4 generates from each;
+//   generate --int4 generates from each, also where prompts of one length
+//   are continued together (--batch);
 // - pocket inspect describes a draft checkpoint.
 #include <setjmp.h>
 #include <stdarg.h>
@@ -210,10 +211,11 @@ static void test_bad_input(void **s) {
     assert_true(no_entry_with_prefix(g_dir, "dd-bad.h5"));
 }
 
-// draft-data: each example's prompt, then (with loss) what pocket generate --int4 makes of it.
+// draft-data: each example's prompt, then (with loss) what pocket generate --int4 makes of it, in the
+// dataset's order, with the prompts of one length continued 4 at a time.
 static void test_draft_data_is_generate(void **s) {
     (void)s;
-    assert_int_equal(sh("%s draft-data --ckpt %s/target.h5 --data %s/sft.h5 --out %s/dd.h5 --max-new 14 --limit 3 "
+    assert_int_equal(sh("%s draft-data --ckpt %s/target.h5 --data %s/sft.h5 --out %s/dd.h5 --max-new 14 --batch 4 "
                         "--threads 1 >/dev/null 2>&1", pocket(), g_dir, g_dir, g_dir), 0);
     char path[300];
     snprintf(path, sizeof path, "%s/dd.h5", g_dir);
@@ -224,7 +226,7 @@ static void test_draft_data_is_generate(void **s) {
     if (dataset_open(&src, path, &e)) fail_msg("%s", e.msg);
     assert_int_equal(d.kind, DATASET_SFT);
     assert_string_equal(d.tokenizer_hash, src.tokenizer_hash);
-    assert_int_equal((int)d.n_docs, 3);
+    assert_int_equal((int)d.n_docs, 12);   // 10 prompts of one length, 2 of another: batches of 4, 4, 2 and 2
     int distinct = 0;
     for (uint64_t k = 0; k < d.n_docs; k++) {
         const uint64_t off = d.doc_offsets[k], len = dataset_doc_len(&d, k), soff = src.doc_offsets[k];
