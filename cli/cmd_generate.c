@@ -263,7 +263,7 @@ int cmd_generate(int argc, char **argv) {
     // that does not fit the model's context.
     long need = (long)n_prompt + params.max_new + (draft_path ? draft.cfg.block : 0);
     if (gen_init(&g, &om.m, need < c->max_seq ? (int)need : c->max_seq, &e)) goto fail;
-    if (draft_path && spec_init(&spec, &g, &draft.cfg, &draft.tt, draft_weights, &e)) goto fail;
+    if (draft_path && spec_init(&spec, &g, &draft, draft_weights, &e)) goto fail;
     out = xmalloc((size_t)params.max_new * sizeof(int), "generated ids");
     // The stream records each id as it is chosen, into the array generate() fills anyway.
     Stream s = {tok, &params, print_ids, out, 0, 0, 0};

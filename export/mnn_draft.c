@@ -2,6 +2,7 @@
 // math is model/draft.h's; the ops are mnn_graph.h's, wired with the
 // decoder's pieces (mnn_writer.h).
 #include "mnn_draft.h"
+#include <float.h>
 #include <math.h>
 #include <string.h>
 
@@ -112,6 +113,38 @@ static int layer(MnnWriter *w, const Draft *d, const LayerViews *p, int l, int h
     return 0;
 }
 
+// A draft with a vocabulary of its own: the lm_head's rows of those tokens
+// only, their logits scattered to their ids in a [1, block, V] "logits" (the
+// runtime's argmax reads V columns); every other token gets -FLT_MAX. The
+// scatter's shape is fixed, so the graph serves blocks of the config's size,
+// the only size the runtime feeds.
+static int vocab_logits(MnnWriter *w, const Draft *d, int h) {
+    MnnGraph *g = &w->g;
+    const int V = w->b->cfg.vocab_size, K = d->n_vocab, B = d->cfg.block;
+    int small;
+    if (mw_lm_head_rows(w, h, d->vocab, K, "/dflash/lm_head_rows/Linear", &small)) return -1;
+    const int32_t bk[2] = {B, K}, swap[2] = {1, 0}, vb[2] = {V, B}, out[3] = {1, B, V};
+    int x = mnn_reshape(g, "/dflash/vocab/rows", small, bk, 2);
+    x = mnn_permute(g, "/dflash/vocab/tokens_first", x, swap, 2);   // [K, B]
+    int32_t *ids = xmalloc((size_t)K * sizeof(int32_t), "vocabulary ids");
+    for (int k = 0; k < K; k++) ids[k] = d->vocab[k];
+    int idx = mnn_const_i32(g, "/dflash/vocab/ids", ids, K);
+    const int32_t col[2] = {K, 1};
+    idx = mnn_reshape(g, "/dflash/vocab/ids_column", idx, col, 2);
+    int shape = mnn_const_i32(g, "/dflash/vocab/shape", vb, 2);
+    x = mnn_scatter_nd(g, "/dflash/vocab/scatter", idx, x, shape);   // [V, B], 0 off the vocabulary
+    x = mnn_permute(g, "/dflash/vocab/rows_first", x, swap, 2);
+    x = mnn_reshape(g, "/dflash/vocab/logits_rows", x, out, 3);
+    float *pen = xmalloc((size_t)V * sizeof(float), "vocabulary penalty");
+    for (int i = 0; i < V; i++) pen[i] = -FLT_MAX;
+    for (int k = 0; k < K; k++) pen[d->vocab[k]] = 0.0f;
+    int p = mnn_const_f32(g, "/dflash/vocab/off_vocabulary", pen, V);
+    mnn_binary(g, "logits", x, p, MNN_BIN_ADD);
+    free(ids);
+    free(pen);
+    return 0;
+}
+
 // dflash.mnn: its inputs by the names the runtime feeds them.
 static int build_dflash(MnnWriter *w, const Draft *d) {
     const ModelConfig *c = &w->b->cfg;
@@ -131,7 +164,8 @@ static int build_dflash(MnnWriter *w, const Draft *d) {
     for (int l = 0; l < d->cfg.n_layer; l++)
         if (layer(w, d, &v.layer[l], l, h, ctx, mask, &rq, &rk, &h)) return -1;
     int logits;
-    if (mw_rmsnorm(w, "/dflash/norm", h, v.norm, H, &h) || mw_lm_head(w, h, &logits)) return -1;
+    if (mw_rmsnorm(w, "/dflash/norm", h, v.norm, H, &h)) return -1;
+    if (d->n_vocab ? vocab_logits(w, d, h) : mw_lm_head(w, h, &logits)) return -1;
     mnn_graph_output(g, "logits");
     return 0;
 }

@@ -217,6 +217,37 @@ int mw_lm_head(Writer *w, int h, int *logits) {
     return linear(w, "/lm/lm_head/Linear", h, views.lm_head, kind, -1, "logits", logits);
 }
 
+int mw_lm_head_rows(Writer *w, int h, const int *ids, int n, const char *name, int *logits) {
+    const TensorTable *tt = &w->b->tt;
+    const int kind = w->b->cfg.tied_embeddings ? T_EMBED : T_LMHEAD;
+    int row = -1;
+    for (int i = 0; i < tt->n && row < 0; i++)
+        if (tt->t[i].layer == -1 && (int)tt->t[i].kind == kind) row = i;
+    const QatTensor *qt = row < 0 ? NULL : qat_find(w->q, row);
+    if (!qt) return pt_fail(w->e, "%s: the lm_head is not in the checkpoint's int4 quantizer state", name);
+    const int ic = (int)tt->t[row].shape[1], groups = ic / w->q->spec.group;
+    const float *full = w->b->params + tt->t[row].offset, *scale = w->q->scale + qt->offset,
+                *zero = w->q->zero + qt->offset;
+    // The chosen rows with their own scales: each row's codes are the full matrix's.
+    float *wr = xmalloc((size_t)n * ic * sizeof(float), "lm_head rows");
+    float *sr = xmalloc((size_t)n * groups * sizeof(float), "lm_head row scales");
+    float *zr = xmalloc((size_t)n * groups * sizeof(float), "lm_head row zeros");
+    for (int k = 0; k < n; k++) {
+        memcpy(wr + (size_t)k * ic, full + (size_t)ids[k] * ic, (size_t)ic * sizeof(float));
+        memcpy(sr + (size_t)k * groups, scale + (size_t)ids[k] * groups, (size_t)groups * sizeof(float));
+        memcpy(zr + (size_t)k * groups, zero + (size_t)ids[k] * groups, (size_t)groups * sizeof(float));
+    }
+    MnnExternal ext;
+    int rc = mnn_write_linear(&w->wf, &w->q->spec, wr, n, ic, sr, zr, &ext, w->e);
+    free(wr), free(sr), free(zr);
+    if (rc) return -1;
+    w->n_linears++;
+    MnnQuantLinear ql = {ic, n, w->q->spec.group, w->q->spec.symmetric};
+    int c4 = mnn_conv_int4(&w->g, name, mw_to_c4(w, name, h, ic), &ql, &ext);
+    *logits = mw_from_c4(w, name, c4, n, NULL);
+    return 0;
+}
+
 // The whole graph, streaming the weights in op order.
 static int build_graph(Writer *w) {
     const ModelConfig *c = &w->b->cfg;

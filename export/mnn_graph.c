@@ -222,6 +222,11 @@ int mnn_permute(MnnGraph *g, const char *name, int in, const int32_t *perm, int 
     return op1(g, name, MNN_OP_PERMUTE, MNN_P_PERMUTE, p, &in, 1);
 }
 
+int mnn_scatter_nd(MnnGraph *g, const char *name, int indices, int updates, int shape) {
+    const int in[3] = {indices, updates, shape};
+    return op1(g, name, MNN_OP_SCATTER_ND, MNN_P_NONE, NULL, in, 3);
+}
+
 void mnn_split_half(MnnGraph *g, const char *name, int in, int half, int out[2]) {
     FbNode *p = fb_table(&g->fb);   // Slice: 0 axis, 1 slicePoints, 2 sourceType (TENSORFLOW: sizes)
     int32_t sizes[2] = {half, half};

@@ -10,7 +10,7 @@
 enum {
     MNN_OP_BINARY = 7, MNN_OP_CAST = 9, MNN_OP_CONCAT = 10, MNN_OP_CONST = 11, MNN_OP_CONV = 12,
     MNN_OP_INPUT = 34, MNN_OP_MATMUL = 39, MNN_OP_PERMUTE = 46, MNN_OP_RESHAPE = 73, MNN_OP_SLICE = 83,
-    MNN_OP_SOFTMAX = 85, MNN_OP_STRIDED_SLICE = 91, MNN_OP_UNARY = 101, MNN_OP_CONVERT = 129,
+    MNN_OP_SOFTMAX = 85, MNN_OP_STRIDED_SLICE = 91, MNN_OP_UNARY = 101, MNN_OP_SCATTER_ND = 118, MNN_OP_CONVERT = 129,
     MNN_OP_ATTENTION = 299, MNN_OP_ROPE = 306, MNN_OP_LAYERNORM = 603,
 };
 enum {
@@ -78,6 +78,9 @@ int mnn_matmul(MnnGraph *g, const char *name, int a, int b, int transpose_b);
 int mnn_softmax(MnnGraph *g, const char *name, int in, int axis);
 // The axes of `in` reordered: output axis i is input axis perm[i] (Permute, ONNX Transpose).
 int mnn_permute(MnnGraph *g, const char *name, int in, const int32_t *perm, int n);
+// A zero tensor of the shape `shape` (an int32 constant) with the rows of
+// `updates` placed at the first-axis positions `indices` [n, 1] (int32) (ScatterNd).
+int mnn_scatter_nd(MnnGraph *g, const char *name, int indices, int updates, int shape);
 // Splits the last axis into two equal halves: ids in out[0], out[1] (named name/0, name/1).
 void mnn_split_half(MnnGraph *g, const char *name, int in, int half, int out[2]);
 // Fused attention with the KV cache inside the op (MNN's Attention op).

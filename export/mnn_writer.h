@@ -48,3 +48,6 @@ int mw_rope(MnnWriter *w, const char *base, int x, const MnnRope *r);
 // embedding), its blob streamed to the weight file: "/lm/lm_head/Linear",
 // output "logits".
 int mw_lm_head(MnnWriter *w, int h, int *logits);
+// The lm_head's rows ids[0..n) only (int4, the checkpoint's codes and scales):
+// [1, S, n] logits of those tokens.
+int mw_lm_head_rows(MnnWriter *w, int h, const int *ids, int n, const char *name, int *logits);

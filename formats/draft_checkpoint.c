@@ -14,7 +14,12 @@ static int write_attrs(hid_t f, const void *ctx) {
              h5_write_attr(g, "mask_token", H5T_NATIVE_INT, &d->cfg.mask_token, 1) ||
              h5_write_attr(g, "d_ff", H5T_NATIVE_INT, &d->cfg.d_ff, 1) ||
              h5_write_str_attr(g, "target_layers", layers) ||
-             h5_write_str_attr(g, "base_sha256", d->base_sha256);
+             h5_write_str_attr(g, "base_sha256", d->base_sha256) ||
+             h5_write_attr(g, "vocab", H5T_NATIVE_INT, &d->n_vocab, 1);
+    if (!rc && d->n_vocab) {
+        hsize_t n = (hsize_t)d->n_vocab;
+        rc = h5_write_dataset(g, "vocab", H5T_NATIVE_INT32, 1, &n, d->vocab);
+    }
     H5Gclose(g);
     return rc ? -1 : 0;
 }
@@ -40,6 +45,27 @@ static int read_attrs(hid_t f, DraftConfig *dc, char hash[65], const char *path,
              checkpoint_read_str(g, "draft", "base_sha256", hash, 65, path, e);
     if (g >= 0) H5Gclose(g);
     if (!rc) rc = draft_layers_parse(layers, dc, path, e);
+    return rc ? -1 : 0;
+}
+
+// /draft/vocab, the ids the draft proposes, when its "vocab" attribute is
+// not 0 (drafts without the attribute propose any token).
+static int read_vocab(hid_t f, Draft *d, int V, const char *path, PtError *e) {
+    hid_t g = h5_open_group(f, "draft", path, e);
+    if (g < 0) return -1;
+    int n = 0, rc = h5_has_attr(g, "vocab") ? h5_read_attr(g, "vocab", H5T_NATIVE_INT, &n, 1, path, e) : 0;
+    if (!rc && n != 0) {
+        char src[1100];
+        snprintf(src, sizeof src, "%s: /draft", path);
+        rc = n < 1 || n > V ? draft_vocab_check(NULL, n, V, src, e) : 0;
+        hsize_t dims = (hsize_t)n;
+        if (!rc) rc = h5_read_dataset_alloc(g, "vocab", H5T_NATIVE_INT32, 1, &dims, (void **)&d->vocab, path, e);
+        if (!rc) {
+            d->n_vocab = n;
+            rc = draft_vocab_check(d->vocab, n, V, src, e);
+        }
+    }
+    H5Gclose(g);
     return rc ? -1 : 0;
 }
 
@@ -71,7 +97,8 @@ int draft_checkpoint_load(const char *path, const ModelConfig *tc, const char *b
     if (!rc) {
         draft_alloc(d, tc, &dc);
         strcpy(d->base_sha256, hash);
-        rc = checkpoint_read_tensors(f, "params", &d->tt, d->params, path, e);
+        rc = checkpoint_read_tensors(f, "params", &d->tt, d->params, path, e) ||
+             read_vocab(f, d, tc->vocab_size, path, e);
     }
     H5Fclose(f);
     if (rc) draft_free(d);
@@ -91,7 +118,13 @@ int draft_checkpoint_inspect(const char *path, FILE *out, PtError *e) {
         fprintf(out, "%s: DFlash speculative draft, %d layer(s), block %d, mask token %d, d_ff %d, target layers %s\n",
                 path, dc.n_layer, dc.block, dc.mask_token, dc.d_ff, layers);
         fprintf(out, "target: int4 weights with sha256 %s\n", hash);
-        rc = checkpoint_print_params(f, 48, out, path, e);
+        hid_t g = h5_open_group(f, "draft", path, e);
+        int n = 0;
+        rc = g < 0 ? -1 : h5_has_attr(g, "vocab") ? h5_read_attr(g, "vocab", H5T_NATIVE_INT, &n, 1, path, e) : 0;
+        if (g >= 0) H5Gclose(g);
+        if (!rc && n) fprintf(out, "vocabulary: the %d tokens the training responses held most (/draft/vocab)\n", n);
+        else if (!rc) fprintf(out, "vocabulary: every token of the target's\n");
+        if (!rc) rc = checkpoint_print_params(f, 48, out, path, e);
     }
     H5Fclose(f);
     return rc ? -1 : 0;

@@ -4,7 +4,9 @@
 //     /draft       attributes: layers, block, mask_token, d_ff (int),
 //                  target_layers ("3,14,25": 0-based target layers feeding it),
 //                  base_sha256 (64 hex digits: the target's int4 weights,
-//                  lora_base_hash, as the draft was trained against them)
+//                  lora_base_hash, as the draft was trained against them),
+//                  vocab (int: tokens it proposes, 0 or absent = all)
+//     /draft/vocab int32 [vocab], increasing: those tokens (model/draft.h)
 //     /params/<DFlash name>        float32 (model/draft.h: the table)
 //     /optim/m, /optim/v, /state   training checkpoints only (as checkpoint.h)
 //

@@ -3,6 +3,7 @@
 #include "draft.h"
 #include <ctype.h>
 #include <math.h>
+#include <stdlib.h>
 #include <string.h>
 
 int draft_config_check(const DraftConfig *dc, const ModelConfig *tc, const char *src, PtError *e) {
@@ -128,6 +129,7 @@ void draft_alloc(Draft *d, const ModelConfig *tc, const DraftConfig *dc) {
 void draft_free(Draft *d) {
     tensor_table_free(&d->tt);
     free(d->params);
+    free(d->vocab);
     memset(d, 0, sizeof *d);
 }
 
@@ -145,4 +147,52 @@ void draft_init(Draft *d, uint64_t seed) {
 void draft_pos_weights(float *w, int blk, float decay) {
     w[0] = 0;
     for (int i = 1; i < blk; i++) w[i] = decay > 0 ? expf(-(float)(i - 1) / decay) : 1.0f;
+}
+
+// Counts rank ids: more first, then the lower id (a strict order, so the pick is the same on any qsort).
+typedef struct {
+    uint64_t count;
+    int id;
+} Ranked;
+
+static int by_count(const void *a, const void *b) {
+    const Ranked *x = a, *y = b;
+    if (x->count != y->count) return x->count > y->count ? -1 : 1;
+    return x->id < y->id ? -1 : x->id > y->id;
+}
+
+static int by_id(const void *a, const void *b) {
+    const int x = *(const int *)a, y = *(const int *)b;
+    return x < y ? -1 : x > y;
+}
+
+void draft_pick_vocab(Draft *d, const uint64_t *counts, int V, int n) {
+    free(d->vocab);
+    d->vocab = NULL;
+    d->n_vocab = 0;
+    Ranked *r = xmalloc((size_t)V * sizeof *r, "token ranking");
+    int seen = 0;
+    for (int i = 0; i < V; i++)
+        if (counts[i]) r[seen++] = (Ranked){counts[i], i};
+    qsort(r, (size_t)seen, sizeof *r, by_count);
+    const int k = n < seen ? n : seen;
+    if (k > 0) {
+        d->vocab = xmalloc((size_t)k * sizeof(int), "draft vocabulary");
+        for (int i = 0; i < k; i++) d->vocab[i] = r[i].id;
+        qsort(d->vocab, (size_t)k, sizeof(int), by_id);
+        d->n_vocab = k;
+    }
+    free(r);
+}
+
+int draft_vocab_check(const int *ids, int n, int V, const char *src, PtError *e) {
+    if (n < 1 || n > V) return pt_fail(e, "%s: a draft vocabulary of %d tokens, outside [1, %d]", src, n, V);
+    for (int i = 0; i < n; i++) {
+        if (ids[i] < 0 || ids[i] >= V)
+            return pt_fail(e, "%s: draft vocabulary entry %d is token %d, outside [0, %d)", src, i, ids[i], V);
+        if (i && ids[i] <= ids[i - 1])
+            return pt_fail(e, "%s: draft vocabulary entry %d (%d) does not follow %d in increasing order", src, i,
+                           ids[i], ids[i - 1]);
+    }
+    return 0;
 }

@@ -65,10 +65,20 @@ typedef struct {
     TensorTable tt;
     float *params;             // tt.total floats, 64-byte aligned
     char base_sha256[65];      // the target weights it drafts for (lora_base_hash of the int4 weights)
+    int n_vocab;               // tokens the draft proposes; 0: the whole vocabulary
+    int *vocab;                // [n_vocab] increasing ids (draft_pick_vocab), NULL with n_vocab 0
 } Draft;
 
 void draft_alloc(Draft *d, const ModelConfig *tc, const DraftConfig *dc);
 void draft_free(Draft *d);
+// The draft's vocabulary: of the target's V tokens, the n that counts[]
+// (V entries: how often the target's replies hold each) ranks highest, ties to
+// the lower id, those never seen left out; kept in increasing order. The
+// draft proposes only these, so its lm_head needs only their rows (on the
+// phone, a fraction of the target's).
+void draft_pick_vocab(Draft *d, const uint64_t *counts, int V, int n);
+// A vocabulary read from a file: n ids increasing inside [0, V).
+int draft_vocab_check(const int *ids, int n, int V, const char *src, PtError *e);
 // Fresh weights: matrices N(0, init_std) of the target's config, norms 1;
 // deterministic in the seed.
 void draft_init(Draft *d, uint64_t seed);
@@ -108,7 +118,9 @@ typedef struct {
     float *weights, *grads;    // device: the weights, and where the backward writes
     float *own_grads;          // a training plan's own gradient buffer
     DraftViews w, g;
-    const float *embed, *lm_head;   // the target's, device memory (frozen)
+    const float *embed, *lm_head;   // the target's, device memory (frozen); lm_head: n_out rows
+    const float *target_head;       // the target's lm_head
+    int n_out;                      // logits per row: the target's vocabulary, or the draft's (draft_model_use_head)
     MatmulPrecision matmul;
     RopeTable rope;
     int B, T, A, training;
@@ -129,13 +141,21 @@ typedef struct {
 void draft_model_init(DraftModel *dm, Device *dev, const ModelConfig *tc, const DraftConfig *dc,
                       const TensorTable *tt, float *weights, const float *embed, const float *lm_head,
                       MatmulPrecision p);
+// The draft's own vocabulary (Draft.vocab): its logits are those of the
+// `rows` tokens whose lm_head rows `head` (device, [rows, H]) holds, token
+// k of the vocabulary in column k; targets are column indices. NULL: the
+// target's lm_head again.
+void draft_model_use_head(DraftModel *dm, const float *head, int rows);
+// The head of a vocabulary: the rows ids[0..n) of lm_head (device, [V, H]),
+// in a device buffer of their own (the caller releases it).
+float *draft_head_rows(Device *d, const float *lm_head, const int *ids, int n, int H);
 // Plans B sequences of T context rows with A blocks each (training: gradients too).
 int draft_model_plan(DraftModel *dm, int B, int T, int A, int training, PtError *e);
 void draft_model_free(DraftModel *dm);
 // captures: [B*T, n_target*H] device memory, the target's chosen layers at each context row.
 // Forward: returns the weighted sum of the per-row losses (0 without targets)
 // and the sum of the weights of the rows counted in *weight; logits_out
-// [blk*S, V] (device) optional.
+// [blk*S, n_out] (device) optional.
 double draft_forward(DraftModel *dm, const float *captures, const DraftInput *in, float *logits_out,
                      double *weight);
 // Forward + backward: accumulates grad_scale * d(weighted loss sum)/d(draft weights) into dm->grads.

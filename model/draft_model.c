@@ -18,9 +18,23 @@ void draft_model_init(DraftModel *dm, Device *dev, const ModelConfig *tc, const 
     draft_views(&dm->w, tt, weights);
     dm->embed = embed;
     dm->lm_head = lm_head;
+    dm->n_out = tc->vocab_size;
+    dm->target_head = lm_head;
     dm->matmul = p;
     // Block rows reach DRAFT_MAX_BLOCK positions past the last context row.
     rope_table_init(&dm->rope, dev, tc->max_seq + DRAFT_MAX_BLOCK, tc->head_dim, tc->rope_theta);
+}
+
+void draft_model_use_head(DraftModel *dm, const float *head, int rows) {
+    dm->lm_head = head ? head : dm->target_head;
+    dm->n_out = head ? rows : dm->tc.vocab_size;
+}
+
+float *draft_head_rows(Device *d, const float *lm_head, const int *ids, int n, int H) {
+    float *head = d->be->alloc(d, (size_t)n * H * sizeof(float), "the draft vocabulary's lm_head rows");
+    for (int k = 0; k < n; k++)
+        OP(d, copy, head + (size_t)k * H, lm_head + (size_t)ids[k] * H, (size_t)H * sizeof(float));
+    return head;
 }
 
 void draft_model_free(DraftModel *dm) {
@@ -272,7 +286,7 @@ static double run(DraftModel *dm, const float *captures, const DraftInput *in, i
     Device *d = dm->dev;
     const ModelConfig *tc = &dm->tc;
     const int B = dm->B, T = dm->T, S = B * dm->A, blk = dm->dc.block, R = blk * S, H = tc->d_model;
-    const int V = tc->vocab_size, L = dm->dc.n_layer;
+    const int V = dm->n_out, L = dm->dc.n_layer;
     if (backward && !dm->training) die("draft_forward_backward: the draft was planned for inference");
     const int c1 = in->ctx_rows ? in->ctx_rows : T, c0 = in->ctx_from;
     if (c0 < 0 || c0 > c1 || c1 > T || (B > 1 && (c0 || c1 != T)) || (backward && (c0 || c1 != T)))

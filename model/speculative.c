@@ -2,17 +2,26 @@
 #include "speculative.h"
 #include <string.h>
 
-int spec_init(SpecContext *s, GenContext *g, const DraftConfig *dc, const TensorTable *tt, float *draft_weights,
-              PtError *e) {
+int spec_init(SpecContext *s, GenContext *g, const Draft *draft, float *draft_weights, PtError *e) {
     memset(s, 0, sizeof *s);
+    const DraftConfig *dc = &draft->cfg;
+    const TensorTable *tt = &draft->tt;
     Model *m = &g->m;
     Device *d = m->dev;
     const ModelConfig *c = &m->cfg;
     if (draft_config_check(dc, c, "the draft", e)) return -1;
+    if (draft->n_vocab && draft_vocab_check(draft->vocab, draft->n_vocab, c->vocab_size, "the draft", e)) return -1;
     s->g = g;
+    s->vocab = draft->vocab;
+    s->n_vocab = draft->n_vocab;
     draft_model_init(&s->dm, d, c, dc, tt, draft_weights, m->w.embed, m->w.lm_head, m->opt.matmul);
+    if (draft->n_vocab) {
+        s->head = draft_head_rows(d, m->w.lm_head, draft->vocab, draft->n_vocab, c->d_model);
+        draft_model_use_head(&s->dm, s->head, draft->n_vocab);
+    }
     if (draft_model_plan(&s->dm, 1, m->cache_len, 1, 0, e)) {
         draft_model_free(&s->dm);
+        if (s->head) d->be->release(d, s->head);
         return -1;
     }
     const size_t V = c->vocab_size;
@@ -29,6 +38,7 @@ void spec_free(SpecContext *s) {
     d->be->release(d, s->captures);
     d->be->release(d, s->logits);
     free(s->host_logits);
+    if (s->head) d->be->release(d, s->head);
     draft_model_free(&s->dm);
     memset(s, 0, sizeof *s);
 }
@@ -87,8 +97,13 @@ int spec_generate(SpecContext *s, const int *prompt, int n_prompt, const GenPara
         DraftInput in = {block, &at, NULL, NULL, NULL, s->ctx_done, at};
         draft_forward(&s->dm, s->captures, &in, s->logits, NULL);
         s->ctx_done = at;
-        OP(d, download, s->host_logits, s->logits, (size_t)blk * V * sizeof(float));
-        for (int i = 1; i < blk; i++) block[i] = argmax(s->host_logits + (size_t)i * V, V);
+        // (with a vocabulary of its own, column k is its token k: they increase, so ties still go to the lower id)
+        const int n_out = s->dm.n_out;
+        OP(d, download, s->host_logits, s->logits, (size_t)blk * n_out * sizeof(float));
+        for (int i = 1; i < blk; i++) {
+            const int k = argmax(s->host_logits + (size_t)i * n_out, n_out);
+            block[i] = s->vocab ? s->vocab[k] : k;
+        }
         // Verify: the target's next token after each block row.
         feed(s, block, blk, s->logits);
         OP(d, download, s->host_logits, s->logits, (size_t)blk * V * sizeof(float));

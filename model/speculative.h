@@ -15,6 +15,9 @@ typedef struct {
     float *logits;           // [block, V] device: the draft's, then the target's
     float *host_logits;      // [block, V]
     int ctx_done;            // context rows the draft has made (rows of positions fed before its last block)
+    const int *vocab;        // the draft's vocabulary (the caller's Draft), NULL: every token
+    int n_vocab;
+    float *head;             // [n_vocab, H] device: the target's lm_head rows of the vocabulary
 } SpecContext;
 
 typedef struct {
@@ -22,10 +25,11 @@ typedef struct {
     long tokens;             // new tokens those passes gave (the first new token comes from the prompt's pass)
 } SpecStats;
 
-// A draft (config dc, weights on the device laid out by tt) for the target
-// g runs; the draft's block must fit in the cache with the output.
-int spec_init(SpecContext *s, GenContext *g, const DraftConfig *dc, const TensorTable *tt, float *draft_weights,
-              PtError *e);
+// A draft (its config, table and vocabulary; the caller's, they outlive s;
+// its weights on the device at draft_weights) for the target g runs; the
+// draft's block must fit in the cache with the output. The draft proposes
+// only the tokens of its vocabulary.
+int spec_init(SpecContext *s, GenContext *g, const Draft *draft, float *draft_weights, PtError *e);
 void spec_free(SpecContext *s);
 // generate() with the draft: greedy only (p->temperature must be 0). The
 // cache must hold n_prompt + max_new + block positions. st (may be NULL)

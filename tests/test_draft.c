@@ -4,7 +4,8 @@
 // against PyTorch in float64 (tests/ref/make_draft_fixtures.py, whose autograd
 // is itself checked against finite differences there); a generation-style
 // pass that fills the context a few rows at a time against one pass over all
-// of it; and the config checks.
+// of it; a vocabulary of its own (logits, loss from torch's logits, gradients
+// against central differences); and the config checks.
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -229,6 +230,80 @@ static void test_partial_context(void **state) {
     fixture_free(&fx);
 }
 
+// A vocabulary of its own (every third token): the logits are torch's at
+// those columns; the loss is the position-weighted cross-entropy over those
+// columns only (computed here from torch's logits), targets outside the
+// vocabulary not counted; and its gradient matches central differences.
+static void test_vocab_head(void **state) {
+    (void)state;
+    Fixture fx;
+    fixture_load(&fx);
+    Device dev;
+    cpu_device_init(&dev, 0, NULL);
+    const int V = fx.tc.vocab_size, H = fx.tc.d_model, blk = fx.dc.block, S = fx.B * fx.A, R = blk * S;
+    int K = 0, *ids = xmalloc((size_t)V * sizeof(int), "ids"), *column = xmalloc((size_t)V * sizeof(int), "columns");
+    for (int i = 0; i < V; i++) column[i] = i % 3 ? -1 : K, ids[K] = i, K += !(i % 3);
+    int *targets = xmalloc((size_t)R * sizeof(int), "targets"), outside = 0, inside = 0;
+    for (int r = 0; r < R; r++) {
+        targets[r] = fx.targets[r] < 0 ? -1 : column[fx.targets[r]];
+        outside += fx.targets[r] >= 0 && targets[r] < 0;
+        inside += targets[r] >= 0;
+    }
+    assert_true(outside > 0 && inside > 0);
+    float *head = draft_head_rows(&dev, fx.lm_head, ids, K, H);
+    DraftModel dm;
+    draft_model_init(&dm, &dev, &fx.tc, &fx.dc, &fx.d.tt, fx.d.params, fx.embed, fx.lm_head, MATMUL_FP32);
+    draft_model_use_head(&dm, head, K);
+    PtError e;
+    assert_int_equal(draft_model_plan(&dm, fx.B, fx.T, fx.A, 1, &e), 0);
+    DraftInput in = {fx.tokens, fx.anchors, NULL, targets, fx.pos_weight, 0, 0};
+    float *logits = xmalloc((size_t)R * K * sizeof(float), "logits"), *want = expected(&fx.f, "logits", (size_t)R * V);
+    double weight;
+    const double loss = draft_forward(&dm, fx.captures, &in, logits, &weight);
+    double ref = 0, ref_weight = 0, diff = 0;
+    for (int r = 0; r < R; r++) {
+        const float *w = want + (size_t)r * V;
+        for (int k = 0; k < K; k++) diff = fmax(diff, fabs(logits[(size_t)r * K + k] - w[ids[k]]));
+        const int i = r / S;   // block position: rows are position-major
+        if (targets[r] < 0 || i == 0) continue;
+        double mx = -1e300, sum = 0;
+        for (int k = 0; k < K; k++) mx = fmax(mx, w[ids[k]]);
+        for (int k = 0; k < K; k++) sum += exp(w[ids[k]] - mx);
+        ref += fx.pos_weight[i] * (mx + log(sum) - w[ids[targets[r]]]);
+        ref_weight += fx.pos_weight[i];
+    }
+    printf("  vocabulary of %d of %d: logits off torch's by %.2e at most; loss %.6f (from torch's logits %.6f), "
+           "%d targets outside\n", K, V, diff, loss, ref, outside);
+    assert_true(diff < 1e-4);
+    assert_true(fabs(loss - ref) < 1e-5 * fabs(ref));
+    assert_true(fabs(weight - ref_weight) < 1e-6);
+    // d(loss)/d(w) against central differences on a few weights of fc and the last layer's down_proj
+    draft_zero_grads(&dm);
+    draft_forward_backward(&dm, fx.captures, &in, 1.0f, NULL);
+    const char *names[2] = {"fc.weight", "layers.0.mlp.down_proj.weight"};
+    for (int n = 0; n < 2; n++) {
+        const TensorInfo *t = tensor_table_find(&fx.d.tt, names[n]);
+        assert_non_null(t);
+        for (size_t j = 0; j < t->numel; j += t->numel / 5) {
+            float *p = fx.d.params + t->offset + j, keep = *p;
+            const float h = 1e-2f;
+            *p = keep + h;
+            const double up = draft_forward(&dm, fx.captures, &in, NULL, NULL);
+            *p = keep - h;
+            const double down = draft_forward(&dm, fx.captures, &in, NULL, NULL);
+            *p = keep;
+            const double fd = (up - down) / (2.0 * h), g = dm.grads[t->offset + j];
+            if (!(fabs(fd - g) <= 2e-2 * fabs(fd) + 1e-4))
+                fail_msg("%s[%zu]: gradient %.6f, central difference %.6f", names[n], j, g, fd);
+        }
+    }
+    free(logits), free(want), free(ids), free(column), free(targets);
+    dev.be->release(&dev, head);
+    draft_model_free(&dm);
+    dev_free(&dev);
+    fixture_free(&fx);
+}
+
 static void test_config_checks(void **state) {
     (void)state;
     ModelConfig tc;
@@ -275,6 +350,7 @@ int main(void) {
         cmocka_unit_test(test_attention_op),
         cmocka_unit_test(test_pass_matches_torch),
         cmocka_unit_test(test_partial_context),
+        cmocka_unit_test(test_vocab_head),
         cmocka_unit_test(test_config_checks),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -13,7 +13,9 @@
 // - draft-data writes the prompts and, with loss, exactly what pocket
 //   generate --int4 generates from each, also where prompts of one length
 //   are continued together (--batch);
-// - pocket inspect describes a draft checkpoint.
+// - pocket inspect describes a draft checkpoint;
+// - [draft] vocab: the checkpoint's vocabulary is the responses' most frequent
+//   tokens; a resume asking for another is refused.
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -263,12 +265,55 @@ static void test_draft_data_is_generate(void **s) {
     dataset_close(&src);
 }
 
+// [draft] vocab = 5: the checkpoint holds the 5 tokens the responses of sft.h5 hold most (counted here by
+// repeated maxima, ties to the lower id), in increasing order; inspect says so; a resume asking another
+// vocabulary is refused, one line, its run untouched.
+static void test_vocab(void **s) {
+    (void)s;
+    assert_int_equal(sh("%s train %s/draft.ini --set draft.vocab=5 --set train.run_dir=%s/vocab --set "
+                        "train.stop_after=3 >/dev/null", pocket(), g_dir, g_dir), 0);
+    char path[300];
+    snprintf(path, sizeof path, "%s/sft.h5", g_dir);
+    Dataset ds;
+    PtError e;
+    if (dataset_open(&ds, path, &e)) fail_msg("%s", e.msg);
+    long counts[1505] = {0};
+    for (uint64_t i = 0; i < ds.n_tokens; i++)
+        if (ds.loss_mask[i]) counts[dataset_token(&ds, i)]++;
+    dataset_close(&ds);
+    int want[5];
+    for (int k = 0; k < 5; k++) {
+        int best = 0;
+        for (int i = 1; i < 1505; i++)
+            if (counts[i] > counts[best]) best = i;
+        want[k] = best;
+        counts[best] = -1;
+    }
+    for (int a = 0; a < 5; a++)   // increasing order
+        for (int b = a + 1; b < 5; b++)
+            if (want[b] < want[a]) { int t = want[a]; want[a] = want[b]; want[b] = t; }
+    snprintf(path, sizeof path, "%s/vocab/ckpt-00000003.h5", g_dir);
+    Draft d;
+    load_draft(path, &d);
+    assert_int_equal(d.n_vocab, 5);
+    for (int k = 0; k < 5; k++) assert_int_equal(d.vocab[k], want[k]);
+    draft_free(&d);
+    assert_int_equal(sh("%s inspect %s | grep -q 'vocabulary: the 5 tokens'", pocket(), path), 0);
+    assert_int_equal(sh("ls %s/vocab > %s/before.txt", g_dir, g_dir), 0);
+    char cmd[1200];
+    snprintf(cmd, sizeof cmd, "%s train %s/draft.ini --set draft.vocab=6 --set train.run_dir=%s/vocab", pocket(), g_dir,
+             g_dir);
+    assert_refused(cmd, NULL, "the resumed draft proposes 5 tokens, but [draft] vocab = 6");
+    assert_int_equal(sh("ls %s/vocab | cmp -s - %s/before.txt", g_dir, g_dir), 0);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_loss_decreases),
         cmocka_unit_test(test_resume_is_bit_identical),
         cmocka_unit_test(test_bad_input),
         cmocka_unit_test(test_draft_data_is_generate),
+        cmocka_unit_test(test_vocab),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

@@ -9,12 +9,15 @@
 //   dflash.mnn.weight (the lm_head blob the same bytes as in llm.mnn.weight,
 //   every byte of the file referenced);
 // - dflash_fc.mnn: target_hidden -> context_hidden, fc and hidden_norm inline;
-// - config.json's speculative keys; without a draft none of it.
+// - config.json's speculative keys; without a draft none of it;
+// - a draft with a vocabulary of its own: a K-row int4 lm_head of its own,
+//   its logits scattered to the vocabulary's ids, -FLT_MAX at the others.
 // And `pocket export --draft`: a draft made for the target's int4 weights
 // (lora_base_hash of int4_lora_base: what `pocket generate --int4` runs) is
 // shipped; one made for its float weights, or reading a layer the target
 // does not have, is refused in one line naming the draft, nothing written.
 // MNN's runtime runs the package in tests/interop/test_spec_runtime.py.
+#include <float.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -25,6 +28,7 @@
 #include "../export/flatbuf_read.h"
 #include "../export/mnn_export.h"
 #include "../export/mnn_graph.h"
+#include "../export/mnn_weights.h"
 #include "../formats/checkpoint.h"
 #include "../formats/draft_checkpoint.h"
 #include "../formats/int4_weights.h"
@@ -371,6 +375,86 @@ static void draft_ships_in_the_package(void **state) {
     bundle_free(&b);
 }
 
+// A draft with a vocabulary of its own: dflash.mnn's lm_head is a K-row int4 linear of its own (its blob
+// the only one besides the norms), whose [1, B, K] logits a ScatterNd places at the vocabulary's ids of a
+// [V, B] zero tensor; -FLT_MAX is added at every other id; the output is still "logits".
+static void vocab_draft_scatters_its_rows(void **state) {
+    (void)state;
+    ModelBundle b;
+    QatState q;
+    tiny_target(&b, &q);
+    const int V = b.cfg.vocab_size, H = b.cfg.d_model;
+    DraftConfig dc = {.n_layer = 1, .block = 4, .n_target = 1, .target_layers = {1}, .mask_token = 1500, .d_ff = 64};
+    Draft d;
+    draft_alloc(&d, &b.cfg, &dc);
+    draft_init(&d, 9);
+    uint64_t *counts = xcalloc((size_t)V, sizeof(uint64_t), "counts");
+    const int32_t ids[5] = {3, 10, 77, 640, V - 1};
+    for (int k = 0; k < 5; k++) counts[ids[k]] = (uint64_t)(k + 1);
+    draft_pick_vocab(&d, counts, V, 8);
+    free(counts);
+    assert_int_equal(d.n_vocab, 5);
+    char *dir = tmp_dir("vocab");
+    MnnExportOptions o = {.fused = 1, .memory = "normal", .force = 1, .greedy = 1, .draft = &d};
+    MnnExportStats st;
+    PtError e;
+    if (mnn_export(&b, &q, dir, &o, &st, &e)) fail_msg("%s", e.msg);
+    Net df;
+    net_read(&df, dir, "dflash.mnn");
+    static const char *const LOGITS[] = {"logits"};
+    outputs_are(&df, LOGITS, 1);
+    assert_false(has_op(&df, "/lm/lm_head/Linear"));
+    size_t rows = op_named(&df, "/dflash/lm_head_rows/Linear"), common = fbr_ref(&df.r, op_main(&df, rows), 0);
+    assert_int_equal(op_type(&df, rows), MNN_OP_CONV);
+    assert_int_equal(fbr_int(&df.r, common, 10, 4, 0), 5);   // output channels: the vocabulary
+    assert_int_equal(fbr_int(&df.r, common, 11, 4, 0), H);
+    size_t sc = op_named(&df, "/dflash/vocab/scatter");
+    assert_int_equal(op_type(&df, sc), MNN_OP_SCATTER_ND);
+    assert_true(input_is(&df, sc, 0, "/dflash/vocab/ids_column"));
+    assert_true(input_is(&df, sc, 1, "/dflash/vocab/tokens_first"));
+    assert_true(input_is(&df, sc, 2, "/dflash/vocab/shape"));
+    ints_are(&df, fbr_ref(&df.r, op_main(&df, op_named(&df, "/dflash/vocab/ids")), 5), ids, 5);
+    const int32_t shape[2] = {V, 4};
+    ints_are(&df, fbr_ref(&df.r, op_main(&df, op_named(&df, "/dflash/vocab/shape")), 5), shape, 2);
+    float *pen = xmalloc((size_t)V * sizeof(float), "penalty");
+    for (int i = 0; i < V; i++) pen[i] = -FLT_MAX;
+    for (int k = 0; k < 5; k++) pen[ids[k]] = 0.0f;
+    floats_are(&df, fbr_ref(&df.r, op_main(&df, op_named(&df, "/dflash/vocab/off_vocabulary")), 7), pen, (size_t)V);
+    size_t out = op_named(&df, "logits");
+    assert_int_equal(op_type(&df, out), MNN_OP_BINARY);
+    assert_true(input_is(&df, out, 0, "/dflash/vocab/logits_rows"));
+    assert_true(input_is(&df, out, 1, "/dflash/vocab/off_vocabulary"));
+    // the weight file: the rows' blob (header, 5 rows of codes, their scales) and the norms, nothing else
+    int64_t x[3];
+    external_of(&df, rows, 6, x, 3);
+    assert_int_equal(x[1], mnn_idst_header_size(5, H) + 5 * H / 2);
+    assert_int_equal(x[2], 5 * (H / 64) * 2 * 2);   // asymmetric: a (zero, scale) fp16 pair per group
+    DraftViews v;
+    draft_views(&v, &d.tt, d.params);
+    size_t dwl;
+    uint8_t *dw = file_of(dir, "dflash.mnn.weight", &dwl);
+    int64_t used = x[1] + x[2];
+    static const char *const NORMS[] = {"input_layernorm", "self_attn/q_norm", "self_attn/k_norm",
+                                        "post_attention_layernorm"};
+    const float *want[4] = {v.layer[0].ln1, v.layer[0].qnorm, v.layer[0].knorm, v.layer[0].ln2};
+    const int n[4] = {H, b.cfg.head_dim, b.cfg.head_dim, H};
+    char name[128];
+    for (int k = 0; k < 4; k++) {
+        snprintf(name, sizeof name, "/dflash_layers.0/%s", NORMS[k]);
+        used += norm_blob(&df, dw, name, want[k], n[k]);
+    }
+    used += norm_blob(&df, dw, "/dflash/norm", v.norm, H);
+    assert_int_equal(used, (int64_t)dwl);
+    free(pen);
+    free(dw);
+    free(df.buf);
+    remove_dir(dir);
+    free(dir);
+    draft_free(&d);
+    qat_free(&q);
+    bundle_free(&b);
+}
+
 // `pocket export ... --draft PATH --out DIR/bad-pkg` fails with one line naming PATH (and `says`), leaving nothing.
 static void refused(const char *dir, const char *draft, const char *says) {
     assert_int_not_equal(sh("%s export --ckpt %s/init.h5 --format mnn --draft %s --out %s/bad-pkg >/dev/null "
@@ -447,6 +531,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(draft_ships_in_the_package),
         cmocka_unit_test(export_checks_the_draft_against_the_int4_target),
+        cmocka_unit_test(vocab_draft_scatters_its_rows),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -33,7 +33,7 @@ static void setup_make(Setup *su, int block) {
     PtError e;
     assert_int_equal(gen_init(&su->g, &su->tm.m, PROMPT_LEN + MAX_NEW + block, &e), 0);
     su->g.m.T = 5;   // feed in chunks: the captures must follow the cache position across chunks
-    assert_int_equal(spec_init(&su->s, &su->g, &dc, &su->d.tt, su->d.params, &e), 0);
+    assert_int_equal(spec_init(&su->s, &su->g, &su->d, su->d.params, &e), 0);
     GenParams p;
     gen_params_default(&p);
     p.max_new = MAX_NEW;
@@ -50,6 +50,13 @@ static void setup_free(Setup *su) {
     draft_free(&su->d);
     for (int k = 0; k < N_PROMPTS; k++) free(su->prompts[k]);
     test_model_free(&su->tm);
+}
+
+// The speculative context again, for the draft as it is now (its vocabulary).
+static void respec(Setup *su) {
+    PtError e;
+    spec_free(&su->s);
+    if (spec_init(&su->s, &su->g, &su->d, su->d.params, &e)) fail_msg("%s", e.msg);
 }
 
 // Every prompt's output with the draft equals the plain greedy output; returns the mean acceptance.
@@ -142,6 +149,26 @@ static void test_fitted_draft(void **state) {
     double acc = check_same_output(&su);
     printf("  fitted draft: mean acceptance %.2f tokens per target pass (block %d)\n", acc, blk);
     assert_true(acc > 2.0);
+    // Restricted to the tokens of the outputs, the draft still proposes them; restricted to
+    // one token the target never says, it is never right: one token per pass.
+    const int V = c->vocab_size;
+    uint64_t *counts = xcalloc((size_t)V, sizeof(uint64_t), "counts");
+    for (int k = 0; k < N_PROMPTS; k++)
+        for (int i = 0; i < MAX_NEW; i++) counts[su.plain[k][i]]++;
+    int never = 0;
+    while (counts[never]) never++;
+    draft_pick_vocab(&su.d, counts, V, V);
+    respec(&su);
+    double acc_said = check_same_output(&su);
+    printf("  fitted draft, vocabulary of the %d tokens said: mean acceptance %.2f\n", su.d.n_vocab, acc_said);
+    assert_true(acc_said > 2.0);
+    memset(counts, 0, (size_t)V * sizeof(uint64_t));
+    counts[never] = 1;
+    draft_pick_vocab(&su.d, counts, V, V);
+    respec(&su);
+    assert_int_equal(su.d.n_vocab, 1);
+    assert_true(check_same_output(&su) == 1.0);
+    free(counts);
     draft_model_free(&dm);
     free(captures), free(seq), free(tokens), free(targets), free(anchors), free(m1), free(v1);
     setup_free(&su);
@@ -169,9 +196,34 @@ static void test_capture(void **state) {
     test_model_free(&tm);
 }
 
+// The vocabulary: the most frequent ids, ties to the lower id, never-seen ids left out, in increasing order.
+static void test_pick_vocab(void **state) {
+    (void)state;
+    const uint64_t counts[10] = {5, 0, 1, 5, 0, 0, 0, 9, 0, 0};
+    Draft d = {0};
+    draft_pick_vocab(&d, counts, 10, 3);
+    assert_int_equal(d.n_vocab, 3);
+    assert_int_equal(d.vocab[0], 0), assert_int_equal(d.vocab[1], 3), assert_int_equal(d.vocab[2], 7);
+    draft_pick_vocab(&d, counts, 10, 2);   // 0 and 3 tie at 5: the lower id
+    assert_int_equal(d.n_vocab, 2);
+    assert_int_equal(d.vocab[0], 0), assert_int_equal(d.vocab[1], 7);
+    draft_pick_vocab(&d, counts, 10, 10);   // only the 4 seen
+    assert_int_equal(d.n_vocab, 4);
+    assert_int_equal(d.vocab[1], 2);
+    PtError e;
+    assert_int_equal(draft_vocab_check(d.vocab, d.n_vocab, 10, "x", &e), 0);
+    const int bad[2][3] = {{1, 1, 4}, {1, 4, 10}};
+    assert_int_equal(draft_vocab_check(bad[0], 3, 10, "x", &e), -1);
+    assert_non_null(strstr(e.msg, "entry 1 (1) does not follow 1"));
+    assert_int_equal(draft_vocab_check(bad[1], 3, 10, "x", &e), -1);
+    assert_non_null(strstr(e.msg, "entry 2 is token 10, outside [0, 10)"));
+    free(d.vocab);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_capture),
+        cmocka_unit_test(test_pick_vocab),
         cmocka_unit_test(test_untrained_draft),
         cmocka_unit_test(test_fitted_draft),
     };

@@ -91,6 +91,45 @@ int draft_train_init(DraftTrain *dt, const Recipe *r, Device *d, ModelBundle *b,
     return 0;
 }
 
+int draft_train_vocab(DraftTrain *dt, const Dataset *train, const char *train_name, int n, int resumed, FILE *log,
+                      PtError *e) {
+    const int V = dt->d.target.vocab_size;
+    Draft pick = {0};
+    if (n > 0) {
+        uint64_t *counts = xcalloc((size_t)V, sizeof(uint64_t), "token counts");
+        for (uint64_t i = 0; i < train->n_tokens; i++) {
+            const uint32_t id = dataset_token(train, i);
+            if ((!train->loss_mask || train->loss_mask[i]) && id < (uint32_t)V) counts[id]++;
+        }
+        draft_pick_vocab(&pick, counts, V, n);
+        free(counts);
+        if (pick.n_vocab == 0) return pt_fail(e, "%s: no response tokens to pick the draft's vocabulary from", train_name);
+    }
+    int rc = 0;
+    if (!resumed) {
+        dt->d.vocab = pick.vocab, dt->d.n_vocab = pick.n_vocab;
+        pick.vocab = NULL;
+    } else if (pick.n_vocab != dt->d.n_vocab ||
+               (pick.n_vocab && memcmp(pick.vocab, dt->d.vocab, (size_t)pick.n_vocab * sizeof(int)))) {
+        rc = pt_fail(e, "the resumed draft proposes %d%s tokens, but [draft] vocab = %d on %s picks %d%s",
+                     dt->d.n_vocab, dt->d.n_vocab ? "" : " (all)", n, train_name, pick.n_vocab,
+                     pick.n_vocab == dt->d.n_vocab ? " others" : "");
+    }
+    free(pick.vocab);
+    if (rc || !dt->d.n_vocab) return rc;
+    // Its logits are those tokens' only; targets become their columns (-1 outside it: not counted).
+    const int K = dt->d.n_vocab;
+    dt->head = draft_head_rows(dt->dev, dt->dm.target_head, dt->d.vocab, K, dt->d.target.d_model);
+    draft_model_use_head(&dt->dm, dt->head, K);
+    dt->column = xmalloc((size_t)V * sizeof(int), "draft vocabulary columns");
+    for (int i = 0; i < V; i++) dt->column[i] = -1;
+    for (int k = 0; k < K; k++) dt->column[dt->d.vocab[k]] = k;
+    if (log)
+        fprintf(log, "draft vocabulary: the %d tokens most frequent in the responses of %s (of %d; [draft] vocab = %d)\n",
+                K, train_name, V, n);
+    return 0;
+}
+
 static void blocks_alloc(DraftBlocks *bl, int blk, int S) {
     bl->block_tokens = xmalloc((size_t)blk * S * sizeof(int), "draft block tokens");
     bl->targets = xmalloc((size_t)blk * S * sizeof(int), "draft block targets");
@@ -122,6 +161,8 @@ int draft_train_plan(DraftTrain *dt, Model *target, int accum, PtError *e) {
 void draft_train_free(DraftTrain *dt) {
     if (!dt->dev) return;
     draft_model_free(&dt->dm);   // nothing when it was never made
+    if (dt->head) dt->dev->be->release(dt->dev, dt->head);
+    free(dt->column);
     if (dt->captures) dt->dev->be->release(dt->dev, dt->captures);
     for (int a = 0; a < dt->n_blocks; a++) blocks_free(&dt->blocks[a]);
     free(dt->blocks);
@@ -169,9 +210,10 @@ static double draw_blocks(DraftTrain *dt, const Batch *b, uint64_t seed, DraftBl
             out->targets[blk_s] = -1;
             for (int i = 1; i < blk; i++) {
                 live = live && p + i < T && resp[p + i - 1];
+                const int target = !live ? -1 : dt->column ? dt->column[tok[p + i]] : tok[p + i];
                 out->block_tokens[(size_t)i * S + blk_s] = mask_token;
-                out->targets[(size_t)i * S + blk_s] = live ? tok[p + i] : -1;
-                if (live) weight += dt->pos_weight[i];
+                out->targets[(size_t)i * S + blk_s] = target;
+                if (target >= 0) weight += dt->pos_weight[i];
             }
         }
     }
@@ -261,5 +303,5 @@ double draft_train_flops_per_token(const DraftTrain *dt, int T) {
                        6.0 * dc->n_layer * 2 * H * KV;
     const double layer = (double)(dt->d.tt.total - (size_t)dc->n_target * H * H) / dc->n_layer;
     const double rows_per_token = (double)dt->A * dc->block / T;
-    return ctx + rows_per_token * (6.0 * layer * dc->n_layer + 4.0 * V * H);
+    return ctx + rows_per_token * (6.0 * layer * dc->n_layer + 4.0 * dt->dm.n_out * H);   // its own vocabulary's
 }

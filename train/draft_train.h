@@ -34,6 +34,8 @@ typedef struct {
     int n_blocks;             // micro-batches of blocks held (grad_accum)
     DraftBlocks *blocks;
     int *cand;                // [T] scratch: a sequence's candidate anchors
+    float *head;              // with a vocabulary: its lm_head rows (device, draft_head_rows)
+    int *column;              // with a vocabulary: [V] token -> its column, -1 outside it
     Device *dev;
 } DraftTrain;
 
@@ -44,6 +46,12 @@ typedef struct {
 // the base and the draft.
 int draft_train_init(DraftTrain *dt, const Recipe *r, Device *d, ModelBundle *b, float *base_params,
                      const Model *target, const char *resume_path, FILE *log, PtError *e);
+// The draft's vocabulary ([draft] vocab = n tokens, draft_pick_vocab) from
+// the response tokens of the training set train (named train_name): set on a
+// fresh run; a resumed one's must be the same (else one line, naming both).
+// log: a line naming its size.
+int draft_train_vocab(DraftTrain *dt, const Dataset *train, const char *train_name, int n, int resumed, FILE *log,
+                      PtError *e);
 // After the target's plan (B x T, inference): the draft's (A blocks a
 // sequence, training), the captures and room for `accum` micro-batches.
 int draft_train_plan(DraftTrain *dt, Model *target, int accum, PtError *e);

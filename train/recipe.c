@@ -165,6 +165,9 @@ static const KeySpec KEYS[] = {
      "blocks drawn per training sequence, each at a response token followed by another"},
     {"draft", "loss_decay", KT_FLOAT, F(draft.loss_decay), "7", "(0, 1e6]", NULL, 0,
      "block position i of the loss weighs exp(-(i-1)/loss_decay): the first drafted tokens count most"},
+    {"draft", "vocab", KT_INT, F(draft.vocab), "0", "[0, 2147483647]", NULL, 0,
+     "the draft proposes only the `vocab` tokens most frequent in the training data's responses (its lm_head in "
+     "the MNN package keeps only their rows); 0 = every token"},
 };
 #define N_KEYS ((int)(sizeof KEYS / sizeof KEYS[0]))
 #undef F

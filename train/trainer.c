@@ -547,7 +547,9 @@ int train_run(const Recipe *r, Comm *comm, volatile sig_atomic_t *stop, PtError 
     }
     if (rc == 0) place_on_device(&t);
     rc = rc || lora_setup(&t, resumed, e) || draft_setup(&t, resumed, e) || qat_setup(&t, resumed, e) ||
-                 optimizer_setup(&t, resumed, e) || open_data(&t, e)
+                 optimizer_setup(&t, resumed, e) || open_data(&t, e) ||
+                 (t.draft_on && draft_train_vocab(&t.draft, &t.train_ds, r->data.train, r->draft.vocab, resumed != NULL,
+                                          t.lead ? stdout : NULL, e))
              ? -1
              : 0;
     const int B = r->train.micro_batch, T = r->train.seq_len, accum = r->train.grad_accum;

@@ -241,6 +241,12 @@ static void drafts(void) {
     TrainState st = {.step = 3, .tokens = 96, .best_val_loss = 2.5};
     CHECK(draft_checkpoint_save(scratch("t.h5"), &d, &src, &st, &e));
     put_h5(T, "draft-train.h5", scratch("t.h5"));
+    uint64_t *counts = xcalloc((size_t)target.vocab_size, sizeof(uint64_t), "counts");
+    for (int i = 0; i < target.vocab_size; i += 7) counts[i] = (uint64_t)(i % 5 + 1);
+    draft_pick_vocab(&d, counts, target.vocab_size, 12);   // a vocabulary of its own: /draft/vocab
+    free(counts);
+    CHECK(draft_checkpoint_save(scratch("v.h5"), &d, NULL, NULL, &e));
+    put_h5(T, "draft-vocab.h5", scratch("v.h5"));
     free(m);
     free(v);
     draft_free(&d);

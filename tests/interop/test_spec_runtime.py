@@ -277,7 +277,8 @@ def fitted(spec, run_pocket):
     data = d / "replies.h5"
     run_pocket("draft-data", "--ckpt", spec["ckpt"], "--data", d / "sft.h5", "--out", data, "--max-new", N_NEW)
     # two layers: one layer does not memorise these replies past the first drafted token (loss ~1.3 at any step)
-    draft_keys = "".join(f"{k} = {v}\n" for k, v in {**DRAFT, "anchors": 16, "layers": 2}.items())
+    # and a vocabulary of its own: the tokens of the replies (fewer than the target's)
+    draft_keys = "".join(f"{k} = {v}\n" for k, v in {**DRAFT, "anchors": 16, "layers": 2, "vocab": 1000}.items())
     (d / "fit.ini").write_text(
         f"[model]\ninit = {spec['ckpt']}\n[data]\ntrain = {data}\n[train]\nmode = sft\nmicro_batch = 2\n"
         f"seq_len = 128\nsteps = 200\neval_interval = 0\nsave_interval = 0\nthreads = 2\nrun_dir = {d}/fit\n"
@@ -306,3 +307,33 @@ def test_dflash_accepts_drafted_tokens(spec, fitted, run_pocket, tmp_path):
     # cache rolled back past the rejected rows
     print(f"fitted draft: {tokens / passes:.2f} tokens per target pass over {len(fitted['prompts'])} prompts")
     assert tokens / passes >= 2.0
+
+
+def test_vocab_draft_graph_scatters_its_tokens(spec, fitted):
+    """The fitted draft proposes only its vocabulary: dflash.mnn's logits are the reference's at those ids and
+    -FLT_MAX at every other, so the runtime's argmax over all columns picks the best of the vocabulary."""
+    with h5py.File(fitted["draft"], "r") as f:
+        W = {k: f["params"][k][()] for k in f["params"]}
+        n_layer, block = int(f["draft"].attrs["layers"]), int(f["draft"].attrs["block"])
+        vocab = f["draft"]["vocab"][()]
+        assert int(f["draft"].attrs["vocab"]) == len(vocab)
+    emb = target_int4(spec["ckpt"])["model.embed_tokens.weight"]
+    assert 0 < len(vocab) < emb.shape[0] and (np.diff(vocab) > 0).all()
+    H = CFG["hidden_size"]
+    names = ["noise_embedding", "context_hidden", "attention_mask", "q_position_ids", "k_position_ids"]
+    dflash = load_module(fitted["pkg"] / "dflash.mnn", names, ["logits"], fitted["pkg"] / "dflash.mnn.weight")
+    rng = np.random.default_rng(4)
+    off = np.setdiff1d(np.arange(emb.shape[0]), vocab)
+    for C in (1, 17):
+        noise = emb[[int(vocab[rng.integers(0, len(vocab))])] + [DRAFT["mask_token"]] * (block - 1)]
+        ctx = rng.standard_normal((C, H)).astype(np.float32)
+        qpos, kpos = np.arange(C, C + block), np.arange(C + block)
+        out = dflash.forward([var(noise[None]), var(ctx[None]), var(np.zeros((1, 1, block, C + block))),
+                              var(qpos[None], True), var(kpos[None], True)])
+        got = read(out[0], block, -1)
+        ref = draft_logits(W, n_layer, noise, ctx, qpos, kpos, emb)
+        diff = float(np.abs(got[:, vocab] - ref[:, vocab]).max())
+        print(f"vocabulary of {len(vocab)}: dflash.mnn, context {C}: max |logit diff| on it {diff:.2e}")
+        assert diff <= ATOL
+        assert (got[:, off] == np.finfo(np.float32).min).all()
+        assert (got.argmax(-1) == vocab[ref[:, vocab].argmax(-1)]).all()
