@@ -179,6 +179,22 @@ def target_int4(ckpt):
                 for k in f["params"]}
 
 
+def dflash_module(pkg):
+    names = ["noise_embedding", "context_hidden", "attention_mask", "q_position_ids", "k_position_ids"]
+    return load_module(pkg / "dflash.mnn", names, ["logits"], pkg / "dflash.mnn.weight")
+
+
+def block_logits(dflash, W, n_layer, emb, token, block, C, rng):
+    """dflash.mnn's logits and the numpy reference's for the runtime's block at anchor C (the last accepted token,
+    then mask tokens) over a random context of C rows."""
+    noise = emb[[token] + [DRAFT["mask_token"]] * (block - 1)]
+    ctx = rng.standard_normal((C, CFG["hidden_size"])).astype(np.float32)
+    qpos, kpos = np.arange(C, C + block), np.arange(C + block)
+    out = dflash.forward([var(noise[None]), var(ctx[None]), var(np.zeros((1, 1, block, C + block))),
+                          var(qpos[None], True), var(kpos[None], True)])
+    return read(out[0], block, -1), draft_logits(W, n_layer, noise, ctx, qpos, kpos, emb)
+
+
 def test_draft_graphs_compute_the_draft(spec):
     with h5py.File(spec["draft"], "r") as f:
         W = {k: f["params"][k][()] for k in f["params"]}
@@ -187,17 +203,10 @@ def test_draft_graphs_compute_the_draft(spec):
     emb = target_int4(spec["ckpt"])["model.embed_tokens.weight"]   # tied: also the lm_head
     H = CFG["hidden_size"]
     pkg = spec["pkg"]["spec", "fused"]
-    names = ["noise_embedding", "context_hidden", "attention_mask", "q_position_ids", "k_position_ids"]
-    dflash = load_module(pkg / "dflash.mnn", names, ["logits"], pkg / "dflash.mnn.weight")
+    dflash = dflash_module(pkg)
     rng = np.random.default_rng(3)
     for C in (1, 9, 30):   # the runtime's block at anchor C: the last accepted token, then mask tokens
-        noise = emb[[int(rng.integers(0, 1500))] + [DRAFT["mask_token"]] * (block - 1)]
-        ctx = rng.standard_normal((C, H)).astype(np.float32)
-        qpos, kpos = np.arange(C, C + block), np.arange(C + block)
-        out = dflash.forward([var(noise[None]), var(ctx[None]), var(np.zeros((1, 1, block, C + block))),
-                              var(qpos[None], True), var(kpos[None], True)])
-        got = read(out[0], block, -1)
-        ref = draft_logits(W, n_layer, noise, ctx, qpos, kpos, emb)
+        got, ref = block_logits(dflash, W, n_layer, emb, int(rng.integers(0, 1500)), block, C, rng)
         diff = float(np.abs(got - ref).max())
         print(f"dflash.mnn, context {C}: max |logit diff| {diff:.2e}, max |logit| {np.abs(ref).max():.1f}")
         assert diff <= ATOL and (got.argmax(-1) == ref.argmax(-1)).all()
@@ -319,19 +328,11 @@ def test_vocab_draft_graph_scatters_its_tokens(spec, fitted):
         assert int(f["draft"].attrs["vocab"]) == len(vocab)
     emb = target_int4(spec["ckpt"])["model.embed_tokens.weight"]
     assert 0 < len(vocab) < emb.shape[0] and (np.diff(vocab) > 0).all()
-    H = CFG["hidden_size"]
-    names = ["noise_embedding", "context_hidden", "attention_mask", "q_position_ids", "k_position_ids"]
-    dflash = load_module(fitted["pkg"] / "dflash.mnn", names, ["logits"], fitted["pkg"] / "dflash.mnn.weight")
+    dflash = dflash_module(fitted["pkg"])
     rng = np.random.default_rng(4)
     off = np.setdiff1d(np.arange(emb.shape[0]), vocab)
     for C in (1, 17):
-        noise = emb[[int(vocab[rng.integers(0, len(vocab))])] + [DRAFT["mask_token"]] * (block - 1)]
-        ctx = rng.standard_normal((C, H)).astype(np.float32)
-        qpos, kpos = np.arange(C, C + block), np.arange(C + block)
-        out = dflash.forward([var(noise[None]), var(ctx[None]), var(np.zeros((1, 1, block, C + block))),
-                              var(qpos[None], True), var(kpos[None], True)])
-        got = read(out[0], block, -1)
-        ref = draft_logits(W, n_layer, noise, ctx, qpos, kpos, emb)
+        got, ref = block_logits(dflash, W, n_layer, emb, int(vocab[rng.integers(0, len(vocab))]), block, C, rng)
         diff = float(np.abs(got[:, vocab] - ref[:, vocab]).max())
         print(f"vocabulary of {len(vocab)}: dflash.mnn, context {C}: max |logit diff| on it {diff:.2e}")
         assert diff <= ATOL
