@@ -99,11 +99,14 @@ static int export_mnn(const OpenModel *om, const ExportOptions *o, PtError *e) {
     if (rc == 0 && o->draft) {
         char layers[128];
         draft_layers_format(&draft.cfg, layers, sizeof layers);
+        char head[96];
+        if (draft.n_vocab) snprintf(head, sizeof head, "its vocabulary's %d rows of", draft.n_vocab);
+        else snprintf(head, sizeof head, "all of");
         printf("%s: DFlash draft %s (%d layer(s), block %d, target layers %s): dflash.mnn %.1f kB (%d ops, fp32 "
-               "weights; the target's int4 lm_head in dflash.mnn.weight, %.2f MB), dflash_fc.mnn %.1f kB; llm.mnn "
+               "weights; %s the target's int4 lm_head in dflash.mnn.weight, %.2f MB), dflash_fc.mnn %.1f kB; llm.mnn "
                "outputs hidden_states; speculative_type dflash for MNN 3.6.1\n",
                o->out, o->draft, draft.cfg.n_layer, draft.cfg.block, layers, st.draft_graph_bytes / 1e3, st.draft_ops,
-               st.draft_weight_bytes / 1e6, st.draft_fc_bytes / 1e3);
+               head, st.draft_weight_bytes / 1e6, st.draft_fc_bytes / 1e3);
     }
     draft_free(&draft);
     if (rc == 0)

@@ -14,7 +14,12 @@ set-up on the prompt (dflash_fc over every prompt position) counts as
 decoding; each process first makes one warm-up reply on an Llm of its own
 (a process's first reply pays for its allocations). decode tokens/s = (new tokens - 1) / decode time, summed over the
 prompts. The speculative packages' outputs must equal the plain package's
-(reported as the share of prompts whose ids are identical). Each prompt runs in
+(reported as the share of prompts whose ids are identical). A speculative
+package's reply is given the plain reply's length as max_new: 3.6.1's DFlash
+misses an end token that comes as the target's correction of a block when
+generate() runs without an output stream, as it does from Python (its stop
+check for that token sits inside the stream's branch), and would decode on
+to max_new. Each prompt runs in
 its own process: a runtime that crashes on a prompt (MNN 3.6.1's lookahead
 does on some) is counted, and the speeds compare the prompts every package
 completed.
@@ -76,10 +81,11 @@ def prompts_of(path, limit):
 
 def run(pkg, prompts, threads, max_new):
     """One process per prompt: MNN 3.6.1's lookahead decoding crashes (SIGSEGV) on some prompts, which then count
-    as crashed instead of ending the benchmark."""
+    as crashed instead of ending the benchmark. max_new: one count for every prompt, or a list, one per prompt."""
     res = []
-    for ids in prompts:
-        p = subprocess.run([sys.executable, "-c", RUNNER, pkg, str(threads), str(max_new)], input=json.dumps([ids]),
+    for k, ids in enumerate(prompts):
+        n = max_new[k] if isinstance(max_new, list) else max_new
+        p = subprocess.run([sys.executable, "-c", RUNNER, pkg, str(threads), str(n)], input=json.dumps([ids]),
                            capture_output=True, text=True, timeout=3600)
         if p.returncode != 0:
             res.append({"crashed": p.returncode})
@@ -124,9 +130,12 @@ def main():
         raise SystemExit(f"bench_spec_mnn: {a.data}: no document has a prompt before its first loss token")
     rows, plain = [], run(a.plain, prompts, a.threads, a.max_new)
     rows.append(summary("plain", plain))
+    # Each speculative reply gets the plain reply's length as max_new: 3.6.1's DFlash does not stop at an end token
+    # that comes as the target's correction when generate() runs without an output stream (as from Python).
+    lengths = [len(r["ids"]) if "ids" in r else a.max_new for r in plain]
     for name, pkg in (("dflash", a.dflash), ("lookahead", a.lookahead)):
         if pkg:
-            rows.append(summary(name, run(pkg, prompts, a.threads, a.max_new), plain))
+            rows.append(summary(name, run(pkg, prompts, a.threads, lengths), plain))
     for r in rows:
         print(f"{r['package']:10s} {r['prompts']} prompts ({r['crashed']} crashed), {r['new_tokens']} new tokens, decode "
               f"{r['decode_tokens_per_s']:8.1f} tokens/s ({r['speedup']:.2f}x)"
