@@ -120,7 +120,8 @@ typedef struct {
     DraftViews w, g;
     const float *embed, *lm_head;   // the target's, device memory (frozen); lm_head: n_out rows
     const float *target_head;       // the target's lm_head
-    int n_out;                      // logits per row: the target's vocabulary, or the draft's (draft_model_use_head)
+    float *vocab_head;              // with a vocabulary of its own: its rows of target_head (device, owned)
+    int n_out;                      // logits per row: the target's vocabulary, or the draft's (draft_model_use_vocab)
     MatmulPrecision matmul;
     RopeTable rope;
     int B, T, A, training;
@@ -141,14 +142,11 @@ typedef struct {
 void draft_model_init(DraftModel *dm, Device *dev, const ModelConfig *tc, const DraftConfig *dc,
                       const TensorTable *tt, float *weights, const float *embed, const float *lm_head,
                       MatmulPrecision p);
-// The draft's own vocabulary (Draft.vocab): its logits are those of the
-// `rows` tokens whose lm_head rows `head` (device, [rows, H]) holds, token
-// k of the vocabulary in column k; targets are column indices. NULL: the
-// target's lm_head again.
-void draft_model_use_head(DraftModel *dm, const float *head, int rows);
-// The head of a vocabulary: the rows ids[0..n) of lm_head (device, [V, H]),
-// in a device buffer of their own (the caller releases it).
-float *draft_head_rows(Device *d, const float *lm_head, const int *ids, int n, int H);
+// The draft's own vocabulary (Draft.vocab: n ids): its logits are those
+// tokens' only, token k of the vocabulary in column k (targets are column
+// indices), from a copy of their rows of the target's lm_head that dm keeps.
+// n = 0: the target's whole vocabulary again.
+void draft_model_use_vocab(DraftModel *dm, const int *ids, int n);
 // Plans B sequences of T context rows with A blocks each (training: gradients too).
 int draft_model_plan(DraftModel *dm, int B, int T, int A, int training, PtError *e);
 void draft_model_free(DraftModel *dm);

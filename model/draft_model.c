@@ -25,16 +25,15 @@ void draft_model_init(DraftModel *dm, Device *dev, const ModelConfig *tc, const 
     rope_table_init(&dm->rope, dev, tc->max_seq + DRAFT_MAX_BLOCK, tc->head_dim, tc->rope_theta);
 }
 
-void draft_model_use_head(DraftModel *dm, const float *head, int rows) {
-    dm->lm_head = head ? head : dm->target_head;
-    dm->n_out = head ? rows : dm->tc.vocab_size;
-}
-
-float *draft_head_rows(Device *d, const float *lm_head, const int *ids, int n, int H) {
-    float *head = d->be->alloc(d, (size_t)n * H * sizeof(float), "the draft vocabulary's lm_head rows");
+void draft_model_use_vocab(DraftModel *dm, const int *ids, int n) {
+    Device *d = dm->dev;
+    const int H = dm->tc.d_model;
+    if (dm->vocab_head) d->be->release(d, dm->vocab_head);
+    dm->vocab_head = n ? d->be->alloc(d, (size_t)n * H * sizeof(float), "the draft vocabulary's lm_head rows") : NULL;
     for (int k = 0; k < n; k++)
-        OP(d, copy, head + (size_t)k * H, lm_head + (size_t)ids[k] * H, (size_t)H * sizeof(float));
-    return head;
+        OP(d, copy, dm->vocab_head + (size_t)k * H, dm->target_head + (size_t)ids[k] * H, (size_t)H * sizeof(float));
+    dm->lm_head = n ? dm->vocab_head : dm->target_head;
+    dm->n_out = n ? n : dm->tc.vocab_size;
 }
 
 void draft_model_free(DraftModel *dm) {
@@ -42,6 +41,7 @@ void draft_model_free(DraftModel *dm) {
     if (!d) return;
     if (dm->arena) d->be->release(d, dm->arena);
     if (dm->own_grads) d->be->release(d, dm->own_grads);
+    if (dm->vocab_head) d->be->release(d, dm->vocab_head);
     rope_table_free(&dm->rope, d);
     free(dm->host_pos);
     memset(dm, 0, sizeof *dm);

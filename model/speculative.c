@@ -13,15 +13,10 @@ int spec_init(SpecContext *s, GenContext *g, const Draft *draft, float *draft_we
     if (draft->n_vocab && draft_vocab_check(draft->vocab, draft->n_vocab, c->vocab_size, "the draft", e)) return -1;
     s->g = g;
     s->vocab = draft->vocab;
-    s->n_vocab = draft->n_vocab;
     draft_model_init(&s->dm, d, c, dc, tt, draft_weights, m->w.embed, m->w.lm_head, m->opt.matmul);
-    if (draft->n_vocab) {
-        s->head = draft_head_rows(d, m->w.lm_head, draft->vocab, draft->n_vocab, c->d_model);
-        draft_model_use_head(&s->dm, s->head, draft->n_vocab);
-    }
+    draft_model_use_vocab(&s->dm, draft->vocab, draft->n_vocab);
     if (draft_model_plan(&s->dm, 1, m->cache_len, 1, 0, e)) {
         draft_model_free(&s->dm);
-        if (s->head) d->be->release(d, s->head);
         return -1;
     }
     const size_t V = c->vocab_size;
@@ -38,7 +33,6 @@ void spec_free(SpecContext *s) {
     d->be->release(d, s->captures);
     d->be->release(d, s->logits);
     free(s->host_logits);
-    if (s->head) d->be->release(d, s->head);
     draft_model_free(&s->dm);
     memset(s, 0, sizeof *s);
 }

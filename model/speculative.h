@@ -15,9 +15,7 @@ typedef struct {
     float *logits;           // [block, V] device: the draft's, then the target's
     float *host_logits;      // [block, V]
     int ctx_done;            // context rows the draft has made (rows of positions fed before its last block)
-    const int *vocab;        // the draft's vocabulary (the caller's Draft), NULL: every token
-    int n_vocab;
-    float *head;             // [n_vocab, H] device: the target's lm_head rows of the vocabulary
+    const int *vocab;        // the draft's vocabulary (the caller's Draft: column k proposes vocab[k]), NULL: every token
 } SpecContext;
 
 typedef struct {

@@ -240,7 +240,7 @@ static void test_vocab_head(void **state) {
     fixture_load(&fx);
     Device dev;
     cpu_device_init(&dev, 0, NULL);
-    const int V = fx.tc.vocab_size, H = fx.tc.d_model, blk = fx.dc.block, S = fx.B * fx.A, R = blk * S;
+    const int V = fx.tc.vocab_size, blk = fx.dc.block, S = fx.B * fx.A, R = blk * S;
     int K = 0, *ids = xmalloc((size_t)V * sizeof(int), "ids"), *column = xmalloc((size_t)V * sizeof(int), "columns");
     for (int i = 0; i < V; i++) column[i] = i % 3 ? -1 : K, ids[K] = i, K += !(i % 3);
     int *targets = xmalloc((size_t)R * sizeof(int), "targets"), outside = 0, inside = 0;
@@ -250,10 +250,9 @@ static void test_vocab_head(void **state) {
         inside += targets[r] >= 0;
     }
     assert_true(outside > 0 && inside > 0);
-    float *head = draft_head_rows(&dev, fx.lm_head, ids, K, H);
     DraftModel dm;
     draft_model_init(&dm, &dev, &fx.tc, &fx.dc, &fx.d.tt, fx.d.params, fx.embed, fx.lm_head, MATMUL_FP32);
-    draft_model_use_head(&dm, head, K);
+    draft_model_use_vocab(&dm, ids, K);
     PtError e;
     assert_int_equal(draft_model_plan(&dm, fx.B, fx.T, fx.A, 1, &e), 0);
     DraftInput in = {fx.tokens, fx.anchors, NULL, targets, fx.pos_weight, 0, 0};
@@ -298,7 +297,6 @@ static void test_vocab_head(void **state) {
         }
     }
     free(logits), free(want), free(ids), free(column), free(targets);
-    dev.be->release(&dev, head);
     draft_model_free(&dm);
     dev_free(&dev);
     fixture_free(&fx);

@@ -119,8 +119,7 @@ int draft_train_vocab(DraftTrain *dt, const Dataset *train, const char *train_na
     if (rc || !dt->d.n_vocab) return rc;
     // Its logits are those tokens' only; targets become their columns (-1 outside it: not counted).
     const int K = dt->d.n_vocab;
-    dt->head = draft_head_rows(dt->dev, dt->dm.target_head, dt->d.vocab, K, dt->d.target.d_model);
-    draft_model_use_head(&dt->dm, dt->head, K);
+    draft_model_use_vocab(&dt->dm, dt->d.vocab, K);
     dt->column = xmalloc((size_t)V * sizeof(int), "draft vocabulary columns");
     for (int i = 0; i < V; i++) dt->column[i] = -1;
     for (int k = 0; k < K; k++) dt->column[dt->d.vocab[k]] = k;
@@ -161,7 +160,6 @@ int draft_train_plan(DraftTrain *dt, Model *target, int accum, PtError *e) {
 void draft_train_free(DraftTrain *dt) {
     if (!dt->dev) return;
     draft_model_free(&dt->dm);   // nothing when it was never made
-    if (dt->head) dt->dev->be->release(dt->dev, dt->head);
     free(dt->column);
     if (dt->captures) dt->dev->be->release(dt->dev, dt->captures);
     for (int a = 0; a < dt->n_blocks; a++) blocks_free(&dt->blocks[a]);

@@ -34,7 +34,6 @@ typedef struct {
     int n_blocks;             // micro-batches of blocks held (grad_accum)
     DraftBlocks *blocks;
     int *cand;                // [T] scratch: a sequence's candidate anchors
-    float *head;              // with a vocabulary: its lm_head rows (device, draft_head_rows)
     int *column;              // with a vocabulary: [V] token -> its column, -1 outside it
     Device *dev;
 } DraftTrain;
