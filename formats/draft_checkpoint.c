@@ -29,8 +29,10 @@ int draft_checkpoint_save(const char *path, const Draft *d, const MomentSource *
     return checkpoint_save_part(path, write_attrs, d, &d->tt, d->params, moments, st, "the draft", e);
 }
 
-// /draft's attributes: the configuration and the base's hash (not yet checked against a target).
-static int read_attrs(hid_t f, DraftConfig *dc, char hash[65], const char *path, PtError *e) {
+// /draft's attributes: the configuration, the base's hash (not yet checked
+// against a target) and the size of its vocabulary (0 when the attribute is
+// absent: drafts from before it propose any token).
+static int read_attrs(hid_t f, DraftConfig *dc, char hash[65], int *n_vocab, const char *path, PtError *e) {
     memset(dc, 0, sizeof *dc);
     hid_t g = h5_exists(f, "draft") ? h5_open_group(f, "draft", path, e)
                                     : pt_fail(e, "%s: no /draft group: not a speculative draft checkpoint", path);
@@ -43,36 +45,30 @@ static int read_attrs(hid_t f, DraftConfig *dc, char hash[65], const char *path,
              h5_read_attr(g, "d_ff", H5T_NATIVE_INT, &dc->d_ff, 1, path, e) ||
              checkpoint_read_str(g, "draft", "target_layers", layers, sizeof layers, path, e) ||
              checkpoint_read_str(g, "draft", "base_sha256", hash, 65, path, e);
+    *n_vocab = 0;
+    if (!rc && h5_has_attr(g, "vocab")) rc = h5_read_attr(g, "vocab", H5T_NATIVE_INT, n_vocab, 1, path, e);
     if (g >= 0) H5Gclose(g);
     if (!rc) rc = draft_layers_parse(layers, dc, path, e);
     return rc ? -1 : 0;
 }
 
-// /draft/vocab, the ids the draft proposes, when its "vocab" attribute is
-// not 0 (drafts without the attribute propose any token).
-static int read_vocab(hid_t f, Draft *d, int V, const char *path, PtError *e) {
-    hid_t g = h5_open_group(f, "draft", path, e);
-    if (g < 0) return -1;
-    int n = 0, rc = h5_has_attr(g, "vocab") ? h5_read_attr(g, "vocab", H5T_NATIVE_INT, &n, 1, path, e) : 0;
-    if (!rc && n != 0) {
-        char src[1100];
-        snprintf(src, sizeof src, "%s: /draft", path);
-        rc = n < 1 || n > V ? draft_vocab_check(NULL, n, V, src, e) : 0;
-        hsize_t dims = (hsize_t)n;
-        if (!rc) rc = h5_read_dataset_alloc(g, "vocab", H5T_NATIVE_INT32, 1, &dims, (void **)&d->vocab, path, e);
-        if (!rc) {
-            d->n_vocab = n;
-            rc = draft_vocab_check(d->vocab, n, V, src, e);
-        }
-    }
-    H5Gclose(g);
-    return rc ? -1 : 0;
+// /draft/vocab: the n ids the draft proposes (n from the "vocab" attribute).
+static int read_vocab(hid_t f, Draft *d, int n, int V, const char *path, PtError *e) {
+    if (n == 0) return 0;
+    if (n < 0 || n > V)
+        return pt_fail(e, "%s: /draft: a draft vocabulary of %d tokens, outside [1, %d]", path, n, V);
+    hsize_t dims = (hsize_t)n;
+    if (h5_read_dataset_alloc(f, "draft/vocab", H5T_NATIVE_INT32, 1, &dims, (void **)&d->vocab, path, e)) return -1;
+    d->n_vocab = n;
+    char src[1100];
+    snprintf(src, sizeof src, "%s: /draft", path);
+    return draft_vocab_check(d->vocab, n, V, src, e);
 }
 
 int draft_checkpoint_read_config(const char *path, DraftConfig *dc, char *hash, PtError *e) {
     hid_t f = h5_open_read(path, e);
     if (f < 0) return -1;
-    int rc = read_attrs(f, dc, hash, path, e);
+    int n_vocab, rc = read_attrs(f, dc, hash, &n_vocab, path, e);
     H5Fclose(f);
     return rc;
 }
@@ -84,7 +80,7 @@ int draft_checkpoint_load(const char *path, const ModelConfig *tc, const char *b
     if (f < 0) return -1;
     DraftConfig dc;
     char hash[65];
-    int rc = read_attrs(f, &dc, hash, path, e) || draft_config_check(&dc, tc, path, e);
+    int n_vocab, rc = read_attrs(f, &dc, hash, &n_vocab, path, e) || draft_config_check(&dc, tc, path, e);
     if (!rc && base_hash && strcmp(hash, base_hash))
         rc = pt_fail(e, "%s: a draft for the target with sha256 %s, but %s has sha256 %s (a draft serves only the "
                      "target weights it was trained on)", path, hash, base_name, base_hash);
@@ -98,7 +94,7 @@ int draft_checkpoint_load(const char *path, const ModelConfig *tc, const char *b
         draft_alloc(d, tc, &dc);
         strcpy(d->base_sha256, hash);
         rc = checkpoint_read_tensors(f, "params", &d->tt, d->params, path, e) ||
-             read_vocab(f, d, tc->vocab_size, path, e);
+             read_vocab(f, d, n_vocab, tc->vocab_size, path, e);
     }
     H5Fclose(f);
     if (rc) draft_free(d);
@@ -112,19 +108,15 @@ int draft_checkpoint_inspect(const char *path, FILE *out, PtError *e) {
     if (f < 0) return -1;
     DraftConfig dc;
     char hash[65], layers[128];
-    int rc = read_attrs(f, &dc, hash, path, e);
+    int n, rc = read_attrs(f, &dc, hash, &n, path, e);
     if (!rc) {
         draft_layers_format(&dc, layers, sizeof layers);
         fprintf(out, "%s: DFlash speculative draft, %d layer(s), block %d, mask token %d, d_ff %d, target layers %s\n",
                 path, dc.n_layer, dc.block, dc.mask_token, dc.d_ff, layers);
         fprintf(out, "target: int4 weights with sha256 %s\n", hash);
-        hid_t g = h5_open_group(f, "draft", path, e);
-        int n = 0;
-        rc = g < 0 ? -1 : h5_has_attr(g, "vocab") ? h5_read_attr(g, "vocab", H5T_NATIVE_INT, &n, 1, path, e) : 0;
-        if (g >= 0) H5Gclose(g);
-        if (!rc && n) fprintf(out, "vocabulary: the %d tokens the training responses held most (/draft/vocab)\n", n);
-        else if (!rc) fprintf(out, "vocabulary: every token of the target's\n");
-        if (!rc) rc = checkpoint_print_params(f, 48, out, path, e);
+        if (n) fprintf(out, "vocabulary: the %d tokens the training responses held most (/draft/vocab)\n", n);
+        else fprintf(out, "vocabulary: every token of the target's\n");
+        rc = checkpoint_print_params(f, 48, out, path, e);
     }
     H5Fclose(f);
     return rc ? -1 : 0;
