@@ -67,8 +67,8 @@ static int by_length(const void *a, const void *b) {
 // one pass of its own (as generate reads it) and its cache copied into a
 // lockstep plan, where the rows then advance together (one token each per
 // pass, the matmuls over all of them) until each makes an end token or has
-// max_new. out[r * max_new ..] gets row r's reply, got[r] its length.
-static int continue_rows(const Model *src, const Dataset *d, const Prompt *ps, int rows, int max_new,
+// max_new. out[r * stride ..] gets row r's reply, got[r] its length.
+static int continue_rows(const Model *src, const Dataset *d, const Prompt *ps, int rows, int max_new, int stride,
                          const GenParams *p, int *out, int *got, PtError *e) {
     const int np = ps[0].np, V = src->cfg.vocab_size;
     GenContext g;
@@ -96,19 +96,19 @@ static int continue_rows(const Model *src, const Dataset *d, const Prompt *ps, i
         }
         model_cache_copy_row(&m, r, &g.m);
         const int id = sample_token(g.logits, V, p, &rng, probs, order);
-        out[(size_t)r * max_new] = id;
+        out[(size_t)r * stride] = id;
         got[r] = gen_is_stop(p, id) || max_new == 1 ? 1 : -1;   // -1: still generating
         live -= got[r] > 0;
     }
     for (int i = 1; i < max_new && live > 0 && rc == 0; i++) {
         for (int r = 0; r < rows; r++)   // (a finished row is fed its last token again: nothing reads it)
-            next[r] = out[(size_t)r * max_new + (got[r] > 0 ? got[r] : i) - 1];
+            next[r] = out[(size_t)r * stride + (got[r] > 0 ? got[r] : i) - 1];
         model_feed_rows(&m, next, dev_logits);
         OP(m.dev, download, logits, dev_logits, (size_t)rows * V * sizeof(float));
         for (int r = 0; r < rows; r++) {
             if (got[r] > 0) continue;
             const int id = sample_token(logits + (size_t)r * V, V, p, &rng, probs, order);
-            out[(size_t)r * max_new + i] = id;
+            out[(size_t)r * stride + i] = id;
             if (gen_is_stop(p, id) || i + 1 == max_new) {
                 got[r] = i + 1;
                 live--;
@@ -162,15 +162,10 @@ static int continue_prompts(const OpenModel *om, const Tokenizer *tok, const cha
     for (uint64_t j = 0; j < m && rc == 0;) {
         uint64_t end = j + 1;
         while (end < m && end - j < (uint64_t)batch && ps[end].np == ps[j].np) end++;
-        const int room = max_new < cap - ps[j].np ? max_new : cap - ps[j].np;
-        // (a row's reply is at most `room` long; its slot holds max_new)
-        int *out = replies + (size_t)j * max_new, *tmp = xmalloc((size_t)(end - j) * room * sizeof(int), "replies");
-        rc = continue_rows(&om->m, d, ps + j, (int)(end - j), room, &p, tmp, got + j, e);
-        for (uint64_t r = 0; rc == 0 && r < end - j; r++) {
-            memcpy(out + r * max_new, tmp + r * room, (size_t)got[j + r] * sizeof(int));
-            done_new += (uint64_t)got[j + r];
-        }
-        free(tmp);
+        const int room = max_new < cap - ps[j].np ? max_new : cap - ps[j].np;   // where the context ends first
+        rc = continue_rows(&om->m, d, ps + j, (int)(end - j), room, max_new, &p, replies + (size_t)j * max_new,
+                           got + j, e);
+        for (uint64_t r = j; rc == 0 && r < end; r++) done_new += (uint64_t)got[r];
         j = end;
         const double dt = now_seconds() - t0;
         if (rc == 0 && (dt - shown >= (tty ? 0.5 : 10.0) || j == m)) {   // a log gets a line every 10 s
