@@ -26,32 +26,47 @@ char *mw_sub(char *buf, const char *base, const char *what) {
     return buf;
 }
 
-// The int4 convolution of one projection on an NC4HW4 [S, ic, 1, 1] input,
-// its weights streamed to llm.mnn.weight with the checkpoint's codes and
-// scales. Output NC4HW4 [S, oc, 1, 1].
-static int conv(Writer *w, const char *name, int x_c4, const float *weight, int kind, int layer, int *y_c4) {
+// The checkpoint's tensor (kind, layer) and its int4 quantizer state.
+static int quantized(Writer *w, const char *name, int kind, int layer, const TensorInfo **ti, const QatTensor **qt) {
     const TensorTable *tt = &w->b->tt;
     int row = -1;
     for (int i = 0; i < tt->n && row < 0; i++)
         if (tt->t[i].layer == layer && (int)tt->t[i].kind == kind) row = i;
     if (row < 0) return pt_fail(w->e, "%s: no such tensor in the checkpoint", name);
-    const TensorInfo *ti = &tt->t[row];
-    const QatTensor *qt = qat_find(w->q, row);
-    if (!qt) return pt_fail(w->e, "%s: not in the checkpoint's int4 quantizer state", ti->name);
+    *ti = &tt->t[row];
+    *qt = qat_find(w->q, row);
+    return *qt ? 0 : pt_fail(w->e, "%s: not in the checkpoint's int4 quantizer state", (*ti)->name);
+}
+
+// An int4 [oc, ic] matrix with its scale and zero per (row, group) streamed
+// to the weight file (where: *ext), and its convolution on the NC4HW4
+// [S, ic, 1, 1] input: NC4HW4 [S, oc, 1, 1].
+static int int4_conv(Writer *w, const char *name, int x_c4, const float *weight, int oc, int ic, const float *scale,
+                     const float *zero, MnnExternal *ext, int *y_c4) {
+    if (mnn_write_linear(&w->wf, &w->q->spec, weight, oc, ic, scale, zero, ext, w->e)) return -1;
+    w->n_linears++;
+    MnnQuantLinear ql = {ic, oc, w->q->spec.group, w->q->spec.symmetric};
+    *y_c4 = mnn_conv_int4(&w->g, name, x_c4, &ql, ext);
+    return 0;
+}
+
+// The int4 convolution of one projection on an NC4HW4 [S, ic, 1, 1] input,
+// its weights streamed to llm.mnn.weight with the checkpoint's codes and
+// scales. Output NC4HW4 [S, oc, 1, 1].
+static int conv(Writer *w, const char *name, int x_c4, const float *weight, int kind, int layer, int *y_c4) {
+    const TensorInfo *ti;
+    const QatTensor *qt;
+    if (quantized(w, name, kind, layer, &ti, &qt)) return -1;
     int oc = (int)ti->shape[0], ic = (int)ti->shape[1];
     MnnExternal ext;
     int64_t at = w->wf.offset;
-    if (mnn_write_linear(&w->wf, &w->q->spec, weight, oc, ic, w->q->scale + qt->offset, w->q->zero + qt->offset, &ext,
-                         w->e))
+    if (int4_conv(w, name, x_c4, weight, oc, ic, w->q->scale + qt->offset, w->q->zero + qt->offset, &ext, y_c4))
         return -1;
     if (kind == T_LMHEAD || kind == T_EMBED) {
         w->lm_head_offset = at;
         w->lm_head_code_bytes = ext.ext[1];
         w->lm_head_alpha_bytes = ext.ext[2];
     }
-    w->n_linears++;
-    MnnQuantLinear ql = {ic, oc, w->q->spec.group, w->q->spec.symmetric};
-    *y_c4 = mnn_conv_int4(&w->g, name, x_c4, &ql, &ext);
     if (w->lora && layer >= 0) *y_c4 = mnn_lora_ops(&w->g, w->lora, name, layer, kind, x_c4, *y_c4, ic, oc);
     return 0;
 }
@@ -218,15 +233,11 @@ int mw_lm_head(Writer *w, int h, int *logits) {
 }
 
 int mw_lm_head_rows(Writer *w, int h, const int *ids, int n, const char *name, int *logits) {
-    const TensorTable *tt = &w->b->tt;
-    const int kind = w->b->cfg.tied_embeddings ? T_EMBED : T_LMHEAD;
-    int row = -1;
-    for (int i = 0; i < tt->n && row < 0; i++)
-        if (tt->t[i].layer == -1 && (int)tt->t[i].kind == kind) row = i;
-    const QatTensor *qt = row < 0 ? NULL : qat_find(w->q, row);
-    if (!qt) return pt_fail(w->e, "%s: the lm_head is not in the checkpoint's int4 quantizer state", name);
-    const int ic = (int)tt->t[row].shape[1], groups = ic / w->q->spec.group;
-    const float *full = w->b->params + tt->t[row].offset, *scale = w->q->scale + qt->offset,
+    const TensorInfo *ti;
+    const QatTensor *qt;
+    if (quantized(w, name, w->b->cfg.tied_embeddings ? T_EMBED : T_LMHEAD, -1, &ti, &qt)) return -1;
+    const int ic = (int)ti->shape[1], groups = ic / w->q->spec.group;
+    const float *full = w->b->params + ti->offset, *scale = w->q->scale + qt->offset,
                 *zero = w->q->zero + qt->offset;
     // The chosen rows with their own scales: each row's codes are the full matrix's.
     float *wr = xmalloc((size_t)n * ic * sizeof(float), "lm_head rows");
@@ -238,12 +249,9 @@ int mw_lm_head_rows(Writer *w, int h, const int *ids, int n, const char *name, i
         memcpy(zr + (size_t)k * groups, zero + (size_t)ids[k] * groups, (size_t)groups * sizeof(float));
     }
     MnnExternal ext;
-    int rc = mnn_write_linear(&w->wf, &w->q->spec, wr, n, ic, sr, zr, &ext, w->e);
+    int c4, rc = int4_conv(w, name, mw_to_c4(w, name, h, ic), wr, n, ic, sr, zr, &ext, &c4);
     free(wr), free(sr), free(zr);
     if (rc) return -1;
-    w->n_linears++;
-    MnnQuantLinear ql = {ic, n, w->q->spec.group, w->q->spec.symmetric};
-    int c4 = mnn_conv_int4(&w->g, name, mw_to_c4(w, name, h, ic), &ql, &ext);
     *logits = mw_from_c4(w, name, c4, n, NULL);
     return 0;
 }
