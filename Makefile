@@ -226,7 +226,7 @@ endif
 # The targets find the fixtures they load (a tokenizer, chat templates, a base config) from the repo root.
 build-fuzz/fuzz_util.o: tests/fuzz/fuzz_util.c tests/fuzz/fuzz_util.h
 	@mkdir -p build-fuzz
-	clang $(FUZZ_FLAGS) -fopenmp -fsanitize=fuzzer-no-link,address,undefined -DFUZZ_ROOT='"$(CURDIR)"' -c $< -o $@
+	clang $(FUZZ_FLAGS) $(HDF5_CFLAGS) -fopenmp -fsanitize=fuzzer-no-link,address,undefined -DFUZZ_ROOT='"$(CURDIR)"' -c $< -o $@
 build-fuzz/fuzz_%: tests/fuzz/fuzz_%.c build-fuzz/fuzz_util.o build-fuzz/lib/libpocket.a
 	clang $(FUZZ_FLAGS) $(HDF5_CFLAGS) -fsanitize=fuzzer,address,undefined -o $@ $< build-fuzz/fuzz_util.o \
 	  build-fuzz/lib/libpocket.a $(LDLIBS)

@@ -26,12 +26,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
                               "the fuzz target", &d, &e) == 0)
         draft_free(&d);
     if (draft_checkpoint_load(path, fuzz_lora_base(), NULL, NULL, &d, &e) == 0) {
-        size_t n = d.tt.total;
-        float *m = malloc(n * sizeof(float) + 1), *v = malloc(n * sizeof(float) + 1);
-        TrainState st;
-        checkpoint_load_train(path, &d.tt, 0, n, m, v, &st, &e);
-        free(m);
-        free(v);
+        fuzz_train_state(path, &d.tt);
         draft_free(&d);
     }
     return 0;

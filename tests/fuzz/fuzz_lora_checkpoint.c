@@ -24,12 +24,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
                              "the fuzz base", &a, &e) == 0)
         lora_adapter_free(&a);
     if (lora_checkpoint_load(path, fuzz_lora_base(), NULL, NULL, &a, &e) == 0) {
-        size_t n = a.tt.total;
-        float *m = malloc(n * sizeof(float) + 1), *v = malloc(n * sizeof(float) + 1);
-        TrainState st;
-        checkpoint_load_train(path, &a.tt, 0, n, m, v, &st, &e);
-        free(m);
-        free(v);
+        fuzz_train_state(path, &a.tt);
         lora_adapter_free(&a);
     }
     return 0;

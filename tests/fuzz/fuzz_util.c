@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
+#include "../../formats/checkpoint.h"
 #include "../../util/util.h"
 
 #ifndef FUZZ_ROOT
@@ -119,4 +120,14 @@ const ModelConfig *fuzz_lora_base(void) {
     PtError e;
     if (!c.n_layer && config_load(&c, fuzz_fixture_path("tests/fixtures/hf/qwen3-tied"), &e)) die("fuzz: %s", e.msg);
     return &c;
+}
+
+void fuzz_train_state(const char *path, const TensorTable *tt) {
+    const size_t n = tt->total;
+    float *m = malloc(n * sizeof(float) + 1), *v = malloc(n * sizeof(float) + 1);
+    TrainState st;
+    PtError e;
+    checkpoint_load_train(path, tt, 0, n, m, v, &st, &e);
+    free(m);
+    free(v);
 }

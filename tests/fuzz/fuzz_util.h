@@ -11,6 +11,7 @@
 #include "../../data/chat.h"
 #include "../../data/tokenizer.h"
 #include "../../model/config.h"
+#include "../../model/tensors.h"
 
 // Between the files of a many-file input (a line of its own, as the seeds
 // write it; the dictionaries carry it, so mutations can add and drop files).
@@ -64,6 +65,9 @@ FILE *fuzz_devnull(void);
 const Tokenizer *fuzz_tokenizer(void);
 const ChatTemplate *fuzz_template(int which);
 const ModelConfig *fuzz_lora_base(void);
+// A run's AdamW moments and training state for the table tt (all its floats),
+// read from path as a resume reads them; the result is not looked at.
+void fuzz_train_state(const char *path, const TensorTable *tt);
 
 // fuzz_util.c's LLVMFuzzerInitialize loads those before the first input (so
 // no input's time includes them), makes the directory, and then calls the
