@@ -185,7 +185,7 @@ int cmd_eval(int argc, char **argv) {
         if (eval_against(m, tok, ckpt, ref, &d, &oo, doc_mask, max_batches)) goto out;
     } else {
         long count;
-        double loss = eval_loss(m, &d, doc_mask, max_batches, &count, &e);
+        double loss = eval_loss(m, &d, doc_mask, max_batches, NULL, &count, &e);
         if (isnan(loss)) { fprintf(stderr, "pocket eval: %s\n", e.msg); goto out; }
         printf("%s on %s: loss %.4f, perplexity %.2f over %ld tokens (%.1f s)\n", ckpt, data, loss, exp(loss), count,
                now_seconds() - t0);

@@ -26,10 +26,10 @@ double choice_head_loss(Model *m, const ChoiceGroups *g, float *dh, float grad_s
     Device *d = m->dev;
     const int N = m->B * m->T, H = m->cfg.d_model, n_cand = g->first[g->n_groups];
     const float *w = head_row(m);
-    float *s_dev = m->choice_scores, *ds_dev = m->choice_scores + N;
+    float *s_dev = m->head_rows, *ds_dev = m->head_rows + N;
     // One output column: every row's score (N x H, cheap next to the trunk).
     OP(d, matmul_forward, s_dev, m->a.lnf, w, N, H, 1, m->opt.matmul);
-    float *s = m->host_choice, *ds = dh ? m->host_choice + N : NULL;
+    float *s = m->host_head_rows, *ds = dh ? m->host_head_rows + N : NULL;
     if (ds) memset(ds, 0, (size_t)N * sizeof(float));
     OP(d, download, s, s_dev, (size_t)N * sizeof(float));
     double loss = 0;
@@ -56,6 +56,14 @@ double choice_head_loss(Model *m, const ChoiceGroups *g, float *dh, float grad_s
     if (count) *count = g->n_groups;
     return loss;
 }
+
+static double choice_head_pass(const LossHead *h, Model *m, const ModelInput *in, float *dh, float grad_scale,
+                               int *count) {
+    (void)in;
+    return choice_head_loss(m, h->ctx, dh, grad_scale, NULL, count);
+}
+
+LossHead choice_loss_head(const ChoiceGroups *g) { return (LossHead){choice_head_pass, (void *)g}; }
 
 // Feeds n tokens into the cache in passes of at most m->T rows; the last
 // row's logits end in m->last_logits.

@@ -36,6 +36,8 @@ typedef struct ChoiceGroups {
 // dL/d(head row) into the model's lm_head gradient (none when the model has
 // no lm_head gradient: a frozen base). *count = n_groups.
 double choice_head_loss(Model *m, const ChoiceGroups *g, float *dh, float grad_scale, float *scores_out, int *count);
+// The same as a loss head (model.h) over g (the caller's, it outlives the pass).
+LossHead choice_loss_head(const ChoiceGroups *g);
 
 // Scores of n candidates behind one prompt on a cache plan
 // (model_plan_cache with room for the prompt and the longest candidate): the

@@ -2,7 +2,6 @@
 // final norm, classifier; then the backward in reverse. Every op goes through
 // the device's backend (OP).
 #include "model.h"
-#include "choice_head.h"
 #include "ops/dropout_mask.h"
 #include <string.h>
 
@@ -24,7 +23,7 @@ void model_free(Model *m) {
     if (m->grads) d->be->release(d, m->grads);
     rope_table_free(&m->rope, d);
     free(m->host_pos);
-    free(m->host_choice);
+    free(m->host_head_rows);
     memset(m, 0, sizeof *m);
 }
 
@@ -109,7 +108,7 @@ static void plan_buffers(Model *m, Carver *c) {
     m->pos = carve(c, N * sizeof(int));
     m->seg = carve(c, N * sizeof(int));
     m->mask = carve(c, N);
-    m->choice_scores = carve_floats(c, 2 * N);
+    m->head_rows = carve_floats(c, 2 * N);
     if (m->lora) {
         // The widest projection input or output: H, Q (o_proj's input) or F (k and v are at most Q).
         size_t widest = Q > F ? Q : F;
@@ -144,7 +143,7 @@ static size_t allocate_plan(Model *m, int B, int T, int training, int cache_len)
     Device *d = m->dev;
     if (m->arena) d->be->release(d, m->arena);
     free(m->host_pos);
-    free(m->host_choice);
+    free(m->host_head_rows);
     m->B = B;
     m->T = T;
     m->training = training;
@@ -162,7 +161,7 @@ static size_t allocate_plan(Model *m, int B, int T, int training, int cache_len)
     c.used = 0;
     plan_buffers(m, &c);
     m->host_pos = xmalloc((size_t)B * T * sizeof(int), "positions");
-    m->host_choice = xmalloc((size_t)2 * B * T * sizeof(float), "choice scores");
+    m->host_head_rows = xmalloc((size_t)2 * B * T * sizeof(float), "loss head rows");
     if (training && !m->grads) {
         m->grads = d->be->alloc(d, model_grad_table(m)->total * sizeof(float),
                                 m->lora ? "adapter gradients" : "gradients");
@@ -511,7 +510,8 @@ const float *model_forward_hidden(Model *m, const ModelInput *in) {
     return m->a.lnf;
 }
 
-static double run(Model *m, const ModelInput *in, int backward, float grad_scale, float *logits_out, int *count) {
+static double run(Model *m, const ModelInput *in, const LossHead *head, int backward, float grad_scale,
+                  float *logits_out, int *count) {
     Device *d = m->dev;
     const ModelConfig *c = &m->cfg;
     const int N = m->B * m->T, H = c->d_model, L = c->n_layer;
@@ -522,17 +522,13 @@ static double run(Model *m, const ModelInput *in, int backward, float grad_scale
     int counted = 0;
     float *dh = backward ? m->bw.dx : NULL;
     if (backward) OP(d, zero, dh, (size_t)N * H * sizeof(float));
-    if (in->distill && in->targets) {
-        if (logits_out) die("model_forward: a distillation pass gives no logits");
-        loss = OP(d, classifier_distill, dh, backward ? m->g.lm_head : NULL, m->a.lnf, m->w.lm_head, m->targets,
-                  in->mask ? m->mask : NULL, N, H, c->vocab_size, grad_scale, in->distill, &m->distill_sums,
-                  &counted, m->opt.matmul);
-    } else if (in->targets || logits_out) {
+    if (head) {
+        loss = head->loss(head, m, in, dh, grad_scale, &counted);
+    } else if (in->targets || logits_out) {   // the default head: next-token cross-entropy
         loss = OP(d, classifier, dh, backward ? m->g.lm_head : NULL, logits_out, m->a.lnf, m->w.lm_head,
                   in->targets ? m->targets : NULL, in->mask ? m->mask : NULL, N, H, c->vocab_size, grad_scale,
                   &counted, m->opt.matmul);
     }
-    if (in->choice) loss += choice_head_loss(m, in->choice, dh, grad_scale, NULL, &counted);
     if (backward) {
         // final norm: dx holds dL/d(lnf); turn it into dL/dx[L]
         OP(d, copy, m->bw.dln, m->bw.dx, (size_t)N * H * sizeof(float));
@@ -551,11 +547,20 @@ static double run(Model *m, const ModelInput *in, int backward, float grad_scale
 }
 
 double model_forward(Model *m, const ModelInput *in, float *logits_out, int *count) {
-    return run(m, in, 0, 0.0f, logits_out, count);
+    return run(m, in, NULL, 0, 0.0f, logits_out, count);
 }
 
 double model_forward_backward(Model *m, const ModelInput *in, float grad_scale, float *logits_out, int *count) {
-    return run(m, in, 1, grad_scale, logits_out, count);
+    return run(m, in, NULL, 1, grad_scale, logits_out, count);
+}
+
+double model_forward_head(Model *m, const ModelInput *in, const LossHead *head, int *count) {
+    return run(m, in, head, 0, 0.0f, NULL, count);
+}
+
+double model_forward_backward_head(Model *m, const ModelInput *in, const LossHead *head, float grad_scale,
+                                   int *count) {
+    return run(m, in, head, 1, grad_scale, NULL, count);
 }
 
 void model_feed_rows(Model *m, const int *tokens, float *logits) {

@@ -19,12 +19,23 @@ typedef struct {
     const uint8_t *mask;    // [B*T]; NULL = every target >= 0 counts
     const int *pos;         // [B*T] or NULL
     const int *seg;         // [B*T] or NULL
-    const struct ChoiceGroups *choice;   // decision-head groups (choice_head.h) or NULL: their loss is added
-    // A distillation target (backend.h; device memory, the batch's rows) or
-    // NULL: the token loss is then classifier_distill's mix of cross-entropy
-    // and KL from the teacher, its parts left in Model.distill_sums.
-    const DistillTarget *distill;
 } ModelInput;
+
+typedef struct Model Model;
+
+// A loss head: what a pass computes after the final norm, where m->a.lnf
+// holds the normed hidden states [B*T, H] and the input's targets and mask
+// are on the device (m->targets, m->mask, when in gave them). It returns
+// the SUM of its losses and their number in *count (tokens, groups, pairs);
+// with dh (device [B*T, H], accumulated) it also runs its backward:
+// grad_scale * dL/dh into dh, and dL/d(lm_head) into m->g.lm_head when the
+// model has that gradient (a frozen base has none). Objectives (the decision
+// head, distillation, preference losses) are heads handed to the decoder;
+// the decoder itself knows only the next-token cross-entropy, its default.
+typedef struct LossHead {
+    double (*loss)(const struct LossHead *h, Model *m, const ModelInput *in, float *dh, float grad_scale, int *count);
+    void *ctx;
+} LossHead;
 
 // The numerics a model runs with, fixed when it is made (model_init): every
 // plan, and a generation context made from it, runs them.
@@ -61,7 +72,7 @@ typedef struct {
     float *dlora_u;     // [N, r]: an adapter's gradient between B and A
 } BackwardBuffers;
 
-typedef struct {
+struct Model {
     Device *dev;
     ModelConfig cfg;
     const TensorTable *tt;      // layout of the weights and gradients; the caller's, it outlives the model
@@ -96,19 +107,18 @@ typedef struct {
     BackwardBuffers bw;
     int *tokens, *targets, *pos, *seg;   // the batch on the device, [B*T]
     uint8_t *mask;
-    DistillSums distill_sums;   // the last pass's cross-entropy and KL sums (ModelInput.distill)
     float *last_logits;         // [V]: a cache plan's logits of the last fed row
     // Captures (model_capture): every pass also copies the output of these
     // layers at each of its rows into capture [rows, n_capture*H] (device,
     // the caller's), layer k of the list at columns k*H..: what a draft reads.
     int n_capture, capture_layers[8];
     float *capture;
-    float *choice_scores;       // [2N]: the decision head's scores and their gradients (choice_head.c)
+    float *head_rows;           // [2N] device floats a loss head may use (the decision head's scores and their gradients)
     int *host_pos;              // positions built on the host, [B*T]
-    float *host_choice;         // [2N]: choice_scores' host copy (scores, then their gradients)
+    float *host_head_rows;      // [2N] host floats beside them
     void *arena;                // one device allocation behind all of the plan
     size_t arena_bytes;
-} Model;
+};
 
 // A model of this config over `weights` (device memory laid out by tt) on
 // dev, with the numerics of opt (NULL: fp32, no A16, no recompute).
@@ -150,17 +160,22 @@ static inline const TensorTable *model_grad_table(const Model *m) { return m->lo
 // trainer's, from the run seed and the micro-batch's place in the data stream).
 static inline void model_set_dropout_seed(Model *m, uint64_t seed) { m->dropout_seed = seed; }
 
-// Forward only. Returns the SUM of the per-token losses over counted targets
-// (0 when targets is NULL) and their number in *count. logits_out [N,V]
-// (device memory) optional.
+// Forward only, next-token cross-entropy. Returns the SUM of the per-token
+// losses over counted targets (0 when targets is NULL) and their number in
+// *count. logits_out [N,V] (device memory) optional.
 double model_forward(Model *m, const ModelInput *in, float *logits_out, int *count);
 // Forward through the final norm, without the lm head: the final hidden
 // states [B*T, H] (device memory, the model's own buffer, valid until its
-// next pass) -- what a distillation teacher gives (ModelInput.distill).
+// next pass) -- what a distillation teacher gives (model/distill_head.h).
 const float *model_forward_hidden(Model *m, const ModelInput *in);
 // Forward + backward: accumulates grad_scale * d(sum loss)/d(params) into
 // m->grads (grad_scale = 1/count gives the mean loss, as transformers does).
 double model_forward_backward(Model *m, const ModelInput *in, float grad_scale, float *logits_out, int *count);
+// The same two passes with a loss head in place of the next-token
+// cross-entropy (head NULL: that default, without logits).
+double model_forward_head(Model *m, const ModelInput *in, const LossHead *head, int *count);
+double model_forward_backward_head(Model *m, const ModelInput *in, const LossHead *head, float grad_scale,
+                                   int *count);
 
 // A cache plan: appends n <= T tokens (host memory, ids in the vocabulary) at
 // positions n_past .. n_past+n-1, n_past + n <= cache_len. Leaves the logits

@@ -65,8 +65,9 @@ static void make_groups(Packed *p) {
 }
 
 static double loss_of(Model *m, const Packed *p) {
-    ModelInput in = {.B = 1, .T = 40, .tokens = p->tokens, .pos = p->pos, .seg = p->seg, .choice = &p->g};
-    return model_forward(m, &in, NULL, NULL);
+    ModelInput in = {.B = 1, .T = 40, .tokens = p->tokens, .pos = p->pos, .seg = p->seg};
+    LossHead head = choice_loss_head(&p->g);
+    return model_forward_head(m, &in, &head, NULL);
 }
 
 // loss_of for lora_check_finite_differences: the model and the groups.
@@ -103,9 +104,10 @@ static void test_adapter_gradients_vs_finite_differences(void **state) {
     Packed p;
     make_groups(&p);
     model_zero_grads(m);
-    ModelInput in = {.B = 1, .T = 40, .tokens = p.tokens, .pos = p.pos, .seg = p.seg, .choice = &p.g};
+    ModelInput in = {.B = 1, .T = 40, .tokens = p.tokens, .pos = p.pos, .seg = p.seg};
+    LossHead head = choice_loss_head(&p.g);
     int count;
-    model_forward_backward(m, &in, 1.0f, NULL, &count);
+    model_forward_backward_head(m, &in, &head, 1.0f, &count);
     assert_int_equal(count, 2);
     assert_null(m->g.lm_head);   // the head row is the base's: no gradient for it
     float *grads = xmalloc(ad.tt.total * sizeof(float), "grads");
@@ -129,9 +131,10 @@ static void test_head_gradients_vs_finite_differences(void **state) {
     Packed p;
     make_groups(&p);
     model_zero_grads(m);
-    ModelInput in = {.B = 1, .T = 40, .tokens = p.tokens, .pos = p.pos, .seg = p.seg, .choice = &p.g};
+    ModelInput in = {.B = 1, .T = 40, .tokens = p.tokens, .pos = p.pos, .seg = p.seg};
+    LossHead head = choice_loss_head(&p.g);
     int count;
-    double loss = model_forward_backward(m, &in, 1.0f, NULL, &count);
+    double loss = model_forward_backward_head(m, &in, &head, 1.0f, &count);
     assert_int_equal(count, 2);
     assert_true(loss > 0.1);   // the random head is not already right
     ParamViews w, g;

@@ -23,6 +23,7 @@
 #include <sys/stat.h>
 #include "../formats/checkpoint.h"
 #include "test_cli_util.h"
+#include "../model/distill_head.h"
 #include "test_model_util.h"
 
 static char g_dir[] = "/tmp/pocket-test-distill-XXXXXX";
@@ -84,9 +85,9 @@ typedef struct {
 } LossCtx;
 
 static double distill_loss(const LossCtx *c) {
-    ModelInput in = c->bt->in;
-    in.distill = c->t;
-    return model_forward(&c->s->m, &in, NULL, NULL);
+    DistillHead dh = {c->t, {0, 0}};
+    LossHead head = distill_loss_head(&dh);
+    return model_forward_head(&c->s->m, &c->bt->in, &head, NULL);
 }
 
 static void test_model_gradients_finite_differences(void **s) {
@@ -103,10 +104,10 @@ static void test_model_gradients_finite_differences(void **s) {
     DistillTarget t = {0.3f, 0.7f, 2.0f, NULL, NULL, NULL, NULL, NULL, 0};
     t.h = model_forward_hidden(&te.m, &bt.in);
     t.W = te.m.w.lm_head;
-    ModelInput in = bt.in;
-    in.distill = &t;
+    DistillHead dh = {&t, {0, 0}};
+    LossHead head = distill_loss_head(&dh);
     model_zero_grads(&st.m);
-    model_forward_backward(&st.m, &in, 1.0f, NULL, NULL);
+    model_forward_backward_head(&st.m, &bt.in, &head, 1.0f, NULL);
     float *g = xmalloc(st.b.tt.total * sizeof(float), "grads");
     memcpy(g, st.m.grads, st.b.tt.total * sizeof(float));
     // Central differences (4th order) along a random direction in each

@@ -6,6 +6,7 @@
 #include "../data/choice.h"
 #include "../data/tokenizer.h"
 #include "../model/backend.h"
+#include "evaluate.h"
 
 // The bundle with one more vocabulary row, zero: the embedding (and an untied
 // lm_head) keep their rows, every other tensor is copied as it is.
@@ -80,11 +81,8 @@ int choice_check_data(const Dataset *d, int choice_id, PtError *e) {
     return 0;
 }
 
-ModelInput choice_batch_input(const Batch *b, int choice, ChoiceGroups *g) {
-    *g = (ChoiceGroups){b->n_groups, b->group_first, b->group_last, b->group_label};
-    return (ModelInput){.B = b->B, .T = b->T, .tokens = b->tokens, .targets = choice ? NULL : b->targets,
-                        .mask = choice ? NULL : b->mask, .pos = b->pos, .seg = b->seg,
-                        .choice = choice && b->n_groups ? g : NULL};
+ChoiceGroups batch_choice_groups(const Batch *b) {
+    return (ChoiceGroups){b->n_groups, b->group_first, b->group_last, b->group_label};
 }
 
 void choice_metrics_add(ChoiceMetrics *mt, double bins[CHOICE_ECE_BINS][3], const float *scores, int K, int y) {
@@ -129,10 +127,11 @@ int choice_evaluate(Model *m, const Dataset *d, ChoiceMetrics *mt, FILE *dump, P
         uint64_t at = l.cur.index;
         loader_next(&l, &b);
         if (!b.n_groups) continue;
-        ChoiceGroups g;
-        ModelInput in = choice_batch_input(&b, 1, &g);
-        model_forward(m, &in, NULL, NULL);
-        OP(m->dev, download, s, m->choice_scores, (size_t)N * sizeof(float));   // every row's score
+        ChoiceGroups g = batch_choice_groups(&b);
+        ModelInput in = batch_input(&b);
+        LossHead head = choice_loss_head(&g);
+        model_forward_head(m, &in, &head, NULL);
+        OP(m->dev, download, s, m->head_rows, (size_t)N * sizeof(float));   // every row's score
         for (int gi = 0; gi < b.n_groups; gi++) {
             const int a = b.group_first[gi], K = b.group_first[gi + 1] - a, y = b.group_label[gi];
             for (int k = 0; k < K; k++) cand[k] = s[b.group_last[a + k]];

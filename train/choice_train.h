@@ -21,9 +21,8 @@ int choice_head_frozen_check(const ModelBundle *b, int requested, const char *sr
 // Refuses data in which the head's token is an input (its row is then not
 // free to be the head).
 int choice_check_data(const Dataset *d, int choice_id, PtError *e);
-// The model's input for a loader batch; with choice (a choice loader) no
-// token targets, and g receives the groups.
-ModelInput choice_batch_input(const Batch *b, int choice, ChoiceGroups *g);
+// The groups of a loader batch (its arrays, for choice_loss_head).
+ChoiceGroups batch_choice_groups(const Batch *b);
 
 // Accuracy and expected calibration error of a model's picks. The confidence
 // of a group is the softmax probability of its top-scored candidate (the

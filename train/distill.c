@@ -3,6 +3,7 @@
 #include <string.h>
 #include "../data/sha256.h"
 #include "../formats/checkpoint.h"
+#include "objective.h"
 
 // The teacher's file: distill.teacher, else model.init.
 static const char *teacher_path(const Recipe *r) { return r->distill.teacher[0] ? r->distill.teacher : r->model.init; }
@@ -86,10 +87,7 @@ const DistillTarget *distill_target(DistillRun *dr, const Batch *b, const ModelI
         OP(dr->dev, upload, dr->dev_lse, dr->lse, (size_t)b->B * b->T * sizeof(float));
         return &dr->t;
     }
-    ModelInput tin = *in;
-    tin.choice = NULL;
-    tin.distill = NULL;
-    dr->t.h = model_forward_hidden(&dr->m, &tin);
+    dr->t.h = model_forward_hidden(&dr->m, in);
     dr->t.W = dr->m.w.lm_head;
     return &dr->t;
 }
@@ -110,4 +108,60 @@ void distill_free(DistillRun *dr) {
         bundle_free(&dr->b);
     }
     memset(dr, 0, sizeof *dr);
+}
+
+// ---- the objective: the teacher of each training pass, its loss parts summed as metrics
+
+typedef struct {
+    DistillRun run;
+    DistillHead head;
+    LossHead pass;   // distill_head's, wrapped so the parts reach the objective's sums
+} DistillObjective;
+
+static int distill_open(Objective *o, const ObjectiveData *d, PtError *e) {
+    DistillObjective *x = o->impl;
+    if (distill_init(&x->run, o->r, d->dev, d->cfg, d->tokenizer_hash, d->B, d->T, d->log, e)) return -1;
+    if (x->run.source == DISTILL_FORWARD)   // the teacher's forward, a third of a training step
+        o->flops_per_token = config_train_flops_per_token(&x->run.b.cfg, d->T) / 3;
+    return 0;
+}
+
+static double distill_pass(const LossHead *h, Model *m, const ModelInput *in, float *dh, float grad_scale,
+                           int *count) {
+    Objective *o = h->ctx;
+    DistillObjective *x = o->impl;
+    const double loss = x->pass.loss(&x->pass, m, in, dh, grad_scale, count);
+    o->sums[0] += x->head.sums.ce;
+    o->sums[1] += x->head.sums.kl;
+    return loss;
+}
+
+static const LossHead *distill_head(Objective *o, const Batch *b, const ModelInput *in, int training) {
+    if (!training) return NULL;   // evaluations: the plain cross-entropy
+    DistillObjective *x = o->impl;
+    x->head.target = distill_target(&x->run, b, in);
+    o->head = (LossHead){distill_pass, o};
+    return &o->head;
+}
+
+static void distill_objective_free(Objective *o) {
+    DistillObjective *x = o->impl;
+    if (!x) return;
+    distill_free(&x->run);
+    free(x);
+}
+
+static const ObjectiveOps objective_distill = {.name = "distillation", .open = distill_open, .head = distill_head,
+                                               .free = distill_objective_free};
+
+int distill_objective_open(Objective *o, PtError *e) {
+    (void)e;
+    DistillObjective *x = xcalloc(1, sizeof *x, "distillation objective");
+    x->pass = distill_loss_head(&x->head);
+    o->ops = &objective_distill;
+    o->impl = x;
+    o->n_metrics = 2;
+    o->metric[0] = "ce";
+    o->metric[1] = "kl";
+    return 0;
 }

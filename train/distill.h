@@ -14,6 +14,7 @@
 #include "../data/loader.h"
 #include "../data/topk.h"
 #include "../model/bundle.h"
+#include "../model/distill_head.h"
 #include "../model/model.h"
 #include "recipe.h"
 
@@ -33,6 +34,11 @@ typedef struct {
     Device *dev;
     int on;
 } DistillRun;
+
+// [distill] as a run's objective (objective.h): its training passes take
+// the distillation head with each micro-batch's teacher (metrics ce and kl,
+// per counted token); evaluations the plain next-token cross-entropy.
+// Declared in objective.h: int distill_objective_open(Objective *o, PtError *e);
 
 // Sets up the teacher for a run over the student `student` (its config, and
 // the tokenizer's SHA-256 student_tok_hash) whose micro-batches are B x T,

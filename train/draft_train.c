@@ -5,6 +5,7 @@
 #include "../formats/int4_weights.h"
 #include "../formats/lora_checkpoint.h"
 #include "../model/ops/dropout_mask.h"
+#include "trainee.h"
 
 // min(3, L) target layers: DFlash's spacing, or on a target too short for
 // it (its list would run past the last layer) the first ones.
@@ -302,4 +303,66 @@ double draft_train_flops_per_token(const DraftTrain *dt, int T) {
     const double layer = (double)(dt->d.tt.total - (size_t)dc->n_target * H * H) / dc->n_layer;
     const double rows_per_token = (double)dt->A * dc->block / T;
     return ctx + rows_per_token * (6.0 * layer * dc->n_layer + 4.0 * dt->dm.n_out * H);   // its own vocabulary's
+}
+
+// ---- the draft as a run's trainee (trainee.h): the decoder is its frozen int4
+// target, run forward for its captures; what trains is the draft
+
+static DraftTrain *draft_of(const Trainee *t) { return t->impl; }
+
+static int draft_use_data(Trainee *t, const Dataset *train, int resumed, PtError *e) {
+    return draft_train_vocab(draft_of(t), train, t->r->data.train, t->r->draft.vocab, resumed,
+                             t->comm->rank == 0 ? stdout : NULL, e);
+}
+
+static int draft_plan(Trainee *t, int B, int T, int accum, FILE *log, PtError *e) {
+    DraftTrain *dt = draft_of(t);
+    if (model_plan(&t->m, B, T, 0, log, e) || draft_train_plan(dt, &t->m, accum, e)) return -1;   // the target: inference
+    t->grads = draft_train_grads(dt);
+    return 0;
+}
+
+static int draft_step_weights(Trainee *t, long step, PtError *e) {
+    (void)step, (void)e;
+    model_use_weights(&t->m, t->base);
+    return 0;
+}
+
+// A draft's loss averages over its blocks' weighted rows, drawn now.
+static double draft_prepare(Trainee *t, int a, const Batch *b, uint64_t seed_index) {
+    const uint64_t seed = dropout_child_seed((uint64_t)t->r->train.seed ^ 0xd2af7b10c5ull, seed_index);
+    return draft_train_prepare(draft_of(t), a, b, seed);
+}
+
+static double draft_micro(Trainee *t, int a, const Batch *b, uint64_t seed_index, float scale, float *grads) {
+    (void)seed_index;
+    return draft_train_micro(draft_of(t), &t->m, b, a, scale, grads);
+}
+
+static int draft_evaluate(Trainee *t, const Dataset *val, long max_batches, int rank, int world, double *sum,
+                          double *count, PtError *e) {
+    return draft_train_eval(draft_of(t), &t->m, val, max_batches, rank, world, sum, count, e);
+}
+
+static int draft_save(Trainee *t, const char *path, const TrainState *st, PtError *e) {
+    if (!st && t->comm->rank != 0) return 0;
+    return draft_train_save(draft_of(t), t->dp, path, st, e);
+}
+
+static double draft_flops(const Trainee *t, int T) { return draft_train_flops_per_token(draft_of(t), T); }
+
+static void draft_trainee_free(Trainee *t) { draft_train_free(draft_of(t)); }
+
+static const TraineeOps draft_trainee = {
+    .name = "draft", .use_data = draft_use_data, .plan = draft_plan,
+    .use_step_weights = draft_step_weights, .prepare = draft_prepare, .micro = draft_micro,
+    .evaluate = draft_evaluate, .save = draft_save, .flops_per_token = draft_flops, .free = draft_trainee_free};
+
+int draft_trainee_open(Trainee *t, const TraineeSetup *s, PtError *e) {
+    DraftTrain *dt = trainee_begin(t, &draft_trainee, sizeof *dt);
+    if (draft_train_init(dt, s->r, t->dev, &t->b, t->base, &t->m, s->resume_path, s->log, e)) return -1;
+    t->tt = &dt->d.tt;
+    t->params = dt->params;
+    t->samples = 0;   // the target does not change
+    return 0;
 }

@@ -4,7 +4,7 @@
 #include <math.h>
 #include <string.h>
 #include "../data/loader.h"
-#include "choice_train.h"
+#include "evaluate.h"
 
 // log sum exp of a row, in double.
 static double row_lse(const float *z, int V, int *argmax) {
@@ -57,8 +57,7 @@ int eval_compare(Model *m, Model *ref, const Dataset *d, int doc_mask, long max_
     long same = 0, n = 0;
     for (long i = 0; (max_batches <= 0 || i < max_batches) && !loader_done(&l); i++) {
         loader_next(&l, &b);
-        ChoiceGroups groups;
-        ModelInput in = choice_batch_input(&b, l.choice, &groups);
+        ModelInput in = batch_input(&b);
         int cnt;
         model_forward(m, &in, dev_q, &cnt);
         model_forward(ref, &in, dev_p, &cnt);

@@ -5,7 +5,6 @@
 #include <string.h>
 #include "../data/loader.h"
 #include "../model/generate.h"
-#include "choice_train.h"
 
 void add_default_stops(GenParams *p, const ModelConfig *c, const Tokenizer *tok) {
     gen_add_stop(p, c->eos_id, c->vocab_size);
@@ -14,8 +13,13 @@ void add_default_stops(GenParams *p, const ModelConfig *c, const Tokenizer *tok)
     gen_add_stop(p, tokenizer_token_id(tok, "<|endoftext|>"), c->vocab_size);
 }
 
-int eval_loss_sums(Model *m, const Dataset *d, int doc_mask, long max_batches, int rank, int world, double *sum,
-                   long *count, PtError *e) {
+ModelInput batch_input(const Batch *b) {
+    return (ModelInput){.B = b->B, .T = b->T, .tokens = b->tokens, .targets = b->targets, .mask = b->mask,
+                        .pos = b->pos, .seg = b->seg};
+}
+
+int eval_loss_sums(Model *m, const Dataset *d, int doc_mask, long max_batches, int rank, int world,
+                   const HeadSource *heads, double *sum, long *count, PtError *e) {
     Loader l;
     if (loader_open(&l, d, m->B, m->T, 4242, rank, world, e)) return -1;
     if (d->kind == DATASET_CPT) loader_set_doc_mask(&l, doc_mask);
@@ -31,10 +35,10 @@ int eval_loss_sums(Model *m, const Dataset *d, int doc_mask, long max_batches, i
         if (loader_done(&l)) break;
         loader_next(&l, &b);
         if (max_batches > 0 && i * world + rank >= max_batches) continue;
-        ChoiceGroups groups;
-        ModelInput in = choice_batch_input(&b, l.choice, &groups);
+        ModelInput in = batch_input(&b);
+        const LossHead *head = heads ? heads->of(heads->ctx, &b, &in) : NULL;
         int cnt;
-        *sum += model_forward(m, &in, NULL, &cnt);
+        *sum += model_forward_head(m, &in, head, &cnt);
         *count += cnt;
     }
     batch_free(&b);
@@ -42,10 +46,11 @@ int eval_loss_sums(Model *m, const Dataset *d, int doc_mask, long max_batches, i
     return 0;
 }
 
-double eval_loss(Model *m, const Dataset *d, int doc_mask, long max_batches, long *count, PtError *e) {
+double eval_loss(Model *m, const Dataset *d, int doc_mask, long max_batches, const HeadSource *heads, long *count,
+                 PtError *e) {
     double sum;
     long n;
-    if (eval_loss_sums(m, d, doc_mask, max_batches, 0, 1, &sum, &n, e)) return NAN;
+    if (eval_loss_sums(m, d, doc_mask, max_batches, 0, 1, heads, &sum, &n, e)) return NAN;
     if (count) *count = n;
     return n ? sum / (double)n : NAN;
 }

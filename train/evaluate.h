@@ -3,19 +3,31 @@
 #pragma once
 #include "../data/chat.h"
 #include "../data/dataset.h"
+#include "../data/loader.h"
 #include "../model/bundle.h"
 #include "../model/generate.h"
+
+// The model input of a loader batch: every array of it.
+ModelInput batch_input(const Batch *b);
+
+// Where a loss pass takes its head from for each batch (model.h's LossHead;
+// NULL from `of`, or no HeadSource: next-token cross-entropy).
+typedef struct {
+    const LossHead *(*of)(void *ctx, const Batch *b, const ModelInput *in);
+    void *ctx;
+} HeadSource;
 
 // Mean loss over the dataset's batches (a fixed-seed loader, so every call
 // sees the same batches); max_batches <= 0 = one pass over the items, each
 // counted once (the last batch is padded, not filled with repeats). The model must be
 // planned; its B x T is used. NAN with e filled on error.
-double eval_loss(Model *m, const Dataset *d, int doc_mask, long max_batches, long *count, PtError *e);
+double eval_loss(Model *m, const Dataset *d, int doc_mask, long max_batches, const HeadSource *heads, long *count,
+                 PtError *e);
 // The same pass as the `rank` of `world` ranks sees it: the sum of the
 // per-token losses of its batches and their count (global batch j goes to
 // rank j % world; the ranks' sums together are the one-rank pass's).
-int eval_loss_sums(Model *m, const Dataset *d, int doc_mask, long max_batches, int rank, int world, double *sum,
-                   long *count, PtError *e);
+int eval_loss_sums(Model *m, const Dataset *d, int doc_mask, long max_batches, int rank, int world,
+                   const HeadSource *heads, double *sum, long *count, PtError *e);
 
 // For each of the first max_examples SFT examples: the prompt is everything
 // before the last trained span (the final assistant reply), the reference is

@@ -2,6 +2,7 @@
 #include "lora_train.h"
 #include <string.h>
 #include "../formats/int4_weights.h"
+#include "trainee.h"
 
 int lora_train_init(LoraTrain *lt, const Recipe *r, Device *d, ModelBundle *b, float *base_params,
                     const char *resume_path, FILE *log, PtError *e) {
@@ -62,4 +63,43 @@ int lora_train_save(LoraTrain *lt, DataParallel *dp, const char *path, const Tra
     if (!st) return dp->comm->rank == 0 ? lora_checkpoint_save(path, &lt->ad, NULL, NULL, e) : 0;
     AdapterWrite w = {&lt->ad, st};
     return dp_save_with(dp, path, write_adapter, &w, e);
+}
+
+// ---- the adapter as a run's trainee (trainee.h): the decoder runs the frozen base with it
+
+static LoraTrain *adapter_of(const Trainee *t) { return t->impl; }
+
+static int adapter_step_weights(Trainee *t, long step, PtError *e) {
+    (void)step, (void)e;
+    model_use_weights(&t->m, t->base);   // the frozen base (with base = int4, the int4 model's weights)
+    return 0;
+}
+
+static int adapter_save(Trainee *t, const char *path, const TrainState *st, PtError *e) {
+    if (!st && t->comm->rank != 0) return 0;
+    return lora_train_save(adapter_of(t), t->dp, path, st, e);
+}
+
+// The frozen base's weight gradients (a third of its matmuls) are not computed; the adapter's are.
+static double adapter_flops(const Trainee *t, int T) {
+    const ModelConfig *c = &t->b.cfg;
+    return config_train_flops_per_token(c, T) - 2.0 * config_train_flops_per_token(c, 0) / 6 +
+           6.0 * (double)adapter_of(t)->ad.tt.total;
+}
+
+static void adapter_free(Trainee *t) { lora_train_free(adapter_of(t)); }
+
+static const TraineeOps adapter_trainee = {
+    .name = "adapter", .plan = decoder_plan,
+    .use_step_weights = adapter_step_weights, .prepare = decoder_prepare, .micro = decoder_micro,
+    .evaluate = decoder_evaluate, .save = adapter_save, .flops_per_token = adapter_flops, .free = adapter_free};
+
+int adapter_trainee_open(Trainee *t, const TraineeSetup *s, PtError *e) {
+    LoraTrain *lt = trainee_begin(t, &adapter_trainee, sizeof *lt);
+    if (lora_train_init(lt, s->r, t->dev, &t->b, t->base, s->resume_path, s->log, e)) return -1;
+    model_use_lora(&t->m, &lt->ad.cfg, &lt->ad.tt, lt->params);
+    t->tt = &lt->ad.tt;
+    t->params = lt->params;
+    t->samples = 1;
+    return 0;
 }

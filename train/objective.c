@@ -1,0 +1,95 @@
+// objective.c: choosing a run's objective, the two that need no set-up of
+// their own (next-token cross-entropy, the decision head) and evaluation
+// through an objective's head (objective.h).
+#include "objective.h"
+#include <string.h>
+#include "../formats/checkpoint.h"
+#include "../model/choice_head.h"
+#include "choice_train.h"
+#include "evaluate.h"
+
+int objective_open(Objective *o, const Recipe *r, PtError *e) {
+    memset(o, 0, sizeof *o);
+    o->r = r;
+    if (r->distill.enabled) return distill_objective_open(o, e);
+    switch (r->train.mode) {
+    case TRAIN_MODE_CHOICE: o->ops = &objective_choice; return 0;
+    default: o->ops = &objective_token; return 0;
+    }
+}
+
+void objective_free(Objective *o) {
+    if (o->ops && o->ops->free) o->ops->free(o);
+    memset(o, 0, sizeof *o);
+}
+
+DatasetKind objective_dataset_kind(int mode) {
+    static const DatasetKind kinds[TRAIN_MODE_COUNT] = {DATASET_CPT, DATASET_SFT, DATASET_CHOICE};
+    return kinds[mode];
+}
+
+// ---- next-token cross-entropy (cpt, sft): the decoder's own default head
+
+static const LossHead *token_head(Objective *o, const Batch *b, const ModelInput *in, int training) {
+    (void)o, (void)b, (void)in, (void)training;
+    return NULL;
+}
+
+const ObjectiveOps objective_token = {.name = "next-token cross-entropy", .head = token_head};
+
+// ---- the decision head (choice): its row made or checked, the data checked, the groups' loss
+
+static int choice_prepare(Objective *o, ModelBundle *b, int frozen, const char *src, FILE *log, PtError *e) {
+    const Recipe *r = o->r;
+    if (frozen) return choice_head_frozen_check(b, r->train.choice_token, src, e);
+    const int vocab = b->cfg.vocab_size;
+    if (choice_head_setup(b, r->train.choice_token, log, e)) return -1;
+    if (b->cfg.vocab_size == vocab || !r->qat.enabled) return 0;
+    // An appended row has no int4 scales in a QAT checkpoint made without it
+    // (checkpoint_read_qat_spec: 0 has /qat, 1 has none, < 0 could not read it).
+    QuantSpec spec;
+    int qe, has = checkpoint_read_qat_spec(r->model.init, &spec, &qe, e);
+    if (has < 0) return -1;
+    if (has == 0)
+        return pt_fail(e, "%s: a QAT checkpoint whose vocabulary has no row for the decision head: start from its "
+                          "float model from before QAT, or give train.choice_token a free row", r->model.init);
+    return 0;
+}
+
+static int choice_open(Objective *o, const ObjectiveData *d, PtError *e) {
+    (void)o;
+    const int id = d->cfg->choice_id;
+    if (choice_check_data(d->train, id, e)) return -1;
+    if (!d->val) return 0;
+    if (d->val->kind != DATASET_CHOICE)
+        return pt_fail(e, "%s: train.mode is choice but this is not a choice dataset", d->val->path);
+    return choice_check_data(d->val, id, e);
+}
+
+static const LossHead *choice_head(Objective *o, const Batch *b, const ModelInput *in, int training) {
+    (void)in, (void)training;
+    ChoiceGroups *g = o->impl;
+    if (!g) g = o->impl = xcalloc(1, sizeof *g, "choice groups");
+    *g = batch_choice_groups(b);
+    if (!g->n_groups) return NULL;   // nothing to score: no loss, count 0
+    o->head = choice_loss_head(g);
+    return &o->head;
+}
+
+static void choice_free(Objective *o) { free(o->impl); }
+
+const ObjectiveOps objective_choice = {.name = "decision head", .prepare_bundle = choice_prepare,
+                                       .open = choice_open, .head = choice_head, .free = choice_free};
+
+// ---- evaluation through the objective's head
+
+static const LossHead *eval_head(void *ctx, const Batch *b, const ModelInput *in) {
+    Objective *o = ctx;
+    return o->ops->head(o, b, in, 0);
+}
+
+int objective_eval(Objective *o, Model *m, const Dataset *d, long max_batches, int rank, int world, double *sum,
+                   long *count, PtError *e) {
+    HeadSource heads = {eval_head, o};
+    return eval_loss_sums(m, d, o->r->train.doc_mask, max_batches, rank, world, &heads, sum, count, e);
+}

@@ -1,0 +1,84 @@
+// objective.h: what a run's loss is, chosen once at set-up from the recipe
+// ([train] mode and [distill]): the next-token cross-entropy (cpt, sft), the
+// decision head (choice), distillation from a teacher, preference losses
+// (dpo). An objective hands the decoder a loss head (model/model.h) for each
+// pass over a batch; the trainee (trainee.h) runs the passes. Besides its
+// loss it may sum named metrics over a step's or an evaluation's passes
+// (distillation's parts, the preference rewards); each is reported as its
+// sum over the count the loss is averaged over (tokens, groups, pairs).
+//
+// A new objective: an ObjectiveOps table in its own file, a row in
+// objective_open's choice, and its dataset kind in objective_dataset_kind.
+#pragma once
+#include <stdio.h>
+#include "../data/dataset.h"
+#include "../data/loader.h"
+#include "../dist/comm.h"
+#include "../model/bundle.h"
+#include "recipe.h"
+
+enum { OBJECTIVE_MAX_METRICS = 8 };
+
+typedef struct Objective Objective;
+
+// What the data gives an objective once it is open.
+typedef struct {
+    const Dataset *train, *val;      // val NULL without a validation set
+    const char *tokenizer_hash;      // the model's tokenizer
+    const ModelConfig *cfg;          // the model the objective's heads run on
+    Device *dev;
+    int B, T;                        // the run's micro-batch
+    FILE *log;                       // the lead's stdout, NULL on other ranks
+} ObjectiveData;
+
+typedef struct {
+    const char *name;
+    // Before the model is made: the bundle a run starts from, made fit for
+    // the objective (the decision head's row); frozen: an adapter's base,
+    // which must not change. src names the bundle in messages. May be NULL.
+    int (*prepare_bundle)(Objective *o, ModelBundle *b, int frozen, const char *src, FILE *log, PtError *e);
+    // Once the data are open: checks them and loads what the loss needs (a
+    // teacher). May be NULL.
+    int (*open)(Objective *o, const ObjectiveData *d, PtError *e);
+    // Before the first step, with m planned and running the run's start
+    // weights (a resumed run: its current ones): what the loss needs of the
+    // model it starts from, on every rank (the reference log-probabilities
+    // of preference losses). May be NULL.
+    int (*start)(Objective *o, Model *m, Comm *comm, const char *run_dir, int resumed, PtError *e);
+    // The loss head of one pass over b (in: the model input made from it);
+    // training: a step's pass, else an evaluation's. NULL head: next-token
+    // cross-entropy. The head lives until the next call.
+    const LossHead *(*head)(Objective *o, const Batch *b, const ModelInput *in, int training);
+    void (*free)(Objective *o);
+} ObjectiveOps;
+
+struct Objective {
+    const ObjectiveOps *ops;
+    const Recipe *r;
+    int n_metrics;
+    const char *metric[OBJECTIVE_MAX_METRICS];   // names as metrics.jsonl writes them
+    double sums[OBJECTIVE_MAX_METRICS];          // summed by the heads' passes since objective_reset
+    int eval_metrics;                            // evaluations report them too (prefixed val_)
+    double flops_per_token;                      // what the loss adds to a step's FLOPs (a teacher's forward)
+    LossHead head;                               // the head handed out last (an implementation's)
+    void *impl;
+};
+
+// The recipe's objective (the one place its kind is chosen).
+int objective_open(Objective *o, const Recipe *r, PtError *e);
+void objective_free(Objective *o);
+static inline void objective_reset(Objective *o) {
+    for (int k = 0; k < o->n_metrics; k++) o->sums[k] = 0;
+}
+// The dataset kind a train.mode reads.
+DatasetKind objective_dataset_kind(int mode);
+
+// One pass over the dataset as eval_loss_sums makes it (evaluate.h), each
+// batch's loss from o's evaluation head: the rank's loss sum and count.
+int objective_eval(Objective *o, Model *m, const Dataset *d, long max_batches, int rank, int world, double *sum,
+                   long *count, PtError *e);
+
+// The implementations (their files).
+extern const ObjectiveOps objective_token, objective_choice;   // objective.c
+int distill_objective_open(Objective *o, PtError *e);        // distill.c
+int preference_objective_open(Objective *o, PtError *e);     // preference_train.c
