@@ -243,7 +243,7 @@ int cmd_draft_data(int argc, char **argv) {
         goto fail;
     if (d.kind != DATASET_SFT) {
         pt_fail(&e, "%s: a %s dataset, not SFT data (pocket tokenize --chat): its examples have no prompts", data,
-                d.kind == DATASET_CPT ? "cpt" : "choice");
+                dataset_kind_name(d.kind));
         goto fail;
     }
     if (d.vocab_size > om.b.cfg.vocab_size) {

@@ -13,14 +13,16 @@
 #include "../data/dataset.h"
 #include "../data/sft.h"
 #include "commands.h"
+#include "tokenize_pairs.h"
 
 enum { BLOCK_RECORDS = 1024, BLOCK_BYTES = 8 << 20, MAX_SKIP_WARNINGS = 5 };
 
 static void help(FILE *f) {
     fprintf(f,
-            "usage: pocket tokenize --tokenizer tokenizer.json|CKPT.h5 [--chat|--choice [--chat-template FILE]] [--max-len N]\n"
-            "                       [--truncate] [--format F] [--prompt-column C] [--completion-column C]\n"
-            "                       [--system-column C] [--skip-bad] [--threads N] INPUT... --out DATA.h5\n"
+            "usage: pocket tokenize --tokenizer tokenizer.json|CKPT.h5 [--chat|--choice|--pairs [--chat-template FILE]]\n"
+            "                       [--max-len N] [--truncate] [--format F] [--prompt-column C]\n"
+            "                       [--completion-column C] [--system-column C] [--skip-bad] [--threads N]\n"
+            "                       INPUT... --out DATA.h5\n"
             "       pocket tokenize --tokenizer tokenizer.json|CKPT.h5 --print-ids FILE\n\n"
             "Tokenizes text into an HDF5 token dataset for `pocket train` and `pocket eval`.\n\n"
             "INPUT is a .txt file (one document), a .jsonl file (one document per line, its \"text\" field),\n"
@@ -49,14 +51,22 @@ static void help(FILE *f) {
             "               `pocket generate --chat` renders it; each candidate follows it, ended by <|im_end|>.\n"
             "               One document per (prompt + candidate), the mask on the candidate's tokens.\n"
             "               Errors: a label outside the candidates, fewer than 2, empty or duplicated ones.\n"
-            "  --chat-template FILE  (--chat, --choice) render with this Jinja template instead\n"
+            "  --pairs      inputs are preference pairs for [train] mode = dpo, one JSON object a line, as TRL's\n"
+            "               DPOTrainer reads them: {\"prompt\", \"chosen\", \"rejected\"} as plain strings (each response\n"
+            "               ended by the EOS token) or as lists of messages (the chat template applied), or\n"
+            "               {\"chosen\", \"rejected\"} alone (the prompt: what both start with). One document per\n"
+            "               (prompt + response), the mask on the response; pairs with chosen = rejected, prompts\n"
+            "               that differ, or too long for --max-len are dropped and counted by reason\n"
+            "  --chat-template FILE  (--chat, --choice, --pairs) render with this Jinja template instead\n"
             "  --format F   (--chat) read every input as F: openai, sharegpt, alpaca (JSON lines), csv or tsv\n"
             "               (a table whatever the file's name) instead of finding it\n"
             "  --prompt-column C, --completion-column C  (tables) the columns' names (default prompt, completion)\n"
             "  --system-column C  (tables) a column of system prompts (default: \"system\" when the header has it)\n"
             "  --max-len N  (--chat) examples longer than N tokens are dropped (default: no limit);\n"
-            "               (--choice) groups whose candidates hold more than N tokens together\n"
-            "  --truncate   (--chat) cut examples longer than --max-len instead of dropping them\n"
+            "               (--choice) groups whose candidates hold more than N tokens together;\n"
+            "               (--pairs) pairs with a (prompt + response) longer than N\n"
+            "  --truncate   (--chat) cut examples longer than --max-len instead of dropping them;\n"
+            "               (--pairs) cut the responses (a pair whose prompt alone fills N is dropped)\n"
             "  --skip-bad   skip and count bad records (malformed JSON or CSV, bad roles, missing fields or\n"
             "               columns, another format than the file's, invalid UTF-8) instead of stopping at the\n"
             "               first one; the count is printed and stored in the dataset (skipped)\n"
@@ -70,7 +80,7 @@ typedef struct {
     ChatTemplate *tmpl;
     SftFormat format;
     SftColumns cols;
-    int chat, choice, truncate, skip_bad, threads, per_line;
+    int chat, choice, pairs, truncate, skip_bad, threads, per_line;
     size_t max_len;
     char **inputs;
     int n_inputs;
@@ -110,6 +120,7 @@ static int parse_args(int argc, char **argv, Args *a) {
         }
         else if (!strcmp(argv[i], "--chat")) a->chat = 1;
         else if (!strcmp(argv[i], "--choice")) a->choice = 1;
+        else if (!strcmp(argv[i], "--pairs")) a->pairs = 1;
         else if (!strcmp(argv[i], "--truncate")) a->truncate = 1;
         else if (!strcmp(argv[i], "--skip-bad")) a->skip_bad = 1;
         else if (!strcmp(argv[i], "--per-line")) a->per_line = 1;
@@ -128,12 +139,13 @@ static int parse_args(int argc, char **argv, Args *a) {
     else if (a->print_ids && (a->out || a->n_inputs)) problem = "--print-ids takes one FILE and writes no dataset";
     else if (!a->print_ids && !a->out) problem = "--out is required";
     else if (!a->print_ids && !a->n_inputs) problem = "no INPUT given";
-    else if (a->chat && a->choice) problem = "--chat and --choice exclude each other";
+    else if (a->chat + a->choice + a->pairs > 1) problem = "--chat, --choice and --pairs exclude each other";
     else if (a->choice && a->truncate) problem = "--truncate applies to --chat only (a choice group is kept whole)";
-    else if (!a->chat && !a->choice && (a->max_len || a->truncate))
-        problem = "--max-len and --truncate apply to --chat (and --max-len to --choice) only";
+    else if (!a->chat && !a->choice && !a->pairs && (a->max_len || a->truncate))
+        problem = "--max-len and --truncate apply to --chat and --pairs (and --max-len to --choice) only";
     else if (a->truncate && !a->max_len) problem = "--truncate needs --max-len";
-    else if (a->chat_template && !a->chat && !a->choice) problem = "--chat-template applies to --chat and --choice only";
+    else if (a->chat_template && !a->chat && !a->choice && !a->pairs)
+        problem = "--chat-template applies to --chat, --choice and --pairs only";
     else if ((a->format || a->cols.prompt || a->cols.completion || a->cols.system) && !a->chat)
         problem = "--format and the --*-column flags apply to --chat only";
     else if ((a->cols.prompt || a->cols.completion || a->cols.system) && a->format && a->format < SFT_FORMAT_CSV)
@@ -429,13 +441,16 @@ int cmd_tokenize(int argc, char **argv) {
         free(a.inputs);
         return 1;
     }
-    if ((a.chat || a.choice) && load_template(&a, &e)) {
+    if ((a.chat || a.choice || a.pairs) && load_template(&a, &e)) {
         fprintf(stderr, "pocket tokenize: %s\n", e.msg);
         tokenizer_free(tok);
         free(a.inputs);
         return 1;
     }
-    int rc = a.print_ids ? print_ids(tok, a.print_ids, a.per_line) : tokenize_inputs(&a, tok);
+    PairsOptions pairs = {a.inputs, a.n_inputs, a.out, a.max_len, a.truncate, a.skip_bad, a.threads};
+    int rc = a.print_ids ? print_ids(tok, a.print_ids, a.per_line)
+             : a.pairs   ? tokenize_pairs(&pairs, tok, a.tmpl)
+                         : tokenize_inputs(&a, tok);
     chat_template_free(a.tmpl);
     tokenizer_free(tok);
     free(a.inputs);

@@ -146,6 +146,12 @@ void chat_template_free(ChatTemplate *t) {
 const char *chat_template_text(const ChatTemplate *t) { return t->text; }
 int chat_template_is_bundled(const ChatTemplate *t) { return t->bundled; }
 
+const char *chat_template_token(const ChatTemplate *t, const char *key) {
+    for (int k = 0; k < 4; k++)
+        if (t->special[k][0] && !strcmp(t->special[k][0], key)) return t->special[k][1];
+    return NULL;
+}
+
 int chat_render(const ChatTemplate *t, const ChatMessage *m, int n, int add_generation_prompt, int enable_thinking,
                 ChatText *out, PtError *e) {
     memset(out, 0, sizeof *out);

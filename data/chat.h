@@ -30,6 +30,9 @@ int chat_template_with_text(ChatTemplate **out, const ChatTemplate *base, const 
 void chat_template_free(ChatTemplate *t);
 // The Jinja text: the checkpoint's, or the bundled one.
 const char *chat_template_text(const ChatTemplate *t);
+// A special token's text from tokenizer_config.json ("eos_token", "bos_token",
+// "pad_token", "unk_token"), as the template sees it; NULL when not given.
+const char *chat_template_token(const ChatTemplate *t, const char *key);
 int chat_template_is_bundled(const ChatTemplate *t);
 // The bundled template's text (exporters write it for a checkpoint that has none).
 const char *chat_bundled_template(void);

@@ -2,7 +2,7 @@
 #include "choice.h"
 #include <jansson.h>
 #include <string.h>
-#include "corpus.h"
+#include "sft_formats.h"
 
 void choice_example_free(ChoiceExample *ex) {
     free(ex->prompt);
@@ -117,15 +117,12 @@ static int parse_candidates(json_t *root, const char *where, int *label, PtError
 int choice_encode_line(const Tokenizer *tok, const ChatTemplate *tmpl, const char *line, size_t len,
                        const char *where, ChoiceExample *ex, PtError *e) {
     choice_example_free(ex);
-    size_t bad;
-    if (!utf8_valid(line, len, &bad)) return pt_fail(e, "%s: invalid UTF-8 at byte %zu of the line", where, bad);
-    json_error_t jerr;
-    json_t *root = json_loadb(line, len, 0, &jerr);
-    if (!root) return pt_fail(e, "%s: malformed JSON: %s (column %d)", where, jerr.text, jerr.column);
+    void *json;
+    if (sft_json_line(line, len, where, &json, e)) return -1;
+    json_t *root = json;
     ChatMessage *msgs = NULL;
     int n_msgs = 0, label = 0;
-    int rc = !json_is_object(root) ? pt_fail(e, "%s: expected a JSON object", where)
-             : parse_candidates(root, where, &label, e) || parse_prompt(root, where, &msgs, &n_msgs, e) ? -1 : 0;
+    int rc = parse_candidates(root, where, &label, e) || parse_prompt(root, where, &msgs, &n_msgs, e) ? -1 : 0;
     if (!rc) rc = render_prompt(tok, tmpl, msgs, n_msgs, &ex->prompt, &ex->n_prompt, where, e);
     if (!rc) {
         json_t *c = json_object_get(root, "candidates");

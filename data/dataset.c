@@ -9,7 +9,11 @@
 // one of offsets at a time.
 enum { FORMAT_VERSION = 1, TOKEN_BUFFER = H5_CHUNK_BYTES / 2, OFFSET_BUFFER = H5_CHUNK_BYTES / 8 };
 
-static const char *kind_name(DatasetKind k) { return k == DATASET_SFT ? "sft" : k == DATASET_CHOICE ? "choice" : "cpt"; }
+static const char *const KIND_NAMES[] = {"cpt", "sft", "choice", "pairs"};
+static const char *const PAIR_DROP_NAMES[PAIR_DROP_REASONS] = {"equal", "prompt_mismatch", "too_long", "empty"};
+
+const char *dataset_kind_name(DatasetKind k) { return KIND_NAMES[k]; }
+const char *pair_drop_name(PairDropReason r) { return PAIR_DROP_NAMES[r]; }
 
 // ---------------------------------------------------------------- writer
 
@@ -25,6 +29,7 @@ struct DatasetWriter {
     size_t tok_fill, off_fill;
     uint64_t n_tokens, n_docs;
     uint64_t n_dropped, n_truncated, n_skipped;
+    uint64_t pair_drops[PAIR_DROP_REASONS];   // pairs: n_dropped by reason
     uint64_t *groups, n_groups, groups_cap;   // choice: group offsets into the documents, kept until commit
     uint32_t *labels;
 };
@@ -133,6 +138,11 @@ void dataset_writer_set_counts(DatasetWriter *w, uint64_t n_dropped, uint64_t n_
     w->n_skipped = n_skipped;
 }
 
+void dataset_writer_set_pair_drops(DatasetWriter *w, const uint64_t dropped[PAIR_DROP_REASONS]) {
+    w->n_dropped = 0;
+    for (int r = 0; r < PAIR_DROP_REASONS; r++) w->n_dropped += w->pair_drops[r] = dropped[r];
+}
+
 uint64_t dataset_writer_tokens(const DatasetWriter *w) { return w->n_tokens; }
 uint64_t dataset_writer_docs(const DatasetWriter *w) { return w->n_docs; }
 
@@ -143,7 +153,7 @@ static int write_attributes(const DatasetWriter *w) {
         {"format_version", FORMAT_VERSION},
     };
     hid_t f = w->out.file;
-    int rc = h5_write_utf8_attr(f, "kind", kind_name(w->kind)) || h5_write_utf8_attr(f, "tokenizer_hash", w->hash);
+    int rc = h5_write_utf8_attr(f, "kind", dataset_kind_name(w->kind)) || h5_write_utf8_attr(f, "tokenizer_hash", w->hash);
     if (!rc && w->kind == DATASET_CHOICE) {
         uint64_t none = 0;
         hsize_t n_off = w->n_groups + 1, n_lab = w->n_groups;
@@ -152,6 +162,15 @@ static int write_attributes(const DatasetWriter *w) {
     }
     for (size_t i = 0; i < sizeof counts / sizeof counts[0] && rc == 0; i++)
         rc = h5_write_attr(f, counts[i].name, H5T_NATIVE_UINT64, &counts[i].value, 1);
+    if (w->kind == DATASET_PAIRS) {
+        uint64_t n_pairs = w->n_docs / 2;
+        if (!rc) rc = h5_write_attr(f, "n_pairs", H5T_NATIVE_UINT64, &n_pairs, 1);
+        for (int r = 0; r < PAIR_DROP_REASONS && !rc; r++) {
+            char name[64];
+            snprintf(name, sizeof name, "n_dropped_%s", PAIR_DROP_NAMES[r]);
+            rc = h5_write_attr(f, name, H5T_NATIVE_UINT64, &w->pair_drops[r], 1);
+        }
+    }
     return rc;
 }
 
@@ -161,6 +180,8 @@ int dataset_writer_commit(DatasetWriter *w, PtError *e) {
     int rc = flush_tokens(w, e) || flush_offsets(w, e) ? -1 : 0;
     if (!rc && w->kind == DATASET_CHOICE && (w->n_groups ? w->groups[w->n_groups] : 0) != w->n_docs)
         rc = pt_fail(e, "%s: the last candidates belong to no group (dataset_writer_end_group)", w->out.path);
+    if (!rc && w->kind == DATASET_PAIRS && w->n_docs % 2)
+        rc = pt_fail(e, "%s: %" PRIu64 " documents: a pairs dataset holds two per pair", w->out.path, w->n_docs);
     if (!rc && write_attributes(w))
         rc = pt_fail(e, "%s: writing the attributes failed (disk full or not writable?)", w->out.path);
     H5Output out = w->out;
@@ -183,11 +204,12 @@ static int read_header(hid_t f, Dataset *d, PtError *e) {
     char *kind = NULL;
     uint64_t vocab;
     if (h5_read_str_attr(f, "kind", &kind, p, e)) return -1;
-    int bad_kind = strcmp(kind, "cpt") && strcmp(kind, "sft") && strcmp(kind, "choice");
-    d->kind = !strcmp(kind, "sft") ? DATASET_SFT : !strcmp(kind, "choice") ? DATASET_CHOICE : DATASET_CPT;
-    if (bad_kind) pt_fail(e, "%s: attribute 'kind' is '%s' (want cpt, sft or choice)", p, kind);
+    int k = DATASET_PAIRS;
+    while (k >= 0 && strcmp(kind, KIND_NAMES[k])) k--;
+    if (k < 0) pt_fail(e, "%s: attribute 'kind' is '%s' (want cpt, sft, choice or pairs)", p, kind);
     free(kind);
-    if (bad_kind) return -1;
+    if (k < 0) return -1;
+    d->kind = (DatasetKind)k;
     if (h5_read_str_attr(f, "tokenizer_hash", &d->tokenizer_hash, p, e) ||
         h5_read_attr(f, "vocab_size", H5T_NATIVE_UINT64, &vocab, 1, p, e) ||
         h5_read_attr(f, "n_tokens", H5T_NATIVE_UINT64, &d->n_tokens, 1, p, e) ||
@@ -200,6 +222,43 @@ static int read_header(hid_t f, Dataset *d, PtError *e) {
     uint64_t *counts[3] = {&d->n_dropped, &d->n_truncated, &d->n_skipped};
     for (int i = 0; i < 3; i++)
         if (h5_has_attr(f, names[i]) && h5_read_attr(f, names[i], H5T_NATIVE_UINT64, counts[i], 1, p, e)) return -1;
+    if (d->kind != DATASET_PAIRS) return 0;
+    if (h5_read_attr(f, "n_pairs", H5T_NATIVE_UINT64, &d->n_pairs, 1, p, e)) return -1;
+    for (int r = 0; r < PAIR_DROP_REASONS; r++) {
+        char name[64];
+        snprintf(name, sizeof name, "n_dropped_%s", PAIR_DROP_NAMES[r]);
+        if (h5_has_attr(f, name) && h5_read_attr(f, name, H5T_NATIVE_UINT64, &d->n_dropped_pair[r], 1, p, e))
+            return -1;
+    }
+    return 0;
+}
+
+// The first masked token of document doc, as an offset in it (its length when none is).
+static uint64_t first_masked(const Dataset *d, uint64_t doc) {
+    uint64_t a = d->doc_offsets[doc], n = dataset_doc_len(d, doc), i = 0;
+    while (i < n && !d->loss_mask[a + i]) i++;
+    return i;
+}
+
+// Pairs: two documents a pair, each with a response, both after one prompt.
+static int validate_pairs(const Dataset *d, PtError *e) {
+    const char *p = d->path;
+    if (d->n_docs % 2 || d->n_pairs != d->n_docs / 2)
+        return pt_fail(e, "%s: %" PRIu64 " documents and n_pairs = %" PRIu64 " (want two documents a pair)", p,
+                       d->n_docs, d->n_pairs);
+    for (uint64_t g = 0; g < d->n_pairs; g++) {
+        uint64_t c = 2 * g, r = c + 1, pc = first_masked(d, c), pr = first_masked(d, r);
+        if (pc == dataset_doc_len(d, c) || pr == dataset_doc_len(d, r))
+            return pt_fail(e, "%s: pair %" PRIu64 ": the %s (document %" PRIu64 ") has no masked token", p, g,
+                           pc == dataset_doc_len(d, c) ? "chosen" : "rejected", pc == dataset_doc_len(d, c) ? c : r);
+        uint64_t same = 0;
+        while (same < pc && same < pr &&
+               dataset_token(d, d->doc_offsets[c] + same) == dataset_token(d, d->doc_offsets[r] + same))
+            same++;
+        if (pc != pr || same < pc)
+            return pt_fail(e, "%s: pair %" PRIu64 ": the prompts differ (%" PRIu64 " and %" PRIu64 " tokens before the "
+                              "responses, the same up to token %" PRIu64 ")", p, g, pc, pr, same);
+    }
     return 0;
 }
 
@@ -230,7 +289,7 @@ static int validate(const Dataset *d, PtError *e) {
         if (go[g + 1] < go[g] + 2 || d->choice_label[g] >= go[g + 1] - go[g])
             return pt_fail(e, "%s: choice group %" PRIu64 " has %" PRIu64 " candidates and label %u (want at least 2, "
                               "the label among them)", p, g, go[g + 1] < go[g] ? 0 : go[g + 1] - go[g], d->choice_label[g]);
-    return 0;
+    return d->kind == DATASET_PAIRS ? validate_pairs(d, e) : 0;
 }
 
 // Reads /tokens as stored: uint16 or uint32.
@@ -387,6 +446,32 @@ static void print_span(FILE *out, const Dataset *d, const Tokenizer *tok, uint64
     }
 }
 
+// One part of the sample pair: tokens [a, b) of the dataset, at most SAMPLE_TOKENS of them.
+static void print_part(FILE *out, const Dataset *d, const Tokenizer *tok, const char *name, uint64_t a, uint64_t b) {
+    int cut = b - a > SAMPLE_TOKENS;
+    fprintf(out, "    %-9s (%" PRIu64 " tokens", name, b - a);
+    if (cut) fprintf(out, ", the first %d", SAMPLE_TOKENS);
+    fputs("): ", out);
+    print_span(out, d, tok, a, cut ? a + SAMPLE_TOKENS : b);
+    fputc('\n', out);
+}
+
+// Pairs: the counts by reason and pair 0 as prompt, chosen and rejected.
+static void inspect_pairs(FILE *out, const Dataset *d, const Tokenizer *tok) {
+    fprintf(out, "  pairs           %" PRIu64 " kept (documents 2g = prompt + chosen, 2g+1 = prompt + rejected), "
+                 "%" PRIu64 " truncated\n", d->n_pairs, d->n_truncated);
+    fprintf(out, "  left out        %" PRIu64 " dropped (", d->n_dropped);
+    for (int r = 0; r < PAIR_DROP_REASONS; r++)
+        fprintf(out, "%s%s %" PRIu64, r ? ", " : "", PAIR_DROP_NAMES[r], d->n_dropped_pair[r]);
+    fprintf(out, "), %" PRIu64 " skipped (bad)\n", d->n_skipped);
+    if (!d->n_pairs) return;
+    uint64_t c = d->doc_offsets[0], r = d->doc_offsets[1], n_prompt = first_masked(d, 0);
+    fprintf(out, "  sample (pair 0):\n");
+    print_part(out, d, tok, "prompt", c, c + n_prompt);
+    print_part(out, d, tok, "chosen", c + n_prompt, d->doc_offsets[1]);
+    print_part(out, d, tok, "rejected", r + n_prompt, d->doc_offsets[2]);
+}
+
 int dataset_inspect(const char *path, const Tokenizer *tok, FILE *out, PtError *e) {
     Dataset d;
     if (dataset_open(&d, path, e)) return -1;
@@ -398,7 +483,7 @@ int dataset_inspect(const char *path, const Tokenizer *tok, FILE *out, PtError *
     }
     if (d.loss_mask)
         for (uint64_t i = 0; i < d.n_tokens; i++) masked += d.loss_mask[i];
-    fprintf(out, "%s: token dataset (%s)\n", path, kind_name(d.kind));
+    fprintf(out, "%s: token dataset (%s)\n", path, dataset_kind_name(d.kind));
     fprintf(out, "  tokenizer_hash  %s\n", d.tokenizer_hash);
     if (tok && strcmp(tokenizer_hash(tok), d.tokenizer_hash))
         fprintf(out, "  WARNING         the given tokenizer's hash is %s: the sample below is decoded wrongly\n",
@@ -415,6 +500,11 @@ int dataset_inspect(const char *path, const Tokenizer *tok, FILE *out, PtError *
                 d.n_tokens ? 100.0 * masked / d.n_tokens : 0.0);
     if (d.kind == DATASET_CHOICE)
         fprintf(out, "  choice groups   %" PRIu64 " (a document per candidate, the prompt repeated)\n", d.n_groups);
+    if (d.kind == DATASET_PAIRS) {
+        inspect_pairs(out, &d, tok);
+        dataset_close(&d);
+        return 0;
+    }
     fprintf(out, "  left out        %" PRIu64 " dropped (too long), %" PRIu64 " truncated, %" PRIu64 " skipped (bad)\n",
             d.n_dropped, d.n_truncated, d.n_skipped);
     if (d.n_docs) {

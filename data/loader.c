@@ -17,6 +17,8 @@ void batch_alloc(Batch *b, int B, int T) {
     b->group_first = xcalloc(n + 1, sizeof(int), "batch groups");
     b->group_last = xcalloc(n, sizeof(int), "batch group rows");
     b->group_label = xcalloc(n, sizeof(int), "batch group labels");
+    b->cand_doc = xcalloc(n, sizeof(int64_t), "batch candidate documents");
+    b->cand_row0 = xcalloc(n, sizeof(int), "batch candidate rows");
     b->n_loss = 0;
 }
 
@@ -30,6 +32,8 @@ void batch_free(Batch *b) {
     free(b->group_first);
     free(b->group_last);
     free(b->group_label);
+    free(b->cand_doc);
+    free(b->cand_row0);
     memset(b, 0, sizeof *b);
 }
 
@@ -39,6 +43,18 @@ static uint64_t uniform_below(Rng *r, uint64_t n) {
     do x = rng_next(r);
     while (x >= limit);
     return x % n;
+}
+
+// Group g's documents [*first, *end): a choice group's candidates, or a pair's two.
+static void group_docs(const Loader *l, uint64_t g, uint64_t *first, uint64_t *end) {
+    *first = l->pairs ? 2 * g : l->d->choice_offsets[g];
+    *end = l->pairs ? 2 * g + 2 : l->d->choice_offsets[g + 1];
+}
+
+static uint64_t group_tokens(const Loader *l, uint64_t g) {
+    uint64_t first, end;
+    group_docs(l, g, &first, &end);
+    return l->d->doc_offsets[end] - l->d->doc_offsets[first];
 }
 
 // This epoch's order from cur.rng (Fisher-Yates); remembers where the RNG
@@ -66,12 +82,21 @@ int loader_open(Loader *l, const Dataset *d, int B, int T, uint64_t seed, int ra
     l->world = world;
     l->sft = d->kind != DATASET_CPT;
     l->choice = d->kind == DATASET_CHOICE;
-    if (l->choice) {
+    l->pairs = d->kind == DATASET_PAIRS;
+    if (l->pairs) {   // dataset_open saw a response in every document
+        for (uint64_t g = 0; g < d->n_pairs; g++)
+            if (group_tokens(l, g) > (uint64_t)T)
+                return pt_fail(e, "%s: pair %" PRIu64 " holds %" PRIu64 " tokens (prompt + chosen %" PRIu64 ", prompt + "
+                                  "rejected %" PRIu64 "), more than a row of %d: raise seq_len or tokenize with a "
+                                  "lower --max-len", d->path, g, group_tokens(l, g), dataset_doc_len(d, 2 * g),
+                               dataset_doc_len(d, 2 * g + 1), T);
+        l->n_items = d->n_pairs;
+        if (l->n_items == 0) return pt_fail(e, "%s: no pairs", d->path);
+    } else if (l->choice) {
         for (uint64_t i = 0; i < d->n_docs; i++)
             if (dataset_doc_len(d, i) == 0) return pt_fail(e, "%s: /doc_offsets: candidate %" PRIu64 " is empty", d->path, i);
         for (uint64_t g = 0; g < d->n_groups; g++) {
-            uint64_t first = d->choice_offsets[g], end = d->choice_offsets[g + 1];
-            uint64_t len = d->doc_offsets[end] - d->doc_offsets[first];
+            uint64_t first = d->choice_offsets[g], end = d->choice_offsets[g + 1], len = group_tokens(l, g);
             if (len > (uint64_t)T)
                 return pt_fail(e, "%s: choice group %" PRIu64 " holds %" PRIu64 " tokens (%" PRIu64 " candidates with "
                                   "the prompt each), more than a row of %d: raise the sequence length or shorten it",
@@ -170,48 +195,56 @@ static void fill_cpt_row(Loader *l, int *tok, int *tgt, int *pos, int *seg, uint
     }
 }
 
-// An SFT item's tokens in a row (cut to T), or a choice group's.
+// An SFT item's tokens in a row (cut to T), or a group's (choice, pairs).
 static int item_len(const Loader *l, uint64_t item) {
-    const Dataset *d = l->d;
-    uint64_t full = l->choice ? d->doc_offsets[d->choice_offsets[item + 1]] - d->doc_offsets[d->choice_offsets[item]]
-                              : dataset_doc_len(d, item);
+    uint64_t full = l->choice || l->pairs ? group_tokens(l, item) : dataset_doc_len(l->d, item);
     return full > (uint64_t)l->T ? l->T : (int)full;
 }
 
-// A row of choice groups at flat offset o of b: every candidate its own
-// segment, no token targets; the groups' last rows and labels into b.
-static void fill_choice_row(Loader *l, Batch *b, size_t o) {
+// A row of groups at flat offset o of b: every candidate its own segment;
+// the candidates' documents and rows and the groups' labels into b. A pair's
+// documents get SFT targets and mask (the next token of the same document),
+// a choice candidate none.
+static void fill_group_row(Loader *l, Batch *b, size_t o) {
     const Dataset *d = l->d;
     int T = l->T, t = 0, s = 0;
-    int *tok = b->tokens + o, *pos = b->pos + o, *seg = b->seg + o;
+    int *tok = b->tokens + o, *tgt = b->targets + o, *pos = b->pos + o, *seg = b->seg + o;
+    uint8_t *mask = b->mask + o;
     int64_t *src = b->src + o;
     while (t < T) {
-        uint64_t g = peek_item(l);
+        uint64_t g = peek_item(l), doc, end;
         if (g == UINT64_MAX || t + item_len(l, g) > T) break;
         l->cur.index++;
         int *first = &b->group_first[b->n_groups];
-        for (uint64_t doc = d->choice_offsets[g]; doc < d->choice_offsets[g + 1]; doc++, s++) {
+        for (group_docs(l, g, &doc, &end); doc < end; doc++, s++) {
             uint64_t off = d->doc_offsets[doc];
             int len = (int)dataset_doc_len(d, doc);
+            b->cand_doc[first[1]] = (int64_t)doc;
+            b->cand_row0[first[1]] = (int)o + t;
             for (int i = 0; i < len; i++) {
-                tok[t + i] = (int)dataset_token(d, off + (uint64_t)i);
-                src[t + i] = (int64_t)(off + (uint64_t)i);
+                uint64_t at = off + (uint64_t)i;
+                int next = l->pairs && i + 1 < len;
+                tok[t + i] = (int)dataset_token(d, at);
+                src[t + i] = (int64_t)at;
                 pos[t + i] = i;
                 seg[t + i] = s;
+                tgt[t + i] = next ? (int)dataset_token(d, at + 1) : -1;
+                mask[t + i] = next ? d->loss_mask[at + 1] : 0;
             }
             t += len;
             b->group_last[first[1]++] = (int)o + t - 1;
         }
-        b->group_label[b->n_groups++] = (int)d->choice_label[g];
+        b->group_label[b->n_groups++] = l->pairs ? 0 : (int)d->choice_label[g];
         first[2] = first[1];
     }
-    for (int i = t; i < T; i++) {   // padding: its own segment
+    for (int i = t; i < T; i++) {   // padding: its own segment, never trained
         tok[i] = 0;
         src[i] = -1;
         pos[i] = i - t;
         seg[i] = s;
+        tgt[i] = -1;
+        mask[i] = 0;
     }
-    for (int i = 0; i < T; i++) b->targets[o + i] = -1, b->mask[o + i] = 0;
 }
 
 // A row of another rank: the items it takes, without reading their tokens.
@@ -276,11 +309,11 @@ void loader_next(Loader *l, Batch *b) {
         for (int r = 0; r < l->B; r++) {
             size_t o = (size_t)r * T;
             if (w != l->rank) skip_row(l);
-            else if (l->choice) fill_choice_row(l, b, o);
+            else if (l->choice || l->pairs) fill_group_row(l, b, o);
             else if (l->sft) fill_sft_row(l, b->tokens + o, b->targets + o, b->pos + o, b->seg + o, b->mask + o, b->src + o);
             else fill_cpt_row(l, b->tokens + o, b->targets + o, b->pos + o, b->seg + o, b->mask + o, b->src + o);
         }
     int n = 0;
     for (size_t i = 0; i < (size_t)l->B * T; i++) n += b->mask[i];
-    b->n_loss = l->choice ? b->n_groups : n;
+    b->n_loss = l->choice || l->pairs ? b->n_groups : n;
 }

@@ -8,6 +8,9 @@
 // segment, with no token targets; the batch lists each group's last rows
 // and label for the decision head (model/choice_head.h), and n_loss counts
 // groups. A group longer than T is an error at open.
+// Pairs (preference data): as choice with a pair as the group (chosen first,
+// then rejected, label 0), each document with SFT targets and mask; n_loss
+// counts pairs. A pair longer than T is an error at open.
 // SFT: each epoch visits the examples (documents) in a seeded shuffled order
 // and packs whole examples into rows: every example gets its own segment id
 // (attention_forward's seg), positions restarting at 0, targets = the next
@@ -39,11 +42,13 @@ typedef struct {
     int *seg;          // [B*T] segment ids: position u is visible to t iff same row, u <= t, seg equal
     uint8_t *mask;     // [B*T] 1 where the loss counts (never where targets == -1)
     int64_t *src;      // [B*T] the dataset token each position's input is (its index in /tokens), -1 on padding
-    int n_loss;        // number of mask == 1 positions (choice: groups), what the loss averages over
-    int n_groups;      // choice: groups in the batch; group g's candidates end at rows
-    int *group_first;  //   group_last[group_first[g] .. group_first[g+1]) (flat b*T+t), [B*T+1]
-    int *group_last;   //   [B*T]
-    int *group_label;  //   [B*T]: the right candidate's index in its group
+    int n_loss;        // number of mask == 1 positions (choice: groups; pairs: pairs), what the loss averages over
+    int n_groups;      // choice, pairs: groups in the batch; group g's candidates are k in
+    int *group_first;  //   [group_first[g], group_first[g+1]) ([B*T+1]; a pair's: chosen, rejected),
+    int *group_last;   //   [B*T] candidate k's last row (flat b*T+t)
+    int *group_label;  //   [B*T] per group: the right candidate's index in it (pairs: 0, the chosen)
+    int64_t *cand_doc; //   [B*T] candidate k's document in the dataset
+    int *cand_row0;    //   [B*T] candidate k's first row (flat b*T+t)
 } Batch;
 
 void batch_alloc(Batch *b, int B, int T);
@@ -61,8 +66,9 @@ typedef struct {
     int B, T, rank, world;
     int sft;
     int choice;              // a choice dataset: items are groups (sft is set too: rows are packed)
+    int pairs;               // a pairs dataset: items are pairs (sft is set too)
     int doc_mask;            // CPT only: keep attention inside documents (off by default)
-    uint64_t n_items;        // CPT windows, SFT examples or choice groups in the dataset
+    uint64_t n_items;        // CPT windows, SFT examples, choice groups or pairs in the dataset
     uint64_t *order;         // this epoch's permutation of [0, n_items)
     LoaderCursor cur;
     uint64_t next_rng[4];    // shuffle RNG state after drawing this epoch's order

@@ -77,14 +77,19 @@ static int read_openai(json_t *root, const char *where, SftMessages *out, PtErro
     if (!json_is_array(arr)) return pt_fail(e, "%s: \"messages\" must be an array", where);
     size_t count = json_array_size(arr);
     if (count == 0) return pt_fail(e, "%s: \"messages\" is empty", where);
-    grow(out, count);
-    for (size_t i = 0; i < count; i++) {
-        json_t *m = json_array_get(arr, i);
-        json_t *role = json_is_object(m) ? json_object_get(m, "role") : NULL;
-        json_t *content = json_is_object(m) ? json_object_get(m, "content") : NULL;
+    if (sft_json_messages(arr, "message", where, grow(out, count), e)) return -1;
+    out->n = (int)count;
+    return 0;
+}
+
+int sft_json_messages(const void *array, const char *what, const char *where, ChatMessage *m, PtError *e) {
+    for (size_t i = 0; i < json_array_size(array); i++) {
+        json_t *msg = json_array_get(array, i);
+        json_t *role = json_is_object(msg) ? json_object_get(msg, "role") : NULL;
+        json_t *content = json_is_object(msg) ? json_object_get(msg, "content") : NULL;
         if (!json_is_string(role) || !json_is_string(content))
-            return pt_fail(e, "%s: message %zu needs string \"role\" and \"content\" fields", where, i);
-        add(out, json_string_value(role), json_string_value(content));
+            return pt_fail(e, "%s: %s %zu needs string \"role\" and \"content\" fields", where, what, i);
+        m[i] = (ChatMessage){json_string_value(role), json_string_value(content)};
     }
     return 0;
 }
@@ -222,13 +227,8 @@ int sft_read_messages(const CorpusRecord *rec, SftFormat want, const SftColumns 
     }
     if (want == SFT_FORMAT_CSV || want == SFT_FORMAT_TSV)   // corpus_open_chat reads every file as a table then
         return pt_fail(e, "%s: --format %s reads tables, not JSON lines", where, NAMES[want]);
-    size_t bad;
-    if (!utf8_valid(rec->data, rec->len, &bad))
-        return pt_fail(e, "%s: invalid UTF-8 at byte %zu of the line", where, bad);
-    json_error_t jerr;
-    json_t *root = out->json = json_loadb(rec->data, rec->len, 0, &jerr);
-    if (!root) return pt_fail(e, "%s: malformed JSON: %s (column %d)", where, jerr.text, jerr.column);
-    if (!json_is_object(root)) return pt_fail(e, "%s: expected a JSON object", where);
+    if (sft_json_line(rec->data, rec->len, where, &out->json, e)) return -1;
+    json_t *root = out->json;
     out->format = want ? want : detect(root, where, e);
     switch (out->format) {
     case SFT_FORMAT_OPENAI: return read_openai(root, where, out, e);
@@ -236,6 +236,21 @@ int sft_read_messages(const CorpusRecord *rec, SftFormat want, const SftColumns 
     case SFT_FORMAT_ALPACA: return read_alpaca(root, where, out, e);
     default: return -1;   // detect said why
     }
+}
+
+int sft_json_line(const char *line, size_t len, const char *where, void **root, PtError *e) {
+    size_t bad;
+    json_error_t jerr;
+    *root = NULL;
+    if (!utf8_valid(line, len, &bad)) return pt_fail(e, "%s: invalid UTF-8 at byte %zu of the line", where, bad);
+    json_t *j = json_loadb(line, len, 0, &jerr);
+    if (!j) return pt_fail(e, "%s: malformed JSON: %s (column %d)", where, jerr.text, jerr.column);
+    if (!json_is_object(j)) {
+        json_decref(j);
+        return pt_fail(e, "%s: expected a JSON object", where);
+    }
+    *root = j;
+    return 0;
 }
 
 void sft_messages_free(SftMessages *m) {

@@ -58,6 +58,14 @@ typedef struct {
 int sft_read_messages(const CorpusRecord *rec, SftFormat want, const SftColumns *cols, const char *where,
                       SftMessages *out, PtError *e);
 void sft_messages_free(SftMessages *m);
+// A JSON line that must be an object: valid UTF-8, well-formed, an object.
+// *root (a json_t *, the caller's to json_decref) on success, NULL otherwise.
+int sft_json_line(const char *line, size_t len, const char *where, void **root, PtError *e);
+// The messages of a JSON array (a json_t *) of {"role", "content"} objects
+// with string values, OpenAI's form, into m[0 .. its size), pointing into
+// it. Roles are not checked here. what names an entry in errors ("message",
+// "\"chosen\" message").
+int sft_json_messages(const void *array, const char *what, const char *where, ChatMessage *m, PtError *e);
 
 // The one-format-per-file rule, fed the records in input order: the first
 // record of a file whose format was found sets the file's; a later record of

@@ -264,31 +264,10 @@ static void test_accuracy_and_ece_by_hand(void **state) {
 
 // ---- the CLI
 
-typedef struct {
-    char dir[64];
-    Tokenizer *tok;
-} Env;
+typedef CliEnv Env;
 
-static int setup(void **state) {
-    Env *v = xcalloc(1, sizeof *v, "env");
-    strcpy(v->dir, "/tmp/pocket-test-choice-XXXXXX");
-    if (!mkdtemp(v->dir)) return -1;
-    PtError e;
-    if (tokenizer_load_file(&v->tok, "tests/fixtures/tok/tokenizer.json", &e)) {
-        fprintf(stderr, "%s\n", e.msg);
-        return -1;
-    }
-    *state = v;
-    return 0;
-}
-
-static int teardown(void **state) {
-    Env *v = *state;
-    int rc = sh("rm -rf '%s'", v->dir);
-    tokenizer_free(v->tok);
-    free(v);
-    return rc ? -1 : 0;
-}
+static int setup(void **state) { return cli_env_setup(state, "choice"); }
+static int teardown(void **state) { return cli_env_teardown(state); }
 
 static void write_file(const Env *v, const char *name, const char *text) {
     char path[256];

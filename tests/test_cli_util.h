@@ -1,7 +1,8 @@
 // test_cli_util.h: what the tests that drive the `pocket` binary share: the
 // binary ($POCKET), a shell command with printf arguments, a check that a
 // command left no output behind, and a tiny Qwen3
-// checkpoint of the fixture tokenizer's vocabulary (1505 ids) to train.
+// checkpoint of the fixture tokenizer's vocabulary (1505 ids) to train, and a
+// scratch folder with that tokenizer loaded.
 #pragma once
 #include <dirent.h>
 #include <stdarg.h>
@@ -9,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/wait.h>
+#include "../data/tokenizer.h"
 
 static inline const char *pocket(void) { return getenv("POCKET") ? getenv("POCKET") : "./pocket"; }
 
@@ -21,6 +23,35 @@ __attribute__((format(printf, 1, 2))) static inline int sh(const char *fmt, ...)
     va_end(ap);
     int st = system(cmd);
     return WIFEXITED(st) ? WEXITSTATUS(st) : 128;
+}
+
+// A scratch folder (/tmp/pocket-test-NAME-XXXXXX, removed with what is in it)
+// and the fixture tokenizer, for the tests that run pocket on data and read
+// back what it wrote. cmocka setup and teardown.
+typedef struct {
+    char dir[64];
+    Tokenizer *tok;
+} CliEnv;
+
+static inline int cli_env_setup(void **state, const char *name) {
+    CliEnv *v = (CliEnv *)xcalloc(1, sizeof *v, "env");
+    snprintf(v->dir, sizeof v->dir, "/tmp/pocket-test-%s-XXXXXX", name);
+    PtError e;
+    if (!mkdtemp(v->dir)) return -1;
+    if (tokenizer_load_file(&v->tok, "tests/fixtures/tok/tokenizer.json", &e)) {
+        fprintf(stderr, "%s\n", e.msg);
+        return -1;
+    }
+    *state = v;
+    return 0;
+}
+
+static inline int cli_env_teardown(void **state) {
+    CliEnv *v = (CliEnv *)*state;
+    int rc = sh("rm -rf '%s'", v->dir);
+    tokenizer_free(v->tok);
+    free(v);
+    return rc ? -1 : 0;
 }
 
 // 1 when no entry of dir starts with prefix (no output, no PATH.tmp.PID left behind).
