@@ -216,7 +216,7 @@ def check_dpo_trainer(pairs, ref, case, ours_loss, ours_metrics, ours_grads):
     model = AutoModelForCausalLM.from_pretrained(MODEL, dtype=torch.float64, attn_implementation="eager")
     model.eval()
     with tempfile.TemporaryDirectory() as tmp:
-        args = DPOConfig(output_dir=tmp, report_to=[], use_cpu=True, beta=beta, label_smoothing=eps,
+        args = DPOConfig(output_dir=tmp, report_to=[], use_cpu=True, bf16=False, beta=beta, label_smoothing=eps,
                          precompute_ref_log_probs=True, per_device_train_batch_size=1, disable_tqdm=True, **kw)
         dummy = datasets.Dataset.from_dict({"prompt": ["ab"], "chosen": [" c"], "rejected": [" d"]})
         trainer = DPOTrainer(model=model, args=args, train_dataset=dummy, processing_class=tiny_tokenizer())
@@ -268,8 +268,9 @@ def check_cpo_trainer(pairs, case, ours_loss, ours_metrics, ours_grads):
     model.eval()
     tok = tiny_tokenizer()
     with tempfile.TemporaryDirectory() as tmp:
-        args = CPOConfig(output_dir=tmp, report_to=[], use_cpu=True, loss_type="simpo", cpo_alpha=0.0, beta=beta,
-                         label_smoothing=eps, simpo_gamma=gamma, disable_tqdm=True, remove_unused_columns=False)
+        args = CPOConfig(output_dir=tmp, report_to=[], use_cpu=True, bf16=False, loss_type="simpo", cpo_alpha=0.0,
+                         beta=beta, label_smoothing=eps, simpo_gamma=gamma, disable_tqdm=True,
+                         remove_unused_columns=False)
         dummy = datasets.Dataset.from_dict({"prompt": ["ab"], "chosen": [" c"], "rejected": [" d"]})
         trainer = CPOTrainer(model=model, args=args, train_dataset=dummy, processing_class=tok)
         trainer.model.forward = types.MethodType(plain_forward_float64, trainer.model)
