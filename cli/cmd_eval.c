@@ -7,6 +7,7 @@
 #include "../train/choice_train.h"
 #include "../train/eval_compare.h"
 #include "../train/evaluate.h"
+#include "eval_pairs.h"
 #include "open_model.h"
 
 static void help(FILE *f) {
@@ -17,7 +18,10 @@ static void help(FILE *f) {
             "must equal the reference reply token for token. For choice data (tokenize --choice): the\n"
             "decision head's loss, accuracy and expected calibration error (ECE: confidence = the top\n"
             "candidate's softmax probability, 10 equal-width bins (b/10, (b+1)/10], the groups' weighted\n"
-            "mean of |accuracy - mean confidence| per bin).\n\n"
+            "mean of |accuracy - mean confidence| per bin). For pairs data (tokenize --pairs): a preference\n"
+            "loss against the reference model --ref, the share of pairs whose chosen response is rewarded\n"
+            "above the rejected one (preference accuracy), the mean reward margin, and TRL's metrics\n"
+            "(rewards/chosen ... logps/rejected; docs/preference.md).\n\n"
             "  --batch B          rows per batch (default 4)\n"
             "  --seq-len T        tokens per row (default: 512, at most the model's context)\n"
             "  --max-batches K    stop the loss pass after K batches (default: all)\n"
@@ -35,7 +39,15 @@ static void help(FILE *f) {
             "                     the share of positions whose top-1 token is the reference's, and both\n"
             "                     perplexities (the quantization quality report, as llama.cpp's\n"
             "                     llama-perplexity --kl-divergence; with --int4: the int4 model against\n"
-            "                     the float one). Default --batch 1 with it (two logit buffers per batch)\n"
+            "                     the float one). Default --batch 1 with it (two logit buffers per batch).\n"
+            "                     Pairs data: the reference model of the preference loss (the start of\n"
+            "                     the training run), run with the same numerics, without --lora\n"
+            "  --loss L           pairs data: sigmoid (default), robust, ipo or simpo (no --ref needed)\n"
+            "  --beta B           pairs data: the loss's beta (default 0.1)\n"
+            "  --label-smoothing E  pairs data: sigmoid, robust, simpo (default 0)\n"
+            "  --simpo-gamma G    pairs data, simpo: the target margin (default 0.5)\n"
+            "  --dump-pairs F     pairs data: each pair's log-probabilities (and its reference's) as JSON\n"
+            "                     lines into F\n"
             RUN_FLAGS_HELP);
 }
 
@@ -44,6 +56,20 @@ static int parse_int(const char *flag, const char *v, long lo, long *out) {
     long x = strtol(v, &end, 10);
     if (*end || !*v || x < lo) {
         fprintf(stderr, "pocket eval: %s '%s' must be an integer >= %ld\n", flag, v, lo);
+        return -1;
+    }
+    *out = x;
+    return 0;
+}
+
+// A real number of a flag in (lo, hi] (closed at lo when lo_closed, and open at hi when it is 0.5: smoothing).
+static int parse_real(const char *flag, const char *v, double lo, double hi, int lo_closed, double *out) {
+    char *end;
+    const double x = strtod(v, &end);
+    const int hi_open = hi == 0.5;
+    if (*end || !*v || !isfinite(x) || (lo_closed ? x < lo : x <= lo) || (hi_open ? x >= hi : x > hi)) {
+        fprintf(stderr, "pocket eval: %s '%s' must be a number in %c%g, %g%c\n", flag, v, lo_closed ? '[' : '(', lo, hi,
+                hi_open ? ')' : ']');
         return -1;
     }
     *out = x;
@@ -112,7 +138,8 @@ out:
 }
 
 int cmd_eval(int argc, char **argv) {
-    const char *ckpt = NULL, *data = NULL, *dump = NULL, *ref = NULL, *v;
+    const char *ckpt = NULL, *data = NULL, *dump = NULL, *ref = NULL, *dump_pairs = NULL, *v;
+    PrefLoss pl = {PREF_SIGMOID, 0.1, 0.0, 0.5};
     long batch = 0, seq = 512, max_batches = 0, n_exact = 200, threads = 0;
     long int4_group = 0;   // 0 = the default grid
     int int4 = 0, int4_symmetric = 0, doc_mask = 0, flag;
@@ -127,6 +154,21 @@ int cmd_eval(int argc, char **argv) {
         else if ((v = arg_value(argc, argv, &i, "--data"))) data = v;
         else if ((v = arg_value(argc, argv, &i, "--dump-scores"))) dump = v;
         else if ((v = arg_value(argc, argv, &i, "--ref"))) ref = v;
+        else if ((v = arg_value(argc, argv, &i, "--dump-pairs"))) dump_pairs = v;
+        else if ((v = arg_value(argc, argv, &i, "--loss"))) {
+            for (pl.kind = 0; pl.kind < PREF_LOSS_COUNT && strcmp(v, pref_loss_name(pl.kind)); pl.kind++) {}
+            if (pl.kind == PREF_LOSS_COUNT) {
+                fprintf(stderr, "pocket eval: --loss '%s' must be sigmoid, robust, ipo or simpo\n", v);
+                return 2;
+            }
+        }
+        else if ((v = arg_value(argc, argv, &i, "--beta"))) { if (parse_real("--beta", v, 0, 1000, 0, &pl.beta)) return 2; }
+        else if ((v = arg_value(argc, argv, &i, "--label-smoothing"))) {
+            if (parse_real("--label-smoothing", v, 0, 0.5, 1, &pl.label_smoothing)) return 2;
+        }
+        else if ((v = arg_value(argc, argv, &i, "--simpo-gamma"))) {
+            if (parse_real("--simpo-gamma", v, 0, 1000, 1, &pl.simpo_gamma)) return 2;
+        }
         else if ((v = arg_value(argc, argv, &i, "--batch"))) { if (parse_int("--batch", v, 1, &batch)) return 2; }
         else if ((v = arg_value(argc, argv, &i, "--seq-len"))) { if (parse_int("--seq-len", v, 2, &seq)) return 2; }
         else if ((v = arg_value(argc, argv, &i, "--max-batches"))) { if (parse_int("--max-batches", v, 0, &max_batches)) return 2; }
@@ -172,6 +214,11 @@ int cmd_eval(int argc, char **argv) {
         goto out;
     }
     double t0 = now_seconds();
+    if (d.kind == DATASET_PAIRS) {
+        rc = eval_pairs(m, &d, ckpt, ref, &oo, &pl, dump_pairs, &e);
+        if (rc) fprintf(stderr, "pocket eval: %s\n", e.msg);
+        goto out;
+    }
     if (d.kind == DATASET_CHOICE && ref) {
         fprintf(stderr, "pocket eval: --ref compares next-token distributions; %s is choice data\n", data);
         goto out;

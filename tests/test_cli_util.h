@@ -113,3 +113,24 @@ static inline int write_cpt_recipe(const char *dir, const char *name, const char
             dir, dir, dir, lr, extra);
     return fclose(f) == 0 ? 0 : -1;
 }
+
+#ifdef fail_msg   // with cmocka
+#include <sys/stat.h>
+// The command fails with one stderr line containing `says` (its stderr kept in dir/err.txt), and `out` (if given)
+// does not exist afterwards: nothing half-written is left.
+static inline void assert_refused_in(const char *dir, const char *cmd, const char *out, const char *says) {
+    char err[600], line[2048] = "";
+    snprintf(err, sizeof err, "%s/err.txt", dir);
+    int rc = sh("%s >/dev/null 2>%s", cmd, err);
+    if (rc == 0) fail_msg("accepted: %s", cmd);
+    FILE *f = fopen(err, "r");
+    size_t n = fread(line, 1, sizeof line - 1, f);
+    fclose(f);
+    line[n] = 0;
+    char *nl = strchr(line, '\n');
+    if (!nl || nl[1]) fail_msg("not one line: [%s] from %s", line, cmd);
+    if (!strstr(line, says)) fail_msg("[%s] lacks \"%s\"", line, says);
+    struct stat st;
+    if (out && stat(out, &st) == 0) fail_msg("%s was written by %s", out, cmd);
+}
+#endif

@@ -14,6 +14,7 @@ int objective_open(Objective *o, const Recipe *r, PtError *e) {
     if (r->distill.enabled) return distill_objective_open(o, e);
     switch (r->train.mode) {
     case TRAIN_MODE_CHOICE: o->ops = &objective_choice; return 0;
+    case TRAIN_MODE_DPO: return preference_objective_open(o, e);
     default: o->ops = &objective_token; return 0;
     }
 }
@@ -24,7 +25,7 @@ void objective_free(Objective *o) {
 }
 
 DatasetKind objective_dataset_kind(int mode) {
-    static const DatasetKind kinds[TRAIN_MODE_COUNT] = {DATASET_CPT, DATASET_SFT, DATASET_CHOICE};
+    static const DatasetKind kinds[TRAIN_MODE_COUNT] = {DATASET_CPT, DATASET_SFT, DATASET_CHOICE, DATASET_PAIRS};
     return kinds[mode];
 }
 

@@ -59,6 +59,7 @@ struct Objective {
     const char *metric[OBJECTIVE_MAX_METRICS];   // names as metrics.jsonl writes them
     double sums[OBJECTIVE_MAX_METRICS];          // summed by the heads' passes since objective_reset
     int eval_metrics;                            // evaluations report them too (prefixed val_)
+    int plotted[OBJECTIVE_MAX_METRICS];          // a panel of loss.svg each
     double flops_per_token;                      // what the loss adds to a step's FLOPs (a teacher's forward)
     LossHead head;                               // the head handed out last (an implementation's)
     void *impl;

@@ -32,16 +32,19 @@ void series_free(Series *s) {
 }
 
 #define W 720
-#define H 420
+#define PANEL_H 380   // a panel's height: the plot area and its axis labels
 #define LEFT 70
 #define RIGHT 20
 #define TOP 40
 #define BOTTOM 50
 
-typedef struct { double x0, x1, y0, y1; } Box;
+// A panel's value range and where its plot area lies (top .. top + PANEL_H - TOP - BOTTOM).
+typedef struct { double x0, x1, y0, y1, top; } Box;
 
 static double px(const Box *b, double x) { return LEFT + (x - b->x0) / (b->x1 - b->x0) * (W - LEFT - RIGHT); }
-static double py(const Box *b, double y) { return H - BOTTOM - (y - b->y0) / (b->y1 - b->y0) * (H - TOP - BOTTOM); }
+static double py(const Box *b, double y) {
+    return b->top + (PANEL_H - TOP - BOTTOM) - (y - b->y0) / (b->y1 - b->y0) * (PANEL_H - TOP - BOTTOM);
+}
 
 static void extend(Box *b, const Series *s) {
     for (int i = 0; i < s->n; i++) {
@@ -63,33 +66,44 @@ static void polyline(FILE *f, const Box *b, const Series *s, const char *color, 
             fprintf(f, "<circle cx=\"%.1f\" cy=\"%.1f\" r=\"3\" fill=\"%s\"/>\n", px(b, s->x[i]), py(b, s->y[i]), color);
 }
 
-int plot_loss_svg(const char *path, const char *title, const Series *train, const Series *val, PtError *e) {
-    AtomicFile af;
-    if (atomic_open(&af, path, e)) return -1;
-    FILE *f = af.f;
-    Box b = {INFINITY, -INFINITY, INFINITY, -INFINITY};
-    extend(&b, train);
-    extend(&b, val);
-    if (!isfinite(b.x0)) b = (Box){0, 1, 0, 1};
+// One panel whose title line is at y = top - 18 and plot area starts at top.
+static void panel(FILE *f, const PlotPanel *p, double top) {
+    Box b = {INFINITY, -INFINITY, INFINITY, -INFINITY, top};
+    extend(&b, p->train);
+    extend(&b, p->val);
+    if (!isfinite(b.x0)) b = (Box){0, 1, 0, 1, top};
     if (b.x1 <= b.x0) b.x1 = b.x0 + 1;
     if (b.y1 <= b.y0) b.y1 = b.y0 + 1;
     double pad = 0.05 * (b.y1 - b.y0);
     b.y0 -= pad;
     b.y1 += pad;
-    fprintf(f, "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%d\" height=\"%d\" font-family=\"sans-serif\" "
-               "font-size=\"12\">\n<rect width=\"100%%\" height=\"100%%\" fill=\"white\"/>\n", W, H);
-    fprintf(f, "<text x=\"%d\" y=\"22\" font-size=\"15\">%s</text>\n", LEFT, title);
+    const double bottom = top + PANEL_H - TOP - BOTTOM;
     for (int i = 0; i <= 5; i++) {   // grid with labelled ticks
         double yv = b.y0 + (b.y1 - b.y0) * i / 5, xv = b.x0 + (b.x1 - b.x0) * i / 5;
         fprintf(f, "<line x1=\"%d\" x2=\"%d\" y1=\"%.1f\" y2=\"%.1f\" stroke=\"#ddd\"/>\n", LEFT, W - RIGHT, py(&b, yv), py(&b, yv));
         fprintf(f, "<text x=\"%d\" y=\"%.1f\" text-anchor=\"end\">%.3g</text>\n", LEFT - 6, py(&b, yv) + 4, yv);
-        fprintf(f, "<text x=\"%.1f\" y=\"%d\" text-anchor=\"middle\">%.0f</text>\n", px(&b, xv), H - BOTTOM + 18, xv);
+        fprintf(f, "<text x=\"%.1f\" y=\"%.1f\" text-anchor=\"middle\">%.0f</text>\n", px(&b, xv), bottom + 18, xv);
     }
-    fprintf(f, "<text x=\"%d\" y=\"%d\" text-anchor=\"middle\">step</text>\n", (W + LEFT) / 2, H - 12);
-    polyline(f, &b, train, "#1f77b4", 0);
-    polyline(f, &b, val, "#ff7f0e", 1);
-    fprintf(f, "<text x=\"%d\" y=\"22\" fill=\"#1f77b4\">train loss</text>\n", W - 230);
-    fprintf(f, "<text x=\"%d\" y=\"22\" fill=\"#ff7f0e\">validation loss</text>\n", W - 140);
+    fprintf(f, "<text x=\"%d\" y=\"%.1f\" text-anchor=\"middle\">step</text>\n", (W + LEFT) / 2, bottom + 38);
+    polyline(f, &b, p->train, "#1f77b4", 0);
+    polyline(f, &b, p->val, "#ff7f0e", 1);
+    fprintf(f, "<text x=\"%d\" y=\"%.1f\" fill=\"#1f77b4\">train %s</text>\n", LEFT, top - 8, p->name);
+    fprintf(f, "<text x=\"%d\" y=\"%.1f\" fill=\"#ff7f0e\">validation %s</text>\n", W / 2, top - 8, p->name);
+}
+
+int plot_svg(const char *path, const char *title, const PlotPanel *panels, int n, PtError *e) {
+    AtomicFile af;
+    if (atomic_open(&af, path, e)) return -1;
+    FILE *f = af.f;
+    fprintf(f, "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%d\" height=\"%d\" font-family=\"sans-serif\" "
+               "font-size=\"12\">\n<rect width=\"100%%\" height=\"100%%\" fill=\"white\"/>\n", W, 40 + n * PANEL_H);
+    fprintf(f, "<text x=\"%d\" y=\"22\" font-size=\"15\">%s</text>\n", LEFT, title);
+    for (int i = 0; i < n; i++) panel(f, &panels[i], 40 + TOP + (double)i * PANEL_H);
     fprintf(f, "</svg>\n");
     return atomic_commit(&af, e);
+}
+
+int plot_loss_svg(const char *path, const char *title, const Series *train, const Series *val, PtError *e) {
+    const PlotPanel loss = {"loss", train, val};
+    return plot_svg(path, title, &loss, 1, e);
 }

@@ -10,5 +10,13 @@ typedef struct {
 void series_add(Series *s, double x, double y);
 void series_truncate_after(Series *s, double x_max);   // drops points with x > x_max
 void series_free(Series *s);
-// Train (line) and validation (line with dots) loss against step; written atomically.
+// Panels stacked top to bottom, each a figure against step with its own
+// y-axis: its training series (a line) and validation series (a line with
+// dots), either may be empty. Written atomically.
+typedef struct {
+    const char *name;              // "loss", "rewards/accuracies", ...
+    const Series *train, *val;
+} PlotPanel;
+int plot_svg(const char *path, const char *title, const PlotPanel *panels, int n, PtError *e);
+// One panel: train (line) and validation (line with dots) loss against step.
 int plot_loss_svg(const char *path, const char *title, const Series *train, const Series *val, PtError *e);

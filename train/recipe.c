@@ -33,9 +33,10 @@ static const KeySpec KEYS[] = {
      "tokenizer.json for a fresh model (a checkpoint carries its own)"},
     {"data", "train", KT_STR, F(data.train), "", NULL, NULL, 1, "training token dataset (.h5 from pocket tokenize)"},
     {"data", "val", KT_STR, F(data.val), "", NULL, NULL, 0, "validation token dataset; empty = no evaluation"},
-    {"train", "mode", KT_CHOICE, F(train.mode), "cpt", NULL, "cpt|sft|choice", 0,
+    {"train", "mode", KT_CHOICE, F(train.mode), "cpt", NULL, "cpt|sft|choice|dpo", 0,
      "cpt: continued pre-training on every token; sft: loss on assistant tokens only; choice: the decision head's "
-     "cross-entropy over each group's candidates (tokenize --choice)"},
+     "cross-entropy over each group's candidates (tokenize --choice); dpo: a [preference] loss over pairs of a "
+     "chosen and a rejected response (tokenize --pairs)"},
     {"train", "choice_token", KT_INT, F(train.choice_token), "0", "[0, 2147483647]", NULL, 0,
      "choice: the lm_head row that is the decision head; 0 = the model's own head, else the first row past the "
      "tokenizer's tokens (one is appended when there is none)"},
@@ -168,6 +169,16 @@ static const KeySpec KEYS[] = {
     {"draft", "vocab", KT_INT, F(draft.vocab), "0", "[0, 2147483647]", NULL, 0,
      "the draft proposes only the `vocab` tokens most frequent in the training data's responses (its lm_head in "
      "the MNN package keeps only their rows); 0 = every token"},
+    // choice order = PrefLossKind in model/preference.h
+    {"preference", "loss", KT_CHOICE, F(preference.loss), "sigmoid", NULL, "sigmoid|robust|ipo|simpo", 0,
+     "train.mode = dpo: sigmoid (DPO; with label_smoothing, conservative DPO), robust (robust DPO), ipo, or simpo "
+     "(no reference; per-token log-probabilities); defined as TRL defines them (docs/preference.md)"},
+    {"preference", "beta", KT_FLOAT, F(preference.beta), "0.1", "(0, 1000]", NULL, 0,
+     "the loss's beta: how far from the reference the policy may move (SimPO's reward scale: 2 to 2.5 is usual)"},
+    {"preference", "label_smoothing", KT_FLOAT, F(preference.label_smoothing), "0", "[0, 0.5)", NULL, 0,
+     "sigmoid, robust, simpo: the assumed share of pairs whose preference is flipped"},
+    {"preference", "simpo_gamma", KT_FLOAT, F(preference.simpo_gamma), "0.5", "[0, 1000]", NULL, 0,
+     "simpo: the target reward margin gamma (the loss uses gamma / beta)"},
 };
 #define N_KEYS ((int)(sizeof KEYS / sizeof KEYS[0]))
 #undef F
@@ -534,6 +545,12 @@ int recipe_load(Recipe *r, const char *path, int n_sets, char **sets, PtError *e
         return pt_fail(e, "%s: [qat] freeze_codes_step (%ld) is before [qat] start_step (%ld); codes can only be "
                        "frozen once fake-quant runs", src, r->qat.freeze_codes_step, r->qat.start_step);
     if (lora_check(r, src, e) || draft_check(r, src, e)) return -1;
+    if (r->train.mode == TRAIN_MODE_DPO && r->distill.enabled)
+        return pt_fail(e, "%s: [distill] with train.mode = dpo is not supported (a preference loss compares whole "
+                       "responses; distillation matches next-token distributions)", src);
+    if (r->preference.loss == PREF_IPO && r->preference.label_smoothing > 0)
+        return pt_fail(e, "%s: [preference] label_smoothing (%g) has no meaning for loss = ipo", src,
+                       (double)r->preference.label_smoothing);
     if (r->distill.enabled && r->train.mode == TRAIN_MODE_CHOICE)
         return pt_fail(e, "%s: [distill] distils next-token distributions; train.mode = choice trains the decision "
                        "head's scores, which a teacher does not give", src);
@@ -596,7 +613,7 @@ void recipe_help(FILE *f) {
 }
 
 const char *train_mode_name(int mode) {
-    static const char *const names[TRAIN_MODE_COUNT] = {"cpt", "sft", "choice"};
+    static const char *const names[TRAIN_MODE_COUNT] = {"cpt", "sft", "choice", "dpo"};
     return mode >= 0 && mode < TRAIN_MODE_COUNT ? names[mode] : "?";
 }
 
@@ -638,4 +655,8 @@ int recipe_lora(const Recipe *r, LoraConfig *c, const char *where, PtError *e) {
     c->alpha = r->lora.alpha;
     c->dropout = r->lora.dropout;
     return lora_targets_parse(r->lora.targets, &c->targets, where, e);
+}
+
+void recipe_preference(const Recipe *r, PrefLoss *l) {
+    *l = (PrefLoss){r->preference.loss, r->preference.beta, r->preference.label_smoothing, r->preference.simpo_gamma};
 }

@@ -8,6 +8,7 @@
 //     [lora]   a LoRA / QLoRA adapter trained on a frozen base
 //     [distill] distillation from a teacher's next-token distributions
 //     [draft]  a DFlash speculative draft trained against the frozen int4 model
+//     [preference] the preference loss of train.mode = dpo
 //
 // The key table in recipe.c is the one place the keys are listed: it drives
 // parsing, --set overrides, validation, `--help` and the resolved recipe the
@@ -24,12 +25,13 @@
 #include <stdio.h>
 #include "../util/util.h"
 #include "../model/model.h"
+#include "../model/preference.h"
 #include "../qat/qat.h"
 #include "schedule.h"
 
 #define RECIPE_STR 180   // string fields; "key = \"value\"" still fits inih's line
 
-enum { TRAIN_MODE_CPT, TRAIN_MODE_SFT, TRAIN_MODE_CHOICE, TRAIN_MODE_COUNT };
+enum { TRAIN_MODE_CPT, TRAIN_MODE_SFT, TRAIN_MODE_CHOICE, TRAIN_MODE_DPO, TRAIN_MODE_COUNT };
 enum { TRAIN_MATMUL_FP32, TRAIN_MATMUL_BF16 };
 enum { GRAD_REDUCE_FP32, GRAD_REDUCE_BF16 };
 enum { NCCL_AUTO, NCCL_ALWAYS };
@@ -109,6 +111,10 @@ typedef struct {
         float loss_decay;             // block position i weighs exp(-(i-1)/loss_decay)
         int vocab;                    // tokens the draft proposes (draft_pick_vocab); 0 = all
     } draft;
+    struct {
+        int loss;                     // PrefLossKind (model/preference.h): sigmoid, robust, ipo, simpo
+        float beta, label_smoothing, simpo_gamma;
+    } preference;
 } Recipe;
 
 // Defaults, then the file at `path` (NULL: none), then the --set overrides
@@ -126,7 +132,7 @@ void recipe_write(const Recipe *r, FILE *f);
 // the caller prints its own heading).
 void recipe_help(FILE *f);
 
-const char *train_mode_name(int mode);   // "cpt", "sft", "choice"
+const char *train_mode_name(int mode);   // "cpt", "sft", "choice", "dpo"
 // What a recipe asks for, in the terms of the parts that run it: the
 // model's numerics, the optimizer, the schedule (the trainer supplies the
 // total number of updates once it has derived it) and the QAT run.
@@ -134,6 +140,8 @@ void recipe_model_options(const Recipe *r, ModelOptions *o);
 void recipe_adamw(const Recipe *r, AdamWConfig *c);
 void recipe_schedule(const Recipe *r, long total_steps, Schedule *s);
 void recipe_qat(const Recipe *r, QatRunConfig *c);
+// [preference] as the loss of model/preference.h.
+void recipe_preference(const Recipe *r, PrefLoss *l);
 // [lora] as an adapter configuration; fails on targets it cannot parse
 // (messages start with `where`). recipe_load has checked it.
 int recipe_lora(const Recipe *r, LoraConfig *c, const char *where, PtError *e);

@@ -100,7 +100,7 @@ void run_dir_keep_newest(const char *dir, int keep) {
     }
 }
 
-int run_dir_reload_metrics(const char *dir, long step, Series *train, Series *val, PtError *e) {
+int run_dir_reload_metrics(const char *dir, long step, const char *const *keys, Series *series, int n, PtError *e) {
     char *path = path_join(dir, "metrics.jsonl");
     FILE *f = fopen(path, "r");
     int rc = 0;
@@ -115,9 +115,10 @@ int run_dir_reload_metrics(const char *dir, long step, Series *train, Series *va
                 long s = (long)json_integer_value(json_object_get(j, "step"));
                 if (s <= step) {
                     fputs(line, af.f);
-                    json_t *loss = json_object_get(j, "loss"), *v = json_object_get(j, "val_loss");
-                    if (json_is_number(loss)) series_add(train, s, json_number_value(loss));
-                    if (json_is_number(v)) series_add(val, s, json_number_value(v));
+                    for (int k = 0; k < n; k++) {
+                        json_t *v = json_object_get(j, keys[k]);
+                        if (json_is_number(v)) series_add(&series[k], s, json_number_value(v));
+                    }
                 }
                 json_decref(j);
             }

@@ -21,7 +21,8 @@ char *run_dir_checkpoint_path(const char *dir, long step);   // malloc'd
 // Deletes all but the `keep` newest ckpt-*.h5 (best.h5 is not one of them).
 void run_dir_keep_newest(const char *dir, int keep);
 // metrics.jsonl on resume: drops the lines past `step` (those steps run
-// again) and rebuilds the loss curves from the rest.
-int run_dir_reload_metrics(const char *dir, long step, Series *train, Series *val, PtError *e);
+// again) and rebuilds the curves from the rest: series[k] gets every value
+// of keys[k] with its step.
+int run_dir_reload_metrics(const char *dir, long step, const char *const *keys, Series *series, int n, PtError *e);
 // Appends one line and takes the reference to j.
 void run_dir_append_metrics(const char *dir, json_t *j);

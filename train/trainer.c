@@ -44,7 +44,10 @@ typedef struct {
     AdamWConfig adam;
     double peak_gflops, flops_per_token;
     double step_metrics[OBJECTIVE_MAX_METRICS];   // the objective's metrics of the last step, per counted item
-    Series train_curve, val_curve;
+    // The curves of loss.svg: the loss and each plotted metric, training then validation
+    // (curve[0] train loss, curve[1] validation loss, then pairs per objective metric).
+    Series curve[2 + 2 * OBJECTIVE_MAX_METRICS];
+    char curve_key[2 + 2 * OBJECTIVE_MAX_METRICS][96];
     char *dir;
 } Trainer;
 
@@ -189,6 +192,15 @@ static void add_metrics(Trainer *t, json_t *j, const char *prefix, double count,
     }
 }
 
+// loss.svg: the loss, and a panel for each metric the objective plots.
+static int plot(Trainer *t, const char *path, PtError *e) {
+    PlotPanel panels[1 + OBJECTIVE_MAX_METRICS] = {{"loss", &t->curve[0], &t->curve[1]}};
+    int n = 1;
+    for (int k = 0; k < t->obj.n_metrics; k++)
+        if (t->obj.plotted[k]) panels[n++] = (PlotPanel){t->obj.metric[k], &t->curve[2 + 2 * k], &t->curve[3 + 2 * k]};
+    return plot_svg(path, t->r->train.run_dir, panels, n, e);
+}
+
 static int evaluate(Trainer *t, PtError *e) {
     if (!t->has_val) return 0;
     if (t->tr.ops->use_step_weights(&t->tr, t->st.step, e)) return -1;
@@ -200,12 +212,14 @@ static int evaluate(Trainer *t, PtError *e) {
     comm_sum_doubles(t->comm, sums, 2, "the validation loss");
     double val = sums[1] > 0 ? sums[0] / sums[1] : NAN;
     json_t *j = t->lead ? json_object() : NULL;
-    if (t->obj.eval_metrics) add_metrics(t, j, "val_", sums[1], NULL);
+    double metrics[OBJECTIVE_MAX_METRICS];
+    if (t->obj.eval_metrics) add_metrics(t, j, "val_", sums[1], metrics);
     if (isnan(val)) {
         json_decref(j);
         return pt_fail(e, "%s: the validation data gives the %s's loss nothing to count", t->r->data.val, t->tr.what);
     }
-    series_add(&t->val_curve, t->st.step, val);
+    series_add(&t->curve[1], t->st.step, val);
+    for (int k = 0; t->obj.eval_metrics && k < t->obj.n_metrics; k++) series_add(&t->curve[3 + 2 * k], t->st.step, metrics[k]);
     int best = val < t->st.best_val_loss;
     if (best) t->st.best_val_loss = val;
     if (best) {
@@ -219,11 +233,15 @@ static int evaluate(Trainer *t, PtError *e) {
     json_object_update(line, j);
     json_decref(j);
     run_dir_append_metrics(t->dir, line);
-    printf("step %ld: validation loss %.4f (perplexity %.2f)%s\n", (long)t->st.step, val, exp(val),
-           best ? ", best so far" : "");
+    printf("step %ld: validation loss %.4f (", (long)t->st.step, val);
+    if (t->obj.eval_metrics)   // the objective's own figures; a perplexity only means something for a token loss
+        for (int k = 0; k < t->obj.n_metrics; k++) printf("%s%s %.4f", k ? ", " : "", t->obj.metric[k], metrics[k]);
+    else
+        printf("perplexity %.2f", exp(val));
+    printf(")%s\n", best ? ", best so far" : "");
     if (rc) return rc;
     char *svg = path_join(t->dir, "loss.svg");
-    rc = plot_loss_svg(svg, t->r->train.run_dir, &t->train_curve, &t->val_curve, e);
+    rc = plot(t, svg, e);
     free(svg);
     write_sample(t);
     return rc;
@@ -301,8 +319,7 @@ static void trainer_free(Trainer *t) {
     objective_free(&t->obj);   // before the trainee: a teacher's model runs on the same device
     if (t->dev.be) trainee_free(&t->tr);
     if (t->dev.be) dev_free(&t->dev);
-    series_free(&t->train_curve);
-    series_free(&t->val_curve);
+    for (int k = 0; k < 2 + 2 * OBJECTIVE_MAX_METRICS; k++) series_free(&t->curve[k]);
     free(t->dir);
 }
 
@@ -312,7 +329,9 @@ static int announce(Trainer *t, const char *resumed, long tokens_per_step, PtErr
     if (!t->lead) return 0;
     if (resumed) printf("resuming from %s (step %ld)\n", resumed, (long)t->st.step);
     else printf("starting from %s\n", r->model.init);
-    if (run_dir_reload_metrics(t->dir, (long)t->st.step, &t->train_curve, &t->val_curve, e)) return -1;
+    const char *keys[2 + 2 * OBJECTIVE_MAX_METRICS];
+    for (int k = 0; k < 2 + 2 * t->obj.n_metrics; k++) keys[k] = t->curve_key[k];
+    if (run_dir_reload_metrics(t->dir, (long)t->st.step, keys, t->curve, 2 + 2 * t->obj.n_metrics, e)) return -1;
     char *path = path_join(t->dir, "recipe.ini");   // the resolved recipe, beside the run's outputs
     AtomicFile af;
     int rc = atomic_open(&af, path, e);
@@ -366,6 +385,12 @@ static int set_up(Trainer *t, char **resumed, PtError *e) {
         if (rc == 0) rc = t->obj.ops->start(&t->obj, &t->tr.m, t->comm, t->dir, *resumed != NULL, e);
     }
     if (agree(t, rc, e)) return -1;
+    snprintf(t->curve_key[0], sizeof t->curve_key[0], "loss");
+    snprintf(t->curve_key[1], sizeof t->curve_key[1], "val_loss");
+    for (int k = 0; k < t->obj.n_metrics; k++) {
+        snprintf(t->curve_key[2 + 2 * k], sizeof t->curve_key[0], "%s", t->obj.metric[k]);
+        snprintf(t->curve_key[3 + 2 * k], sizeof t->curve_key[0], "val_%s", t->obj.metric[k]);
+    }
     if (uses_nccl(t)) {
         const int bf16 = r->train.grad_reduce == GRAD_REDUCE_BF16;
         if (agree(t, dp_use_nccl(&t->dp, bf16, e), e)) return -1;
@@ -424,7 +449,8 @@ int train_run(const Recipe *r, Comm *comm, volatile sig_atomic_t *stop, PtError 
             }
         } else {
             t.st.bad_steps = 0;
-            series_add(&t.train_curve, t.st.step, loss);
+            series_add(&t.curve[0], t.st.step, loss);
+            for (int k = 0; k < t.obj.n_metrics; k++) series_add(&t.curve[2 + 2 * k], t.st.step, t.step_metrics[k]);
         }
         if (t.lead) {
             float lr = schedule_lr(&t.sched, t.adam.lr, t.st.step - 1);

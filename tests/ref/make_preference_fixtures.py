@@ -54,6 +54,7 @@ Measured: losses within 4e-15, gradients within 9e-16 of TRL's.
 Stored (float32; integers as exact float32 values):
   pair<g>.prompt, pair<g>.chosen, pair<g>.rejected   token ids
   logps [6], n_tokens [6], ref_logps [6]             order: chosen0, rejected0, chosen1, ...
+  logps_lo [6], ref_logps_lo [6]                     the float64 values' residuals after float32 (hi + lo)
   case<k>.params [4]    loss_id (0 sigmoid, 1 robust, 2 ipo, 3 simpo), beta, label_smoothing, simpo_gamma
   case<k>.loss [1], case<k>.metrics [6]  rewards/chosen, rewards/rejected, rewards/accuracies,
                                          rewards/margins, logps/chosen, logps/rejected
@@ -318,7 +319,11 @@ def main():
     g = torch.Generator().manual_seed(SEED + 2)
     ref = logps0 + (torch.rand(6, generator=g) - 0.5) * 0.8
 
-    out = {"logps": logps0, "n_tokens": n, "ref_logps": ref}
+    # float32 keeps logps to about 4e-6 absolute, which the log-ratios' differences magnify; the residuals
+    # (float64 - float32, themselves stored as float32) carry the rest, so hi + lo is the float64 value
+    out = {"logps": logps0, "n_tokens": n, "ref_logps": ref,
+           "logps_lo": logps0 - logps0.to(torch.float32).to(torch.float64),
+           "ref_logps_lo": ref - ref.to(torch.float32).to(torch.float64)}
     for i, (p, c, r) in enumerate(pairs):
         out.update({f"pair{i}.prompt": torch.tensor(p), f"pair{i}.chosen": torch.tensor(c),
                     f"pair{i}.rejected": torch.tensor(r)})
