@@ -1,28 +1,30 @@
 // pocket tokenize: corpus files or chat JSONL -> HDF5 token dataset.
 //
-// Records are read in blocks on the main thread, tokenized in parallel (one
-// record per task) and appended to the dataset in input order, so the output
-// does not depend on the thread count.
+// A corpus goes through tokenize_corpus.c. Chat and choice records are read
+// in blocks on the main thread, tokenized in parallel (one record per task)
+// and appended to the dataset in input order, so the output does not depend
+// on the thread count.
 #include <inttypes.h>
 #include <omp.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
 #include "../data/choice.h"
 #include "../data/corpus.h"
 #include "../data/dataset.h"
 #include "../data/sft.h"
 #include "commands.h"
+#include "tokenize_corpus.h"
 #include "tokenize_pairs.h"
+#include "tokenize_report.h"
 
-enum { BLOCK_RECORDS = 1024, BLOCK_BYTES = 8 << 20, MAX_SKIP_WARNINGS = 5 };
+enum { BLOCK_RECORDS = 1024, BLOCK_BYTES = 8 << 20 };
 
 static void help(FILE *f) {
     fprintf(f,
             "usage: pocket tokenize --tokenizer tokenizer.json|CKPT.h5 [--chat|--choice|--pairs [--chat-template FILE]]\n"
             "                       [--max-len N] [--truncate] [--format F] [--prompt-column C]\n"
-            "                       [--completion-column C] [--system-column C] [--skip-bad] [--threads N]\n"
-            "                       INPUT... --out DATA.h5\n"
+            "                       [--completion-column C] [--system-column C] [--skip-bad] [--dedup]\n"
+            "                       [--threads N] INPUT... --out DATA.h5\n"
             "       pocket tokenize --tokenizer tokenizer.json|CKPT.h5 --print-ids FILE\n\n"
             "Tokenizes text into an HDF5 token dataset for `pocket train` and `pocket eval`.\n\n"
             "INPUT is a .txt file (one document), a .jsonl file (one document per line, its \"text\" field),\n"
@@ -70,6 +72,8 @@ static void help(FILE *f) {
             "  --skip-bad   skip and count bad records (malformed JSON or CSV, bad roles, missing fields or\n"
             "               columns, another format than the file's, invalid UTF-8) instead of stopping at the\n"
             "               first one; the count is printed and stored in the dataset (skipped)\n"
+            "  --dedup      (corpus) drop documents whose text repeats an earlier one exactly (by content\n"
+            "               hash); the count is printed and stored in the dataset (duplicates)\n"
             "  --threads N  worker threads (default: OMP_NUM_THREADS or all cores)\n"
             "  --print-ids FILE  print the token ids of FILE's whole text on one line; writes no dataset\n"
             "  --per-line   (--print-ids) one line of ids per line of FILE (each tokenized alone)\n");
@@ -80,7 +84,7 @@ typedef struct {
     ChatTemplate *tmpl;
     SftFormat format;
     SftColumns cols;
-    int chat, choice, pairs, truncate, skip_bad, threads, per_line;
+    int chat, choice, pairs, truncate, skip_bad, dedup, threads, per_line;
     size_t max_len;
     char **inputs;
     int n_inputs;
@@ -123,6 +127,7 @@ static int parse_args(int argc, char **argv, Args *a) {
         else if (!strcmp(argv[i], "--pairs")) a->pairs = 1;
         else if (!strcmp(argv[i], "--truncate")) a->truncate = 1;
         else if (!strcmp(argv[i], "--skip-bad")) a->skip_bad = 1;
+        else if (!strcmp(argv[i], "--dedup")) a->dedup = 1;
         else if (!strcmp(argv[i], "--per-line")) a->per_line = 1;
         else if ((v = arg_value(argc, argv, &i, "--max-len"))) {
             if (parse_count("--max-len", v, &a->max_len)) return -1;
@@ -140,6 +145,8 @@ static int parse_args(int argc, char **argv, Args *a) {
     else if (!a->print_ids && !a->out) problem = "--out is required";
     else if (!a->print_ids && !a->n_inputs) problem = "no INPUT given";
     else if (a->chat + a->choice + a->pairs > 1) problem = "--chat, --choice and --pairs exclude each other";
+    else if (a->dedup && (a->chat || a->choice || a->pairs))
+        problem = "--dedup applies to a corpus (not --chat, --choice or --pairs)";
     else if (a->choice && a->truncate) problem = "--truncate applies to --chat only (a choice group is kept whole)";
     else if (!a->chat && !a->choice && !a->pairs && (a->max_len || a->truncate))
         problem = "--max-len and --truncate apply to --chat and --pairs (and --max-len to --choice) only";
@@ -184,41 +191,16 @@ static int print_ids(const Tokenizer *tok, const char *path, int per_line) {
 }
 
 // One record and what its worker made of it.
-typedef enum { JOB_OK, JOB_EMPTY, JOB_DROPPED, JOB_BAD, JOB_FATAL } JobStatus;
+typedef enum { JOB_OK, JOB_DROPPED, JOB_BAD, JOB_FATAL } JobStatus;
 typedef struct {
     CorpusRecord rec;
-    SftExample ex;         // CPT uses ids/n only
+    SftExample ex;         // --chat
     ChoiceExample ch;      // --choice
     JobStatus status;
     SftFormat format;      // the record's SFT format, as found
     int truncated;
     PtError err;
 } Job;
-
-static void run_cpt_job(const Tokenizer *tok, int eot, Job *j) {
-    char *text;
-    size_t len;
-    j->ex.n = 0;
-    if (corpus_record_text(&j->rec, &text, &len, &j->err)) { j->status = JOB_BAD; return; }
-    PtError te;
-    if (tokenizer_encode(tok, text, len, &j->ex.ids, &j->ex.n, &j->ex.cap, &te)) {
-        char where[1100];
-        pt_fail(&j->err, "%s: %s", corpus_where(&j->rec, where, sizeof where), te.msg);
-        j->status = JOB_BAD;
-    } else if (j->ex.n == 0) {
-        j->status = JOB_EMPTY;
-    } else {
-        if (j->ex.n == j->ex.cap) {
-            j->ex.cap = 2 * j->ex.cap + 1;
-            int *grown = realloc(j->ex.ids, j->ex.cap * sizeof(int));
-            if (!grown) die("out of memory growing token ids");
-            j->ex.ids = grown;
-        }
-        j->ex.ids[j->ex.n++] = eot;   // documents end with <|endoftext|>
-        j->status = JOB_OK;
-    }
-    free(text);
-}
 
 static void run_sft_job(const Tokenizer *tok, const Args *a, Job *j) {
     char where[1100];
@@ -276,24 +258,9 @@ static int add_choice_group(DatasetWriter *w, const ChoiceExample *ch, PtError *
     return rc;
 }
 
-typedef struct {
-    uint64_t docs, dropped, truncated, skipped, empty;
-} Counts;
-
-static void progress(const Corpus *c, const DatasetWriter *w, double t0, int final) {
-    double dt = now_seconds() - t0, mb = corpus_bytes_read(c) / 1e6;
-    fprintf(stderr, "\r  %.1f MB read, %.2f MB/s, %" PRIu64 " tokens, %" PRIu64 " documents%s", mb,
-            dt > 0 ? mb / dt : 0.0, dataset_writer_tokens(w), dataset_writer_docs(w), final ? "\n" : "");
-}
-
+// Chat (--chat) or choice (--choice) records.
 static int tokenize_inputs(const Args *a, const Tokenizer *tok) {
     PtError e;
-    int eot = tokenizer_token_id(tok, "<|endoftext|>");
-    if (!a->chat && !a->choice && eot < 0) {
-        fprintf(stderr, "pocket tokenize: %s: the tokenizer has no <|endoftext|> token to separate documents\n",
-                a->tokenizer);
-        return 1;
-    }
     Corpus *corpus;
     char table = a->format == SFT_FORMAT_CSV ? ',' : a->format == SFT_FORMAT_TSV ? '\t' : 0;
     if (a->chat ? corpus_open_chat(&corpus, a->inputs, a->n_inputs, table, &e)
@@ -302,20 +269,19 @@ static int tokenize_inputs(const Args *a, const Tokenizer *tok) {
         return 1;
     }
     DatasetWriter *w;
-    DatasetKind kind = a->chat ? DATASET_SFT : a->choice ? DATASET_CHOICE : DATASET_CPT;
+    DatasetKind kind = a->chat ? DATASET_SFT : DATASET_CHOICE;
     if (dataset_writer_open(&w, a->out, kind, tokenizer_vocab_size(tok),
                             tokenizer_hash(tok), &e)) {
         fprintf(stderr, "pocket tokenize: %s\n", e.msg);
         corpus_close(corpus);
         return 1;
     }
-    int threads = a->threads ? a->threads : omp_get_max_threads(), tty = isatty(2), rc = 0, more = 1;
+    int threads = a->threads ? a->threads : omp_get_max_threads(), rc = 0, more = 1;
     int read_failed = 0;
     PtError read_err;
-    double t0 = now_seconds(), last_progress = t0;
-    int shown = 0;   // a progress line is on the terminal
-    Counts n = {0};
-    PtError first_skip = {0};
+    TokenizeProgress progress;
+    tokenize_progress_start(&progress);
+    TokenizeCounts n = {0};
     SftFormatGuard guard = {0};
     Job *jobs = xcalloc(BLOCK_RECORDS, sizeof *jobs, "jobs");
     while (more && !rc) {
@@ -330,8 +296,7 @@ static int tokenize_inputs(const Args *a, const Tokenizer *tok) {
 #pragma omp parallel for schedule(dynamic, 1) num_threads(threads)
         for (int i = 0; i < n_jobs; i++) {
             if (a->chat) run_sft_job(tok, a, &jobs[i]);
-            else if (a->choice) run_choice_job(tok, a, &jobs[i]);
-            else run_cpt_job(tok, eot, &jobs[i]);
+            else run_choice_job(tok, a, &jobs[i]);
         }
         for (int i = 0; i < n_jobs; i++) {
             Job *j = &jobs[i];
@@ -342,14 +307,11 @@ static int tokenize_inputs(const Args *a, const Tokenizer *tok) {
                     e = j->err;
                     rc = 1;
                 } else if (j->status == JOB_BAD) {
-                    if (n.skipped == 0) first_skip = j->err;
-                    if (n.skipped++ < MAX_SKIP_WARNINGS)
-                        fprintf(stderr, "%spocket tokenize: skipped %s\n", shown ? "\n" : "", j->err.msg);
-                } else if (j->status == JOB_EMPTY) n.empty++;
-                else if (j->status == JOB_DROPPED) n.dropped++;
+                    tokenize_skip(&n, &j->err, &progress);
+                } else if (j->status == JOB_DROPPED) n.dropped++;
                 else {
                     if (a->choice ? add_choice_group(w, &j->ch, &e)
-                                  : dataset_writer_add(w, j->ex.ids, a->chat ? j->ex.mask : NULL, j->ex.n, &e))
+                                  : dataset_writer_add(w, j->ex.ids, j->ex.mask, j->ex.n, &e))
                         rc = 1;
                     n.truncated += (uint64_t)j->truncated;
                 }
@@ -364,30 +326,17 @@ static int tokenize_inputs(const Args *a, const Tokenizer *tok) {
             e = read_err;
             rc = 1;
         }
-        if (tty && !rc && now_seconds() - last_progress > 0.5) {
-            progress(corpus, w, t0, 0);
-            last_progress = now_seconds();
-            shown = 1;
-        }
+        if (!rc)
+            tokenize_progress(&progress, corpus, w, corpus_bytes_read(corpus), corpus_input_done(corpus), 0);
     }
     for (int i = 0; i < BLOCK_RECORDS; i++) {
         sft_example_free(&jobs[i].ex);
         choice_example_free(&jobs[i].ch);
     }
     free(jobs);
-    if (!rc && dataset_writer_docs(w) == 0) {
-        if (n.skipped && !n.dropped && !n.empty)
-            pt_fail(&e, "every record (%" PRIu64 ") was bad and skipped, so no dataset is written; the first: %s",
-                    n.skipped, first_skip.msg);
-        else
-            pt_fail(&e, "no document with any token in the inputs (%" PRIu64 " skipped, %" PRIu64 " dropped, %" PRIu64
-                        " empty)", n.skipped, n.dropped, n.empty);
-        rc = 1;
-    }
-    if (n.skipped > MAX_SKIP_WARNINGS)
-        fprintf(stderr, "pocket tokenize: ... %" PRIu64 " bad records skipped in all\n", n.skipped);
-    if (shown) progress(corpus, w, t0, 1);
     uint64_t tokens = dataset_writer_tokens(w), docs = dataset_writer_docs(w);
+    tokenize_progress(&progress, corpus, w, corpus_bytes_read(corpus), corpus_input_done(corpus), 1);
+    if (!rc) rc = tokenize_finish(&n, docs, &e) ? 1 : 0;
     double mb = corpus_bytes_read(corpus) / 1e6;
     int n_files = corpus_n_files(corpus);
     corpus_close(corpus);
@@ -401,12 +350,9 @@ static int tokenize_inputs(const Args *a, const Tokenizer *tok) {
         fprintf(stderr, "pocket tokenize: %s\n", e.msg);
         return 1;
     }
-    double dt = now_seconds() - t0;
-    printf("pocket tokenize: %s: %" PRIu64 " %s, %" PRIu64 " tokens from %d file%s (%.2f MB in %.2f s, %.2f MB/s, "
-           "%d threads); dropped %" PRIu64 ", truncated %" PRIu64 ", skipped %" PRIu64 ", empty %" PRIu64 "\n",
-           a->out, docs, a->chat ? (docs == 1 ? "example" : "examples") : a->choice ? "(prompt + candidate) sequences"
-                                   : (docs == 1 ? "document" : "documents"), tokens, n_files, n_files == 1 ? "" : "s", mb, dt,
-           dt > 0 ? mb / dt : 0.0, threads, n.dropped, n.truncated, n.skipped, n.empty);
+    tokenize_summary(a->out, a->chat ? "example" : "(prompt + candidate) sequences",
+                     a->chat ? "examples" : "(prompt + candidate) sequences", docs, tokens, n_files, mb,
+                     now_seconds() - progress.t0, threads, &n, 0);
     return 0;
 }
 
@@ -448,9 +394,11 @@ int cmd_tokenize(int argc, char **argv) {
         return 1;
     }
     PairsOptions pairs = {a.inputs, a.n_inputs, a.out, a.max_len, a.truncate, a.skip_bad, a.threads};
-    int rc = a.print_ids ? print_ids(tok, a.print_ids, a.per_line)
-             : a.pairs   ? tokenize_pairs(&pairs, tok, a.tmpl)
-                         : tokenize_inputs(&a, tok);
+    CorpusArgs corpus = {a.tokenizer, a.out, a.inputs, a.n_inputs, a.threads, a.skip_bad, a.dedup};
+    int rc = a.print_ids          ? print_ids(tok, a.print_ids, a.per_line)
+             : a.pairs            ? tokenize_pairs(&pairs, tok, a.tmpl)
+             : a.chat || a.choice ? tokenize_inputs(&a, tok)
+                                  : tokenize_corpus(&corpus, tok);
     chat_template_free(a.tmpl);
     tokenizer_free(tok);
     free(a.inputs);

@@ -28,6 +28,8 @@ struct Corpus {
     size_t len, pos, cap;
     int eof;
     uint64_t bytes;
+    int64_t *sizes;         // per file as stored, for progress (-1: not a regular file)
+    int64_t total;          // their sum, -1 when one is unknown
 };
 
 static int ends_with(const char *s, const char *suffix) {
@@ -100,6 +102,7 @@ void corpus_close(Corpus *c) {
     free(c->headers);
     free(c->header_len);
     free(c->header_line);
+    free(c->sizes);
     free(c->buf);
     free(c);
 }
@@ -139,6 +142,11 @@ static int open_inputs(Corpus **out, char *const *inputs, int n_inputs, int tabl
     c->headers = xcalloc((size_t)c->n_files, sizeof *c->headers, "table headers");
     c->header_len = xcalloc((size_t)c->n_files, sizeof *c->header_len, "table headers");
     c->header_line = xcalloc((size_t)c->n_files, sizeof *c->header_line, "table headers");
+    c->sizes = xcalloc((size_t)c->n_files, sizeof *c->sizes, "file sizes");
+    for (int i = 0; i < c->n_files; i++) {
+        c->sizes[i] = file_size(c->files[i]);
+        c->total = c->sizes[i] < 0 || c->total < 0 ? -1 : c->total + c->sizes[i];
+    }
     *out = c;
     return 0;
 }
@@ -154,6 +162,18 @@ int corpus_open_chat(Corpus **out, char *const *inputs, int n_inputs, char table
 int corpus_n_files(const Corpus *c) { return c->n_files; }
 const char *corpus_file(const Corpus *c, int i) { return c->files[i]; }
 uint64_t corpus_bytes_read(const Corpus *c) { return c->bytes; }
+int64_t corpus_input_total(const Corpus *c) { return c->total; }
+
+uint64_t corpus_input_done(const Corpus *c) {
+    uint64_t done = 0;
+    int finished = c->gz ? c->cur : c->next_file;   // the open file counts up to where zlib has read
+    for (int i = 0; i < finished; i++) done += c->sizes[i] > 0 ? (uint64_t)c->sizes[i] : 0;
+    if (c->gz) {
+        z_off_t at = gzoffset(c->gz);
+        done += at > 0 ? (uint64_t)at : 0;
+    }
+    return done;
+}
 
 // Reads up to n bytes; 0 at a clean end of stream. A truncated or corrupt
 // gzip stream is an error (zlib reports it as a short read plus an error).

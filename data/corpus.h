@@ -38,6 +38,11 @@ int corpus_open_chat(Corpus **out, char *const *inputs, int n_inputs, char table
 // 1: *rec holds the next record; 0: end of the inputs; -1: error (e).
 int corpus_next(Corpus *c, CorpusRecord *rec, PtError *e);
 uint64_t corpus_bytes_read(const Corpus *c);   // decompressed bytes so far (progress)
+// How far reading has got through the input files as they are stored
+// (compressed bytes for .gz), and their total size, for an ETA; the total is
+// -1 when an input is not a regular file (a pipe).
+uint64_t corpus_input_done(const Corpus *c);
+int64_t corpus_input_total(const Corpus *c);
 int corpus_n_files(const Corpus *c);
 const char *corpus_file(const Corpus *c, int i);
 void corpus_close(Corpus *c);

@@ -28,7 +28,7 @@ struct DatasetWriter {
     uint64_t *off_buf;         // OFFSET_BUFFER
     size_t tok_fill, off_fill;
     uint64_t n_tokens, n_docs;
-    uint64_t n_dropped, n_truncated, n_skipped;
+    uint64_t n_dropped, n_truncated, n_skipped, n_duplicates;
     uint64_t pair_drops[PAIR_DROP_REASONS];   // pairs: n_dropped by reason
     uint64_t *groups, n_groups, groups_cap;   // choice: group offsets into the documents, kept until commit
     uint32_t *labels;
@@ -142,6 +142,7 @@ void dataset_writer_set_pair_drops(DatasetWriter *w, const uint64_t dropped[PAIR
     w->n_dropped = 0;
     for (int r = 0; r < PAIR_DROP_REASONS; r++) w->n_dropped += w->pair_drops[r] = dropped[r];
 }
+void dataset_writer_set_duplicates(DatasetWriter *w, uint64_t n_duplicates) { w->n_duplicates = n_duplicates; }
 
 uint64_t dataset_writer_tokens(const DatasetWriter *w) { return w->n_tokens; }
 uint64_t dataset_writer_docs(const DatasetWriter *w) { return w->n_docs; }
@@ -150,7 +151,7 @@ static int write_attributes(const DatasetWriter *w) {
     const struct { const char *name; uint64_t value; } counts[] = {
         {"vocab_size", (uint64_t)w->vocab_size}, {"n_tokens", w->n_tokens}, {"n_docs", w->n_docs},
         {"n_dropped", w->n_dropped}, {"n_truncated", w->n_truncated}, {"n_skipped", w->n_skipped},
-        {"format_version", FORMAT_VERSION},
+        {"format_version", FORMAT_VERSION}, {"n_duplicates", w->n_duplicates},
     };
     hid_t f = w->out.file;
     int rc = h5_write_utf8_attr(f, "kind", dataset_kind_name(w->kind)) || h5_write_utf8_attr(f, "tokenizer_hash", w->hash);
@@ -218,9 +219,9 @@ static int read_header(hid_t f, Dataset *d, PtError *e) {
     if (vocab == 0 || vocab > INT32_MAX) return pt_fail(e, "%s: attribute vocab_size %" PRIu64 " is out of range", p, vocab);
     d->vocab_size = (int)vocab;
     // Counts of what tokenize left out are informational; older writers may lack them.
-    const char *names[3] = {"n_dropped", "n_truncated", "n_skipped"};
-    uint64_t *counts[3] = {&d->n_dropped, &d->n_truncated, &d->n_skipped};
-    for (int i = 0; i < 3; i++)
+    const char *names[4] = {"n_dropped", "n_truncated", "n_skipped", "n_duplicates"};
+    uint64_t *counts[4] = {&d->n_dropped, &d->n_truncated, &d->n_skipped, &d->n_duplicates};
+    for (int i = 0; i < 4; i++)
         if (h5_has_attr(f, names[i]) && h5_read_attr(f, names[i], H5T_NATIVE_UINT64, counts[i], 1, p, e)) return -1;
     if (d->kind != DATASET_PAIRS) return 0;
     if (h5_read_attr(f, "n_pairs", H5T_NATIVE_UINT64, &d->n_pairs, 1, p, e)) return -1;
@@ -505,8 +506,8 @@ int dataset_inspect(const char *path, const Tokenizer *tok, FILE *out, PtError *
         dataset_close(&d);
         return 0;
     }
-    fprintf(out, "  left out        %" PRIu64 " dropped (too long), %" PRIu64 " truncated, %" PRIu64 " skipped (bad)\n",
-            d.n_dropped, d.n_truncated, d.n_skipped);
+    fprintf(out, "  left out        %" PRIu64 " dropped (too long), %" PRIu64 " truncated, %" PRIu64 " skipped (bad), %"
+                 PRIu64 " duplicates\n", d.n_dropped, d.n_truncated, d.n_skipped, d.n_duplicates);
     if (d.n_docs) {
         uint64_t a = d.doc_offsets[0], b = d.doc_offsets[1];
         int cut = b - a > SAMPLE_TOKENS;

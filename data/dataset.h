@@ -13,8 +13,8 @@
 //                 index inside its group
 //   attributes on "/": kind ("cpt"|"sft"|"choice"|"pairs"), tokenizer_hash (SHA-256 hex of the
 //   tokenizer.json bytes), vocab_size, n_tokens, n_docs, n_dropped,
-//   n_truncated, n_skipped, format_version; pairs also n_pairs and
-//   n_dropped_<reason> for each PairDropReason (their sum is n_dropped).
+//   n_truncated, n_skipped, n_duplicates (pocket tokenize --dedup), format_version;
+//   pairs also n_pairs and n_dropped_<reason> for each PairDropReason (their sum is n_dropped).
 // A CPT document ends with the end-of-text token; an SFT document is one
 // rendered chat example. Pairs (preference data, data/pairs.h): documents 2g
 // and 2g+1 are pair g's prompt + chosen and prompt + rejected, the mask 1 on
@@ -50,6 +50,7 @@ typedef struct {
     int token_bytes;          // 2 (uint16 storage) or 4 (uint32)
     uint64_t n_tokens, n_docs;
     uint64_t n_dropped, n_truncated, n_skipped;   // what tokenize left out, for reports
+    uint64_t n_duplicates;    // exact duplicates tokenize --dedup left out (0 in older files)
     void *tokens;             // uint16_t[n_tokens] or uint32_t[n_tokens]
     uint64_t *doc_offsets;    // n_docs + 1
     uint8_t *loss_mask;       // n_tokens, NULL for CPT
@@ -109,6 +110,7 @@ int dataset_writer_end_group(DatasetWriter *w, uint32_t label, PtError *e);
 void dataset_writer_set_counts(DatasetWriter *w, uint64_t n_dropped, uint64_t n_truncated, uint64_t n_skipped);
 // Pairs: the drops by reason (n_dropped is set to their sum).
 void dataset_writer_set_pair_drops(DatasetWriter *w, const uint64_t dropped[PAIR_DROP_REASONS]);
+void dataset_writer_set_duplicates(DatasetWriter *w, uint64_t n_duplicates);
 uint64_t dataset_writer_tokens(const DatasetWriter *w);
 uint64_t dataset_writer_docs(const DatasetWriter *w);
 // The output file, for what a command stores beside the tokens (attributes

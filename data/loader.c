@@ -164,13 +164,13 @@ static uint64_t doc_of(const Dataset *d, uint64_t i) {
     return lo;
 }
 
-static void fill_cpt_row(Loader *l, int *tok, int *tgt, int *pos, int *seg, uint8_t *mask, int64_t *src) {
+static int fill_cpt_row(Loader *l, int *tok, int *tgt, int *pos, int *seg, uint8_t *mask, int64_t *src) {
     const Dataset *d = l->d;
     int T = l->T;
     uint64_t item = peek_item(l);
     if (item == UINT64_MAX) {   // one pass, and it is over: padding
         for (int t = 0; t < T; t++) tok[t] = 0, tgt[t] = -1, pos[t] = t, seg[t] = 0, mask[t] = 0, src[t] = -1;
-        return;
+        return 0;
     }
     uint64_t start = item * (uint64_t)T;
     l->cur.index++;
@@ -193,6 +193,7 @@ static void fill_cpt_row(Loader *l, int *tok, int *tgt, int *pos, int *seg, uint
         tgt[t] = ends_doc ? -1 : (int)dataset_token(d, i + 1);
         mask[t] = ends_doc ? 0 : 1;
     }
+    return T;
 }
 
 // An SFT item's tokens in a row (cut to T), or a group's (choice, pairs).
@@ -204,8 +205,8 @@ static int item_len(const Loader *l, uint64_t item) {
 // A row of groups at flat offset o of b: every candidate its own segment;
 // the candidates' documents and rows and the groups' labels into b. A pair's
 // documents get SFT targets and mask (the next token of the same document),
-// a choice candidate none.
-static void fill_group_row(Loader *l, Batch *b, size_t o) {
+// a choice candidate none. Returns the row's real tokens.
+static int fill_group_row(Loader *l, Batch *b, size_t o) {
     const Dataset *d = l->d;
     int T = l->T, t = 0, s = 0;
     int *tok = b->tokens + o, *tgt = b->targets + o, *pos = b->pos + o, *seg = b->seg + o;
@@ -245,25 +246,27 @@ static void fill_group_row(Loader *l, Batch *b, size_t o) {
         tgt[i] = -1;
         mask[i] = 0;
     }
+    return t;
 }
 
 // A row of another rank: the items it takes, without reading their tokens.
-static void skip_row(Loader *l) {
+static int skip_row(Loader *l) {
     if (!l->sft) {
-        if (peek_item(l) != UINT64_MAX) l->cur.index++;
-        return;
+        if (peek_item(l) == UINT64_MAX) return 0;
+        l->cur.index++;
+        return l->T;
     }
     for (int t = 0;;) {
         uint64_t item = peek_item(l);
-        if (item == UINT64_MAX) return;
+        if (item == UINT64_MAX) return t;
         int len = item_len(l, item);
-        if (t + len > l->T) return;
+        if (t + len > l->T) return t;
         l->cur.index++;
         t += len;
     }
 }
 
-static void fill_sft_row(Loader *l, int *tok, int *tgt, int *pos, int *seg, uint8_t *mask, int64_t *src) {
+static int fill_sft_row(Loader *l, int *tok, int *tgt, int *pos, int *seg, uint8_t *mask, int64_t *src) {
     const Dataset *d = l->d;
     int T = l->T, t = 0, s = 0;
     while (t < T) {
@@ -295,25 +298,34 @@ static void fill_sft_row(Loader *l, int *tok, int *tgt, int *pos, int *seg, uint
         tgt[i] = -1;
         mask[i] = 0;
     }
+    return t;
 }
 
 void loader_set_one_pass(Loader *l) { l->one_pass = 1; }
 
 int loader_done(const Loader *l) { return l->one_pass && l->cur.index == l->n_items; }
 
-void loader_next(Loader *l, Batch *b) {
-    int T = l->T;
+void loader_batch_begin(Batch *b) {
     b->n_groups = 0;
     b->group_first[0] = b->group_first[1] = 0;
-    for (int w = 0; w < l->world; w++)
-        for (int r = 0; r < l->B; r++) {
-            size_t o = (size_t)r * T;
-            if (w != l->rank) skip_row(l);
-            else if (l->choice || l->pairs) fill_group_row(l, b, o);
-            else if (l->sft) fill_sft_row(l, b->tokens + o, b->targets + o, b->pos + o, b->seg + o, b->mask + o, b->src + o);
-            else fill_cpt_row(l, b->tokens + o, b->targets + o, b->pos + o, b->seg + o, b->mask + o, b->src + o);
-        }
+}
+
+int loader_next_row(Loader *l, Batch *b, size_t o, int fill) {
+    if (!fill) return skip_row(l);
+    if (l->choice || l->pairs) return fill_group_row(l, b, o);
+    if (l->sft) return fill_sft_row(l, b->tokens + o, b->targets + o, b->pos + o, b->seg + o, b->mask + o, b->src + o);
+    return fill_cpt_row(l, b->tokens + o, b->targets + o, b->pos + o, b->seg + o, b->mask + o, b->src + o);
+}
+
+void loader_batch_end(const Loader *l, Batch *b) {
     int n = 0;
-    for (size_t i = 0; i < (size_t)l->B * T; i++) n += b->mask[i];
+    for (size_t i = 0; i < (size_t)b->B * b->T; i++) n += b->mask[i];
     b->n_loss = l->choice || l->pairs ? b->n_groups : n;
+}
+
+void loader_next(Loader *l, Batch *b) {
+    loader_batch_begin(b);
+    for (int w = 0; w < l->world; w++)
+        for (int r = 0; r < l->B; r++) loader_next_row(l, b, (size_t)r * l->T, w == l->rank);
+    loader_batch_end(l, b);
 }

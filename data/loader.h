@@ -91,6 +91,16 @@ void loader_set_one_pass(Loader *l);
 // Whether a one-pass loader has handed out every item.
 int loader_done(const Loader *l);
 void loader_next(Loader *l, Batch *b);   // this rank's next micro-batch; b from batch_alloc(b, l->B, l->T)
+
+// The same, a row at a time (loader_next is these three; data/mixture.h fills
+// one batch's rows from several loaders): begin empties b's choice groups;
+// next_row takes the stream's next row, filled into b at flat offset o (a
+// multiple of T) or, fill = 0, passed over as another rank's, and returns its
+// tokens (padding not counted; the same whether filled or passed over);
+// end counts b->n_loss.
+void loader_batch_begin(Batch *b);
+int loader_next_row(Loader *l, Batch *b, size_t o, int fill);
+void loader_batch_end(const Loader *l, Batch *b);
 void loader_get_cursor(const Loader *l, LoaderCursor *c);
 // Errors: an index beyond the epoch.
 int loader_set_cursor(Loader *l, const LoaderCursor *c, PtError *e);
