@@ -225,8 +225,10 @@ void generate_rows(Model *m, const int *first, int len, int greedy, const GenPar
     int *order = xmalloc((size_t)V * sizeof(int), "sampling scratch"), *next = xmalloc((size_t)R * sizeof(int), "next tokens");
     GenParams argmax_only = *p;
     argmax_only.temperature = 0.0f;
-    m->n_past = 0;
-    for (int r = 0; r < R; r++) next[r] = out[(size_t)r * len] = first[r];
+    for (int r = 0; r < R; r++) {
+        model_set_row_pos(m, r, 0);
+        next[r] = out[(size_t)r * len] = first[r];
+    }
     for (int t = 1; t < len; t++) {
         model_feed_rows(m, next, dev_logits);
         OP(d, download, logits, dev_logits, (size_t)R * V * sizeof(float));

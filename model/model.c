@@ -24,6 +24,7 @@ void model_free(Model *m) {
     rope_table_free(&m->rope, d);
     free(m->host_pos);
     free(m->host_head_rows);
+    free(m->row_pos);
     memset(m, 0, sizeof *m);
 }
 
@@ -86,8 +87,9 @@ static void plan_buffers(Model *m, Carver *c) {
     a->ln1 = carve_floats(c, S * N * H);
     a->ln1_rstd = carve_floats(c, S * N);
     a->q = carve_floats(c, S * N * Q);
-    a->k = m->cache_len ? NULL : carve_floats(c, S * N * KV);
-    a->v = m->cache_len ? NULL : carve_floats(c, S * N * KV);
+    // (a rows plan computes K and V here, then puts each row at its own position in the cache)
+    a->k = m->cache_len && !m->rows_plan ? NULL : carve_floats(c, S * N * KV);
+    a->v = m->cache_len && !m->rows_plan ? NULL : carve_floats(c, S * N * KV);
     a->q_raw = cfg->qk_norm ? carve_floats(c, S * N * Q) : NULL;
     a->k_raw = cfg->qk_norm ? carve_floats(c, S * N * KV) : NULL;
     a->q_rstd = carve_floats(c, S * N * cfg->n_head);
@@ -144,6 +146,8 @@ static size_t allocate_plan(Model *m, int B, int T, int training, int cache_len)
     if (m->arena) d->be->release(d, m->arena);
     free(m->host_pos);
     free(m->host_head_rows);
+    free(m->row_pos);
+    m->row_pos = NULL;
     m->B = B;
     m->T = T;
     m->training = training;
@@ -161,6 +165,7 @@ static size_t allocate_plan(Model *m, int B, int T, int training, int cache_len)
     c.used = 0;
     plan_buffers(m, &c);
     m->host_pos = xmalloc((size_t)B * T * sizeof(int), "positions");
+    if (m->rows_plan) m->row_pos = xcalloc((size_t)m->cache_rows, sizeof(int), "sequence positions");
     m->host_head_rows = xmalloc((size_t)2 * B * T * sizeof(float), "loss head rows");
     if (training && !m->grads) {
         m->grads = d->be->alloc(d, model_grad_table(m)->total * sizeof(float),
@@ -177,6 +182,7 @@ int model_plan(Model *m, int B, int T, int training, FILE *log, PtError *e) {
         return pt_fail(e, "sequence length %d exceeds the model's max_position_embeddings %d", T, m->cfg.max_seq);
     if (B < 1 || T < 1) return pt_fail(e, "batch %d x %d is empty", B, T);
     m->cache_rows = 1;
+    m->rows_plan = 0;
     size_t other = allocate_plan(m, B, T, training, 0);
     if (log) {
         double mb = 1.0 / (1 << 20), pbytes = m->tt->total * 4.0, gbytes = model_grad_table(m)->total * 4.0;
@@ -212,6 +218,7 @@ int model_plan_cache(Model *m, int cache_len, PtError *e) {
         return pt_fail(e, "generation context of %d positions is outside [1, %d] (the model's max_position_embeddings)",
                        cache_len, m->cfg.max_seq);
     m->cache_rows = 1;
+    m->rows_plan = 0;
     allocate_plan(m, 1, cache_len < CACHE_CHUNK ? cache_len : CACHE_CHUNK, 0, cache_len);
     return 0;
 }
@@ -222,6 +229,7 @@ int model_plan_cache_rows(Model *m, int rows, int cache_len, PtError *e) {
                        cache_len, m->cfg.max_seq);
     if (rows < 1) return pt_fail(e, "a cache of %d sequences is empty", rows);
     m->cache_rows = rows;
+    m->rows_plan = 1;
     allocate_plan(m, rows, 1, 0, cache_len);
     return 0;
 }
@@ -232,6 +240,7 @@ int model_plan_cache_rows(Model *m, int rows, int cache_len, PtError *e) {
 // into the cache at position p0 (B = 1, T = n).
 typedef struct {
     int B, T, N, p0;
+    const int *row_p0;   // a rows plan: each row's position (host), instead of p0
     const int *seg;   // device memory or NULL
     int lora_dropout; // a training pass of an adapter with dropout > 0 (forward and evaluation never drop)
 } Pass;
@@ -334,8 +343,9 @@ static void block_forward(Model *m, const Pass *ps, int l, int slot, const float
     const int R = m->cache_len ? m->cache_rows : 1;
     float *K_layer = m->cache_len ? m->k_cache + (size_t)l * m->cache_len * R * KV : NULL;
     float *V_layer = m->cache_len ? m->v_cache + (size_t)l * m->cache_len * R * KV : NULL;
-    float *k = m->cache_len ? K_layer + (size_t)ps->p0 * R * KV : a->k + rows * KV;
-    float *v = m->cache_len ? V_layer + (size_t)ps->p0 * R * KV : a->v + rows * KV;
+    const int direct = m->cache_len && !ps->row_p0;   // K and V straight into the cache at p0
+    float *k = direct ? K_layer + (size_t)ps->p0 * R * KV : a->k + rows * KV;
+    float *v = direct ? V_layer + (size_t)ps->p0 * R * KV : a->v + rows * KV;
     float *q_raw = c->qk_norm ? a->q_raw + rows * Q : q, *k_raw = c->qk_norm ? a->k_raw + rows * KV : k;
 
     // attention: norm -> q/k/v -> per-head QK-norm -> RoPE -> causal GQA -> o_proj -> residual
@@ -358,10 +368,16 @@ static void block_forward(Model *m, const Pass *ps, int l, int slot, const float
     }
     OP(d, rope_forward, q, &m->rope, m->pos, N, nq, hd);
     OP(d, rope_forward, k, &m->rope, m->pos, N, nkv, hd);
-    if (m->cache_len && (ps->p0 > 0 || R > 1))
-        for (int b = 0; b < R; b++)   // sequence b's queries over its keys, every R-th row of the cache
-            OP(d, attention_cached, att + (size_t)b * ps->T * Q, q + (size_t)b * ps->T * Q, K_layer + (size_t)b * KV,
-               V_layer + (size_t)b * KV, ps->p0, ps->T, nq, nkv, hd, (size_t)R * KV);
+    if (ps->row_p0)   // a rows plan: each sequence's new K and V at its own position, then its query over them
+        for (int b = 0; b < R; b++) {
+            const size_t at = ((size_t)ps->row_p0[b] * R + b) * KV;
+            OP(d, copy, K_layer + at, k + (size_t)b * KV, (size_t)KV * sizeof(float));
+            OP(d, copy, V_layer + at, v + (size_t)b * KV, (size_t)KV * sizeof(float));
+            OP(d, attention_cached, att + (size_t)b * Q, q + (size_t)b * Q, K_layer + (size_t)b * KV,
+               V_layer + (size_t)b * KV, ps->row_p0[b], 1, nq, nkv, hd, (size_t)R * KV);
+        }
+    else if (m->cache_len && ps->p0 > 0)   // one sequence's queries over its keys
+        OP(d, attention_cached, att, q, K_layer, V_layer, ps->p0, ps->T, nq, nkv, hd, (size_t)KV);
     else   // a batch, or a cache's first rows: plain causal attention over them
         OP(d, attention_forward, att, a->lse + rows * nq, q, k, v, ps->seg, ps->B, ps->T, nq, nkv, hd);
     OP(d, a16_round, att, (size_t)N * Q, a16);
@@ -495,7 +511,8 @@ static Pass forward_to_norm(Model *m, const ModelInput *in, int backward) {
     Device *d = m->dev;
     const int N = m->B * m->T;
     const size_t ints = (size_t)N * sizeof(int);
-    Pass ps = {m->B, m->T, N, 0, in->seg ? m->seg : NULL, backward && m->lora && m->lora->dropout > 0};
+    Pass ps = {.B = m->B, .T = m->T, .N = N, .seg = in->seg ? m->seg : NULL,
+               .lora_dropout = backward && m->lora && m->lora->dropout > 0};
     if (in->seg) OP(d, upload, m->seg, in->seg, ints);
     if (in->targets) OP(d, upload, m->targets, in->targets, ints);
     if (in->mask) OP(d, upload, m->mask, in->mask, (size_t)N);
@@ -565,23 +582,36 @@ double model_forward_backward_head(Model *m, const ModelInput *in, const LossHea
 
 void model_feed_rows(Model *m, const int *tokens, float *logits) {
     const int R = m->cache_rows;
-    if (!m->cache_len || m->B != R || m->n_past + 1 > m->cache_len)
-        die("model_feed_rows: one token for each of %d sequences after %d does not fit the plan (%d sequences, cache "
-            "of %d)", R, m->n_past, m->B, m->cache_len);
+    if (!m->rows_plan || m->B != R) die("model_feed_rows: the model is not planned for %d sequences", R);
+    for (int r = 0; r < R; r++)
+        if (m->row_pos[r] < 0 || m->row_pos[r] >= m->cache_len)
+            die("model_feed_rows: sequence %d of %d at position %d, outside its cache of %d", r, R, m->row_pos[r],
+                m->cache_len);
     const ModelConfig *c = &m->cfg;
-    Pass ps = {R, 1, R, m->n_past, NULL, 0};
-    forward_trunk(m, &ps, tokens, NULL);
-    m->n_past++;
+    Pass ps = {.B = R, .T = 1, .N = R, .row_p0 = m->row_pos};
+    forward_trunk(m, &ps, tokens, m->row_pos);
+    m->n_past = 0;
+    for (int r = 0; r < R; r++) {
+        m->row_pos[r]++;
+        m->n_past = m->row_pos[r] > m->n_past ? m->row_pos[r] : m->n_past;
+    }
     OP(m->dev, rmsnorm_forward, m->a.lnf, m->a.lnf_rstd, layer_input(m, c->n_layer), m->w.lnf, R, c->d_model,
        c->norm_eps);
     OP(m->dev, classifier, NULL, NULL, logits, m->a.lnf, m->w.lm_head, NULL, NULL, R, c->d_model, c->vocab_size, 0.0f,
        NULL, m->opt.matmul);
 }
 
+void model_set_row_pos(Model *m, int r, int pos) {
+    if (!m->rows_plan || r < 0 || r >= m->cache_rows || pos < 0 || pos >= m->cache_len)
+        die("model_set_row_pos: sequence %d at position %d does not fit the plan (%d sequences, cache of %d)", r, pos,
+            m->rows_plan ? m->cache_rows : 0, m->cache_len);
+    m->row_pos[r] = pos;
+}
+
 void model_cache_copy_row(Model *m, int r, const Model *one) {
     const ModelConfig *c = &m->cfg;
     const int R = m->cache_rows, KV = c->n_kv_head * c->head_dim;
-    if (!m->cache_len || r < 0 || r >= R || !one->cache_len || one->cache_rows != 1 || one->n_past > m->cache_len ||
+    if (!m->rows_plan || r < 0 || r >= R || !one->cache_len || one->rows_plan || one->n_past > m->cache_len ||
         one->cfg.n_layer != c->n_layer || one->cfg.n_kv_head != c->n_kv_head || one->cfg.head_dim != c->head_dim)
         die("model_cache_copy_row: %d positions of a one-sequence cache do not fit sequence %d of %d (cache of %d)",
             one->n_past, r, R, m->cache_len);
@@ -593,7 +623,8 @@ void model_cache_copy_row(Model *m, int r, const Model *one) {
             OP(m->dev, copy, m->k_cache + dst, one->k_cache + src, row);
             OP(m->dev, copy, m->v_cache + dst, one->v_cache + src, row);
         }
-    m->n_past = one->n_past;
+    m->row_pos[r] = one->n_past;
+    m->n_past = one->n_past > m->n_past ? one->n_past : m->n_past;
 }
 
 void model_feed(Model *m, const int *tokens, int n, float *all_logits) {
@@ -603,7 +634,7 @@ void model_feed(Model *m, const int *tokens, int n, float *all_logits) {
     Device *d = m->dev;
     const ModelConfig *c = &m->cfg;
     const int H = c->d_model, V = c->vocab_size;
-    Pass ps = {1, n, n, m->n_past, NULL, 0};
+    Pass ps = {.B = 1, .T = n, .N = n, .p0 = m->n_past};
     forward_trunk(m, &ps, tokens, NULL);
     m->n_past += n;
     // Only the last row's logits are needed to continue.

@@ -102,6 +102,8 @@ struct Model {
     int B, T, training;
     int cache_len, n_past;      // KV cache: capacity in positions (0 = no cache) and positions held
     int cache_rows;             // sequences in the cache (model_plan_cache_rows), 1 otherwise
+    int rows_plan;              // planned by model_plan_cache_rows: one token a sequence a pass
+    int *row_pos;               // rows plan: the position each sequence's next token takes (host, [cache_rows])
     float *k_cache, *v_cache;   // [L][cache_len][cache_rows][n_kv*hd], K after QK-norm and RoPE
     Activations a;
     BackwardBuffers bw;
@@ -131,9 +133,11 @@ int model_plan(Model *m, int B, int T, int training, FILE *log, PtError *e);
 // Plans generation: a KV cache of cache_len positions (<= max_seq), fed by
 // model_feed in chunks of at most m->T rows.
 int model_plan_cache(Model *m, int cache_len, PtError *e);
-// Plans `rows` sequences that advance in lockstep, one token each per
+// Plans `rows` sequences that advance together, one token each per
 // model_feed_rows, in one cache of cache_len positions (<= max_seq): the
 // same decoder, its matmuls over all the rows at once (batched sampling).
+// Each sequence has its own position (row_pos, all 0 after planning), so
+// sequences of different lengths share the passes.
 int model_plan_cache_rows(Model *m, int rows, int cache_len, PtError *e);
 void model_free(Model *m);
 // Points the views at other weights laid out by the same table (QAT's
@@ -182,12 +186,17 @@ double model_forward_backward_head(Model *m, const ModelInput *in, const LossHea
 // of the last row in last_logits, and of every row in all_logits [n,V]
 // (device memory) when given.
 void model_feed(Model *m, const int *tokens, int n, float *all_logits);
-// A model_plan_cache_rows plan: appends one token to each sequence
-// (tokens[rows], host memory) at position n_past; logits [rows, V] (device
-// memory) receives each one's next-token logits.
+// A model_plan_cache_rows plan: appends one token to each sequence r
+// (tokens[rows], host memory) at its position row_pos[r], which then
+// advances by one; it attends to the sequence's own positions below it.
+// logits [rows, V] (device memory) receives each one's next-token logits.
+// n_past becomes the largest position held.
 void model_feed_rows(Model *m, const int *tokens, float *logits);
+// Sets sequence r's next position (< cache_len): what it holds below it is
+// its context (a sequence that has ended may be parked at any position: what
+// it writes there is never read by the others).
+void model_set_row_pos(Model *m, int r, int pos);
 // Copies the n_past cached positions of a one-sequence cache plan (a prompt
-// read by model_feed in one pass) into sequence r of a model_plan_cache_rows
-// plan, and sets its n_past to one's: every sequence must be given the same
-// length before model_feed_rows continues them.
+// read by model_feed) into sequence r of a model_plan_cache_rows plan and
+// sets its position to one's n_past.
 void model_cache_copy_row(Model *m, int r, const Model *one);
