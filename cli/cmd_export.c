@@ -3,7 +3,7 @@
 #include <jansson.h>
 #include <stdlib.h>
 #include <string.h>
-#include "../formats/gguf_writer.h"
+#include "../formats/gguf_export.h"
 #include "../formats/hf_export.h"
 #include "../formats/draft_checkpoint.h"
 #include "../formats/lora_peft.h"

@@ -5,28 +5,7 @@
 #include <libgen.h>
 #include <string.h>
 #include "../util/util.h"
-
-int mnn_lora_ops(MnnGraph *g, const LoraWeightsView *v, const char *name, int layer, int kind, int x_c4, int y_c4,
-                 int ic, int oc) {
-    const int t = lora_target_of_kind((TensorKind)kind);
-    if (t < 0 || !((v->targets >> t) & 1)) return y_c4;
-    char base[256], n[300];
-    snprintf(base, sizeof base, "%s", name);
-    char *cut = strstr(base, "/Linear");
-    if (cut) *cut = 0;
-    // alpha / r goes into lora_B's weights, as MNN's exporter does.
-    size_t nb = (size_t)oc * (size_t)v->rank;
-    float *b = xmalloc(nb * sizeof(float), "scaled lora_B");
-    float s = v->alpha / (float)v->rank;
-    for (size_t i = 0; i < nb; i++) b[i] = v->b[layer][t][i] * s;
-    snprintf(n, sizeof n, "%s/lora_A", base);
-    int a_out = mnn_conv_f32(g, n, x_c4, ic, v->rank, v->a[layer][t]);
-    snprintf(n, sizeof n, "%s/lora_B", base);
-    int b_out = mnn_conv_f32(g, n, a_out, v->rank, oc, b);
-    free(b);
-    snprintf(n, sizeof n, "%s/lora_add", base);
-    return mnn_binary(g, n, y_c4, b_out, MNN_BIN_ADD);
-}
+#include "mnn_writer.h"
 
 // The package directory and the adapter file of `out`.
 static void split_out(const char *out, char **dir, char **file) {

@@ -2,7 +2,6 @@
 #include "int4_weights.h"
 #include <stdlib.h>
 #include <string.h>
-#include "../model/ops/ops.h"
 #include "checkpoint.h"
 
 void int4_default_spec(const ModelConfig *c, QuantSpec *spec, int *quant_embedding) {
@@ -31,15 +30,13 @@ int int4_load_state(const ModelBundle *b, const char *ckpt_path, const QuantSpec
 }
 
 void int4_weights(const QatState *q, const ModelBundle *b, int threads, float *out) {
-    Device host;
-    cpu_device_init(&host, threads, NULL);
-    qat_forward_weights(&host, q, &b->tt, b->params, out);
-    dev_free(&host);
+    qat_host_weights(q, &b->tt, b->params, out, threads);
     // An untied embedding the int4 state leaves in float ships as bf16 rows
     // (MNN's embeddings_bf16.bin, GGUF BF16): look it up at that precision too.
     if (!q->quant_embedding && !b->cfg.tied_embeddings) {
         const TensorInfo *emb = tensor_table_find(&b->tt, "model.embed_tokens.weight");
-        a16_round(out + emb->offset, emb->numel, A16_BF16);
+        float *x = out + emb->offset;
+        for (size_t i = 0; i < emb->numel; i++) x[i] = bf16_to_f32(f32_to_bf16(x[i]));
     }
 }
 

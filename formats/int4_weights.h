@@ -17,7 +17,7 @@ int int4_load_state(const ModelBundle *b, const char *ckpt_path, const QuantSpec
 // out (b->tt.total floats, host memory) = the weights the deployed int4
 // model runs: every quantized tensor dequantized, an untied embedding left
 // in float rounded to bf16 as the packages store it, the rest as in b.
-// Computed on the CPU with `threads` threads (0: all).
+// Computed on the host, no device, on `threads` threads (0: OpenMP's count).
 void int4_weights(const QatState *q, const ModelBundle *b, int threads, float *out);
 
 // A LoRA base as it runs: with int4, b->params (loaded from ckpt) replaced by

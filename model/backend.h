@@ -16,7 +16,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include "config.h"
-#include "ops/quant.h"
+#include "int4_grid.h"
 #include "tensors.h"
 
 // Matmul products: fp32, or MATMUL_BF16: both operands rounded to bf16 (round

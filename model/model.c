@@ -3,7 +3,7 @@
 // the device's backend (OP).
 #include "model.h"
 #include "choice_head.h"
-#include "ops/dropout_mask.h"
+#include "dropout_mask.h"
 #include <string.h>
 
 void model_init(Model *m, Device *dev, const ModelConfig *cfg, const TensorTable *tt, float *weights,
