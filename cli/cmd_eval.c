@@ -3,6 +3,7 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include "args.h"
 #include "commands.h"
 #include "../train/choice_train.h"
 #include "../train/eval_compare.h"
@@ -37,17 +38,6 @@ static void help(FILE *f) {
             "                     llama-perplexity --kl-divergence; with --int4: the int4 model against\n"
             "                     the float one). Default --batch 1 with it (two logit buffers per batch)\n"
             RUN_FLAGS_HELP);
-}
-
-static int parse_int(const char *flag, const char *v, long lo, long *out) {
-    char *end;
-    long x = strtol(v, &end, 10);
-    if (*end || !*v || x < lo) {
-        fprintf(stderr, "pocket eval: %s '%s' must be an integer >= %ld\n", flag, v, lo);
-        return -1;
-    }
-    *out = x;
-    return 0;
 }
 
 // Choice data: the decision head's metrics (and the scores into dump).
@@ -113,13 +103,13 @@ out:
 
 int cmd_eval(int argc, char **argv) {
     const char *ckpt = NULL, *data = NULL, *dump = NULL, *ref = NULL, *v;
-    long batch = 0, seq = 512, max_batches = 0, n_exact = 200, threads = 0;
-    long int4_group = 0;   // 0 = the default grid
+    long batch = 0, seq = 512, max_batches = 0, n_exact = 200;
+    int int4_group = 0, threads = 0;   // int4_group 0: the default grid
     int int4 = 0, int4_symmetric = 0, doc_mask = 0, flag;
     OpenOptions oo = {.log = stdout};
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) { help(stdout); return 0; }
-        else if ((flag = run_flag(argc, argv, &i, &oo, "eval"))) { if (flag < 0) return 2; }
+        else if ((flag = run_flag(argc, argv, &i, &oo))) { if (flag < 0) return ARGS_USAGE; }
         else if (!strcmp(argv[i], "--int4")) int4 = 1;
         else if (!strcmp(argv[i], "--int4-symmetric")) int4 = int4_symmetric = 1;
         else if (!strcmp(argv[i], "--doc-mask")) doc_mask = 1;
@@ -127,33 +117,33 @@ int cmd_eval(int argc, char **argv) {
         else if ((v = arg_value(argc, argv, &i, "--data"))) data = v;
         else if ((v = arg_value(argc, argv, &i, "--dump-scores"))) dump = v;
         else if ((v = arg_value(argc, argv, &i, "--ref"))) ref = v;
-        else if ((v = arg_value(argc, argv, &i, "--batch"))) { if (parse_int("--batch", v, 1, &batch)) return 2; }
-        else if ((v = arg_value(argc, argv, &i, "--seq-len"))) { if (parse_int("--seq-len", v, 2, &seq)) return 2; }
-        else if ((v = arg_value(argc, argv, &i, "--max-batches"))) { if (parse_int("--max-batches", v, 0, &max_batches)) return 2; }
-        else if ((v = arg_value(argc, argv, &i, "--exact-match"))) { if (parse_int("--exact-match", v, 0, &n_exact)) return 2; }
+        else if ((v = arg_value(argc, argv, &i, "--batch"))) { if (arg_long("--batch", v, 1, 65536, &batch)) return ARGS_USAGE; }
+        else if ((v = arg_value(argc, argv, &i, "--seq-len"))) { if (arg_long("--seq-len", v, 2, 1 << 20, &seq)) return ARGS_USAGE; }
+        else if ((v = arg_value(argc, argv, &i, "--max-batches"))) {
+            if (arg_long("--max-batches", v, 0, 1L << 40, &max_batches)) return ARGS_USAGE;
+        }
+        else if ((v = arg_value(argc, argv, &i, "--exact-match"))) {
+            if (arg_long("--exact-match", v, 0, 1L << 30, &n_exact)) return ARGS_USAGE;
+        }
         else if ((v = arg_value(argc, argv, &i, "--int4-group"))) {
-            if (parse_int("--int4-group", v, 2, &int4_group)) return 2;
-            if (int4_group > 65536) {
-                fprintf(stderr, "pocket eval: --int4-group %ld is larger than any weight row (at most 65536)\n", int4_group);
-                return 2;
-            }
+            if (arg_even("--int4-group", v, 2, 65536, &int4_group)) return ARGS_USAGE;
             int4 = 1;
         }
-        else if ((v = arg_value(argc, argv, &i, "--threads"))) { if (parse_int("--threads", v, 0, &threads)) return 2; }
-        else { fprintf(stderr, "pocket eval: unknown argument '%s' (see --help)\n", argv[i]); return 2; }
+        else if ((v = arg_value(argc, argv, &i, "--threads"))) { if (arg_threads("--threads", v, &threads)) return ARGS_USAGE; }
+        else return arg_usage("unknown argument '%s' (see --help)", argv[i]);
     }
-    if (!ckpt || !data) { fprintf(stderr, "pocket eval: --ckpt and --data are required (see --help)\n"); return 2; }
+    if (!ckpt || !data) return arg_usage("--ckpt and --data are required (see --help)");
     if (batch == 0) batch = ref ? 1 : 4;
     PtError e;
     Dataset d = {0};
     Tokenizer *tok = NULL;
     // An explicit grid only when one was asked for: otherwise the checkpoint's own (or the default).
-    QuantSpec grid = {int4_group ? (int)int4_group : QUANT_GROUP_DEFAULT, int4_symmetric};
+    QuantSpec grid = {int4_group ? int4_group : QUANT_GROUP_DEFAULT, int4_symmetric};
     const int grid_chosen = int4_group || int4_symmetric;
     oo.int4 = int4;
     oo.grid = grid_chosen ? &grid : NULL;
     oo.grid_chosen = grid_chosen;
-    oo.threads = (int)threads;
+    oo.threads = threads;
     OpenModel om;
     if (open_model(&om, ckpt, &oo, &e)) { fprintf(stderr, "pocket eval: %s\n", e.msg); return 1; }
     int rc = 1;

@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include "../formats/safetensors.h"
+#include "args.h"
 #include "commands.h"
 #include "open_model.h"
 
@@ -67,18 +68,15 @@ int cmd_forward(int argc, char **argv) {
     OpenOptions oo = {.log = stderr};
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) { help(stdout); return 0; }
-        else if ((flag = run_flag(argc, argv, &i, &oo, "forward"))) { if (flag < 0) return 2; }
+        else if ((flag = run_flag(argc, argv, &i, &oo))) { if (flag < 0) return ARGS_USAGE; }
         else if (!strcmp(argv[i], "--grad")) grad = 1;
         else if (!strcmp(argv[i], "--int4")) int4 = 1;
         else if ((v = arg_value(argc, argv, &i, "--ckpt"))) ckpt = v;
         else if ((v = arg_value(argc, argv, &i, "--tokens-file"))) tokens_path = v;
         else if ((v = arg_value(argc, argv, &i, "--dump"))) dump = v;
-        else { fprintf(stderr, "pocket forward: unknown argument '%s' (see --help)\n", argv[i]); return 2; }
+        else return arg_usage("unknown argument '%s' (see --help)", argv[i]);
     }
-    if (!ckpt || !tokens_path || !dump) {
-        fprintf(stderr, "pocket forward: --ckpt, --tokens-file and --dump are required (see --help)\n");
-        return 2;
-    }
+    if (!ckpt || !tokens_path || !dump) return arg_usage("--ckpt, --tokens-file and --dump are required (see --help)");
     PtError e;
     OpenModel om;
     oo.int4 = int4;

@@ -152,7 +152,6 @@ int corpus_open_chat(Corpus **out, char *const *inputs, int n_inputs, char table
 }
 
 int corpus_n_files(const Corpus *c) { return c->n_files; }
-const char *corpus_file(const Corpus *c, int i) { return c->files[i]; }
 uint64_t corpus_bytes_read(const Corpus *c) { return c->bytes; }
 
 // Reads up to n bytes; 0 at a clean end of stream. A truncated or corrupt

@@ -39,7 +39,6 @@ int corpus_open_chat(Corpus **out, char *const *inputs, int n_inputs, char table
 int corpus_next(Corpus *c, CorpusRecord *rec, PtError *e);
 uint64_t corpus_bytes_read(const Corpus *c);   // decompressed bytes so far (progress)
 int corpus_n_files(const Corpus *c);
-const char *corpus_file(const Corpus *c, int i);
 void corpus_close(Corpus *c);
 
 // 1 when s[0..n) is valid UTF-8 (no overlongs, surrogates or code points

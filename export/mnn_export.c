@@ -4,6 +4,7 @@
 #include <jansson.h>
 #include <stdint.h>
 #include <string.h>
+#include "../util/out_dir.h"
 #include "mnn_draft.h"
 #include "mnn_tokenizer.h"
 #include "mnn_writer.h"
@@ -110,7 +111,8 @@ static int write_embedding(const OutDir *d, const ModelBundle *b, int64_t *bytes
 int mnn_export(const ModelBundle *b, const QatState *q, const char *dir, const MnnExportOptions *o, MnnExportStats *st,
                PtError *e) {
     memset(st, 0, sizeof *st);
-    if (mnn_check_exportable(b, q, e) || (o->draft && mnn_draft_check(b, o->draft, e))) return -1;
+    if (mnn_check_exportable(&b->cfg, &q->spec, q->quant_embedding, e) || (o->draft && mnn_draft_check(b, o->draft, e)))
+        return -1;
     OutDir d;
     if (out_dir_begin(&d, dir, o->force, e)) return -1;
     Writer w = {.b = b, .q = q, .fused = o->fused, .draft = o->draft, .e = e};
@@ -158,4 +160,14 @@ int mnn_export(const ModelBundle *b, const QatState *q, const char *dir, const M
         return -1;
     }
     return out_dir_commit(&d, e);
+}
+
+int mnn_export_check(const ModelBundle *b, const QuantSpec *spec, int quant_embedding, const MnnExportOptions *o,
+                     const char *dir, PtError *e) {
+    uint8_t *tok = NULL;
+    size_t len = 0;
+    int rc = mnn_check_exportable(&b->cfg, spec, quant_embedding, e) || (o->draft && mnn_draft_check(b, o->draft, e)) ||
+             mnn_tokenizer_build(b, &tok, &len, e) || out_dir_check(dir, o->force, e);
+    free(tok);
+    return rc ? -1 : 0;
 }

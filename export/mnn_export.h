@@ -32,3 +32,8 @@ typedef struct {
 
 int mnn_export(const ModelBundle *b, const QatState *q, const char *dir, const MnnExportOptions *o, MnnExportStats *st,
                PtError *e);
+// What mnn_export would refuse that the config, the tokenizer files, the int4
+// grid and o (its draft) show, and an output directory it may not replace:
+// checked before the weights are read (b->params is not read).
+int mnn_export_check(const ModelBundle *b, const QuantSpec *spec, int quant_embedding, const MnnExportOptions *o,
+                     const char *dir, PtError *e);

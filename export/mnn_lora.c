@@ -20,19 +20,27 @@ static void split_out(const char *out, char **dir, char **file) {
     *file = xstrdup(out);
 }
 
+int mnn_lora_export_check(const char *out, int force, PtError *e) {
+    static const char *const NEED[] = {"config.json", "llm.mnn", "llm.mnn.weight"};
+    char *dir, *file;
+    split_out(out, &dir, &file);
+    int rc = path_exists(file) && !force ? pt_fail(e, "%s exists (--force replaces it)", file) : 0;
+    for (int i = 0; i < 3 && !rc; i++) {
+        char *p = path_join(dir, NEED[i]);
+        if (!path_exists(p))
+            rc = pt_fail(e, "%s: no MNN base package there (no %s; write it first with pocket export --format mnn)", dir,
+                         NEED[i]);
+        free(p);
+    }
+    free(dir);
+    free(file);
+    return rc;
+}
+
 // Which graph form the package in dir was written with: 1 fused, 0 plain;
 // -1 (an error) when its llm.mnn is neither graph of this checkpoint, or its
 // llm.mnn.weight not these weights.
 static int package_form(const ModelBundle *b, const QatState *q, const char *dir, PtError *e) {
-    static const char *const NEED[] = {"config.json", "llm.mnn", "llm.mnn.weight"};
-    for (int i = 0; i < 3; i++) {
-        char *p = path_join(dir, NEED[i]);
-        int ok = path_exists(p);
-        free(p);
-        if (!ok)
-            return pt_fail(e, "%s: no MNN base package there (no %s; write it first with pocket export --format mnn)",
-                           dir, NEED[i]);
-    }
     char *graph_path = path_join(dir, "llm.mnn"), *weight_path = path_join(dir, "llm.mnn.weight");
     uint8_t *have = NULL;
     size_t have_len = 0;
@@ -82,10 +90,7 @@ int mnn_lora_export(const ModelBundle *b, const QatState *q, const LoraWeightsVi
     int rc = -1;
     uint8_t *graph = NULL;
     size_t len = 0;
-    if (path_exists(file) && !force) {
-        pt_fail(e, "%s exists (--force replaces it)", file);
-        goto done;
-    }
+    if (mnn_lora_export_check(out, force, e)) goto done;
     int form = package_form(b, q, dir, e);
     if (form < 0) goto done;
     MnnWeightFile wf = {.path = "llm.mnn.weight"};

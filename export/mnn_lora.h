@@ -42,6 +42,9 @@ typedef struct {
 // src names the adapter in errors.
 int mnn_lora_export(const ModelBundle *b, const QatState *q, const LoraWeightsView *v, const char *src,
                     const char *out, int force, MnnLoraStats *st, PtError *e);
+// Its checks that need no weights: a base package's files at out, and an
+// adapter file there replaced only with force.
+int mnn_lora_export_check(const char *out, int force, PtError *e);
 
 // --merge: a whole package (mnn_export) with the adapter folded into the
 // weights. Each targeted projection becomes W' = W0 + (alpha / r) B A, W0 the

@@ -325,8 +325,7 @@ int mw_decoder(Writer *w) {
 }
 
 // What the package format can hold, checked before anything is written.
-int mnn_check_exportable(const ModelBundle *b, const QatState *q, PtError *e) {
-    const ModelConfig *c = &b->cfg;
+int mnn_check_exportable(const ModelConfig *c, const QuantSpec *spec, int quant_embedding, PtError *e) {
     if (strcmp(c->model_type, "qwen3") != 0 && strcmp(c->model_type, "llama") != 0)
         return pt_fail(e, "model_type \"%s\" cannot be exported to MNN (qwen3, llama)", c->model_type);
     // MNN counts a tensor's elements in int32 (Tensor::elementSize), and the
@@ -338,10 +337,10 @@ int mnn_check_exportable(const ModelBundle *b, const QatState *q, PtError *e) {
     int sizes[3] = {c->d_model, c->n_head * c->head_dim, c->d_ff};
     const char *what[3] = {"hidden size", "attention width (heads x head_dim)", "FFN size"};
     for (int i = 0; i < 3; i++)
-        if (sizes[i] % q->spec.group != 0)
+        if (sizes[i] % spec->group != 0)
             return pt_fail(e, "%s %d is not divisible by the int4 block size %d: MNN quantizes each row in blocks",
-                           what[i], sizes[i], q->spec.group);
-    if (c->tied_embeddings && !q->quant_embedding)
+                           what[i], sizes[i], spec->group);
+    if (c->tied_embeddings && !quant_embedding)
         return pt_fail(e, "the model is tied but its int4 state leaves the embedding in float: MNN reads the input "
                           "embedding from the int4 lm_head ([qat] quant_embedding = 1)");
     return 0;
@@ -351,7 +350,7 @@ int mnn_export_graph(const ModelBundle *b, const QatState *q, int fused, const L
                      uint8_t **graph, size_t *len, PtError *e) {
     Writer w = {.b = b, .q = q, .fused = fused, .lora = lora, .wf = *wf, .e = e};
     mnn_graph_init(&w.g);
-    int rc = mnn_check_exportable(b, q, e) || mw_decoder(&w) ? -1 : 0;
+    int rc = mnn_check_exportable(&b->cfg, &q->spec, q->quant_embedding, e) || mw_decoder(&w) ? -1 : 0;
     *graph = rc ? NULL : mnn_graph_serialize(&w.g, len);
     wf->offset = w.wf.offset;
     mnn_graph_free(&w.g);

@@ -65,7 +65,7 @@ int mw_decoder(MnnWriter *w);
 
 // What the package format can hold (model type, sizes, the int4 group, a tied
 // embedding quantized), checked before anything is written.
-int mnn_check_exportable(const ModelBundle *b, const QatState *q, PtError *e);
+int mnn_check_exportable(const ModelConfig *c, const QuantSpec *spec, int quant_embedding, PtError *e);
 
 // The graph alone (llm.mnn's bytes, malloc'd) of the package mnn_export
 // writes with `fused`, or with lora its LoRA copy (lora.mnn, mnn_lora.h). The

@@ -41,6 +41,13 @@ static void put_hparams(GgufWriter *w, const ModelConfig *c, const char *arch, u
 #undef KEY
 }
 
+// Q4 blocks hold 32 weights of one int4 group.
+static int check_group(int group, uint32_t type, const char *path, PtError *e) {
+    if (group > 0 && group % GGML_QK == 0) return 0;
+    return pt_fail(e, "%s: int4 group size %d is not a multiple of 32: %s blocks hold 32 weights of one group "
+                      "(quantize with group 32, 64 or 128)", path, group, ggml_type_name(type));
+}
+
 // The int4 state must describe this model's table: every quantized tensor a
 // 2-D row of it with the same shape.
 static int check_int4(const ModelBundle *b, const QatState *q, uint32_t type, const char *path, PtError *e) {
@@ -54,10 +61,7 @@ static int check_int4(const ModelBundle *b, const QatState *q, uint32_t type, co
             return pt_fail(e, "%s: the int4 quantizer state does not match the model's tensor table (tensor %d)", path,
                            qt->tensor);
     }
-    if (q->spec.group <= 0 || q->spec.group % GGML_QK)
-        return pt_fail(e, "%s: int4 group size %d is not a multiple of 32: %s blocks hold 32 weights of one group "
-                          "(quantize with group 32, 64 or 128)", path, q->spec.group, ggml_type_name(type));
-    return 0;
+    return check_group(q->spec.group, type, path, e);
 }
 
 // Whether every block of 32 values is exactly a Q8_0 block (d * q with d the
@@ -201,6 +205,19 @@ out:
     free(permuted);
     free(perm_scale);
     free(perm_zero);
+    gguf_writer_free(w);
+    return rc;
+}
+
+int gguf_export_check(const ModelBundle *b, const char *path, const char *quant, const QuantSpec *int4, PtError *e) {
+    const int type = gguf_quant_type(quant);
+    if (type < 0) return pt_fail(e, "unknown GGUF quantization '%s' (f32, f16, bf16, q8_0, q4_0, q4_1)", quant);
+    const char *arch;
+    if (gguf_arch(&b->cfg, &arch, e)) return -1;
+    if ((type == GGML_TYPE_Q4_0 || type == GGML_TYPE_Q4_1) && int4 && check_group(int4->group, (uint32_t)type, path, e))
+        return -1;
+    GgufWriter *w = gguf_writer_new();   // the tokenizer's keys, made and dropped
+    int rc = gguf_tokenizer_put(w, b, e);
     gguf_writer_free(w);
     return rc;
 }

@@ -41,5 +41,9 @@ typedef struct {
 // llama.cpp's interleaved RoPE.
 int gguf_export(const ModelBundle *b, const char *path, const char *quant, const QatState *int4,
                 GgufExportStats *st, PtError *e);
+// What gguf_export would refuse that the config, the tokenizer files and the
+// int4 grid (int4: NULL unless q4_0/q4_1) show, before the weights are read
+// (b->params is not read).
+int gguf_export_check(const ModelBundle *b, const char *path, const char *quant, const QuantSpec *int4, PtError *e);
 // The ggml type of a --quant name; -1 when unknown.
 int gguf_quant_type(const char *quant);

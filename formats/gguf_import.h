@@ -45,5 +45,4 @@ int gguf_config(const GgufFile *f, ModelConfig *c, PtError *e);
 int gguf_import_file_int4(const GgufFile *f, ModelBundle *b, GgufInt4Import *int4, PtError *e);
 int gguf_import_int4(const char *path, ModelBundle *b, GgufInt4Import *int4, PtError *e);
 // The same without the quantizer state.
-int gguf_import_file(const GgufFile *f, ModelBundle *b, PtError *e);
 int gguf_import(const char *path, ModelBundle *b, PtError *e);

@@ -103,9 +103,6 @@ void gguf_kv_arr_u16(GgufWriter *w, const char *key, const uint16_t *v, uint64_t
 void gguf_kv_arr_i32(GgufWriter *w, const char *key, const int32_t *v, uint64_t n) {
     if (begin_array(w, key, GGUF_TYPE_INT32, n) == 0) put(&w->kv, v, n * 4);
 }
-void gguf_kv_arr_f32(GgufWriter *w, const char *key, const float *v, uint64_t n) {
-    if (begin_array(w, key, GGUF_TYPE_FLOAT32, n) == 0) put(&w->kv, v, n * 4);
-}
 
 // Types encoded from fp32 values here; Q4_0/Q4_1 come from gguf_encode_int4.
 static int is_writable_type(uint32_t type) {

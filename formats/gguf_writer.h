@@ -36,7 +36,6 @@ void gguf_kv_strn(GgufWriter *w, const char *key, const char *s, size_t len);
 void gguf_kv_arr_str(GgufWriter *w, const char *key, const char *const *s, const size_t *lens, uint64_t n);
 void gguf_kv_arr_u16(GgufWriter *w, const char *key, const uint16_t *v, uint64_t n);
 void gguf_kv_arr_i32(GgufWriter *w, const char *key, const int32_t *v, uint64_t n);
-void gguf_kv_arr_f32(GgufWriter *w, const char *key, const float *v, uint64_t n);
 
 // A tensor of ne[0] x ... x ne[n_dims-1] fp32 values (ne[0] contiguous)
 // stored as type (F32, F16, BF16, Q8_0); data must stay valid until

@@ -10,17 +10,23 @@ void int4_default_spec(const ModelConfig *c, QuantSpec *spec, int *quant_embeddi
     *quant_embedding = c->tied_embeddings;
 }
 
-int int4_load_state(const ModelBundle *b, const char *ckpt_path, const QuantSpec *rtn_spec, QatState *q,
-                    int *from_qat, PtError *e) {
-    QuantSpec spec;
-    int quant_embedding;
-    int rc = checkpoint_read_qat_spec(ckpt_path, &spec, &quant_embedding, e);
+int int4_read_spec(const ModelConfig *c, const char *ckpt_path, const QuantSpec *rtn_spec, QuantSpec *spec,
+                   int *quant_embedding, int *from_qat, PtError *e) {
+    int rc = checkpoint_read_qat_spec(ckpt_path, spec, quant_embedding, e);
     if (rc < 0) return -1;
     *from_qat = rc == 0;
     if (!*from_qat) {
-        int4_default_spec(&b->cfg, &spec, &quant_embedding);
-        if (rtn_spec) spec = *rtn_spec;
+        int4_default_spec(c, spec, quant_embedding);
+        if (rtn_spec) *spec = *rtn_spec;
     }
+    return 0;
+}
+
+int int4_load_state(const ModelBundle *b, const char *ckpt_path, const QuantSpec *rtn_spec, QatState *q,
+                    int *from_qat, PtError *e) {
+    QuantSpec spec;
+    int quant_embedding, rc;
+    if (int4_read_spec(&b->cfg, ckpt_path, rtn_spec, &spec, &quant_embedding, from_qat, e)) return -1;
     if (qat_init(q, &b->tt, &spec, quant_embedding, 0, ckpt_path, e)) return -1;
     rc = *from_qat ? checkpoint_load_qat(ckpt_path, q, &b->tt, e)
                    : qat_init_from_weights(q, &b->tt, b->params, QAT_INIT_RTN, NULL, NULL, ckpt_path, e);

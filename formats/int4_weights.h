@@ -9,6 +9,10 @@
 // The default deployment spec for a config: group 64, asymmetric, and the
 // embedding quantized when it is also the (tied) lm_head.
 void int4_default_spec(const ModelConfig *c, QuantSpec *spec, int *quant_embedding);
+// The grid of the int4 state a checkpoint of config c deploys with (as
+// int4_load_state chooses it), read without its weights.
+int int4_read_spec(const ModelConfig *c, const char *ckpt_path, const QuantSpec *rtn_spec, QuantSpec *spec,
+                   int *quant_embedding, int *from_qat, PtError *e);
 // The int4 state the model deploys with: the checkpoint's QAT state (its own
 // grid), else RTN of its float weights with rtn_spec (NULL = int4_default_spec).
 // *from_qat says which. On failure q is freed.

@@ -218,5 +218,3 @@ int a16_mode_from_name(const char *name) {
     return -1;
 }
 
-const char *a16_mode_name(int mode) { return mode >= 0 && mode < 3 ? A16_NAMES[mode] : "?"; }
-

@@ -144,4 +144,3 @@ static inline int quant_code_of(float x, float scale, float zero, int lo) {
 enum { A16_OFF = 0, A16_BF16 = 1, A16_FP16 = 2 };
 // "off", "bf16" or "fp16" -> A16_*; -1 for anything else.
 int a16_mode_from_name(const char *name);
-const char *a16_mode_name(int mode);

@@ -1,0 +1,106 @@
+// args.c: the pocket commands' argument parsing (args.h).
+#include "args.h"
+#include <errno.h>
+#include <inttypes.h>
+#include <math.h>
+#include <ctype.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static const char *command = "";
+
+void args_command(const char *name) { command = name; }
+
+int arg_usage(const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    fprintf(stderr, "pocket %s: ", command);
+    vfprintf(stderr, fmt, ap);
+    fputc('\n', stderr);
+    va_end(ap);
+    return ARGS_USAGE;
+}
+
+const char *arg_value(int argc, char **argv, int *i, const char *flag) {
+    size_t n = strlen(flag);
+    const char *a = argv[*i];
+    if (strncmp(a, flag, n) != 0) return NULL;
+    if (a[n] == '=') return a + n + 1;
+    if (a[n] != 0) return NULL;
+    if (*i + 1 >= argc) exit(arg_usage("%s needs a value (see --help)", flag));
+    return argv[++*i];
+}
+
+// Whether v is a whole decimal number as strto* read it: no leading space,
+// a sign only where the range has negative numbers, something after it.
+static int plain(const char *v, int sign_ok) {
+    if (!*v || isspace((unsigned char)*v)) return 0;
+    return sign_ok || (*v != '-' && *v != '+');
+}
+
+int arg_long(const char *flag, const char *v, long lo, long hi, long *out) {
+    char *end;
+    errno = 0;
+    long x = plain(v, lo < 0) ? strtol(v, &end, 10) : 0;
+    if (!plain(v, lo < 0) || *end || errno || x < lo || x > hi) {
+        arg_usage("%s '%s' is not an integer in [%ld, %ld]", flag, v, lo, hi);
+        return -1;
+    }
+    *out = x;
+    return 0;
+}
+
+int arg_int(const char *flag, const char *v, int lo, int hi, int *out) {
+    long x;
+    if (arg_long(flag, v, lo, hi, &x)) return -1;
+    *out = (int)x;
+    return 0;
+}
+
+int arg_even(const char *flag, const char *v, int lo, int hi, int *out) {
+    char *end;
+    errno = 0;
+    long x = plain(v, lo < 0) ? strtol(v, &end, 10) : 0;
+    if (!plain(v, lo < 0) || *end || errno || x < lo || x > hi || x % 2) {
+        arg_usage("%s '%s' is not an even integer in [%d, %d]", flag, v, lo, hi);
+        return -1;
+    }
+    *out = (int)x;
+    return 0;
+}
+
+int arg_u64(const char *flag, const char *v, uint64_t *out) {
+    char *end;
+    errno = 0;
+    unsigned long long x = plain(v, 0) ? strtoull(v, &end, 10) : 0;
+    if (!plain(v, 0) || *end || errno) {
+        arg_usage("%s '%s' is not an integer in [0, %" PRIu64 "]", flag, v, UINT64_MAX);
+        return -1;
+    }
+    *out = (uint64_t)x;
+    return 0;
+}
+
+int arg_threads(const char *flag, const char *v, int *out) { return arg_int(flag, v, 0, ARGS_THREADS_MAX, out); }
+
+static int number(const char *flag, const char *v, double lo, double hi, int lo_open, double *out) {
+    char *end;
+    errno = 0;
+    double x = plain(v, 1) ? strtod(v, &end) : NAN;
+    if (!plain(v, 1) || *end || errno || !isfinite(x) || x > hi || (lo_open ? x <= lo : x < lo)) {
+        arg_usage("%s '%s' is not a number in %c%g, %g]", flag, v, lo_open ? '(' : '[', lo, hi);
+        return -1;
+    }
+    *out = x;
+    return 0;
+}
+
+int arg_double(const char *flag, const char *v, double lo, double hi, double *out) {
+    return number(flag, v, lo, hi, 0, out);
+}
+
+int arg_double_above(const char *flag, const char *v, double lo, double hi, double *out) {
+    return number(flag, v, lo, hi, 1, out);
+}
