@@ -174,39 +174,25 @@ static void build_fc(MnnWriter *w, const Draft *d) {
     mnn_graph_output(&w->g, "context_hidden");
 }
 
+static int dflash(MnnWriter *w, const void *d) { return build_dflash(w, d); }
+
 int mnn_draft_write(const ModelBundle *b, const QatState *q, const Draft *d, const OutDir *dir, MnnDraftStats *st,
                     PtError *e) {
-    char *weight_path = out_dir_path(dir, "dflash.mnn.weight");
     MnnWriter w = {.b = b, .q = q, .e = e}, f = {.b = b, .q = q, .e = e};
     mnn_graph_init(&w.g);
     mnn_graph_init(&f.g);
-    uint8_t *graph = NULL, *fc = NULL;
-    size_t len = 0, fc_len = 0;
-    AtomicFile af;
-    int rc = atomic_open(&af, weight_path, e);
-    if (rc == 0) {
-        w.wf.f = af.f;
-        w.wf.path = weight_path;
-        rc = build_dflash(&w, d);
-        if (rc == 0) rc = atomic_commit(&af, e);
-        else atomic_abort(&af);
-    }
-    if (rc == 0) {
-        graph = mnn_graph_serialize(&w.g, &len);
-        rc = out_dir_write(dir, "dflash.mnn", graph, len, e);
-    }
+    uint8_t *fc = NULL;
+    size_t fc_len = 0;
+    int rc = mw_write(&w, dir, "dflash.mnn", dflash, d, &st->graph_bytes);
     if (rc == 0) {
         build_fc(&f, d);
         fc = mnn_graph_serialize(&f.g, &fc_len);
         rc = out_dir_write(dir, "dflash_fc.mnn", fc, fc_len, e);
     }
     st->ops = w.g.n_ops;
-    st->graph_bytes = (int64_t)len;
     st->weight_bytes = w.wf.offset;
     st->fc_bytes = (int64_t)fc_len;
-    free(graph);
     free(fc);
-    free(weight_path);
     mnn_graph_free(&w.g);
     mnn_graph_free(&f.g);
     return rc;

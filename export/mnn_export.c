@@ -108,6 +108,11 @@ static int write_embedding(const OutDir *d, const ModelBundle *b, int64_t *bytes
     return rc;
 }
 
+static int decoder(MnnWriter *w, const void *ctx) {
+    (void)ctx;
+    return mw_decoder(w);
+}
+
 int mnn_export(const ModelBundle *b, const QatState *q, const char *dir, const MnnExportOptions *o, MnnExportStats *st,
                PtError *e) {
     memset(st, 0, sizeof *st);
@@ -117,24 +122,11 @@ int mnn_export(const ModelBundle *b, const QatState *q, const char *dir, const M
     if (out_dir_begin(&d, dir, o->force, e)) return -1;
     Writer w = {.b = b, .q = q, .fused = o->fused, .draft = o->draft, .e = e};
     mnn_graph_init(&w.g);
-    char *weight_path = out_dir_path(&d, "llm.mnn.weight");
-    AtomicFile af;
-    uint8_t *graph = NULL, *tok = NULL;
-    size_t graph_len = 0, tok_len = 0;
+    uint8_t *tok = NULL;
+    size_t tok_len = 0;
     // The tokenizer first: its checks fail before 170 MB of weights are written.
     int rc = mnn_tokenizer_build(b, &tok, &tok_len, e);
-    if (rc == 0) rc = atomic_open(&af, weight_path, e);
-    if (rc == 0) {
-        w.wf.f = af.f;
-        w.wf.path = weight_path;
-        rc = mw_decoder(&w);
-        if (rc == 0) rc = atomic_commit(&af, e);
-        else atomic_abort(&af);
-    }
-    if (rc == 0) {
-        graph = mnn_graph_serialize(&w.g, &graph_len);
-        rc = out_dir_write(&d, "llm.mnn", graph, graph_len, e);
-    }
+    if (rc == 0) rc = mw_write(&w, &d, "llm.mnn", decoder, NULL, &st->graph_bytes);
     if (rc == 0) rc = out_dir_write(&d, "tokenizer.mtok", tok, tok_len, e);
     if (rc == 0 && !b->cfg.tied_embeddings) rc = write_embedding(&d, b, &st->embedding_bytes, e);
     if (rc == 0) rc = write_json(&d, "config.json", runtime_config(&b->cfg, o), e);
@@ -148,12 +140,9 @@ int mnn_export(const ModelBundle *b, const QatState *q, const char *dir, const M
     st->n_ops = w.g.n_ops;
     st->n_tensors = w.g.n_tensors;
     st->n_linears = w.n_linears;
-    st->graph_bytes = (int64_t)graph_len;
     st->weight_bytes = w.wf.offset;
     st->tokenizer_bytes = (int64_t)tok_len;
-    free(graph);
     free(tok);
-    free(weight_path);
     mnn_graph_free(&w.g);
     if (rc) {
         out_dir_abort(&d);

@@ -324,6 +324,33 @@ int mw_decoder(Writer *w) {
     return 0;
 }
 
+int mw_write(MnnWriter *w, const OutDir *dir, const char *name, int (*build)(MnnWriter *w, const void *ctx),
+             const void *ctx, int64_t *graph_bytes) {
+    char weight_name[256];
+    snprintf(weight_name, sizeof weight_name, "%s.weight", name);
+    char *weight_path = out_dir_path(dir, weight_name);
+    AtomicFile af;
+    int rc = atomic_open(&af, weight_path, w->e);
+    if (rc == 0) {
+        w->wf.f = af.f;
+        w->wf.path = weight_path;
+        rc = build(w, ctx);
+        if (rc == 0) rc = atomic_commit(&af, w->e);
+        else atomic_abort(&af);
+        w->wf.f = NULL;
+    }
+    if (rc == 0) {
+        size_t len = 0;
+        uint8_t *graph = mnn_graph_serialize(&w->g, &len);
+        rc = out_dir_write(dir, name, graph, len, w->e);
+        *graph_bytes = (int64_t)len;
+        free(graph);
+    }
+    w->wf.path = NULL;
+    free(weight_path);
+    return rc;
+}
+
 // What the package format can hold, checked before anything is written.
 int mnn_check_exportable(const ModelConfig *c, const QuantSpec *spec, int quant_embedding, PtError *e) {
     if (strcmp(c->model_type, "qwen3") != 0 && strcmp(c->model_type, "llama") != 0)

@@ -9,6 +9,7 @@
 #include "../model/draft.h"
 #include "../model/lora_view.h"
 #include "../qat/qat.h"
+#include "../util/out_dir.h"
 #include "mnn_weights.h"
 
 // cos/sin tables of one set of positions: [1, S, 1, D] for the elementwise
@@ -62,6 +63,12 @@ int mw_lm_head_rows(MnnWriter *w, int h, const int *ids, int n, const char *name
 // not), the final norm and the lm_head, with w->lora's ops after each targeted
 // projection and w->draft's "hidden_states" output.
 int mw_decoder(MnnWriter *w);
+
+// NAME and NAME.weight into dir: `build` makes the graph in w (w->g
+// initialised) with its weights streamed to NAME.weight, which is written
+// atomically, then the graph serialized as NAME. *graph_bytes gets its size.
+int mw_write(MnnWriter *w, const OutDir *dir, const char *name, int (*build)(MnnWriter *w, const void *ctx),
+             const void *ctx, int64_t *graph_bytes);
 
 // What the package format can hold (model type, sizes, the int4 group, a tied
 // embedding quantized), checked before anything is written.

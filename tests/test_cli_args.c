@@ -15,16 +15,11 @@
 #include <stdarg.h>
 #include <stddef.h>
 #include <cmocka.h>
-#include <fcntl.h>
-#include <spawn.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/wait.h>
 #include <unistd.h>
 #include "test_cli_util.h"
-
-extern char **environ;
 
 typedef enum { INT, EVEN, U64, REAL, REAL_ABOVE } Kind;
 
@@ -86,7 +81,7 @@ typedef struct {
     char err[4096];
 } Run;
 
-// pocket argv[0..] (NULL-terminated), stdout dropped, stderr kept.
+// pocket args[0..] (NULL-terminated), stdout dropped, stderr kept.
 static void run(Run *r, const char *const *args) {
     char errpath[] = "/tmp/pocket-test-cli-args-XXXXXX";
     int fd = mkstemp(errpath);
@@ -96,20 +91,8 @@ static void run(Run *r, const char *const *args) {
     int n = 1;
     while (args[n - 1] && n < 15) argv[n] = args[n - 1], n++;
     argv[n] = NULL;
-    posix_spawn_file_actions_t fa;
-    posix_spawn_file_actions_init(&fa);
-    posix_spawn_file_actions_addopen(&fa, 1, "/dev/null", O_WRONLY, 0);
-    posix_spawn_file_actions_addopen(&fa, 2, errpath, O_WRONLY | O_TRUNC, 0644);
-    pid_t pid;
-    if (posix_spawn(&pid, argv[0], &fa, NULL, (char *const *)argv, environ) != 0) fail_msg("cannot run %s", argv[0]);
-    posix_spawn_file_actions_destroy(&fa);
-    int ws;
-    waitpid(pid, &ws, 0);
-    r->status = WIFEXITED(ws) ? WEXITSTATUS(ws) : -1;
-    FILE *f = fopen(errpath, "rb");
-    size_t got = f ? fread(r->err, 1, sizeof r->err - 1, f) : 0;
-    r->err[got] = 0;
-    if (f) fclose(f);
+    r->status = run_capture((char *const *)argv, errpath, r->err, sizeof r->err);
+    if (r->status == -2) fail_msg("cannot run %s", argv[0]);
     unlink(errpath);
 }
 

@@ -687,6 +687,21 @@ static void test_broken_trees_fail(void **state) {
     assert_non_null(strstr(c.report, "cycle: model -> model/ops -> model\n"));
 }
 
+// The tree fails with one problem: the circle `circle` ("a -> b -> a"), whose
+// two steps the report gives as `step1` and `step2`.
+static void expect_circle(const TreeFile *tree, int n, const char *circle, const char *step1, const char *step2) {
+    static LayerCheck c;
+    char line[512];
+    assert_int_equal(check_tree(tree, n, &c), 1);
+    print_message("%s", c.report);
+    snprintf(line, sizeof line, "circle of modules: %s\n", circle);
+    assert_non_null(strstr(c.report, line));
+    snprintf(line, sizeof line, "    %s\n", step1);
+    assert_non_null(strstr(c.report, line));
+    snprintf(line, sizeof line, "    %s\n", step2);
+    assert_non_null(strstr(c.report, line));
+}
+
 // Circles between modules of one folder: two files that call each other
 // through their headers; and an op calling into the table file that
 // references it, through one header both include (no include goes round).
@@ -700,11 +715,8 @@ static void test_module_circles_fail(void **state) {
         {"formats/a.c", "#include \"a.h\"\n#include \"b.h\"\nint a_fn(void) {\n    return b_fn();\n}\n"},
         {"formats/b.c", "#include \"b.h\"\n#include \"a.h\"\nint b_fn(void) { return 1 + a_fn(); }\n"},
     };
-    assert_int_equal(check_tree(calls, N_OF(calls), &c), 1);
-    print_message("%s", c.report);
-    assert_non_null(strstr(c.report, "circle of modules: formats/a -> formats/b -> formats/a\n"));
-    assert_non_null(strstr(c.report, "    formats/a.c calls b_fn (formats/b.c)\n"));
-    assert_non_null(strstr(c.report, "    formats/b.c calls a_fn (formats/a.c)\n"));
+    expect_circle(calls, N_OF(calls), "formats/a -> formats/b -> formats/a", "formats/a.c calls b_fn (formats/b.c)",
+                  "formats/b.c calls a_fn (formats/a.c)");
 
     const TreeFile table[] = {
         CLEAN_TREE,
@@ -714,11 +726,8 @@ static void test_module_circles_fail(void **state) {
         {"model/ops/table.c", "#include \"ops.h\"\nstatic const Table T = {.op1 = op1};\n"
                               "int settings(void) { return T.op1 != 0; }\n"},
     };
-    assert_int_equal(check_tree(table, N_OF(table), &c), 1);
-    print_message("%s", c.report);
-    assert_non_null(strstr(c.report, "circle of modules: model/ops/op1 -> model/ops/table -> model/ops/op1\n"));
-    assert_non_null(strstr(c.report, "    model/ops/op1.c calls settings (model/ops/table.c)\n"));
-    assert_non_null(strstr(c.report, "    model/ops/table.c calls op1 (model/ops/op1.c)\n"));
+    expect_circle(table, N_OF(table), "model/ops/op1 -> model/ops/table -> model/ops/op1",
+                  "model/ops/op1.c calls settings (model/ops/table.c)", "model/ops/table.c calls op1 (model/ops/op1.c)");
 
     // A static function of the same name, a member and a name no included header declares are no calls.
     const TreeFile not_calls[] = {

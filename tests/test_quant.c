@@ -470,6 +470,7 @@ static void test_qat_ops_on_devices(void **state) {
 
 int main(void) {
     const struct CMUnitTest tests[] = {
+        GPU_DEVICE_TEST,
         cmocka_unit_test(test_rtn_matches_torch),     cmocka_unit_test(test_mnn_worked_example),
         cmocka_unit_test(test_fake_equals_pack_path), cmocka_unit_test(test_fp16_exact_and_mse),
         cmocka_unit_test(test_errors),                cmocka_unit_test(test_a16_matches_torch),
