@@ -83,6 +83,39 @@ int arg_u64(const char *flag, const char *v, uint64_t *out) {
     return 0;
 }
 
+int arg_ids(const char *s, const char *seps, int vocab, int least, const char *what, const char *entry, int **out,
+            int *n_out, PtError *e) {
+    int n = 0, cap = 64;
+    int *ids = xmalloc((size_t)cap * sizeof(int), "token ids");
+    const char *p = s;
+    for (;;) {
+        p += strspn(p, seps);
+        if (!*p) break;
+        char *end;
+        errno = 0;
+        long v = strtol(p, &end, 10);
+        if (end == p || errno || (*end && !strchr(seps, *end))) {
+            free(ids);
+            return pt_fail(e, "%s: %s %d is not an integer", what, entry, n + 1);
+        }
+        if (v < 0 || v >= vocab) {
+            free(ids);
+            return pt_fail(e, "%s: %s %d = %ld is outside the vocabulary [0, %d)", what, entry, n + 1, v, vocab);
+        }
+        if (n == cap && !(ids = realloc(ids, (size_t)(cap *= 2) * sizeof(int)))) die("out of memory reading %s", what);
+        ids[n++] = (int)v;
+        p = end;
+    }
+    if (n < least) {
+        free(ids);
+        return least == 1 ? pt_fail(e, "%s: no token ids given", what)
+                          : pt_fail(e, "%s: needs at least %d token ids, found %d", what, least, n);
+    }
+    *out = ids;
+    *n_out = n;
+    return 0;
+}
+
 int arg_threads(const char *flag, const char *v, int *out) { return arg_int(flag, v, 0, ARGS_THREADS_MAX, out); }
 
 static int number(const char *flag, const char *v, double lo, double hi, int lo_open, double *out) {

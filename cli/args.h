@@ -12,6 +12,7 @@
 // returns ARGS_USAGE.
 #pragma once
 #include <stdint.h>
+#include "../util/util.h"
 
 #define ARGS_USAGE 2
 // Every --threads: 0 (the default: OMP_NUM_THREADS, else all cores) to this.
@@ -37,6 +38,14 @@ int arg_threads(const char *flag, const char *v, int *out);
 // A finite decimal number in [lo, hi], or with arg_double_above in (lo, hi].
 int arg_double(const char *flag, const char *v, double lo, double hi, double *out);
 int arg_double_above(const char *flag, const char *v, double lo, double hi, double *out);
+
+// Token ids in [0, vocab), separated by any of `seps` (the text s: a flag's
+// value or a file's), at least `least` of them, into a malloc'd array. A bad
+// one is named by its position: "WHAT: ENTRY 3 is not an integer", "WHAT:
+// ENTRY 3 = 70000 is outside the vocabulary [0, 65536)" (into e: the ids are
+// checked against the model, once it is open).
+int arg_ids(const char *s, const char *seps, int vocab, int least, const char *what, const char *entry, int **out,
+            int *n_out, PtError *e);
 
 // Any other usage error: "pocket COMMAND: " and the message on one line.
 // Returns ARGS_USAGE, the exit status.

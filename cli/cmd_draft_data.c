@@ -2,7 +2,6 @@
 // greedy continuations of another dataset's prompts. A speculative draft
 // ([draft] in a recipe) is worth what the target accepts of it, so it learns
 // best from what the target itself says rather than from the data's replies.
-#include <errno.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>

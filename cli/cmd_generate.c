@@ -1,6 +1,5 @@
 // pocket generate: continue a prompt with the KV-cache generator
 // (model/generate.h), streaming the completion to stdout as text or ids.
-#include <errno.h>
 #include <math.h>
 #include <string.h>
 #include "../formats/draft_checkpoint.h"
@@ -44,41 +43,6 @@ static void help(FILE *f) {
             "                       weights ([draft] recipes; implies --int4, greedy only): the output is the\n"
             "                       same; the statistics line gives the mean acceptance length\n"
             RUN_FLAGS_HELP);
-}
-
-// "1 2 3" or "1,2,3"; errors name the position of the bad entry.
-static int parse_ids(const char *s, int vocab, int **out, int *n_out, PtError *e) {
-    int n = 0, cap = 64;
-    int *ids = xmalloc((size_t)cap * sizeof(int), "prompt ids");
-    const char *p = s;
-    for (;;) {
-        while (*p == ' ' || *p == ',' || *p == '\t' || *p == '\n') p++;
-        if (!*p) break;
-        char *end;
-        errno = 0;
-        long v = strtol(p, &end, 10);
-        if (end == p || errno || (*end && !strchr(" ,\t\n", *end))) {
-            free(ids);
-            return pt_fail(e, "--prompt-ids: entry %d is not an integer", n + 1);
-        }
-        if (v < 0 || v >= vocab) {
-            free(ids);
-            return pt_fail(e, "--prompt-ids: entry %d = %ld is outside the vocabulary [0, %d)", n + 1, v, vocab);
-        }
-        if (n == cap) {
-            ids = realloc(ids, (size_t)(cap *= 2) * sizeof(int));
-            if (!ids) die("out of memory reading --prompt-ids");
-        }
-        ids[n++] = (int)v;
-        p = end;
-    }
-    if (n == 0) {
-        free(ids);
-        return pt_fail(e, "--prompt-ids: no token ids given");
-    }
-    *out = ids;
-    *n_out = n;
-    return 0;
 }
 
 // Streams the completion as it is generated. Text is re-decoded from all new
@@ -203,7 +167,8 @@ int cmd_generate(int argc, char **argv) {
         if (tokenizer_load(&tok, b->tokenizer_json, b->tokenizer_json_len, src, &e)) goto fail;
     }
     if (prompt_ids) {
-        if (parse_ids(prompt_ids, c->vocab_size, &prompt, &n_prompt, &e)) goto fail;
+        // "1 2 3" or "1,2,3"; errors name the position of the bad entry.
+        if (arg_ids(prompt_ids, " ,\t\n", c->vocab_size, 1, "--prompt-ids", "entry", &prompt, &n_prompt, &e)) goto fail;
     } else {
         const char *text = prompt_text;
         if (chat) {

@@ -1,7 +1,6 @@
 // pocket teacher-topk: a token dataset with a teacher's top-k next-token
 // logits stored beside its tokens (data/topk.h), for distillation without the
 // teacher's forward in every training step ([distill] source = topk).
-#include <errno.h>
 #include <stdlib.h>
 #include <string.h>
 #include "../data/loader.h"
