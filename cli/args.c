@@ -118,22 +118,15 @@ int arg_ids(const char *s, const char *seps, int vocab, int least, const char *w
 
 int arg_threads(const char *flag, const char *v, int *out) { return arg_int(flag, v, 0, ARGS_THREADS_MAX, out); }
 
-static int number(const char *flag, const char *v, double lo, double hi, int lo_open, double *out) {
+int arg_real(const char *flag, const char *v, double lo, double hi, int open, double *out) {
     char *end;
     errno = 0;
+    const int lo_open = open & ARG_LO_OPEN, hi_open = open & ARG_HI_OPEN;
     double x = plain(v, 1) ? strtod(v, &end) : NAN;
-    if (!plain(v, 1) || *end || errno || !isfinite(x) || x > hi || (lo_open ? x <= lo : x < lo)) {
-        arg_usage("%s '%s' is not a number in %c%g, %g]", flag, v, lo_open ? '(' : '[', lo, hi);
+    if (!plain(v, 1) || *end || errno || !isfinite(x) || (lo_open ? x <= lo : x < lo) || (hi_open ? x >= hi : x > hi)) {
+        arg_usage("%s '%s' is not a number in %c%g, %g%c", flag, v, lo_open ? '(' : '[', lo, hi, hi_open ? ')' : ']');
         return -1;
     }
     *out = x;
     return 0;
-}
-
-int arg_double(const char *flag, const char *v, double lo, double hi, double *out) {
-    return number(flag, v, lo, hi, 0, out);
-}
-
-int arg_double_above(const char *flag, const char *v, double lo, double hi, double *out) {
-    return number(flag, v, lo, hi, 1, out);
 }

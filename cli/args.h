@@ -6,7 +6,7 @@
 // message names the flag, the value given and the range:
 //
 //     pocket eval: --batch '0' is not an integer in [1, 65536]
-//     pocket generate: --top-p 'x' is not a number in [0, 1]
+//     pocket generate: --top-p 'x' is not a number in (0, 1]
 //
 // The number parsers return 0, or -1 after printing that line; the caller
 // returns ARGS_USAGE.
@@ -35,9 +35,10 @@ int arg_even(const char *flag, const char *v, int lo, int hi, int *out);
 int arg_u64(const char *flag, const char *v, uint64_t *out);
 // --threads N: [0, ARGS_THREADS_MAX].
 int arg_threads(const char *flag, const char *v, int *out);
-// A finite decimal number in [lo, hi], or with arg_double_above in (lo, hi].
-int arg_double(const char *flag, const char *v, double lo, double hi, double *out);
-int arg_double_above(const char *flag, const char *v, double lo, double hi, double *out);
+// A finite decimal number in [lo, hi], or without an end that `open` names:
+// "(lo, hi]" with ARG_LO_OPEN, "[lo, hi)" with ARG_HI_OPEN, or both.
+enum { ARG_CLOSED = 0, ARG_LO_OPEN = 1, ARG_HI_OPEN = 2 };
+int arg_real(const char *flag, const char *v, double lo, double hi, int open, double *out);
 
 // Token ids in [0, vocab), separated by any of `seps` (the text s: a flag's
 // value or a file's), at least `least` of them, into a malloc'd array. A bad

@@ -110,10 +110,10 @@ int cmd_generate(int argc, char **argv) {
         } else if ((v = arg_value(argc, argv, &i, "--seed"))) {
             if (arg_u64("--seed", v, &params.seed)) return ARGS_USAGE;
         } else if ((v = arg_value(argc, argv, &i, "--temperature"))) {
-            if (arg_double("--temperature", v, 0.0, 1e4, &x)) return ARGS_USAGE;
+            if (arg_real("--temperature", v, 0.0, 1e4, ARG_CLOSED, &x)) return ARGS_USAGE;
             params.temperature = (float)x;
         } else if ((v = arg_value(argc, argv, &i, "--top-p"))) {
-            if (arg_double_above("--top-p", v, 0.0, 1.0, &x)) return ARGS_USAGE;
+            if (arg_real("--top-p", v, 0.0, 1.0, ARG_LO_OPEN, &x)) return ARGS_USAGE;
             params.top_p = (float)x;
         } else return arg_usage("unknown argument '%s' (see --help)", argv[i]);
     }

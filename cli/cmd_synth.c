@@ -187,9 +187,9 @@ int cmd_synth(int argc, char **argv) {
         }
         else if ((v = arg_value(argc, argv, &i, "--threads"))) { if (arg_threads("--threads", v, &threads)) return ARGS_USAGE; }
         else if ((v = arg_value(argc, argv, &i, "--temperature"))) {
-            if (arg_double("--temperature", v, 1e-3, 100, &o.temperature)) return ARGS_USAGE;
+            if (arg_real("--temperature", v, 1e-3, 100, ARG_CLOSED, &o.temperature)) return ARGS_USAGE;
         }
-        else if ((v = arg_value(argc, argv, &i, "--top-p"))) { if (arg_double("--top-p", v, 1e-6, 1, &o.top_p)) return ARGS_USAGE; }
+        else if ((v = arg_value(argc, argv, &i, "--top-p"))) { if (arg_real("--top-p", v, 1e-6, 1, ARG_CLOSED, &o.top_p)) return ARGS_USAGE; }
         else return arg_usage("unknown argument '%s' (see --help)", argv[i]);
     }
     if (!ckpt || !out) return arg_usage("--ckpt and --out are required (see --help)");

@@ -123,7 +123,7 @@ int cmd_teacher_topk(int argc, char **argv) {
         else if ((v = arg_value(argc, argv, &i, "--out"))) out = v;
         else if ((v = arg_value(argc, argv, &i, "--k"))) { if (arg_long("--k", v, 1, DISTILL_MAX_TOPK, &k)) return ARGS_USAGE; }
         else if ((v = arg_value(argc, argv, &i, "--temperature"))) {
-            if (arg_double_above("--temperature", v, 0, 100, &temperature)) return ARGS_USAGE;
+            if (arg_real("--temperature", v, 0, 100, ARG_LO_OPEN, &temperature)) return ARGS_USAGE;
         }
         else if ((v = arg_value(argc, argv, &i, "--seq-len"))) { if (arg_long("--seq-len", v, 2, 1 << 20, &seq)) return ARGS_USAGE; }
         else if ((v = arg_value(argc, argv, &i, "--batch"))) { if (arg_long("--batch", v, 1, 65536, &batch)) return ARGS_USAGE; }

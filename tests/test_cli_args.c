@@ -7,7 +7,7 @@
 //    for a number) and a value out of its range (one step past each end), in
 //    both "--flag V" and "--flag=V" forms, with the same line:
 //        pocket COMMAND: FLAG 'V' is not an integer in [LO, HI]
-//        pocket COMMAND: FLAG 'V' is not a number in [LO, HI]   ("(LO, HI]" when LO is excluded)
+//        pocket COMMAND: FLAG 'V' is not a number in [LO, HI]   ("(LO, HI]", "[LO, HI)" for an open end)
 //    and exit 2, before anything is read (the runs give no other argument);
 //  - the table below names every command `pocket` lists, so a new command
 //    comes with its rows.
@@ -21,7 +21,7 @@
 #include <unistd.h>
 #include "test_cli_util.h"
 
-typedef enum { INT, EVEN, U64, REAL, REAL_ABOVE } Kind;
+typedef enum { INT, EVEN, U64, REAL, REAL_ABOVE, REAL_BELOW } Kind;   // REAL_ABOVE: (lo, hi]; REAL_BELOW: [lo, hi)
 
 typedef struct {
     const char *command, *flag;
@@ -127,10 +127,10 @@ static void step(const char *bound, int up, char *out, size_t cap) {
 
 static void refuses(const NumberFlag *f, const char *value) {
     char want[512], eq[256], what[256];
-    const int real = f->kind == REAL || f->kind == REAL_ABOVE;
-    snprintf(want, sizeof want, "pocket %s: %s '%s' is not %s in %c%s, %s]\n", f->command, f->flag, value,
+    const int real = f->kind >= REAL;
+    snprintf(want, sizeof want, "pocket %s: %s '%s' is not %s in %c%s, %s%c\n", f->command, f->flag, value,
              real ? "a number" : f->kind == EVEN ? "an even integer" : "an integer", f->kind == REAL_ABOVE ? '(' : '[',
-             f->lo, f->hi);
+             f->lo, f->hi, f->kind == REAL_BELOW ? ')' : ']');
     snprintf(what, sizeof what, "pocket %s %s '%s'", f->command, f->flag, value);
     Run r;
     const char *args[] = {f->command, f->flag, value, NULL};
@@ -146,13 +146,14 @@ static void test_numbers_are_refused_alike(void **state) {
     (void)state;
     for (int i = 0; i < N_FLAGS; i++) {
         const NumberFlag *f = &FLAGS[i];
-        const int real = f->kind == REAL || f->kind == REAL_ABOVE;
+        const int real = f->kind >= REAL;
         const char *malformed_int[] = {"x", "12x", "", "1.5", " 3", "0x10"};
         const char *malformed_real[] = {"x", "0.5x", "", " 0.5", "inf", "nan"};
         for (int k = 0; k < 6; k++) refuses(f, real ? malformed_real[k] : malformed_int[k]);
         char beyond[64];
         step(f->hi, 1, beyond, sizeof beyond);
         refuses(f, beyond);
+        if (f->kind == REAL_BELOW) refuses(f, f->hi);   // the excluded end
         if (f->kind == REAL_ABOVE) refuses(f, f->lo);   // the excluded end
         else if (strcmp(f->lo, "0") != 0 || real) {
             step(f->lo, 0, beyond, sizeof beyond);
