@@ -6,6 +6,7 @@
 #include <string.h>
 #include "../data/choice.h"
 #include "../model/choice_head.h"
+#include "args.h"
 #include "commands.h"
 #include "open_model.h"
 
@@ -63,13 +64,13 @@ static int read_candidates_file(const char *path, Candidates *c, int cap) {
 int cmd_choose(int argc, char **argv) {
     const char *ckpt = NULL, *prompt = NULL, *system = NULL, *file = NULL, *v;
     int alone = 0, json = 0, int4 = 0, flag;
-    long threads = 0;
+    int threads = 0;
     OpenOptions oo = {.log = NULL};
     Candidates c = {xcalloc(CHOICE_MAX_CANDIDATES, sizeof(char *), "candidates"), 0, NULL};
-    int rc = 2;
+    int rc = ARGS_USAGE;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) { help(stdout); rc = 0; goto done; }
-        else if ((flag = run_flag(argc, argv, &i, &oo, "choose"))) { if (flag < 0) goto done; }
+        else if ((flag = run_flag(argc, argv, &i, &oo))) { if (flag < 0) goto done; }
         else if (!strcmp(argv[i], "--alone")) alone = 1;
         else if (!strcmp(argv[i], "--json")) json = 1;
         else if (!strcmp(argv[i], "--int4")) int4 = 1;
@@ -78,12 +79,7 @@ int cmd_choose(int argc, char **argv) {
         else if ((v = arg_value(argc, argv, &i, "--system"))) system = v;
         else if ((v = arg_value(argc, argv, &i, "--candidates-file"))) file = v;
         else if ((v = arg_value(argc, argv, &i, "--threads"))) {
-            char *end;
-            threads = strtol(v, &end, 10);
-            if (*end || !*v || threads < 0) {
-                fprintf(stderr, "pocket choose: --threads '%s' must be an integer >= 0\n", v);
-                goto done;
-            }
+            if (arg_threads("--threads", v, &threads)) goto done;
         }
         else if (!strcmp(argv[i], "--candidates")) {
             while (i + 1 < argc && strncmp(argv[i + 1], "--", 2)) {
@@ -93,7 +89,10 @@ int cmd_choose(int argc, char **argv) {
                 }
                 c.text[c.n++] = argv[++i];
             }
-        } else { fprintf(stderr, "pocket choose: unknown argument '%s' (see --help)\n", argv[i]); goto done; }
+        } else {
+            arg_usage("unknown argument '%s' (see --help)", argv[i]);
+            goto done;
+        }
     }
     if (file && read_candidates_file(file, &c, CHOICE_MAX_CANDIDATES)) goto done;
     if (!ckpt || !prompt || c.n < 1) {
@@ -109,7 +108,7 @@ int cmd_choose(int argc, char **argv) {
     rc = 1;
     PtError e;
     oo.int4 = int4;
-    oo.threads = (int)threads;
+    oo.threads = threads;
     OpenModel om;
     if (open_model(&om, ckpt, &oo, &e)) { fprintf(stderr, "pocket choose: %s\n", e.msg); goto done; }
     Tokenizer *tok = NULL;

@@ -2,13 +2,13 @@
 // greedy continuations of another dataset's prompts. A speculative draft
 // ([draft] in a recipe) is worth what the target accepts of it, so it learns
 // best from what the target itself says rather than from the data's replies.
-#include <errno.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 #include "../data/dataset.h"
 #include "../model/generate.h"
 #include "../train/evaluate.h"
+#include "args.h"
 #include "commands.h"
 #include "open_model.h"
 
@@ -34,18 +34,6 @@ static void help(FILE *f) {
             "                       in a pass of its own, the matmuls over all of them at once\n"
             "                       (default 16; the replies are the same as one at a time)\n"
             "  --threads N          OpenMP threads (default: all cores)\n");
-}
-
-static int parse_int(const char *flag, const char *v, long lo, long hi, long *out) {
-    char *end;
-    errno = 0;
-    long x = strtol(v, &end, 10);
-    if (*end || !*v || errno || x < lo || x > hi) {
-        fprintf(stderr, "pocket draft-data: %s '%s' must be an integer in [%ld, %ld]\n", flag, v, lo, hi);
-        return -1;
-    }
-    *out = x;
-    return 0;
 }
 
 typedef struct {
@@ -207,28 +195,26 @@ static int continue_prompts(const OpenModel *om, const Tokenizer *tok, const cha
 
 int cmd_draft_data(int argc, char **argv) {
     const char *ckpt = NULL, *data = NULL, *out = NULL, *v;
-    long max_new = 128, limit = 0, threads = 0, batch = 16;
+    long max_new = 128, limit = 0, batch = 16;
+    int threads = 0;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) { help(stdout); return 0; }
         else if ((v = arg_value(argc, argv, &i, "--ckpt"))) ckpt = v;
         else if ((v = arg_value(argc, argv, &i, "--data"))) data = v;
         else if ((v = arg_value(argc, argv, &i, "--out"))) out = v;
-        else if ((v = arg_value(argc, argv, &i, "--max-new"))) { if (parse_int("--max-new", v, 1, 1 << 24, &max_new)) return 2; }
-        else if ((v = arg_value(argc, argv, &i, "--limit"))) { if (parse_int("--limit", v, 1, 1L << 40, &limit)) return 2; }
-        else if ((v = arg_value(argc, argv, &i, "--batch"))) { if (parse_int("--batch", v, 1, 4096, &batch)) return 2; }
-        else if ((v = arg_value(argc, argv, &i, "--threads"))) { if (parse_int("--threads", v, 0, 4096, &threads)) return 2; }
-        else { fprintf(stderr, "pocket draft-data: unknown argument '%s' (see --help)\n", argv[i]); return 2; }
+        else if ((v = arg_value(argc, argv, &i, "--max-new"))) { if (arg_long("--max-new", v, 1, 1 << 24, &max_new)) return ARGS_USAGE; }
+        else if ((v = arg_value(argc, argv, &i, "--limit"))) { if (arg_long("--limit", v, 1, 1L << 40, &limit)) return ARGS_USAGE; }
+        else if ((v = arg_value(argc, argv, &i, "--batch"))) { if (arg_long("--batch", v, 1, 4096, &batch)) return ARGS_USAGE; }
+        else if ((v = arg_value(argc, argv, &i, "--threads"))) { if (arg_threads("--threads", v, &threads)) return ARGS_USAGE; }
+        else return arg_usage("unknown argument '%s' (see --help)", argv[i]);
     }
-    if (!ckpt || !data || !out) {
-        fprintf(stderr, "pocket draft-data: --ckpt, --data and --out are required (see --help)\n");
-        return 2;
-    }
+    if (!ckpt || !data || !out) return arg_usage("--ckpt, --data and --out are required (see --help)");
     PtError e;
     Dataset d = {0};
     Tokenizer *tok = NULL;
     DatasetWriter *w = NULL;
     OpenModel om;
-    OpenOptions oo = {.int4 = 1, .threads = (int)threads};
+    OpenOptions oo = {.int4 = 1, .threads = threads};
     if (open_model(&om, ckpt, &oo, &e)) { fprintf(stderr, "pocket draft-data: %s\n", e.msg); return 1; }
     int rc = 1;
     Counts c = {0};

@@ -3,6 +3,7 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include "args.h"
 #include "commands.h"
 #include "../train/choice_train.h"
 #include "../train/eval_compare.h"
@@ -49,31 +50,6 @@ static void help(FILE *f) {
             "  --dump-pairs F     pairs data: each pair's log-probabilities (and its reference's) as JSON\n"
             "                     lines into F\n"
             RUN_FLAGS_HELP);
-}
-
-static int parse_int(const char *flag, const char *v, long lo, long *out) {
-    char *end;
-    long x = strtol(v, &end, 10);
-    if (*end || !*v || x < lo) {
-        fprintf(stderr, "pocket eval: %s '%s' must be an integer >= %ld\n", flag, v, lo);
-        return -1;
-    }
-    *out = x;
-    return 0;
-}
-
-// A real number of a flag in (lo, hi] (closed at lo when lo_closed, and open at hi when it is 0.5: smoothing).
-static int parse_real(const char *flag, const char *v, double lo, double hi, int lo_closed, double *out) {
-    char *end;
-    const double x = strtod(v, &end);
-    const int hi_open = hi == 0.5;
-    if (*end || !*v || !isfinite(x) || (lo_closed ? x < lo : x <= lo) || (hi_open ? x >= hi : x > hi)) {
-        fprintf(stderr, "pocket eval: %s '%s' must be a number in %c%g, %g%c\n", flag, v, lo_closed ? '[' : '(', lo, hi,
-                hi_open ? ')' : ']');
-        return -1;
-    }
-    *out = x;
-    return 0;
 }
 
 // Choice data: the decision head's metrics (and the scores into dump).
@@ -140,13 +116,13 @@ out:
 int cmd_eval(int argc, char **argv) {
     const char *ckpt = NULL, *data = NULL, *dump = NULL, *ref = NULL, *dump_pairs = NULL, *v;
     PrefLoss pl = {PREF_SIGMOID, 0.1, 0.0, 0.5};
-    long batch = 0, seq = 512, max_batches = 0, n_exact = 200, threads = 0;
-    long int4_group = 0;   // 0 = the default grid
+    long batch = 0, seq = 512, max_batches = 0, n_exact = 200;
+    int int4_group = 0, threads = 0;   // int4_group 0: the default grid
     int int4 = 0, int4_symmetric = 0, doc_mask = 0, flag;
     OpenOptions oo = {.log = stdout};
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) { help(stdout); return 0; }
-        else if ((flag = run_flag(argc, argv, &i, &oo, "eval"))) { if (flag < 0) return 2; }
+        else if ((flag = run_flag(argc, argv, &i, &oo))) { if (flag < 0) return ARGS_USAGE; }
         else if (!strcmp(argv[i], "--int4")) int4 = 1;
         else if (!strcmp(argv[i], "--int4-symmetric")) int4 = int4_symmetric = 1;
         else if (!strcmp(argv[i], "--doc-mask")) doc_mask = 1;
@@ -157,45 +133,44 @@ int cmd_eval(int argc, char **argv) {
         else if ((v = arg_value(argc, argv, &i, "--dump-pairs"))) dump_pairs = v;
         else if ((v = arg_value(argc, argv, &i, "--loss"))) {
             for (pl.kind = 0; pl.kind < PREF_LOSS_COUNT && strcmp(v, pref_loss_name(pl.kind)); pl.kind++) {}
-            if (pl.kind == PREF_LOSS_COUNT) {
-                fprintf(stderr, "pocket eval: --loss '%s' must be sigmoid, robust, ipo or simpo\n", v);
-                return 2;
-            }
+            if (pl.kind == PREF_LOSS_COUNT) return arg_usage("--loss '%s' must be sigmoid, robust, ipo or simpo", v);
         }
-        else if ((v = arg_value(argc, argv, &i, "--beta"))) { if (parse_real("--beta", v, 0, 1000, 0, &pl.beta)) return 2; }
+        else if ((v = arg_value(argc, argv, &i, "--beta"))) {
+            if (arg_real("--beta", v, 0, 1000, ARG_LO_OPEN, &pl.beta)) return ARGS_USAGE;
+        }
         else if ((v = arg_value(argc, argv, &i, "--label-smoothing"))) {
-            if (parse_real("--label-smoothing", v, 0, 0.5, 1, &pl.label_smoothing)) return 2;
+            if (arg_real("--label-smoothing", v, 0, 0.5, ARG_HI_OPEN, &pl.label_smoothing)) return ARGS_USAGE;
         }
         else if ((v = arg_value(argc, argv, &i, "--simpo-gamma"))) {
-            if (parse_real("--simpo-gamma", v, 0, 1000, 1, &pl.simpo_gamma)) return 2;
+            if (arg_real("--simpo-gamma", v, 0, 1000, ARG_CLOSED, &pl.simpo_gamma)) return ARGS_USAGE;
         }
-        else if ((v = arg_value(argc, argv, &i, "--batch"))) { if (parse_int("--batch", v, 1, &batch)) return 2; }
-        else if ((v = arg_value(argc, argv, &i, "--seq-len"))) { if (parse_int("--seq-len", v, 2, &seq)) return 2; }
-        else if ((v = arg_value(argc, argv, &i, "--max-batches"))) { if (parse_int("--max-batches", v, 0, &max_batches)) return 2; }
-        else if ((v = arg_value(argc, argv, &i, "--exact-match"))) { if (parse_int("--exact-match", v, 0, &n_exact)) return 2; }
+        else if ((v = arg_value(argc, argv, &i, "--batch"))) { if (arg_long("--batch", v, 1, 65536, &batch)) return ARGS_USAGE; }
+        else if ((v = arg_value(argc, argv, &i, "--seq-len"))) { if (arg_long("--seq-len", v, 2, 1 << 20, &seq)) return ARGS_USAGE; }
+        else if ((v = arg_value(argc, argv, &i, "--max-batches"))) {
+            if (arg_long("--max-batches", v, 0, 1L << 40, &max_batches)) return ARGS_USAGE;
+        }
+        else if ((v = arg_value(argc, argv, &i, "--exact-match"))) {
+            if (arg_long("--exact-match", v, 0, 1L << 30, &n_exact)) return ARGS_USAGE;
+        }
         else if ((v = arg_value(argc, argv, &i, "--int4-group"))) {
-            if (parse_int("--int4-group", v, 2, &int4_group)) return 2;
-            if (int4_group > 65536) {
-                fprintf(stderr, "pocket eval: --int4-group %ld is larger than any weight row (at most 65536)\n", int4_group);
-                return 2;
-            }
+            if (arg_even("--int4-group", v, 2, 65536, &int4_group)) return ARGS_USAGE;
             int4 = 1;
         }
-        else if ((v = arg_value(argc, argv, &i, "--threads"))) { if (parse_int("--threads", v, 0, &threads)) return 2; }
-        else { fprintf(stderr, "pocket eval: unknown argument '%s' (see --help)\n", argv[i]); return 2; }
+        else if ((v = arg_value(argc, argv, &i, "--threads"))) { if (arg_threads("--threads", v, &threads)) return ARGS_USAGE; }
+        else return arg_usage("unknown argument '%s' (see --help)", argv[i]);
     }
-    if (!ckpt || !data) { fprintf(stderr, "pocket eval: --ckpt and --data are required (see --help)\n"); return 2; }
+    if (!ckpt || !data) return arg_usage("--ckpt and --data are required (see --help)");
     if (batch == 0) batch = ref ? 1 : 4;
     PtError e;
     Dataset d = {0};
     Tokenizer *tok = NULL;
     // An explicit grid only when one was asked for: otherwise the checkpoint's own (or the default).
-    QuantSpec grid = {int4_group ? (int)int4_group : QUANT_GROUP_DEFAULT, int4_symmetric};
+    QuantSpec grid = {int4_group ? int4_group : QUANT_GROUP_DEFAULT, int4_symmetric};
     const int grid_chosen = int4_group || int4_symmetric;
     oo.int4 = int4;
     oo.grid = grid_chosen ? &grid : NULL;
     oo.grid_chosen = grid_chosen;
-    oo.threads = (int)threads;
+    oo.threads = threads;
     OpenModel om;
     if (open_model(&om, ckpt, &oo, &e)) { fprintf(stderr, "pocket eval: %s\n", e.msg); return 1; }
     int rc = 1;

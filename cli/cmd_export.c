@@ -1,14 +1,22 @@
-// pocket export: a checkpoint out as deployment files. Each format is one
-// function in the FORMATS table.
+// pocket export: a checkpoint out as deployment files. Each format is a row of
+// FORMATS: what its options must be (a usage error otherwise), what it needs
+// of the checkpoint, checked on its config and tokenizer files before any
+// weight is read, and the export itself, of the checkpoint opened without a
+// device (open_checkpoint): the int4 model's weights are made only where a
+// draft's or an adapter's base hash, or a merge, needs them.
 #include <jansson.h>
 #include <stdlib.h>
 #include <string.h>
-#include "../formats/gguf_writer.h"
-#include "../formats/hf_export.h"
-#include "../formats/draft_checkpoint.h"
-#include "../formats/lora_peft.h"
-#include "../export/mnn_export.h"
 #include "../data/chat.h"
+#include "../export/mnn_export.h"
+#include "../export/mnn_lora.h"
+#include "../formats/checkpoint.h"
+#include "../formats/draft_checkpoint.h"
+#include "../formats/gguf_export.h"
+#include "../formats/hf_export.h"
+#include "../formats/lora_peft.h"
+#include "../util/out_dir.h"
+#include "args.h"
 #include "commands.h"
 #include "export_lora.h"
 #include "open_model.h"
@@ -26,22 +34,53 @@ typedef struct {
     int force, merge;
 } ExportOptions;
 
-// Each format gets the checkpoint opened as `pocket forward` opens it; with
-// int4 the weights `pocket forward --int4` runs: the checkpoint's QAT state,
-// else RTN from its float weights with the deployment default (group 64,
-// asymmetric; symmetric for q4_0, whose blocks have no offset). Each first
-// checks the options, before the checkpoint is opened (om NULL: only that).
-typedef int (*ExportFn)(const OpenModel *om, const ExportOptions *o, PtError *e);
+// What the checks read and the export uses: the checkpoint without its
+// weights (config, table, tokenizer files with the bundled template), the
+// int4 grid it deploys with (int4: the checkpoint's QAT state's, else RTN
+// with group 64, asymmetric; symmetric for q4_0, whose blocks have no
+// offset), a draft read before the weights, the MNN options.
+typedef struct {
+    ModelBundle meta;
+    int int4;
+    QuantSpec spec;
+    int quant_embedding, from_qat;
+    Draft draft;
+    MnnExportOptions mo;
+} Job;
 
-static int export_hf(const OpenModel *om, const ExportOptions *o, PtError *e) {
-    if (o->quant) return pt_fail(e, "--quant is for gguf; hf takes --dtype f32|bf16");
-    if (!om) return 0;
+// A format: `options` checks the options alone (a usage error), `check` what
+// the package needs of the checkpoint without its weights, `run` exports the
+// checkpoint opened as `pocket forward --int4` opens it (int4 weights) or
+// plain. `check` and `run` may be NULL.
+typedef struct {
+    const char *name;
+    int (*options)(const ExportOptions *o, PtError *e);
+    int (*check)(Job *j, const ExportOptions *o, PtError *e);
+    int (*run)(const OpenModel *om, Job *j, const ExportOptions *o, PtError *e);
+    const char *what;
+} Format;
+
+static int hf_options(const ExportOptions *o, PtError *e) {
+    return o->quant ? pt_fail(e, "--quant is for gguf; hf takes --dtype f32|bf16") : 0;
+}
+static int hf_check(Job *j, const ExportOptions *o, PtError *e) {
+    (void)j;
+    return hf_export_check(o->out, o->dtype ? o->dtype : "f32", o->force, e);
+}
+static int hf_run(const OpenModel *om, Job *j, const ExportOptions *o, PtError *e) {
+    (void)j;
     return hf_export(&om->b, o->out, o->dtype ? o->dtype : "f32", o->force, e);
 }
 
-static int export_gguf(const OpenModel *om, const ExportOptions *o, PtError *e) {
-    if (o->dtype) return pt_fail(e, "--dtype is for hf; gguf takes --quant f32|f16|bf16|q8_0|q4_0|q4_1");
-    if (!om) return 0;
+static int gguf_options(const ExportOptions *o, PtError *e) {
+    return o->dtype ? pt_fail(e, "--dtype is for hf; gguf takes --quant f32|f16|bf16|q8_0|q4_0|q4_1") : 0;
+}
+static int gguf_check(Job *j, const ExportOptions *o, PtError *e) {
+    if (o->lora) return 0;   // an adapter file: the adapter was checked against the config
+    return gguf_export_check(&j->meta, o->out, o->quant ? o->quant : "f16", j->int4 ? &j->spec : NULL, e);
+}
+static int gguf_run(const OpenModel *om, Job *j, const ExportOptions *o, PtError *e) {
+    (void)j;
     LoraExportArgs la = {o->lora, "gguf", o->out, o->quant, 0, o->force, NULL};
     if (o->lora) return export_lora(om, &la, e);
     GgufExportStats st;
@@ -66,7 +105,7 @@ static int export_gguf(const OpenModel *om, const ExportOptions *o, PtError *e) 
     return rc;
 }
 
-static int export_mnn(const OpenModel *om, const ExportOptions *o, PtError *e) {
+static int mnn_options(const ExportOptions *o, PtError *e) {
     if (o->draft && o->lora) return pt_fail(e, "--draft goes with a base package, not with --lora");
     if (o->lora && !o->merge && (o->graph || o->memory || o->sampler))
         return pt_fail(e, "--graph, --memory and --sampler are the base package's: lora.mnn follows the package in --out");
@@ -76,42 +115,52 @@ static int export_mnn(const OpenModel *om, const ExportOptions *o, PtError *e) {
         return pt_fail(e, "unknown --graph '%s' (fused, plain)", graph);
     if (strcmp(memory, "low") != 0 && strcmp(memory, "normal") != 0)
         return pt_fail(e, "unknown --memory '%s' (low, normal)", memory);
-    const QatState *q = om ? &om->q : NULL;
     const char *sampler = o->sampler ? o->sampler : "mixed";
     if (strcmp(sampler, "mixed") != 0 && strcmp(sampler, "greedy") != 0)
         return pt_fail(e, "unknown --sampler '%s' (mixed, greedy)", sampler);
-    if (!om) return 0;
-    MnnExportOptions mo = {.fused = strcmp(graph, "fused") == 0, .memory = memory, .force = o->force,
-                           .greedy = !strcmp(sampler, "greedy")};
-    LoraExportArgs la = {o->lora, "mnn", o->out, NULL, o->merge, o->force, &mo};
+    return 0;
+}
+static int mnn_check(Job *j, const ExportOptions *o, PtError *e) {
+    const char *graph = o->graph ? o->graph : "fused", *sampler = o->sampler ? o->sampler : "mixed";
+    j->mo = (MnnExportOptions){.fused = strcmp(graph, "fused") == 0, .memory = o->memory ? o->memory : "low",
+                               .force = o->force, .greedy = !strcmp(sampler, "greedy")};
+    if (o->lora && !o->merge) return mnn_lora_export_check(o->out, o->force, e);
+    // The draft is read now; that it was trained on exactly the int4 weights the package ships is checked once
+    // they are made.
+    if (o->draft) {
+        if (draft_checkpoint_load(o->draft, &j->meta.cfg, NULL, NULL, &j->draft, e)) return -1;
+        j->mo.draft = &j->draft;
+    }
+    return mnn_export_check(&j->meta, &j->spec, j->quant_embedding, &j->mo, o->out, e);
+}
+static int mnn_run(const OpenModel *om, Job *j, const ExportOptions *o, PtError *e) {
+    LoraExportArgs la = {o->lora, "mnn", o->out, NULL, o->merge, o->force, &j->mo};
     if (o->lora) return export_lora(om, &la, e);
-    // The draft must have been trained on exactly the int4 weights the package ships.
-    Draft draft = {0};
     if (o->draft) {
         char hash[65], base[1100];
         open_model_base_hash(om, hash);
         snprintf(base, sizeof base, "%s (its int4 model)", o->ckpt);
-        if (draft_checkpoint_load(o->draft, &om->b.cfg, hash, base, &draft, e)) return -1;
-        mo.draft = &draft;
+        if (draft_check_base(o->draft, j->draft.base_sha256, hash, base, e)) return -1;
     }
     MnnExportStats st;
-    int rc = mnn_export(&om->b, q, o->out, &mo, &st, e);
+    const QatState *q = &om->q;
+    const char *graph = o->graph ? o->graph : "fused";
+    int rc = mnn_export(&om->b, q, o->out, &j->mo, &st, e);
     if (rc == 0 && o->draft) {
         char layers[128];
-        draft_layers_format(&draft.cfg, layers, sizeof layers);
+        draft_layers_format(&j->draft.cfg, layers, sizeof layers);
         char head[96];
-        if (draft.n_vocab) snprintf(head, sizeof head, "its vocabulary's %d rows of", draft.n_vocab);
+        if (j->draft.n_vocab) snprintf(head, sizeof head, "its vocabulary's %d rows of", j->draft.n_vocab);
         else snprintf(head, sizeof head, "all of");
         printf("%s: DFlash draft %s (%d layer(s), block %d, target layers %s): dflash.mnn %.1f kB (%d ops, fp32 "
                "weights; %s the target's int4 lm_head in dflash.mnn.weight, %.2f MB), dflash_fc.mnn %.1f kB; llm.mnn "
                "outputs hidden_states; speculative_type dflash for MNN 3.6.1\n",
-               o->out, o->draft, draft.cfg.n_layer, draft.cfg.block, layers, st.draft_graph_bytes / 1e3, st.draft_ops,
+               o->out, o->draft, j->draft.cfg.n_layer, j->draft.cfg.block, layers, st.draft_graph_bytes / 1e3, st.draft_ops,
                head, st.draft_weight_bytes / 1e6, st.draft_fc_bytes / 1e3);
     }
-    draft_free(&draft);
     if (rc == 0)
         printf("%s/config.json: %s\n", o->out,
-               mo.greedy ? "greedy decoding (sampler_type greedy), as pocket generate's default"
+               j->mo.greedy ? "greedy decoding (sampler_type greedy), as pocket generate's default"
                          : "MNN's mixed sampler (temperature 0.8, top_k 40, top_p 0.9, min_p 0.05): replies vary "
                            "from run to run; --sampler greedy matches pocket generate's default");
     if (rc == 0)
@@ -123,10 +172,17 @@ static int export_mnn(const OpenModel *om, const ExportOptions *o, PtError *e) {
     return rc;
 }
 
-static int export_peft(const OpenModel *om, const ExportOptions *o, PtError *e) {
+static int peft_options(const ExportOptions *o, PtError *e) {
     if (!o->lora) return pt_fail(e, "--format peft writes an adapter: give --lora ADAPTER.h5");
     if (o->dtype || o->quant) return pt_fail(e, "--dtype and --quant are not for peft: the adapter is written in f32");
-    if (!om) return 0;
+    return 0;
+}
+static int peft_check(Job *j, const ExportOptions *o, PtError *e) {
+    (void)j;
+    return out_dir_check(o->out, o->force, e);
+}
+static int peft_run(const OpenModel *om, Job *j, const ExportOptions *o, PtError *e) {
+    (void)j;
     int rc = lora_peft_export(&om->ad, o->out, o->ckpt, o->force, e);
     if (rc == 0)
         printf("%s: adapter_config.json, adapter_model.safetensors (%d tensors, r=%d, alpha=%g)%s\n", o->out,
@@ -135,15 +191,12 @@ static int export_peft(const OpenModel *om, const ExportOptions *o, PtError *e) 
     return rc;
 }
 
-static const struct {
-    const char *name;
-    ExportFn run;
-    const char *what;
-} FORMATS[] = {
-    {"hf", export_hf, "Hugging Face directory: config.json, model.safetensors, tokenizer files"},
-    {"mnn", export_mnn, "MNN INT4 package for MNN's LLM runtime (llm.mnn, llm.mnn.weight, configs, tokenizer.mtok)"},
-    {"gguf", export_gguf, "GGUF file for llama.cpp (qwen3; llama for Llama-style models)"},
-    {"peft", export_peft,
+static const Format FORMATS[] = {
+    {"hf", hf_options, hf_check, hf_run, "Hugging Face directory: config.json, model.safetensors, tokenizer files"},
+    {"mnn", mnn_options, mnn_check, mnn_run,
+     "MNN INT4 package for MNN's LLM runtime (llm.mnn, llm.mnn.weight, configs, tokenizer.mtok)"},
+    {"gguf", gguf_options, gguf_check, gguf_run, "GGUF file for llama.cpp (qwen3; llama for Llama-style models)"},
+    {"peft", peft_options, peft_check, peft_run,
      "with --lora ADAPTER.h5: PEFT adapter folder (adapter_config.json, adapter_model.safetensors)"},
 };
 #define N_FORMATS (int)(sizeof FORMATS / sizeof FORMATS[0])
@@ -210,6 +263,24 @@ static void add_bundled_template(ModelBundle *b) {
     json_decref(cfg);
 }
 
+// What the export needs of the checkpoint and the files beside it, read and
+// checked before any weight is: the config and the tokenizer files, the int4
+// grid, the adapter against the config, the format's own checks.
+static int prepare(Job *j, const Format *f, const ExportOptions *o, const OpenOptions *oo, PtError *e) {
+    if (checkpoint_load_meta(o->ckpt, &j->meta, e)) return -1;
+    add_bundled_template(&j->meta);
+    j->int4 = oo->int4;
+    if (j->int4 &&
+        int4_read_spec(&j->meta.cfg, o->ckpt, oo->grid, &j->spec, &j->quant_embedding, &j->from_qat, e))
+        return -1;
+    if (o->lora) {   // its shapes against the config; its base hash once the weights are read
+        LoraAdapter ad;
+        if (lora_checkpoint_load(o->lora, &j->meta.cfg, NULL, NULL, &ad, e)) return -1;
+        lora_adapter_free(&ad);
+    }
+    return f->check ? f->check(j, o, e) : 0;
+}
+
 int cmd_export(int argc, char **argv) {
     const char *ckpt = NULL, *format = NULL, *v;
     ExportOptions o = {0};
@@ -242,39 +313,26 @@ int cmd_export(int argc, char **argv) {
         } else if (!strcmp(argv[i], "--force")) {
             o.force = 1;
         } else {
-            fprintf(stderr, "pocket export: unknown argument '%s' (see --help)\n", argv[i]);
-            return 1;
+            return arg_usage("unknown argument '%s' (see --help)", argv[i]);
         }
     }
-    if (!ckpt || !format || !o.out) {
-        fprintf(stderr, "pocket export: missing %s (see --help)\n", !ckpt ? "--ckpt CKPT.h5" : !format ? "--format" : "--out PATH");
-        return 1;
-    }
+    if (!ckpt || !format || !o.out)
+        return arg_usage("missing %s (see --help)", !ckpt ? "--ckpt CKPT.h5" : !format ? "--format" : "--out PATH");
     int f = 0;
     while (f < N_FORMATS && strcmp(FORMATS[f].name, format) != 0) f++;
-    if (f == N_FORMATS) {
-        fprintf(stderr, "pocket export: unknown format '%s' (known: hf, mnn, gguf, peft)\n", format);
-        return 1;
-    }
-    if (o.quant && gguf_quant_type(o.quant) < 0) {
-        fprintf(stderr, "pocket export: unknown --quant '%s' (f32, f16, bf16, q8_0, q4_0, q4_1)\n", o.quant);
-        return 1;
-    }
-    double t0 = now_seconds();
+    if (f == N_FORMATS) return arg_usage("unknown format '%s' (known: hf, mnn, gguf, peft)", format);
+    if (o.quant && gguf_quant_type(o.quant) < 0)
+        return arg_usage("unknown --quant '%s' (f32, f16, bf16, q8_0, q4_0, q4_1)", o.quant);
+    if (o.draft && strcmp(format, "mnn")) return arg_usage("--draft is for --format mnn (MNN's DFlash speculative decoding)");
+    if ((o.lora && !strcmp(format, "hf")) || (o.merge && (!o.lora || strcmp(format, "mnn"))))
+        return arg_usage("%s", o.merge ? "--merge needs --lora and --format mnn" : "--lora exports to peft, mnn or gguf");
     PtError err;
+    if (FORMATS[f].options(&o, &err)) return arg_usage("%s", err.msg);
+    double t0 = now_seconds();
     const int q4_0 = o.quant && !strcmp(o.quant, "q4_0"), q4_1 = o.quant && !strcmp(o.quant, "q4_1");
     QuantSpec grid = {QUANT_GROUP_DEFAULT, q4_0};
-    OpenOptions oo = {.int4 = !strcmp(format, "mnn") || (!strcmp(format, "gguf") && (q4_0 || q4_1)), .grid = &grid};
-    if (o.draft && strcmp(format, "mnn")) {
-        fprintf(stderr, "pocket export: --draft is for --format mnn (MNN's DFlash speculative decoding)\n");
-        return 1;
-    }
-    if ((o.lora && !strcmp(format, "hf")) || (o.merge && (!o.lora || strcmp(format, "mnn")))) {
-        fprintf(stderr, "pocket export: %s\n", o.merge ? "--merge needs --lora and --format mnn"
-                                                      : "--lora exports to peft, mnn or gguf");
-        return 1;
-    }
-    oo.lora = o.lora;
+    OpenOptions oo = {.int4 = !strcmp(format, "mnn") || (!strcmp(format, "gguf") && (q4_0 || q4_1)), .grid = &grid,
+                      .lora = o.lora, .int4_weights = o.draft || o.merge};
     if (o.lora) {   // the adapter is checked against the base it was trained on: the int4 one for QLoRA
         int q = lora_checkpoint_base_int4(o.lora, &err);
         if (q < 0 || (q == 0 && !strcmp(format, "mnn"))) {
@@ -283,19 +341,21 @@ int cmd_export(int argc, char **argv) {
         }
         if (strcmp(format, "mnn")) oo.int4 = q;   // peft, gguf: the files do not depend on it
     }
+    Job job = {0};
     OpenModel om;
-    if (FORMATS[f].run(NULL, &o, &err) || open_model(&om, ckpt, &oo, &err)) {
-        fprintf(stderr, "pocket export: %s\n", err.msg);
-        return 1;
+    int rc = prepare(&job, &FORMATS[f], &o, &oo, &err) || open_checkpoint(&om, ckpt, &oo, &err) ? -1 : 0;
+    if (rc == 0) {
+        add_bundled_template(&om.b);
+        rc = FORMATS[f].run(&om, &job, &o, &err);
+        open_model_close(&om);
     }
-    add_bundled_template(&om.b);
-    int rc = FORMATS[f].run(&om, &o, &err);
     if (rc) fprintf(stderr, "pocket export: %s\n", err.msg);
     else {
         const char *kind = o.dtype ? o.dtype : o.quant;
         printf("exported %s -> %s (%s%s%s), %.2f s\n", ckpt, o.out, format, kind ? ", " : "", kind ? kind : "",
                now_seconds() - t0);
     }
-    open_model_close(&om);
+    draft_free(&job.draft);
+    bundle_free(&job.meta);
     return rc ? 1 : 0;
 }

@@ -1,10 +1,10 @@
 // pocket forward: the probe that tests and users compare against other
 // frameworks. Runs the model on N token ids, writes logits, the
 // transformers-convention loss and (with --grad) every parameter gradient.
-#include <errno.h>
 #include <stdlib.h>
 #include <string.h>
 #include "../formats/safetensors.h"
+#include "args.h"
 #include "commands.h"
 #include "open_model.h"
 
@@ -22,43 +22,14 @@ static void help(FILE *f) {
             RUN_FLAGS_HELP);
 }
 
-// Reads whitespace-separated ids; errors name the file and the token's index.
+// Whitespace-separated ids; errors name the file and the token's index.
 static int read_tokens(const char *path, int vocab, int **out, int *n_out, PtError *e) {
     uint8_t *text;
     size_t len;
     if (read_whole_file(path, &text, &len, e)) return -1;
-    int n = 0, cap = 256;
-    int *ids = xmalloc(cap * sizeof(int), "token ids");
-    char *p = (char *)text;
-    for (;;) {
-        while (*p == ' ' || *p == '\n' || *p == '\t' || *p == '\r') p++;
-        if (!*p) break;
-        char *end;
-        errno = 0;
-        long v = strtol(p, &end, 10);
-        if (end == p || errno || (*end && *end != ' ' && *end != '\n' && *end != '\t' && *end != '\r')) {
-            free(ids);
-            free(text);
-            return pt_fail(e, "%s: token %d is not an integer", path, n + 1);
-        }
-        if (v < 0 || v >= vocab) {
-            free(ids);
-            free(text);
-            return pt_fail(e, "%s: token %d = %ld is outside the vocabulary [0, %d)", path, n + 1, v, vocab);
-        }
-        if (n == cap) ids = realloc(ids, (cap *= 2) * sizeof(int));
-        if (!ids) die("out of memory reading %s", path);
-        ids[n++] = (int)v;
-        p = end;
-    }
+    int rc = arg_ids((const char *)text, " \n\t\r", vocab, 2, path, "token", out, n_out, e);
     free(text);
-    if (n < 2) {
-        free(ids);
-        return pt_fail(e, "%s: needs at least 2 token ids, found %d", path, n);
-    }
-    *out = ids;
-    *n_out = n;
-    return 0;
+    return rc;
 }
 
 int cmd_forward(int argc, char **argv) {
@@ -67,18 +38,15 @@ int cmd_forward(int argc, char **argv) {
     OpenOptions oo = {.log = stderr};
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) { help(stdout); return 0; }
-        else if ((flag = run_flag(argc, argv, &i, &oo, "forward"))) { if (flag < 0) return 2; }
+        else if ((flag = run_flag(argc, argv, &i, &oo))) { if (flag < 0) return ARGS_USAGE; }
         else if (!strcmp(argv[i], "--grad")) grad = 1;
         else if (!strcmp(argv[i], "--int4")) int4 = 1;
         else if ((v = arg_value(argc, argv, &i, "--ckpt"))) ckpt = v;
         else if ((v = arg_value(argc, argv, &i, "--tokens-file"))) tokens_path = v;
         else if ((v = arg_value(argc, argv, &i, "--dump"))) dump = v;
-        else { fprintf(stderr, "pocket forward: unknown argument '%s' (see --help)\n", argv[i]); return 2; }
+        else return arg_usage("unknown argument '%s' (see --help)", argv[i]);
     }
-    if (!ckpt || !tokens_path || !dump) {
-        fprintf(stderr, "pocket forward: --ckpt, --tokens-file and --dump are required (see --help)\n");
-        return 2;
-    }
+    if (!ckpt || !tokens_path || !dump) return arg_usage("--ckpt, --tokens-file and --dump are required (see --help)");
     PtError e;
     OpenModel om;
     oo.int4 = int4;

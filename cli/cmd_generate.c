@@ -1,12 +1,12 @@
 // pocket generate: continue a prompt with the KV-cache generator
 // (model/generate.h), streaming the completion to stdout as text or ids.
-#include <errno.h>
 #include <math.h>
 #include <string.h>
 #include "../formats/draft_checkpoint.h"
 #include "../model/generate.h"
 #include "../model/speculative.h"
 #include "../train/evaluate.h"
+#include "args.h"
 #include "commands.h"
 #include "open_model.h"
 
@@ -43,65 +43,6 @@ static void help(FILE *f) {
             "                       weights ([draft] recipes; implies --int4, greedy only): the output is the\n"
             "                       same; the statistics line gives the mean acceptance length\n"
             RUN_FLAGS_HELP);
-}
-
-static int parse_long(const char *flag, const char *s, long lo, long hi, long *out) {
-    char *end;
-    errno = 0;
-    long v = strtol(s, &end, 10);
-    if (end == s || *end || errno || v < lo || v > hi) {
-        fprintf(stderr, "pocket generate: %s '%s' is not an integer in [%ld, %ld]\n", flag, s, lo, hi);
-        return -1;
-    }
-    *out = v;
-    return 0;
-}
-
-static int parse_float(const char *flag, const char *s, double lo, double hi, float *out) {
-    char *end;
-    errno = 0;
-    double v = strtod(s, &end);
-    if (end == s || *end || errno || !isfinite(v) || v < lo || v > hi) {
-        fprintf(stderr, "pocket generate: %s '%s' is not a number in [%g, %g]\n", flag, s, lo, hi);
-        return -1;
-    }
-    *out = (float)v;
-    return 0;
-}
-
-// "1 2 3" or "1,2,3"; errors name the position of the bad entry.
-static int parse_ids(const char *s, int vocab, int **out, int *n_out, PtError *e) {
-    int n = 0, cap = 64;
-    int *ids = xmalloc((size_t)cap * sizeof(int), "prompt ids");
-    const char *p = s;
-    for (;;) {
-        while (*p == ' ' || *p == ',' || *p == '\t' || *p == '\n') p++;
-        if (!*p) break;
-        char *end;
-        errno = 0;
-        long v = strtol(p, &end, 10);
-        if (end == p || errno || (*end && !strchr(" ,\t\n", *end))) {
-            free(ids);
-            return pt_fail(e, "--prompt-ids: entry %d is not an integer", n + 1);
-        }
-        if (v < 0 || v >= vocab) {
-            free(ids);
-            return pt_fail(e, "--prompt-ids: entry %d = %ld is outside the vocabulary [0, %d)", n + 1, v, vocab);
-        }
-        if (n == cap) {
-            ids = realloc(ids, (size_t)(cap *= 2) * sizeof(int));
-            if (!ids) die("out of memory reading --prompt-ids");
-        }
-        ids[n++] = (int)v;
-        p = end;
-    }
-    if (n == 0) {
-        free(ids);
-        return pt_fail(e, "--prompt-ids: no token ids given");
-    }
-    *out = ids;
-    *n_out = n;
-    return 0;
 }
 
 // Streams the completion as it is generated. Text is re-decoded from all new
@@ -150,10 +91,10 @@ int cmd_generate(int argc, char **argv) {
     gen_params_default(&params);
     OpenOptions oo = {.log = stderr};
     for (int i = 1; i < argc; i++) {
-        long n;
+        double x;
         int flag;
         if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) { help(stdout); return 0; }
-        else if ((flag = run_flag(argc, argv, &i, &oo, "generate"))) { if (flag < 0) return 2; }
+        else if ((flag = run_flag(argc, argv, &i, &oo))) { if (flag < 0) return ARGS_USAGE; }
         else if (!strcmp(argv[i], "--chat")) chat = 1;
         else if (!strcmp(argv[i], "--ids")) print_ids = 1;
         else if (!strcmp(argv[i], "--int4")) int4 = 1;
@@ -163,28 +104,18 @@ int cmd_generate(int argc, char **argv) {
         else if ((v = arg_value(argc, argv, &i, "--prompt-ids"))) prompt_ids = v;
         else if ((v = arg_value(argc, argv, &i, "--system"))) system = v;
         else if ((v = arg_value(argc, argv, &i, "--max-new"))) {
-            if (parse_long("--max-new", v, 1, 1 << 24, &n)) return 2;
-            params.max_new = (int)n;
+            if (arg_int("--max-new", v, 1, 1 << 24, &params.max_new)) return ARGS_USAGE;
         } else if ((v = arg_value(argc, argv, &i, "--top-k"))) {
-            if (parse_long("--top-k", v, 0, 1 << 30, &n)) return 2;
-            params.top_k = (int)n;
+            if (arg_int("--top-k", v, 0, 1 << 30, &params.top_k)) return ARGS_USAGE;
         } else if ((v = arg_value(argc, argv, &i, "--seed"))) {
-            char *end;
-            errno = 0;
-            params.seed = strtoull(v, &end, 10);
-            if (end == v || *end || errno || v[0] == '-') {
-                fprintf(stderr, "pocket generate: --seed '%s' is not a non-negative integer\n", v);
-                return 2;
-            }
+            if (arg_u64("--seed", v, &params.seed)) return ARGS_USAGE;
         } else if ((v = arg_value(argc, argv, &i, "--temperature"))) {
-            if (parse_float("--temperature", v, 0.0, 1e4, &params.temperature)) return 2;
+            if (arg_real("--temperature", v, 0.0, 1e4, ARG_CLOSED, &x)) return ARGS_USAGE;
+            params.temperature = (float)x;
         } else if ((v = arg_value(argc, argv, &i, "--top-p"))) {
-            if (parse_float("--top-p", v, 0.0, 1.0, &params.top_p)) return 2;
-            if (params.top_p <= 0.0f) {
-                fprintf(stderr, "pocket generate: --top-p must be above 0\n");
-                return 2;
-            }
-        } else { fprintf(stderr, "pocket generate: unknown argument '%s' (see --help)\n", argv[i]); return 2; }
+            if (arg_real("--top-p", v, 0.0, 1.0, ARG_LO_OPEN, &x)) return ARGS_USAGE;
+            params.top_p = (float)x;
+        } else return arg_usage("unknown argument '%s' (see --help)", argv[i]);
     }
     if (!ckpt || (!prompt_text == !prompt_ids)) {
         fprintf(stderr, "pocket generate: --ckpt and one of --prompt or --prompt-ids are required (see --help)\n");
@@ -236,7 +167,8 @@ int cmd_generate(int argc, char **argv) {
         if (tokenizer_load(&tok, b->tokenizer_json, b->tokenizer_json_len, src, &e)) goto fail;
     }
     if (prompt_ids) {
-        if (parse_ids(prompt_ids, c->vocab_size, &prompt, &n_prompt, &e)) goto fail;
+        // "1 2 3" or "1,2,3"; errors name the position of the bad entry.
+        if (arg_ids(prompt_ids, " ,\t\n", c->vocab_size, 1, "--prompt-ids", "entry", &prompt, &n_prompt, &e)) goto fail;
     } else {
         const char *text = prompt_text;
         if (chat) {

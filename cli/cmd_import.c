@@ -7,6 +7,7 @@
 #include "../formats/lora_checkpoint.h"
 #include "../formats/checkpoint.h"
 #include "../formats/lora_peft.h"
+#include "args.h"
 #include "commands.h"
 
 static void help(FILE *f) {
@@ -57,11 +58,8 @@ static int import_any(const char *src, ModelBundle *b, GgufInt4Import *int4, PtE
 
 // A PEFT folder into an adapter checkpoint bound to the base's hash.
 static int import_peft(const char *src, const char *base, int int4, const char *out) {
-    if (!base || !out) {
-        fprintf(stderr, "pocket import: %s: a PEFT adapter needs %s\n", src,
-                !base ? "--base CKPT.h5 (the model it adapts)" : "--out ADAPTER.h5");
-        return 1;
-    }
+    if (!base || !out)
+        return arg_usage("%s: a PEFT adapter needs %s", src, !base ? "--base CKPT.h5 (the model it adapts)" : "--out ADAPTER.h5");
     PtError e;
     ModelBundle b;   // the base as the adapter will run on it, for its hash
     if (checkpoint_load(base, &b, &e) || int4_lora_base(&b, base, int4, 0, NULL, NULL, &e)) {
@@ -100,26 +98,18 @@ int cmd_import(int argc, char **argv) {
         } else if (!strcmp(argv[i], "--int4")) {
             base_int4 = 1;
         } else if (argv[i][0] == '-') {
-            fprintf(stderr, "pocket import: unknown option '%s' (see --help)\n", argv[i]);
-            return 1;
+            return arg_usage("unknown option '%s' (see --help)", argv[i]);
         } else if (!src) {
             src = argv[i];
         } else {
-            fprintf(stderr, "pocket import: one source at a time ('%s')\n", argv[i]);
-            return 1;
+            return arg_usage("one source at a time ('%s')", argv[i]);
         }
     }
     if (src && lora_peft_is_dir(src)) return import_peft(src, base, base_int4, out);
-    if (base || base_int4) {
-        fprintf(stderr,
-                "pocket import: --base and --int4 are for a PEFT adapter folder; %s has no adapter_config.json\n",
-                src ? src : "(no source)");
-        return 1;
-    }
-    if (!src || !out) {
-        fprintf(stderr, "pocket import: %s\n", !src ? "missing HF_DIR or FILE.gguf (see --help)" : "missing --out CKPT.h5");
-        return 1;
-    }
+    if (base || base_int4)
+        return arg_usage("--base and --int4 are for a PEFT adapter folder; %s has no adapter_config.json",
+                         src ? src : "(no source)");
+    if (!src || !out) return arg_usage("%s", !src ? "missing HF_DIR or FILE.gguf (see --help)" : "missing --out CKPT.h5");
     double t0 = now_seconds();
     PtError err;
     ModelBundle b;

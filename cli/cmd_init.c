@@ -3,6 +3,7 @@
 #include <string.h>
 #include "../formats/checkpoint.h"
 #include "../data/tokenizer.h"
+#include "args.h"
 #include "commands.h"
 
 static void help(FILE *f) {
@@ -19,19 +20,16 @@ static void help(FILE *f) {
 
 int cmd_init(int argc, char **argv) {
     const char *model = NULL, *out = NULL, *tok = NULL, *v;
-    unsigned long long seed = 1234;
+    uint64_t seed = 1234;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) { help(stdout); return 0; }
         else if ((v = arg_value(argc, argv, &i, "--model"))) model = v;
         else if ((v = arg_value(argc, argv, &i, "--out"))) out = v;
         else if ((v = arg_value(argc, argv, &i, "--tokenizer"))) tok = v;
-        else if ((v = arg_value(argc, argv, &i, "--seed"))) {
-            char *end;
-            seed = strtoull(v, &end, 10);
-            if (*end || !*v) { fprintf(stderr, "pocket init: --seed '%s' is not a non-negative integer\n", v); return 2; }
-        } else { fprintf(stderr, "pocket init: unknown argument '%s' (see --help)\n", argv[i]); return 2; }
+        else if ((v = arg_value(argc, argv, &i, "--seed"))) { if (arg_u64("--seed", v, &seed)) return ARGS_USAGE; }
+        else return arg_usage("unknown argument '%s' (see --help)", argv[i]);
     }
-    if (!model || !out) { fprintf(stderr, "pocket init: --model and --out are required (see --help)\n"); return 2; }
+    if (!model || !out) return arg_usage("--model and --out are required (see --help)");
     PtError e;
     ModelConfig cfg;
     if (config_load(&cfg, model, &e)) { fprintf(stderr, "pocket init: %s\n", e.msg); return 1; }
@@ -65,7 +63,7 @@ int cmd_init(int argc, char **argv) {
     if (rc) fprintf(stderr, "pocket init: %s\n", e.msg);
     else {
         config_print(&cfg, stdout);
-        printf("wrote %s (seed %llu)\n", out, seed);
+        printf("wrote %s (seed %llu)\n", out, (unsigned long long)seed);
     }
     bundle_free(&b);
     return rc ? 1 : 0;

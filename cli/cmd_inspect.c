@@ -12,6 +12,7 @@
 #include "../formats/draft_checkpoint.h"
 #include "../formats/lora_checkpoint.h"
 #include "../util/h5.h"
+#include "args.h"
 #include "commands.h"
 
 static void help(FILE *f) {
@@ -65,11 +66,14 @@ int cmd_inspect(int argc, char **argv) {
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) { help(stdout); return 0; }
         else if ((v = arg_value(argc, argv, &i, "--tokenizer"))) tok_path = v;
-        else if (argv[i][0] == '-') { fprintf(stderr, "pocket inspect: unknown option '%s'\n", argv[i]); return 2; }
+        else if (argv[i][0] == '-') return arg_usage("unknown option '%s' (see --help)", argv[i]);
         else if (!file) file = argv[i];
-        else { fprintf(stderr, "pocket inspect: one FILE at a time ('%s')\n", argv[i]); return 2; }
+        else return arg_usage("one FILE at a time ('%s')", argv[i]);
     }
-    if (!file) { help(stderr); return 2; }
+    if (!file) {
+        help(stderr);
+        return ARGS_USAGE;
+    }
     PtError e;
     int rc;
     if (!path_exists(file)) rc = pt_fail(&e, "%s: no such file or directory", file);

@@ -9,6 +9,7 @@
 #include <string.h>
 #include "../data/vocab_stats.h"
 #include "../formats/checkpoint.h"
+#include "args.h"
 #include "commands.h"
 
 enum { DEFAULT_ROUND = 64, DEFAULT_HOLDOUT = 20 };
@@ -54,17 +55,6 @@ typedef struct {
     int n_corpus, n_heldout, keep, round, report, threads;
 } Args;
 
-static int parse_int(const char *flag, const char *v, int lo, int *out) {
-    char *end;
-    long x = strtol(v, &end, 10);
-    if (!*v || *end || x < lo || x > 1 << 24) {
-        fprintf(stderr, "pocket prune-vocab: %s '%s' is not an integer in [%d, %d]\n", flag, v, lo, 1 << 24);
-        return -1;
-    }
-    *out = (int)x;
-    return 0;
-}
-
 // 0: run; 1: help printed; -1: usage error (printed).
 static int parse_args(int argc, char **argv, Args *a) {
     memset(a, 0, sizeof *a);
@@ -91,11 +81,11 @@ static int parse_args(int argc, char **argv, Args *a) {
         else if ((v = arg_value(argc, argv, &i, "--ckpt"))) a->ckpt = v;
         else if ((v = arg_value(argc, argv, &i, "--out"))) a->out = v;
         else if ((v = arg_value(argc, argv, &i, "--keep-file"))) a->keep_file = v;
-        else if ((v = arg_value(argc, argv, &i, "--keep"))) { if (parse_int("--keep", v, 1, &a->keep)) return -1; }
-        else if ((v = arg_value(argc, argv, &i, "--round"))) { if (parse_int("--round", v, 1, &a->round)) return -1; }
-        else if ((v = arg_value(argc, argv, &i, "--threads"))) { if (parse_int("--threads", v, 1, &a->threads)) return -1; }
+        else if ((v = arg_value(argc, argv, &i, "--keep"))) { if (arg_int("--keep", v, 1, 1 << 24, &a->keep)) return -1; }
+        else if ((v = arg_value(argc, argv, &i, "--round"))) { if (arg_int("--round", v, 1, 1 << 24, &a->round)) return -1; }
+        else if ((v = arg_value(argc, argv, &i, "--threads"))) { if (arg_threads("--threads", v, &a->threads)) return -1; }
         else {
-            fprintf(stderr, "pocket prune-vocab: unknown argument '%s' (see --help)\n", argv[i]);
+            arg_usage("unknown argument '%s' (see --help)", argv[i]);
             return -1;
         }
     }
@@ -259,7 +249,7 @@ int cmd_prune_vocab(int argc, char **argv) {
     if (parsed) {
         free(a.corpus);
         free(a.heldout);
-        return parsed > 0 ? 0 : 2;
+        return parsed > 0 ? 0 : ARGS_USAGE;
     }
     int threads = a.threads ? a.threads : omp_get_max_threads();
     double t0 = now_seconds();

@@ -8,6 +8,7 @@
 #include <string.h>
 #include "../formats/checkpoint.h"
 #include "../model/ops/ops.h"
+#include "args.h"
 #include "commands.h"
 #include "open_model.h"
 
@@ -41,20 +42,12 @@ int cmd_quantize(int argc, char **argv) {
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) { help(stdout); return 0; }
         else if (!strcmp(argv[i], "--symmetric")) symmetric = 1;
-        else if ((v = arg_value(argc, argv, &i, "--group"))) {
-            char *end;
-            long g = strtol(v, &end, 10);
-            if (*end || !*v || g < 2 || g > 65536 || g % 2) {
-                fprintf(stderr, "pocket quantize: --group '%s' must be an even number from 2 to 65536\n", v);
-                return 2;
-            }
-            group = (int)g;
-        }
+        else if ((v = arg_value(argc, argv, &i, "--group"))) { if (arg_even("--group", v, 2, 65536, &group)) return ARGS_USAGE; }
         else if ((v = arg_value(argc, argv, &i, "--ckpt"))) ckpt = v;
         else if ((v = arg_value(argc, argv, &i, "--out"))) out = v;
-        else { fprintf(stderr, "pocket quantize: unknown argument '%s' (see --help)\n", argv[i]); return 2; }
+        else return arg_usage("unknown argument '%s' (see --help)", argv[i]);
     }
-    if (!ckpt || !out) { fprintf(stderr, "pocket quantize: --ckpt and --out are required (see --help)\n"); return 2; }
+    if (!ckpt || !out) return arg_usage("--ckpt and --out are required (see --help)");
     PtError e;
     ModelBundle b;
     if (checkpoint_load(ckpt, &b, &e)) { fprintf(stderr, "pocket quantize: %s\n", e.msg); return 1; }

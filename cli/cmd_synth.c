@@ -14,6 +14,7 @@
 #include "../data/dataset.h"
 #include "../model/generate.h"
 #include "../util/h5.h"
+#include "args.h"
 #include "commands.h"
 #include "open_model.h"
 
@@ -48,29 +49,6 @@ typedef struct {
     double temperature, top_p;
     int int4;
 } SynthOptions;
-
-static int parse_long(const char *flag, const char *v, long lo, long hi, long *out) {
-    char *end;
-    errno = 0;
-    long x = strtol(v, &end, 10);
-    if (*end || !*v || errno || x < lo || x > hi) {
-        fprintf(stderr, "pocket synth: %s '%s' must be an integer in [%ld, %ld]\n", flag, v, lo, hi);
-        return -1;
-    }
-    *out = x;
-    return 0;
-}
-
-static int parse_double(const char *flag, const char *v, double lo, double hi, double *out) {
-    char *end;
-    double x = strtod(v, &end);
-    if (*end || !*v || !(x >= lo && x <= hi)) {
-        fprintf(stderr, "pocket synth: %s '%s' must be a number in [%g, %g]\n", flag, v, lo, hi);
-        return -1;
-    }
-    *out = x;
-    return 0;
-}
 
 // The partial file's first line: every setting the tokens depend on.
 static void header_line(const SynthOptions *o, const char *ckpt, const char *weights, char *out, size_t cap) {
@@ -189,30 +167,38 @@ int cmd_synth(int argc, char **argv) {
     const char *ckpt = NULL, *out = NULL, *v;
     SynthOptions o = {512, 513, 16, 1234, 4, 0, 1.0, 1.0, 0};
     OpenOptions oo = {.log = NULL};
+    int threads = 0;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) { help(stdout); return 0; }
         else if (!strcmp(argv[i], "--int4")) o.int4 = 1;
         else if ((v = arg_value(argc, argv, &i, "--ckpt"))) ckpt = v;
         else if ((v = arg_value(argc, argv, &i, "--out"))) out = v;
         else if ((v = arg_value(argc, argv, &i, "--device"))) oo.device = v;
-        else if ((v = arg_value(argc, argv, &i, "--sequences"))) { if (parse_long("--sequences", v, 1, 100000000, &o.sequences)) return 2; }
-        else if ((v = arg_value(argc, argv, &i, "--length"))) { if (parse_long("--length", v, 2, 1 << 20, &o.length)) return 2; }
-        else if ((v = arg_value(argc, argv, &i, "--batch"))) { if (parse_long("--batch", v, 1, 4096, &o.batch)) return 2; }
-        else if ((v = arg_value(argc, argv, &i, "--seed"))) { if (parse_long("--seed", v, 0, 9000000000000000000L, &o.seed)) return 2; }
-        else if ((v = arg_value(argc, argv, &i, "--greedy-prefix"))) { if (parse_long("--greedy-prefix", v, 0, 1 << 20, &o.greedy)) return 2; }
-        else if ((v = arg_value(argc, argv, &i, "--threads"))) { if (parse_long("--threads", v, 0, 4096, &o.threads)) return 2; }
-        else if ((v = arg_value(argc, argv, &i, "--temperature"))) { if (parse_double("--temperature", v, 1e-3, 100, &o.temperature)) return 2; }
-        else if ((v = arg_value(argc, argv, &i, "--top-p"))) { if (parse_double("--top-p", v, 1e-6, 1, &o.top_p)) return 2; }
-        else { fprintf(stderr, "pocket synth: unknown argument '%s' (see --help)\n", argv[i]); return 2; }
+        else if ((v = arg_value(argc, argv, &i, "--sequences"))) {
+            if (arg_long("--sequences", v, 1, 100000000, &o.sequences)) return ARGS_USAGE;
+        }
+        else if ((v = arg_value(argc, argv, &i, "--length"))) { if (arg_long("--length", v, 2, 1 << 20, &o.length)) return ARGS_USAGE; }
+        else if ((v = arg_value(argc, argv, &i, "--batch"))) { if (arg_long("--batch", v, 1, 4096, &o.batch)) return ARGS_USAGE; }
+        else if ((v = arg_value(argc, argv, &i, "--seed"))) {
+            if (arg_long("--seed", v, 0, 9000000000000000000L, &o.seed)) return ARGS_USAGE;
+        }
+        else if ((v = arg_value(argc, argv, &i, "--greedy-prefix"))) {
+            if (arg_long("--greedy-prefix", v, 0, 1 << 20, &o.greedy)) return ARGS_USAGE;
+        }
+        else if ((v = arg_value(argc, argv, &i, "--threads"))) { if (arg_threads("--threads", v, &threads)) return ARGS_USAGE; }
+        else if ((v = arg_value(argc, argv, &i, "--temperature"))) {
+            if (arg_real("--temperature", v, 1e-3, 100, ARG_CLOSED, &o.temperature)) return ARGS_USAGE;
+        }
+        else if ((v = arg_value(argc, argv, &i, "--top-p"))) { if (arg_real("--top-p", v, 1e-6, 1, ARG_CLOSED, &o.top_p)) return ARGS_USAGE; }
+        else return arg_usage("unknown argument '%s' (see --help)", argv[i]);
     }
-    if (!ckpt || !out) { fprintf(stderr, "pocket synth: --ckpt and --out are required (see --help)\n"); return 2; }
-    if (o.sequences % o.batch) {
-        fprintf(stderr, "pocket synth: --sequences %ld is not a multiple of --batch %ld (batches are the unit a run "
-                        "resumes by)\n", o.sequences, o.batch);
-        return 2;
-    }
+    if (!ckpt || !out) return arg_usage("--ckpt and --out are required (see --help)");
+    if (o.sequences % o.batch)
+        return arg_usage("--sequences %ld is not a multiple of --batch %ld (batches are the unit a run resumes by)",
+                         o.sequences, o.batch);
+    o.threads = threads;
     oo.int4 = o.int4;
-    oo.threads = (int)o.threads;
+    oo.threads = threads;
     PtError e;
     OpenModel om;
     if (open_model(&om, ckpt, &oo, &e)) { fprintf(stderr, "pocket synth: %s\n", e.msg); return 1; }

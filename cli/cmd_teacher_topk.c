@@ -1,11 +1,11 @@
 // pocket teacher-topk: a token dataset with a teacher's top-k next-token
 // logits stored beside its tokens (data/topk.h), for distillation without the
 // teacher's forward in every training step ([distill] source = topk).
-#include <errno.h>
 #include <stdlib.h>
 #include <string.h>
 #include "../data/loader.h"
 #include "../data/topk.h"
+#include "args.h"
 #include "commands.h"
 #include "open_model.h"
 
@@ -28,18 +28,6 @@ static void help(FILE *f) {
             "  --batch B          rows per teacher forward (default 1)\n"
             "  --threads N        OpenMP threads (default: all cores)\n"
             RUN_FLAGS_HELP);
-}
-
-static int parse_int(const char *flag, const char *v, long lo, long hi, long *out) {
-    char *end;
-    errno = 0;
-    long x = strtol(v, &end, 10);
-    if (*end || !*v || errno || x < lo || x > hi) {
-        fprintf(stderr, "pocket teacher-topk: %s '%s' must be an integer in [%ld, %ld]\n", flag, v, lo, hi);
-        return -1;
-    }
-    *out = x;
-    return 0;
 }
 
 // The teacher over one pass of the loader: every counted position's top-k
@@ -121,36 +109,29 @@ static int write_out(const char *out, const Dataset *d, const TopkData *t, PtErr
 
 int cmd_teacher_topk(int argc, char **argv) {
     const char *teacher = NULL, *data = NULL, *out = NULL, *v;
-    long k = 64, seq = 512, batch = 1, threads = 0;
+    long k = 64, seq = 512, batch = 1;
+    int threads = 0;
     double temperature = 1.0;
     int doc_mask = 0, flag;
     OpenOptions oo = {.log = NULL};
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) { help(stdout); return 0; }
-        else if ((flag = run_flag(argc, argv, &i, &oo, "teacher-topk"))) { if (flag < 0) return 2; }
+        else if ((flag = run_flag(argc, argv, &i, &oo))) { if (flag < 0) return ARGS_USAGE; }
         else if (!strcmp(argv[i], "--doc-mask")) doc_mask = 1;
         else if ((v = arg_value(argc, argv, &i, "--teacher"))) teacher = v;
         else if ((v = arg_value(argc, argv, &i, "--data"))) data = v;
         else if ((v = arg_value(argc, argv, &i, "--out"))) out = v;
-        else if ((v = arg_value(argc, argv, &i, "--k"))) { if (parse_int("--k", v, 1, DISTILL_MAX_TOPK, &k)) return 2; }
+        else if ((v = arg_value(argc, argv, &i, "--k"))) { if (arg_long("--k", v, 1, DISTILL_MAX_TOPK, &k)) return ARGS_USAGE; }
         else if ((v = arg_value(argc, argv, &i, "--temperature"))) {
-            char *end;
-            temperature = strtod(v, &end);
-            if (*end || !*v || !(temperature > 0 && temperature <= 100)) {
-                fprintf(stderr, "pocket teacher-topk: --temperature '%s' must be a number in (0, 100]\n", v);
-                return 2;
-            }
+            if (arg_real("--temperature", v, 0, 100, ARG_LO_OPEN, &temperature)) return ARGS_USAGE;
         }
-        else if ((v = arg_value(argc, argv, &i, "--seq-len"))) { if (parse_int("--seq-len", v, 2, 1 << 20, &seq)) return 2; }
-        else if ((v = arg_value(argc, argv, &i, "--batch"))) { if (parse_int("--batch", v, 1, 65536, &batch)) return 2; }
-        else if ((v = arg_value(argc, argv, &i, "--threads"))) { if (parse_int("--threads", v, 0, 4096, &threads)) return 2; }
-        else { fprintf(stderr, "pocket teacher-topk: unknown argument '%s' (see --help)\n", argv[i]); return 2; }
+        else if ((v = arg_value(argc, argv, &i, "--seq-len"))) { if (arg_long("--seq-len", v, 2, 1 << 20, &seq)) return ARGS_USAGE; }
+        else if ((v = arg_value(argc, argv, &i, "--batch"))) { if (arg_long("--batch", v, 1, 65536, &batch)) return ARGS_USAGE; }
+        else if ((v = arg_value(argc, argv, &i, "--threads"))) { if (arg_threads("--threads", v, &threads)) return ARGS_USAGE; }
+        else return arg_usage("unknown argument '%s' (see --help)", argv[i]);
     }
-    if (!teacher || !data || !out) {
-        fprintf(stderr, "pocket teacher-topk: --teacher, --data and --out are required (see --help)\n");
-        return 2;
-    }
-    oo.threads = (int)threads;
+    if (!teacher || !data || !out) return arg_usage("--teacher, --data and --out are required (see --help)");
+    oo.threads = threads;
     PtError e;
     Dataset d = {0};
     TopkData t = {0};

@@ -12,6 +12,7 @@
 #include "../data/corpus.h"
 #include "../data/dataset.h"
 #include "../data/sft.h"
+#include "args.h"
 #include "commands.h"
 #include "tokenize_corpus.h"
 #include "tokenize_pairs.h"
@@ -90,24 +91,12 @@ typedef struct {
     int n_inputs;
 } Args;
 
-static int parse_count(const char *flag, const char *v, size_t *out) {
-    char *end;
-    unsigned long long x = strtoull(v, &end, 10);
-    if (!*v || *end || x == 0 || v[0] == '-') {
-        fprintf(stderr, "pocket tokenize: %s '%s' is not a positive integer\n", flag, v);
-        return -1;
-    }
-    *out = (size_t)x;
-    return 0;
-}
-
 // 0: run; 1: done (help printed); -1: usage error (message printed).
 static int parse_args(int argc, char **argv, Args *a) {
     memset(a, 0, sizeof *a);
     a->inputs = xcalloc((size_t)argc, sizeof(char *), "inputs");
     const char *v;
     for (int i = 1; i < argc; i++) {
-        size_t n;
         if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) { help(stdout); return 1; }
         else if ((v = arg_value(argc, argv, &i, "--tokenizer"))) a->tokenizer = v;
         else if ((v = arg_value(argc, argv, &i, "--out"))) a->out = v;
@@ -130,12 +119,13 @@ static int parse_args(int argc, char **argv, Args *a) {
         else if (!strcmp(argv[i], "--dedup")) a->dedup = 1;
         else if (!strcmp(argv[i], "--per-line")) a->per_line = 1;
         else if ((v = arg_value(argc, argv, &i, "--max-len"))) {
-            if (parse_count("--max-len", v, &a->max_len)) return -1;
+            long n;
+            if (arg_long("--max-len", v, 1, 1L << 30, &n)) return -1;
+            a->max_len = (size_t)n;
         } else if ((v = arg_value(argc, argv, &i, "--threads"))) {
-            if (parse_count("--threads", v, &n)) return -1;
-            a->threads = n > 1024 ? 1024 : (int)n;
+            if (arg_threads("--threads", v, &a->threads)) return -1;
         } else if (argv[i][0] == '-' && argv[i][1]) {
-            fprintf(stderr, "pocket tokenize: unknown argument '%s' (see --help)\n", argv[i]);
+            arg_usage("unknown argument '%s' (see --help)", argv[i]);
             return -1;
         } else a->inputs[a->n_inputs++] = argv[i];
     }
@@ -378,7 +368,7 @@ int cmd_tokenize(int argc, char **argv) {
     if (!a.cols.completion) a.cols.completion = "completion";
     if (parsed) {
         free(a.inputs);
-        return parsed > 0 ? 0 : 2;
+        return parsed > 0 ? 0 : ARGS_USAGE;
     }
     PtError e;
     Tokenizer *tok;

@@ -3,6 +3,7 @@
 #include <signal.h>
 #include <string.h>
 #include "../train/run_dir.h"
+#include "args.h"
 #include "commands.h"
 #include "../dist/comm.h"
 #include "../train/trainer.h"
@@ -46,15 +47,13 @@ int cmd_train(int argc, char **argv) {
             return 0;
         } else if ((v = arg_value(argc, argv, &i, "--set"))) sets[n_sets++] = (char *)v;
         else if (argv[i][0] == '-' || recipe_path) {
-            fprintf(stderr, "pocket train: unexpected argument '%s' (see --help)\n", argv[i]);
             free(sets);
-            return 2;
+            return arg_usage("unexpected argument '%s' (see --help)", argv[i]);
         } else recipe_path = argv[i];
     }
     if (!recipe_path) {
-        fprintf(stderr, "pocket train: a RECIPE.ini is required (see --help)\n");
         free(sets);
-        return 2;
+        return arg_usage("a RECIPE.ini is required (see --help)");
     }
     PtError e;
     Recipe r;

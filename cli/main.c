@@ -6,6 +6,7 @@
 #include <unistd.h>
 #include "../model/ops/ops.h"
 #include "../util/cpu.h"
+#include "args.h"
 #include "commands.h"
 
 typedef struct {
@@ -96,7 +97,10 @@ int main(int argc, char **argv) {
     }
     if (!strcmp(argv[1], "--version") || !strcmp(argv[1], "version")) return version();
     for (size_t i = 0; i < sizeof COMMANDS / sizeof COMMANDS[0]; i++)
-        if (!strcmp(argv[1], COMMANDS[i].name)) return COMMANDS[i].run(argc - 1, argv + 1);
+        if (!strcmp(argv[1], COMMANDS[i].name)) {
+            args_command(COMMANDS[i].name);
+            return COMMANDS[i].run(argc - 1, argv + 1);
+        }
     fprintf(stderr, "pocket: unknown command '%s'\n", argv[1]);
     usage(stderr);
     return 2;

@@ -1,11 +1,13 @@
 // open_model.c: checkpoint -> bundle, int4 state, device and model (open_model.h).
 #include "open_model.h"
+#include <omp.h>
 #include <string.h>
 #include "../formats/checkpoint.h"
 #include "../model/ops/ops.h"
 #include "../train/devices.h"
+#include "args.h"
 
-int run_flag(int argc, char **argv, int *i, OpenOptions *oo, const char *cmd) {
+int run_flag(int argc, char **argv, int *i, OpenOptions *oo) {
     ModelOptions *o = &oo->numerics;
     const char *v;
     if ((v = arg_value(argc, argv, i, "--device"))) {
@@ -18,7 +20,7 @@ int run_flag(int argc, char **argv, int *i, OpenOptions *oo, const char *cmd) {
     }
     if ((v = arg_value(argc, argv, i, "--matmul"))) {
         if (strcmp(v, "fp32") && strcmp(v, "bf16")) {
-            fprintf(stderr, "pocket %s: --matmul '%s' is not fp32 or bf16\n", cmd, v);
+            arg_usage("--matmul '%s' is not fp32 or bf16", v);
             return -1;
         }
         o->matmul = strcmp(v, "bf16") ? MATMUL_FP32 : MATMUL_BF16;
@@ -26,7 +28,7 @@ int run_flag(int argc, char **argv, int *i, OpenOptions *oo, const char *cmd) {
     }
     if ((v = arg_value(argc, argv, i, "--a16"))) {
         if ((o->a16 = a16_mode_from_name(v)) < 0) {
-            fprintf(stderr, "pocket %s: --a16 '%s' is not off, bf16 or fp16\n", cmd, v);
+            arg_usage("--a16 '%s' is not off, bf16 or fp16", v);
             return -1;
         }
         return 1;
@@ -34,8 +36,9 @@ int run_flag(int argc, char **argv, int *i, OpenOptions *oo, const char *cmd) {
     return 0;
 }
 
-// The int4 weights on the device, as the deployed package runs them.
-static int load_int4(OpenModel *om, const char *ckpt, const OpenOptions *o, PtError *e) {
+// The int4 state (the checkpoint's QAT scales, else RTN), and with `weights`
+// the weights of the int4 model on the host, as the exporters make them.
+static int load_int4(OpenModel *om, const char *ckpt, const OpenOptions *o, int weights, PtError *e) {
     if (int4_load_state(&om->b, ckpt, o->grid, &om->q, &om->from_qat, e)) return -1;
     om->int4 = 1;
     const QuantSpec spec = om->q.spec, *g = o->grid;
@@ -45,12 +48,11 @@ static int load_int4(OpenModel *om, const char *ckpt, const OpenOptions *o, PtEr
                        "(a chosen grid applies to float checkpoints only)",
                        ckpt, spec.group, spec.symmetric ? "symmetric" : "asymmetric", g->group,
                        g->symmetric ? "symmetric" : "asymmetric");
-    // Made on the host, as the exporters make them, then given to the device.
-    const TensorTable *tt = &om->b.tt;
-    om->int4_host = xaligned(tt->total * sizeof(float), "int4 weights");
-    int4_weights(&om->q, &om->b, o->threads, om->int4_host);
+    if (weights) {
+        om->int4_host = xaligned(om->b.tt.total * sizeof(float), "int4 weights");
+        int4_weights(&om->q, &om->b, o->threads, om->int4_host);
+    }
     const int untied_float_embedding = !om->q.quant_embedding && !om->b.cfg.tied_embeddings;
-    om->int4_weights = dev_mirror(&om->dev, om->int4_host, tt->total * sizeof(float), "int4 weights");
     if (o->log)
         fprintf(o->log, "int4 weights: %s, group %d, %s%s\n",
                 om->from_qat ? "the checkpoint's QAT scales" : "RTN from float", spec.group,
@@ -70,8 +72,6 @@ static int load_lora(OpenModel *om, const char *ckpt, const OpenOptions *o, PtEr
     char base[600];
     snprintf(base, sizeof base, "%s%s", ckpt, om->int4 ? " (its int4 model)" : " (its float weights)");
     if (lora_checkpoint_load(o->lora, &om->b.cfg, hash, base, &om->ad, e)) return -1;
-    om->lora_params = dev_mirror(&om->dev, om->ad.params, om->ad.tt.total * sizeof(float), "LoRA adapter");
-    model_use_lora(&om->m, &om->ad.cfg, &om->ad.tt, om->lora_params);
     if (o->log) {
         char targets[64];
         lora_targets_format(om->ad.cfg.targets, targets, sizeof targets);
@@ -81,22 +81,37 @@ static int load_lora(OpenModel *om, const char *ckpt, const OpenOptions *o, PtEr
     return 0;
 }
 
-int open_model(OpenModel *om, const char *ckpt, const OpenOptions *o, PtError *e) {
+// The host part of open_model: the bundle, the int4 state (with the int4
+// weights when `weights`, or an adapter needs their hash), the adapter.
+static int open_host(OpenModel *om, const char *ckpt, const OpenOptions *o, int weights, PtError *e) {
     memset(om, 0, sizeof *om);
-    if (checkpoint_load(ckpt, &om->b, e)) return -1;
+    // The host steps (RTN, the int4 weights) run on the threads the device will.
+    if (o->threads > 0) omp_set_num_threads(o->threads);
+    if (checkpoint_load(ckpt, &om->b, e) || (o->int4 && load_int4(om, ckpt, o, weights || o->lora, e)) ||
+        (o->lora && load_lora(om, ckpt, o, e))) {
+        open_model_close(om);
+        return -1;
+    }
+    return 0;
+}
+
+int open_checkpoint(OpenModel *om, const char *ckpt, const OpenOptions *o, PtError *e) {
+    return open_host(om, ckpt, o, o->int4_weights, e);
+}
+
+int open_model(OpenModel *om, const char *ckpt, const OpenOptions *o, PtError *e) {
+    if (open_host(om, ckpt, o, 1, e)) return -1;
     if (device_open(&om->dev, o->device ? o->device : "cpu", o->threads, e)) {
         open_model_close(om);
         return -1;
     }
-    om->params = dev_mirror(&om->dev, om->b.params, om->b.tt.total * sizeof(float), "weights");
-    if (o->int4 && load_int4(om, ckpt, o, e)) {
-        open_model_close(om);
-        return -1;
-    }
+    const size_t bytes = om->b.tt.total * sizeof(float);
+    om->params = dev_mirror(&om->dev, om->b.params, bytes, "weights");
+    if (om->int4) om->int4_weights = dev_mirror(&om->dev, om->int4_host, bytes, "int4 weights");
     model_init(&om->m, &om->dev, &om->b.cfg, &om->b.tt, om->int4 ? om->int4_weights : om->params, &o->numerics);
-    if (o->lora && load_lora(om, ckpt, o, e)) {
-        open_model_close(om);
-        return -1;
+    if (o->lora) {
+        om->lora_params = dev_mirror(&om->dev, om->ad.params, om->ad.tt.total * sizeof(float), "LoRA adapter");
+        model_use_lora(&om->m, &om->ad.cfg, &om->ad.tt, om->lora_params);
     }
     // Only the bf16 notice: the kernels themselves are in `pocket --version`.
     const char *note = o->log && om->dev.be == backend_cpu() && o->numerics.matmul == MATMUL_BF16

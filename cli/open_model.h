@@ -3,6 +3,8 @@
 // when asked for (the checkpoint's QAT scales and zero points, else
 // round-to-nearest from its float weights), the device, and a model over the
 // weights it runs, made with the given numerics. Planning is the caller's.
+// open_checkpoint is the host part alone, for the exporters: no device, no
+// model, and the int4 model's weights only where they are needed.
 #pragma once
 #include "../model/bundle.h"
 #include "../model/model.h"
@@ -19,6 +21,8 @@ typedef struct {
     int threads;               // 0: all cores
     FILE *log;                 // which int4 scales are used (NULL: quiet)
     const char *lora;          // an adapter checkpoint to run with (NULL: none); it must be the base's
+    int int4_weights;          // open_checkpoint with int4: also the int4 model's weights (int4_host); open_model
+                               // always makes them, and an adapter's base hash needs them
 } OpenOptions;
 
 typedef struct {
@@ -27,7 +31,7 @@ typedef struct {
     int int4, from_qat;        // q is set; it came from the checkpoint's /qat
     Device dev;
     float *params;             // b.params on the device
-    float *int4_host;          // the dequantized int4 weights, made on the host (int4)
+    float *int4_host;          // the dequantized int4 weights, made on the host (int4; see int4_weights)
     float *int4_weights;       // and on the device
     LoraAdapter ad;            // opts.lora: the adapter (host memory)
     float *lora_params;        // and on the device
@@ -35,6 +39,9 @@ typedef struct {
 } OpenModel;
 
 int open_model(OpenModel *om, const char *ckpt, const OpenOptions *o, PtError *e);
+// The host part: b, q and ad as open_model makes them; no device (dev.be NULL)
+// and no model. Close with open_model_close.
+int open_checkpoint(OpenModel *om, const char *ckpt, const OpenOptions *o, PtError *e);
 // The SHA-256 of the weights om runs (the float ones, or with int4 the int4
 // model's): the base an adapter is bound to (formats/lora_checkpoint.h).
 void open_model_base_hash(const OpenModel *om, char hex[65]);
@@ -42,9 +49,9 @@ void open_model_close(OpenModel *om);
 
 // --matmul fp32|bf16, --a16 off|bf16|fp16 and --device D: how forward, eval
 // and generate run (RUN_FLAGS_HELP describes them). Returns 1 when argv[*i]
-// is one of them (its value consumed), 0 when not, -1 after printing an
-// error for a bad value.
-int run_flag(int argc, char **argv, int *i, OpenOptions *o, const char *cmd);
+// is one of them (its value consumed), 0 when not, -1 after printing the
+// usage error of a bad value (args.h).
+int run_flag(int argc, char **argv, int *i, OpenOptions *o);
 #define RUN_FLAGS_HELP                                                                                             \
     "  --matmul P         matmul products: fp32 (default) or bf16 (bf16 operands, fp32 accumulation,\n"          \
     "                     as train.matmul = bf16)\n"                                                              \

@@ -2,7 +2,8 @@
 // d->impl (stream, cuBLASLt handle, the matmul plan cache, the error word the
 // kernels report bad input through), error checks, launch helpers, and the
 // ops each file defines for the table in device.cu. The semantics of every op
-// are the CPU kernel's of the same name (model/ops/ops.h, model/ops/quant.h).
+// are the CPU kernel's of the same name (model/ops/ops.h, model/ops/quant.h,
+// and for fake-quant and dequantization the int4 grid's, model/int4_grid.h).
 #pragma once
 #include <cuda_runtime.h>
 #include <cublasLt.h>

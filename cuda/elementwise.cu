@@ -2,7 +2,7 @@
 // residual add, A16 rounding. One thread per value (or RoPE pair), the
 // arithmetic from kernel_math.h where it must give the CPU's bits.
 #include "cuda_impl.cuh"
-#include "../model/ops/dropout_mask.h"
+#include "../model/dropout_mask.h"
 
 // ---- RoPE (rope.c): rotate-half pairs (i, i + hd/2) of every head, by the
 // table's angle at the row's position; the backward rotates by minus the

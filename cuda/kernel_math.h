@@ -2,7 +2,7 @@
 // for both sides: nvcc compiles it into the kernels (__host__ __device__),
 // and gcc compiles it into the host test tests/test_cuda_math.c, which checks
 // it bit for bit against the CPU backend's own functions (util's fp16/bf16
-// converters, matmul_bf16_round, quant.h's code rule, adamw.c, quant_adam).
+// converters, matmul_bf16_round, int4_grid.h's code rule, adamw.c, quant_adam).
 // So a kernel that applies these functions element by element gives the CPU's
 // bits by construction, and the host test proves the functions equal.
 //
@@ -129,7 +129,7 @@ KM_FN float km_f16_value(uint16_t h) {
 KM_FN float km_round_f16(float x) { return km_f16_value(km_f16_bits(x)); }
 KM_FN float km_round_bf16(float x) { return km_bf16_value(km_bf16_bits(x)); }
 
-// A16 rounding of one activation (quant.h's a16_round): mode 1 bf16, 2 fp16, else unchanged.
+// A16 rounding of one activation (ops/quant.c's a16_round): mode 1 bf16, 2 fp16, else unchanged.
 KM_FN float km_a16(float x, int mode) {
     return mode == 1 ? km_round_bf16(x) : mode == 2 ? km_round_f16(x) : x;
 }
@@ -181,7 +181,7 @@ KM_FN void km_adamw(float *p, float g, float *m, float *v, const KmAdamW *k) {
     *v = vi;
 }
 
-// ---- the int4 grid (quant.h): the code rule, fake-quant, dequant, STE test
+// ---- the int4 grid (model/int4_grid.h): the code rule, fake-quant, dequant, STE test
 
 KM_FN float km_quant_rounded(float x, float scale, float zero) {
     return km_add(rintf(km_div(km_sub(x, zero), scale)), 8.0f);
@@ -208,7 +208,7 @@ KM_FN float km_quant_dequant(unsigned code, float scale, float zero, int sym) {
 
 // One Adam step of an fp16 scale or zero (quant_adam), re-rounded to fp16 after
 // the clamp; step_size = lr / (1 - beta1^step) and bc2_sqrt = sqrt(1 - beta2^step)
-// are formed on the host as quant.c forms them.
+// are formed on the host as ops/quant.c forms them.
 KM_FN void km_quant_adam(float *p, float g, float *m, float *v, float beta1, float beta2, float eps, float step_size,
                          float bc2_sqrt, float lo, float hi) {
     const float mi = km_add(km_mul(beta1, *m), km_mul(km_sub(1.0f, beta1), g));

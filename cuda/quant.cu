@@ -1,4 +1,4 @@
-// quant.cu: the int4 grid of model/ops/quant.h on the GPU: fake-quant,
+// quant.cu: the int4 grid of model/int4_grid.h on the GPU: fake-quant,
 // dequantization of frozen codes, the straight-through / learned-scale
 // backward and its frozen-code form, and the fp16 Adam of scales and zeros.
 //
@@ -64,7 +64,7 @@ enum { WARPS_PER_BLOCK = 8 };
 static unsigned group_blocks(size_t groups) { return (unsigned)((groups + WARPS_PER_BLOCK - 1) / WARPS_PER_BLOCK); }
 
 // One warp per group: the STE mask on g and the group's sums of g * dw/dscale
-// and g * dw/dzero (quant.h states them; scale 0 takes the limit scale -> 0+).
+// and g * dw/dzero (model/ops/quant.h states them; scale 0 takes the limit scale -> 0+).
 __global__ void quant_lsq_kernel(const float *w, float *g, size_t groups, int G, const float *scale,
                                  const float *zero, float *gs, float *gz, int lo, int sym) {
     const size_t k = (size_t)blockIdx.x * WARPS_PER_BLOCK + threadIdx.x / 32;
@@ -150,7 +150,7 @@ __global__ void quant_adam_kernel(float *p, const float *g, float *m, float *v, 
 void cu_quant_adam(Device *d, float *p, const float *g, float *m, float *v, size_t n, const AdamWConfig *c, float lr,
                    long step, float lo, float hi) {
     if (!n) return;
-    // The scalars as quant.c forms them: bias corrections in double, then float.
+    // The scalars as ops/quant.c forms them: bias corrections in double, then float.
     const double bc1 = 1.0 - pow(c->beta1, (double)step), bc2 = 1.0 - pow(c->beta2, (double)step);
     const float step_size = (float)(lr / bc1), bc2_sqrt = (float)sqrt(bc2);
     quant_adam_kernel<<<cu_blocks(n, 256), 256, 0, cu_stream(d)>>>(p, g, m, v, n, c->beta1, c->beta2, c->eps,

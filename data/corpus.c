@@ -160,7 +160,6 @@ int corpus_open_chat(Corpus **out, char *const *inputs, int n_inputs, char table
 }
 
 int corpus_n_files(const Corpus *c) { return c->n_files; }
-const char *corpus_file(const Corpus *c, int i) { return c->files[i]; }
 uint64_t corpus_bytes_read(const Corpus *c) { return c->bytes; }
 int64_t corpus_input_total(const Corpus *c) { return c->total; }
 

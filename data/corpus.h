@@ -44,7 +44,6 @@ uint64_t corpus_bytes_read(const Corpus *c);   // decompressed bytes so far (pro
 uint64_t corpus_input_done(const Corpus *c);
 int64_t corpus_input_total(const Corpus *c);
 int corpus_n_files(const Corpus *c);
-const char *corpus_file(const Corpus *c, int i);
 void corpus_close(Corpus *c);
 
 // 1 when s[0..n) is valid UTF-8 (no overlongs, surrogates or code points

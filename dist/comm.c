@@ -249,12 +249,3 @@ void comm_gather_range(Comm *c, const float *shard, const size_t *lo, const size
 }
 
 #endif
-
-void comm_allreduce(Comm *c, float *buf, size_t n, const char *what) {
-    if (c->world == 1) return;
-    size_t *lo = xmalloc(2 * (size_t)c->world * sizeof(size_t), "shards"), *hi = lo + c->world;
-    comm_shards(c, n, 16, lo, hi);
-    comm_reduce_scatter(c, buf, lo, hi, what);
-    comm_allgather(c, buf, sizeof(float), lo, hi, what);
-    free(lo);
-}

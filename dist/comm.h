@@ -45,8 +45,6 @@ void comm_reduce_scatter(Comm *c, float *buf, const size_t *lo, const size_t *hi
 // Every rank's elements [lo[r], hi[r]) of buf (elements of `size` bytes) are
 // copied into every other rank's buf.
 void comm_allgather(Comm *c, void *buf, size_t size, const size_t *lo, const size_t *hi, const char *what);
-// buf[0, n) becomes the sum over ranks (reduce-scatter, then allgather).
-void comm_allreduce(Comm *c, float *buf, size_t n, const char *what);
 // v[0, n) (n <= 8) becomes the sum over ranks, added in rank order.
 void comm_sum_doubles(Comm *c, double *v, int n, const char *what);
 // Root's bytes to every rank.

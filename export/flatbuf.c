@@ -96,7 +96,6 @@ static FbNode *vec_scalar(FbBuilder *b, const void *v, size_t n, size_t elem) {
 FbNode *fb_vec_i32(FbBuilder *b, const int32_t *v, size_t n) { return vec_scalar(b, v, n, 4); }
 FbNode *fb_vec_i64(FbBuilder *b, const int64_t *v, size_t n) { return vec_scalar(b, v, n, 8); }
 FbNode *fb_vec_f32(FbBuilder *b, const float *v, size_t n) { return vec_scalar(b, v, n, 4); }
-FbNode *fb_vec_i8(FbBuilder *b, const int8_t *v, size_t n) { return vec_scalar(b, v, n, 1); }
 
 FbNode *fb_vec_refs(FbBuilder *b) { return node_new(b, FB_VEC_REFS); }
 
@@ -112,8 +111,6 @@ void fb_vec_push(FbNode *vec, FbNode *item) {
     }
     vec->items[vec->n++] = item;
 }
-
-size_t fb_vec_len(const FbNode *vec) { return vec->n; }
 
 // ---- serialization ----
 

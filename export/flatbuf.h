@@ -36,11 +36,9 @@ FbNode *fb_string(FbBuilder *b, const char *s);
 FbNode *fb_vec_i32(FbBuilder *b, const int32_t *v, size_t n);
 FbNode *fb_vec_i64(FbBuilder *b, const int64_t *v, size_t n);
 FbNode *fb_vec_f32(FbBuilder *b, const float *v, size_t n);
-FbNode *fb_vec_i8(FbBuilder *b, const int8_t *v, size_t n);
 // A vector of references (tables or strings) that grows with fb_vec_push.
 FbNode *fb_vec_refs(FbBuilder *b);
 void fb_vec_push(FbNode *vec, FbNode *item);
-size_t fb_vec_len(const FbNode *vec);
 
 // The serialized buffer with `root` as root table (malloc'd, *len bytes).
 uint8_t *fb_serialize(const FbNode *root, size_t *len);

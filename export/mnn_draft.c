@@ -17,14 +17,6 @@ int mnn_draft_check(const ModelBundle *b, const Draft *d, PtError *e) {
     return 0;
 }
 
-void mnn_draft_hidden_states(MnnGraph *g, const DraftConfig *dc, const int *layer_out, int H) {
-    int in[DRAFT_MAX_TARGETS];
-    for (int k = 0; k < dc->n_target; k++) in[k] = layer_out[dc->target_layers[k]];
-    int x = dc->n_target > 1 ? mnn_concat_n(g, "/hidden_states/concat", in, dc->n_target, -1) : in[0];
-    int32_t dims[3] = {1, -1, dc->n_target * H};
-    mnn_reshape(g, "hidden_states", x, dims, 3);
-}
-
 void mnn_draft_config(json_t *j, const Draft *d) {
     json_t *layers = json_array();
     for (int k = 0; k < d->cfg.n_target; k++) json_array_append_new(layers, json_integer(d->cfg.target_layers[k]));
@@ -182,39 +174,25 @@ static void build_fc(MnnWriter *w, const Draft *d) {
     mnn_graph_output(&w->g, "context_hidden");
 }
 
-int mnn_draft_write(const ModelBundle *b, const QatState *q, const Draft *d, const OutDir *dir, MnnExportStats *st,
+static int dflash(MnnWriter *w, const void *d) { return build_dflash(w, d); }
+
+int mnn_draft_write(const ModelBundle *b, const QatState *q, const Draft *d, const OutDir *dir, MnnDraftStats *st,
                     PtError *e) {
-    char *weight_path = out_dir_path(dir, "dflash.mnn.weight");
     MnnWriter w = {.b = b, .q = q, .e = e}, f = {.b = b, .q = q, .e = e};
     mnn_graph_init(&w.g);
     mnn_graph_init(&f.g);
-    uint8_t *graph = NULL, *fc = NULL;
-    size_t len = 0, fc_len = 0;
-    AtomicFile af;
-    int rc = atomic_open(&af, weight_path, e);
-    if (rc == 0) {
-        w.wf.f = af.f;
-        w.wf.path = weight_path;
-        rc = build_dflash(&w, d);
-        if (rc == 0) rc = atomic_commit(&af, e);
-        else atomic_abort(&af);
-    }
-    if (rc == 0) {
-        graph = mnn_graph_serialize(&w.g, &len);
-        rc = out_dir_write(dir, "dflash.mnn", graph, len, e);
-    }
+    uint8_t *fc = NULL;
+    size_t fc_len = 0;
+    int rc = mw_write(&w, dir, "dflash.mnn", dflash, d, &st->graph_bytes);
     if (rc == 0) {
         build_fc(&f, d);
         fc = mnn_graph_serialize(&f.g, &fc_len);
         rc = out_dir_write(dir, "dflash_fc.mnn", fc, fc_len, e);
     }
-    st->draft_ops = w.g.n_ops;
-    st->draft_graph_bytes = (int64_t)len;
-    st->draft_weight_bytes = w.wf.offset;
-    st->draft_fc_bytes = (int64_t)fc_len;
-    free(graph);
+    st->ops = w.g.n_ops;
+    st->weight_bytes = w.wf.offset;
+    st->fc_bytes = (int64_t)fc_len;
     free(fc);
-    free(weight_path);
     mnn_graph_free(&w.g);
     mnn_graph_free(&f.g);
     return rc;

@@ -34,12 +34,16 @@
 // The draft runs on this target: its config (draft_config_check) and the
 // sizes its table was built with. Errors name "the draft".
 int mnn_draft_check(const ModelBundle *b, const Draft *d, PtError *e);
-// llm.mnn's "hidden_states" from layer_out[l], the residual stream after
-// target layer l ([1, S, H] each); the caller declares the output.
-void mnn_draft_hidden_states(MnnGraph *g, const DraftConfig *dc, const int *layer_out, int H);
+// (llm.mnn's "hidden_states" output is the decoder's graph's: mw_decoder
+// with MnnWriter.draft set.)
 // The config.json keys above, into j.
 void mnn_draft_config(json_t *j, const Draft *d);
+// The sizes of the draft's files.
+typedef struct {
+    int ops;                // ops of dflash.mnn
+    int64_t graph_bytes, weight_bytes, fc_bytes;
+} MnnDraftStats;
 // dflash.mnn, dflash.mnn.weight and dflash_fc.mnn into the package being
 // written (the target's int4 state q gives the lm_head); their sizes in st.
-int mnn_draft_write(const ModelBundle *b, const QatState *q, const Draft *d, const OutDir *dir, MnnExportStats *st,
+int mnn_draft_write(const ModelBundle *b, const QatState *q, const Draft *d, const OutDir *dir, MnnDraftStats *st,
                     PtError *e);

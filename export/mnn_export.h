@@ -1,6 +1,6 @@
 // mnn_export.h: a checkpoint as the MNN INT4 deployment package that MNN's
 // LLM runtime loads (transformers/llm/engine in the MNN repository):
-//   llm.mnn            the decoder graph (flatbuffer, written by mnn_graph.c)
+//   llm.mnn            the decoder graph (mnn_writer.h builds it of mnn_graph.h's ops)
 //   llm.mnn.weight     int4 linears + RMSNorm weights (mnn_weights.c)
 //   config.json        runtime options (file names, backend, sampler)
 //   llm_config.json    model description, chat template, tied-embedding location
@@ -12,10 +12,8 @@
 // checkpoint trained with (QAT) or its RTN quantization.
 #pragma once
 #include "../model/bundle.h"
-#include "../qat/qat.h"
 #include "../model/draft.h"
-#include "../model/lora_view.h"
-#include "mnn_weights.h"
+#include "../qat/qat.h"
 
 typedef struct {
     int fused;              // 1: RoPE op, attention output in NC4HW4, MUL_SILU (MNN >= 3.6.1); 0: plain ops
@@ -34,11 +32,8 @@ typedef struct {
 
 int mnn_export(const ModelBundle *b, const QatState *q, const char *dir, const MnnExportOptions *o, MnnExportStats *st,
                PtError *e);
-
-// The graph alone (llm.mnn's bytes, malloc'd) of the package mnn_export
-// writes with `fused`, or with lora its LoRA copy (lora.mnn, mnn_lora.h). The
-// weights go through wf as they would to llm.mnn.weight: written, compared
-// with wf->expect, or (both NULL) only counted, since the graph holds their
-// offsets.
-int mnn_export_graph(const ModelBundle *b, const QatState *q, int fused, const LoraWeightsView *lora, MnnWeightFile *wf,
-                     uint8_t **graph, size_t *len, PtError *e);
+// What mnn_export would refuse that the config, the tokenizer files, the int4
+// grid and o (its draft) show, and an output directory it may not replace:
+// checked before the weights are read (b->params is not read).
+int mnn_export_check(const ModelBundle *b, const QuantSpec *spec, int quant_embedding, const MnnExportOptions *o,
+                     const char *dir, PtError *e);

@@ -1,7 +1,7 @@
 // mnn_graph.h: MNN graph (llm.mnn) building blocks: tensors, ops and their
 // parameter tables, in MNN's flatbuffer schema (schema/default/*.fbs in the MNN
 // repository: Net, Op and OpType in MNN.fbs, Convolution2D in CaffeOp.fbs).
-// The decoder wiring itself is in mnn_export.c.
+// The decoder wiring itself is in mnn_writer.c.
 #pragma once
 #include <stdint.h>
 #include "flatbuf.h"

@@ -5,28 +5,7 @@
 #include <libgen.h>
 #include <string.h>
 #include "../util/util.h"
-
-int mnn_lora_ops(MnnGraph *g, const LoraWeightsView *v, const char *name, int layer, int kind, int x_c4, int y_c4,
-                 int ic, int oc) {
-    const int t = lora_target_of_kind((TensorKind)kind);
-    if (t < 0 || !((v->targets >> t) & 1)) return y_c4;
-    char base[256], n[300];
-    snprintf(base, sizeof base, "%s", name);
-    char *cut = strstr(base, "/Linear");
-    if (cut) *cut = 0;
-    // alpha / r goes into lora_B's weights, as MNN's exporter does.
-    size_t nb = (size_t)oc * (size_t)v->rank;
-    float *b = xmalloc(nb * sizeof(float), "scaled lora_B");
-    float s = v->alpha / (float)v->rank;
-    for (size_t i = 0; i < nb; i++) b[i] = v->b[layer][t][i] * s;
-    snprintf(n, sizeof n, "%s/lora_A", base);
-    int a_out = mnn_conv_f32(g, n, x_c4, ic, v->rank, v->a[layer][t]);
-    snprintf(n, sizeof n, "%s/lora_B", base);
-    int b_out = mnn_conv_f32(g, n, a_out, v->rank, oc, b);
-    free(b);
-    snprintf(n, sizeof n, "%s/lora_add", base);
-    return mnn_binary(g, n, y_c4, b_out, MNN_BIN_ADD);
-}
+#include "mnn_writer.h"
 
 // The package directory and the adapter file of `out`.
 static void split_out(const char *out, char **dir, char **file) {
@@ -41,19 +20,27 @@ static void split_out(const char *out, char **dir, char **file) {
     *file = xstrdup(out);
 }
 
+int mnn_lora_export_check(const char *out, int force, PtError *e) {
+    static const char *const NEED[] = {"config.json", "llm.mnn", "llm.mnn.weight"};
+    char *dir, *file;
+    split_out(out, &dir, &file);
+    int rc = path_exists(file) && !force ? pt_fail(e, "%s exists (--force replaces it)", file) : 0;
+    for (int i = 0; i < 3 && !rc; i++) {
+        char *p = path_join(dir, NEED[i]);
+        if (!path_exists(p))
+            rc = pt_fail(e, "%s: no MNN base package there (no %s; write it first with pocket export --format mnn)", dir,
+                         NEED[i]);
+        free(p);
+    }
+    free(dir);
+    free(file);
+    return rc;
+}
+
 // Which graph form the package in dir was written with: 1 fused, 0 plain;
 // -1 (an error) when its llm.mnn is neither graph of this checkpoint, or its
 // llm.mnn.weight not these weights.
 static int package_form(const ModelBundle *b, const QatState *q, const char *dir, PtError *e) {
-    static const char *const NEED[] = {"config.json", "llm.mnn", "llm.mnn.weight"};
-    for (int i = 0; i < 3; i++) {
-        char *p = path_join(dir, NEED[i]);
-        int ok = path_exists(p);
-        free(p);
-        if (!ok)
-            return pt_fail(e, "%s: no MNN base package there (no %s; write it first with pocket export --format mnn)",
-                           dir, NEED[i]);
-    }
     char *graph_path = path_join(dir, "llm.mnn"), *weight_path = path_join(dir, "llm.mnn.weight");
     uint8_t *have = NULL;
     size_t have_len = 0;
@@ -103,10 +90,7 @@ int mnn_lora_export(const ModelBundle *b, const QatState *q, const LoraWeightsVi
     int rc = -1;
     uint8_t *graph = NULL;
     size_t len = 0;
-    if (path_exists(file) && !force) {
-        pt_fail(e, "%s exists (--force replaces it)", file);
-        goto done;
-    }
+    if (mnn_lora_export_check(out, force, e)) goto done;
     int form = package_form(b, q, dir, e);
     if (form < 0) goto done;
     MnnWeightFile wf = {.path = "llm.mnn.weight"};

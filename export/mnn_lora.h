@@ -17,15 +17,13 @@
 // type and parameter type equal a base op's clones that op's execution, so
 // the int4 weights are in memory once however many adapters are loaded; only
 // the adapter's own convolutions and the KV cache are per adapter.
+//
+// The graph of lora.mnn is the decoder's (mnn_writer.h's mw_decoder) with
+// these ops; this file writes it beside a package, or folds the adapter into
+// a whole package (mnn_export.h).
 #pragma once
+#include "../model/lora_view.h"
 #include "mnn_export.h"
-
-// The adapter's three ops after projection `name` (an int4 convolution of
-// layer `layer`, tensor kind `kind`, input x_c4 [S, ic], output y_c4 [S, oc],
-// NC4HW4); returns the tensor the layer reads next: y_c4 itself when the
-// view does not target that projection.
-int mnn_lora_ops(MnnGraph *g, const LoraWeightsView *v, const char *name, int layer, int kind, int x_c4, int y_c4,
-                 int ic, int oc);
 
 typedef struct {
     int fused;              // the package's graph form
@@ -44,6 +42,9 @@ typedef struct {
 // src names the adapter in errors.
 int mnn_lora_export(const ModelBundle *b, const QatState *q, const LoraWeightsView *v, const char *src,
                     const char *out, int force, MnnLoraStats *st, PtError *e);
+// Its checks that need no weights: a base package's files at out, and an
+// adapter file there replaced only with force.
+int mnn_lora_export_check(const char *out, int force, PtError *e);
 
 // --merge: a whole package (mnn_export) with the adapter folded into the
 // weights. Each targeted projection becomes W' = W0 + (alpha / r) B A, W0 the

@@ -5,7 +5,7 @@
 // array of the op that reads the blob.
 #pragma once
 #include <stdio.h>
-#include "../model/ops/quant.h"
+#include "../model/int4_grid.h"
 #include "mnn_graph.h"
 
 typedef struct {

@@ -1,10 +1,16 @@
-// mnn_writer.h: the pieces mnn_export.c wires the decoder (llm.mnn) from,
-// shared with mnn_draft.c (the DFlash draft's graphs): a graph being built,
-// the weight file its ops' blobs stream into, and the target checkpoint whose
-// int4 state the linears come from.
+// mnn_writer.h: the MNN graph builder: a graph being built, the weight file
+// its ops' blobs stream into, and the target checkpoint whose int4 state the
+// linears come from; the pieces (mw_*) the decoder (llm.mnn) is wired from,
+// which the DFlash draft's graphs (mnn_draft.c) share, and the decoder's whole
+// graph. The package these go into is mnn_export.h's; lora.mnn (mnn_lora.h)
+// is the decoder's graph with an adapter's ops.
 #pragma once
+#include "../model/bundle.h"
 #include "../model/draft.h"
-#include "mnn_export.h"
+#include "../model/lora_view.h"
+#include "../qat/qat.h"
+#include "../util/out_dir.h"
+#include "mnn_weights.h"
 
 // cos/sin tables of one set of positions: [1, S, 1, D] for the elementwise
 // rotation and [S, D] rows for the fused RoPE op.
@@ -17,7 +23,7 @@ typedef struct {
     const QatState *q;
     MnnGraph g;
     MnnWeightFile wf;
-    int fused;                   // MnnExportOptions.fused
+    int fused;                   // 1: MNN's fused RoPE, attention and MUL_SILU (MnnExportOptions.fused)
     const LoraWeightsView *lora; // a LoRA graph (lora.mnn): the adapter's ops after each targeted projection
     const Draft *draft;          // llm.mnn also outputs the draft's context, "hidden_states" (mnn_draft.h)
     int mask;                    // the attention mask input
@@ -51,3 +57,27 @@ int mw_lm_head(MnnWriter *w, int h, int *logits);
 // The lm_head's rows ids[0..n) only (int4, the checkpoint's codes and scales):
 // [1, S, n] logits of those tokens.
 int mw_lm_head_rows(MnnWriter *w, int h, const int *ids, int n, const char *name, int *logits);
+
+// The decoder's whole graph (llm.mnn) into w->g, its weights streamed to
+// w->wf in op order: the four inputs the runtime feeds, the layers (fused or
+// not), the final norm and the lm_head, with w->lora's ops after each targeted
+// projection and w->draft's "hidden_states" output.
+int mw_decoder(MnnWriter *w);
+
+// NAME and NAME.weight into dir: `build` makes the graph in w (w->g
+// initialised) with its weights streamed to NAME.weight, which is written
+// atomically, then the graph serialized as NAME. *graph_bytes gets its size.
+int mw_write(MnnWriter *w, const OutDir *dir, const char *name, int (*build)(MnnWriter *w, const void *ctx),
+             const void *ctx, int64_t *graph_bytes);
+
+// What the package format can hold (model type, sizes, the int4 group, a tied
+// embedding quantized), checked before anything is written.
+int mnn_check_exportable(const ModelConfig *c, const QuantSpec *spec, int quant_embedding, PtError *e);
+
+// The graph alone (llm.mnn's bytes, malloc'd) of the package mnn_export
+// writes with `fused`, or with lora its LoRA copy (lora.mnn, mnn_lora.h). The
+// weights go through wf as they would to llm.mnn.weight: written, compared
+// with wf->expect, or (both NULL) only counted, since the graph holds their
+// offsets.
+int mnn_export_graph(const ModelBundle *b, const QatState *q, int fused, const LoraWeightsView *lora, MnnWeightFile *wf,
+                     uint8_t **graph, size_t *len, PtError *e);

@@ -198,7 +198,9 @@ static int read_tokenizer_file(hid_t f, const char *name, char **out, size_t *le
     return h5_exists(f, link) ? h5_read_bytes(f, link, out, len, path, e) : 0;
 }
 
-int checkpoint_load(const char *path, ModelBundle *b, PtError *e) {
+// The checkpoint into b: its config and table, the weights when `params`
+// (else b->params stays NULL), the tokenizer files.
+static int load(const char *path, ModelBundle *b, int params, PtError *e) {
     memset(b, 0, sizeof *b);
     hid_t f = h5_open_read(path, e);
     if (f < 0) return -1;
@@ -207,9 +209,12 @@ int checkpoint_load(const char *path, ModelBundle *b, PtError *e) {
                                     : pt_fail(e, "%s: no /config group: not a pocket checkpoint", path);
     if (!rc) rc = config_validate(&cfg, path, e);
     if (!rc) rc = h5_check_declared(f, (double)config_param_count(&cfg) * sizeof(float), "/config", path, e);
-    if (!rc) {
+    if (!rc && params) {
         bundle_alloc(b, &cfg);
         rc = read_tensor_range(f, "params", &b->tt, 0, b->tt.total, b->params, path, e);
+    } else if (!rc) {
+        b->cfg = cfg;
+        tensor_table_build(&b->tt, &cfg);
     }
     if (!rc) rc = read_tokenizer_file(f, "tokenizer.json", &b->tokenizer_json, &b->tokenizer_json_len, path, e);
     if (!rc)
@@ -219,6 +224,10 @@ int checkpoint_load(const char *path, ModelBundle *b, PtError *e) {
     if (rc) bundle_free(b);
     return rc;
 }
+
+int checkpoint_load(const char *path, ModelBundle *b, PtError *e) { return load(path, b, 1, e); }
+
+int checkpoint_load_meta(const char *path, ModelBundle *b, PtError *e) { return load(path, b, 0, e); }
 
 int checkpoint_is_hdf5(const char *path) { return h5_is_file(path); }
 

@@ -47,6 +47,9 @@ int checkpoint_load_qat(const char *path, QatState *q, const TensorTable *tt, Pt
 int checkpoint_load_train(const char *path, const TensorTable *tt, size_t lo, size_t hi, float *adam_m,
                           float *adam_v, TrainState *st, PtError *e);
 int checkpoint_load(const char *path, ModelBundle *b, PtError *e);
+// The same without the weights (b->params NULL): the config, the table and
+// the tokenizer files, for what can be checked before the weights are read.
+int checkpoint_load_meta(const char *path, ModelBundle *b, PtError *e);
 int checkpoint_is_hdf5(const char *path);
 // Prints config and tensor list (name, shape, dtype, bytes) of a checkpoint.
 int checkpoint_inspect(const char *path, FILE *out, PtError *e);

@@ -73,6 +73,12 @@ int draft_checkpoint_read_config(const char *path, DraftConfig *dc, char *hash, 
     return rc;
 }
 
+int draft_check_base(const char *path, const char *hash, const char *base_hash, const char *base_name, PtError *e) {
+    if (!strcmp(hash, base_hash)) return 0;
+    return pt_fail(e, "%s: a draft for the target with sha256 %s, but %s has sha256 %s (a draft serves only the "
+                   "target weights it was trained on)", path, hash, base_name, base_hash);
+}
+
 int draft_checkpoint_load(const char *path, const ModelConfig *tc, const char *base_hash, const char *base_name,
                           Draft *d, PtError *e) {
     memset(d, 0, sizeof *d);
@@ -81,9 +87,7 @@ int draft_checkpoint_load(const char *path, const ModelConfig *tc, const char *b
     DraftConfig dc;
     char hash[65];
     int n_vocab, rc = read_attrs(f, &dc, hash, &n_vocab, path, e) || draft_config_check(&dc, tc, path, e);
-    if (!rc && base_hash && strcmp(hash, base_hash))
-        rc = pt_fail(e, "%s: a draft for the target with sha256 %s, but %s has sha256 %s (a draft serves only the "
-                     "target weights it was trained on)", path, hash, base_name, base_hash);
+    if (!rc && base_hash) rc = draft_check_base(path, hash, base_hash, base_name, e);
     if (!rc) {   // the draft's size from /draft and the target's config, before room is made for it
         TensorTable tt;
         draft_table_build(&tt, tc, &dc);

@@ -26,6 +26,9 @@ int draft_checkpoint_save(const char *path, const Draft *d, const MomentSource *
 // failure d is left empty.
 int draft_checkpoint_load(const char *path, const ModelConfig *tc, const char *base_hash, const char *base_name,
                           Draft *d, PtError *e);
+// The base check of draft_checkpoint_load for a draft read without one: its
+// hash (Draft.base_sha256) against base_hash, the weights of base_name.
+int draft_check_base(const char *path, const char *hash, const char *base_hash, const char *base_name, PtError *e);
 // Only /draft's attributes: the config and the base hash (hash: 65 bytes).
 int draft_checkpoint_read_config(const char *path, DraftConfig *dc, char *hash, PtError *e);
 // 1 when path is an HDF5 file holding /draft.

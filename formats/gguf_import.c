@@ -420,7 +420,6 @@ int gguf_import_file_int4(const GgufFile *f, ModelBundle *b, GgufInt4Import *int
     return rc;
 }
 
-int gguf_import_file(const GgufFile *f, ModelBundle *b, PtError *e) { return gguf_import_file_int4(f, b, NULL, e); }
 
 int gguf_import_int4(const char *path, ModelBundle *b, GgufInt4Import *int4, PtError *e) {
     memset(b, 0, sizeof *b);

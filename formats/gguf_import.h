@@ -3,7 +3,7 @@
 // converted to fp32 (F32, F16, BF16, Q8_0, Q4_0, Q4_1), and a tokenizer.json
 // rebuilt from the tokenizer.ggml.* keys (formats/gguf_tokenizer.h).
 //
-// Q4_0/Q4_1 matrices also give back the int4 quantizer state (model/ops/quant.h)
+// Q4_0/Q4_1 matrices also give back the int4 quantizer state (model/int4_grid.h)
 // so that `--int4` and a re-export use the same codes:
 //   group G = pocket.quantization.group_size when present and consistent with
 //     the blocks, else the largest of 128, 64, 32 for which the G/32 blocks of
@@ -45,5 +45,4 @@ int gguf_config(const GgufFile *f, ModelConfig *c, PtError *e);
 int gguf_import_file_int4(const GgufFile *f, ModelBundle *b, GgufInt4Import *int4, PtError *e);
 int gguf_import_int4(const char *path, ModelBundle *b, GgufInt4Import *int4, PtError *e);
 // The same without the quantizer state.
-int gguf_import_file(const GgufFile *f, ModelBundle *b, PtError *e);
 int gguf_import(const char *path, ModelBundle *b, PtError *e);

@@ -1,5 +1,5 @@
-// gguf_names.c: tensor-table rows to GGUF names, llama q/k row permutation;
-// see gguf_names.h.
+// gguf_names.c: tensor-table rows to GGUF names, llama q/k row permutation,
+// the architecture of a config; see gguf_names.h.
 #include "gguf_names.h"
 #include <string.h>
 
@@ -25,4 +25,14 @@ void gguf_llama_permute(const float *src, float *dst, int n_heads, int head_dim,
                 size_t to = to_gguf ? gguf_row : hf_row, from = to_gguf ? hf_row : gguf_row;
                 memcpy(dst + to * cols, src + from * cols, (size_t)cols * sizeof(float));
             }
+}
+
+int gguf_arch(const ModelConfig *c, const char **arch, PtError *e) {
+    int llama = strcmp(c->model_type, "llama") == 0;
+    if (!llama && strcmp(c->model_type, "qwen3") != 0)
+        return pt_fail(e, "model_type \"%s\" has no GGUF architecture here (qwen3, llama)", c->model_type);
+    if (llama && c->qk_norm) return pt_fail(e, "a llama model with q/k norms has no llama.cpp architecture");
+    if (!llama && !c->qk_norm) return pt_fail(e, "a qwen3 model without q/k norms has no llama.cpp architecture");
+    *arch = llama ? "llama" : "qwen3";
+    return 0;
 }

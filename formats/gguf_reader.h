@@ -127,7 +127,7 @@ int ggml_dequant_row(uint32_t type, const uint8_t *src, float *dst, uint64_t n);
 // Whole tensor to fp32 (t->numel floats).
 int gguf_read_f32(const GgufFile *f, const GgufTensor *t, float *out, PtError *e);
 
-// The Q4_1 offset of an int4 group (model/ops/quant.h: w = (u-8)*scale + zero,
+// The Q4_1 offset of an int4 group (model/int4_grid.h: w = (u-8)*scale + zero,
 // Q4_1: w = u*d + m with d = scale): m = zero - 8*scale, computed once in
 // fp32 and rounded to fp16. *exact is 1 when fp16 holds that value exactly.
 // The exporter and the importer both call this, so they agree bit for bit.

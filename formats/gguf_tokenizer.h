@@ -4,6 +4,7 @@
 // tokenizer.json from them that data/tokenizer.h loads and that encodes
 // exactly as the original did.
 #pragma once
+#include "../model/bundle.h"
 #include "gguf_writer.h"
 
 // llama.cpp token types (tokenizer.ggml.token_type).

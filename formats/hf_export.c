@@ -76,17 +76,27 @@ static int write_weights(const ModelBundle *b, const OutDir *dir, const char *dt
     return rc;
 }
 
-int hf_export(const ModelBundle *b, const char *dir_arg, const char *dtype_arg, int force, PtError *e) {
-    const char *dtype, *torch_dtype;
+// The safetensors and torch names of a --dtype.
+static int dtype_of(const char *dtype_arg, const char **dtype, const char **torch_dtype, PtError *e) {
     if (!strcasecmp(dtype_arg, "f32") || !strcasecmp(dtype_arg, "fp32") || !strcasecmp(dtype_arg, "float32"))
-        dtype = "F32", torch_dtype = "float32";
+        *dtype = "F32", *torch_dtype = "float32";
     else if (!strcasecmp(dtype_arg, "bf16") || !strcasecmp(dtype_arg, "bfloat16"))
-        dtype = "BF16", torch_dtype = "bfloat16";
+        *dtype = "BF16", *torch_dtype = "bfloat16";
     else if (!strcasecmp(dtype_arg, "f16") || !strcasecmp(dtype_arg, "fp16") || !strcasecmp(dtype_arg, "float16"))
-        dtype = "F16", torch_dtype = "float16";
+        *dtype = "F16", *torch_dtype = "float16";
     else
         return pt_fail(e, "dtype \"%s\" is not supported for HF export (f32, bf16, f16)", dtype_arg);
+    return 0;
+}
 
+int hf_export_check(const char *dir, const char *dtype_arg, int force, PtError *e) {
+    const char *dtype = NULL, *torch_dtype = NULL;
+    return dtype_of(dtype_arg, &dtype, &torch_dtype, e) || out_dir_check(dir, force, e) ? -1 : 0;
+}
+
+int hf_export(const ModelBundle *b, const char *dir_arg, const char *dtype_arg, int force, PtError *e) {
+    const char *dtype = NULL, *torch_dtype = NULL;
+    if (dtype_of(dtype_arg, &dtype, &torch_dtype, e)) return -1;
     OutDir d;
     if (out_dir_begin(&d, dir_arg, force, e)) return -1;
     if (write_config(b, &d, torch_dtype, e) || write_weights(b, &d, dtype, e) ||

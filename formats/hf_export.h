@@ -13,3 +13,5 @@
 // force, in which case it is replaced whole (its old contents are deleted
 // only after the new directory is in place). On failure nothing is left.
 int hf_export(const ModelBundle *b, const char *dir, const char *dtype, int force, PtError *e);
+// Its refusals that need no model: an unknown dtype, a directory it may not replace.
+int hf_export_check(const char *dir, const char *dtype, int force, PtError *e);

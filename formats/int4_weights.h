@@ -9,6 +9,10 @@
 // The default deployment spec for a config: group 64, asymmetric, and the
 // embedding quantized when it is also the (tied) lm_head.
 void int4_default_spec(const ModelConfig *c, QuantSpec *spec, int *quant_embedding);
+// The grid of the int4 state a checkpoint of config c deploys with (as
+// int4_load_state chooses it), read without its weights.
+int int4_read_spec(const ModelConfig *c, const char *ckpt_path, const QuantSpec *rtn_spec, QuantSpec *spec,
+                   int *quant_embedding, int *from_qat, PtError *e);
 // The int4 state the model deploys with: the checkpoint's QAT state (its own
 // grid), else RTN of its float weights with rtn_spec (NULL = int4_default_spec).
 // *from_qat says which. On failure q is freed.
@@ -17,7 +21,7 @@ int int4_load_state(const ModelBundle *b, const char *ckpt_path, const QuantSpec
 // out (b->tt.total floats, host memory) = the weights the deployed int4
 // model runs: every quantized tensor dequantized, an untied embedding left
 // in float rounded to bf16 as the packages store it, the rest as in b.
-// Computed on the CPU with `threads` threads (0: all).
+// Computed on the host, no device, on `threads` threads (0: OpenMP's count).
 void int4_weights(const QatState *q, const ModelBundle *b, int threads, float *out);
 
 // A LoRA base as it runs: with int4, b->params (loaded from ckpt) replaced by

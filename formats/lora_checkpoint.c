@@ -58,6 +58,13 @@ static int read_attrs(hid_t f, LoraConfig *lc, char base[16], char hash[65], con
     return rc ? -1 : 0;
 }
 
+int lora_check_base(const char *path, int base_int4, const char *hash, const char *base_hash, const char *base_name,
+                    PtError *e) {
+    if (!strcmp(hash, base_hash)) return 0;
+    return pt_fail(e, "%s: trained on the %s base with sha256 %s, but %s has sha256 %s (an adapter applies only to "
+                   "the base it was trained on)", path, base_int4 ? "int4" : "fp32", hash, base_name, base_hash);
+}
+
 int lora_checkpoint_load(const char *path, const ModelConfig *mc, const char *base_hash, const char *base_name,
                          LoraAdapter *a, PtError *e) {
     memset(a, 0, sizeof *a);
@@ -66,9 +73,7 @@ int lora_checkpoint_load(const char *path, const ModelConfig *mc, const char *ba
     LoraConfig lc;
     char base[16], hash[65];
     int rc = read_attrs(f, &lc, base, hash, path, e);
-    if (!rc && base_hash && strcmp(hash, base_hash))
-        rc = pt_fail(e, "%s: trained on the %s base with sha256 %s, but %s has sha256 %s (an adapter applies only to "
-                     "the base it was trained on)", path, base, hash, base_name, base_hash);
+    if (!rc && base_hash) rc = lora_check_base(path, !strcmp(base, "int4"), hash, base_hash, base_name, e);
     if (!rc) {   // the adapter's size from /lora and the base's config, before room is made for it
         TensorTable tt;
         lora_table_build(&tt, mc, &lc);

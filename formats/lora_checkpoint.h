@@ -30,6 +30,10 @@ int lora_checkpoint_save(const char *path, const LoraAdapter *a, const MomentSou
 // base_name). On failure a is left empty.
 int lora_checkpoint_load(const char *path, const ModelConfig *mc, const char *base_hash, const char *base_name,
                          LoraAdapter *a, PtError *e);
+// The base check of lora_checkpoint_load for an adapter read without one: its
+// hash (LoraAdapter.base_sha256, base_int4) against base_hash, the weights of base_name.
+int lora_check_base(const char *path, int base_int4, const char *hash, const char *base_hash, const char *base_name,
+                    PtError *e);
 // 1 when the adapter at path was trained on an int4 base, 0 on a float one, -1 on error.
 int lora_checkpoint_base_int4(const char *path, PtError *e);
 // Prints an adapter checkpoint: its configuration, base, tensors and shapes.

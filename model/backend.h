@@ -16,7 +16,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include "config.h"
-#include "ops/quant.h"
+#include "int4_grid.h"
 #include "tensors.h"
 
 // Matmul products: fp32, or MATMUL_BF16: both operands rounded to bf16 (round
@@ -123,7 +123,7 @@ typedef struct {
                        const AdamWConfig *c, float lr, long step);
     void (*grad_sumsq)(Device *d, const float *grads, size_t n, double *partials);
     void (*grad_scale)(Device *d, float *grads, size_t n, float s);
-    // ---- QAT: the int4 grid of ops/quant.h over one tensor
+    // ---- QAT: the int4 grid of int4_grid.h over one tensor (the CPU kernels: ops/quant.h)
     void (*quant_fake)(Device *d, const QuantSpec *q, const float *w, int64_t rows, int64_t cols, const float *scale,
                        const float *zero, float *out);
     void (*quant_dequant)(Device *d, const QuantSpec *q, const uint8_t *codes, int64_t rows, int64_t cols,

@@ -5,6 +5,7 @@
 // through the device's backend, as model.c's do.
 #include "draft.h"
 #include <string.h>
+#include "arena.h"
 
 void draft_model_init(DraftModel *dm, Device *dev, const ModelConfig *tc, const DraftConfig *dc,
                       const TensorTable *tt, float *weights, const float *embed, const float *lm_head,
@@ -54,74 +55,65 @@ void draft_model_use_grads(DraftModel *dm, float *grads) {
 
 void draft_zero_grads(DraftModel *dm) { OP(dm->dev, zero, dm->grads, dm->tt->total * sizeof(float)); }
 
-// Carves named buffers out of one arena, each 64-byte aligned; a first pass
-// with base NULL only counts.
-typedef struct { unsigned char *base; size_t used; } Carver;
-static float *carve(Carver *c, size_t floats) {
-    void *p = c->base ? c->base + c->used : NULL;
-    c->used += (floats * sizeof(float) + 63) / 64 * 64;
-    return p;
-}
-
 static void plan_buffers(DraftModel *dm, Carver *c) {
     const ModelConfig *tc = &dm->tc;
     const size_t NC = (size_t)dm->B * dm->T, R = (size_t)dm->dc.block * dm->B * dm->A, H = tc->d_model;
     const size_t Q = (size_t)tc->n_head * tc->head_dim, KV = (size_t)tc->n_kv_head * tc->head_dim, F = dm->dc.d_ff;
     const size_t nq = tc->n_head, nkv = tc->n_kv_head, L = dm->dc.n_layer;
-    dm->ctx_pre = carve(c, NC * H);
-    dm->ctx = carve(c, NC * H);
-    dm->ctx_rstd = carve(c, NC);
-    dm->x = carve(c, (L + 1) * R * H);
+    dm->ctx_pre = carve_floats(c, NC * H);
+    dm->ctx = carve_floats(c, NC * H);
+    dm->ctx_rstd = carve_floats(c, NC);
+    dm->x = carve_floats(c, (L + 1) * R * H);
     for (size_t l = 0; l < L; l++) {
         DraftLayerActs *a = &dm->layer[l];
-        a->kc_raw = carve(c, NC * KV);
-        a->kc = carve(c, NC * KV);
-        a->kc_rstd = carve(c, NC * nkv);
-        a->vc = carve(c, NC * KV);
-        a->ln1 = carve(c, R * H);
-        a->ln1_rstd = carve(c, R);
-        a->q_raw = carve(c, R * Q);
-        a->q = carve(c, R * Q);
-        a->q_rstd = carve(c, R * nq);
-        a->kb_raw = carve(c, R * KV);
-        a->kb = carve(c, R * KV);
-        a->kb_rstd = carve(c, R * nkv);
-        a->vb = carve(c, R * KV);
-        a->att = carve(c, R * Q);
-        a->lse = carve(c, R * nq);
-        a->x_mid = carve(c, R * H);
-        a->ln2 = carve(c, R * H);
-        a->ln2_rstd = carve(c, R);
-        a->gate = carve(c, R * F);
-        a->up = carve(c, R * F);
-        a->act = carve(c, R * F);
+        a->kc_raw = carve_floats(c, NC * KV);
+        a->kc = carve_floats(c, NC * KV);
+        a->kc_rstd = carve_floats(c, NC * nkv);
+        a->vc = carve_floats(c, NC * KV);
+        a->ln1 = carve_floats(c, R * H);
+        a->ln1_rstd = carve_floats(c, R);
+        a->q_raw = carve_floats(c, R * Q);
+        a->q = carve_floats(c, R * Q);
+        a->q_rstd = carve_floats(c, R * nq);
+        a->kb_raw = carve_floats(c, R * KV);
+        a->kb = carve_floats(c, R * KV);
+        a->kb_rstd = carve_floats(c, R * nkv);
+        a->vb = carve_floats(c, R * KV);
+        a->att = carve_floats(c, R * Q);
+        a->lse = carve_floats(c, R * nq);
+        a->x_mid = carve_floats(c, R * H);
+        a->ln2 = carve_floats(c, R * H);
+        a->ln2_rstd = carve_floats(c, R);
+        a->gate = carve_floats(c, R * F);
+        a->up = carve_floats(c, R * F);
+        a->act = carve_floats(c, R * F);
     }
-    dm->proj = carve(c, R * H);
-    dm->lnf = carve(c, R * H);
-    dm->lnf_rstd = carve(c, R);
-    dm->tokens = (int *)carve(c, R);
-    dm->targets = (int *)carve(c, R);
-    dm->pos_blk = (int *)carve(c, R);
-    dm->anchors = (int *)carve(c, (size_t)dm->B * dm->A);
-    dm->ctx_lo = (int *)carve(c, (size_t)dm->B * dm->A);
-    dm->pos_ctx = (int *)carve(c, NC);
+    dm->proj = carve_floats(c, R * H);
+    dm->lnf = carve_floats(c, R * H);
+    dm->lnf_rstd = carve_floats(c, R);
+    dm->tokens = (int *)carve_floats(c, R);
+    dm->targets = (int *)carve_floats(c, R);
+    dm->pos_blk = (int *)carve_floats(c, R);
+    dm->anchors = (int *)carve_floats(c, (size_t)dm->B * dm->A);
+    dm->ctx_lo = (int *)carve_floats(c, (size_t)dm->B * dm->A);
+    dm->pos_ctx = (int *)carve_floats(c, NC);
     if (!dm->training) return;
-    dm->dx = carve(c, R * H);
-    dm->dln = carve(c, R * H);
-    dm->dq = carve(c, R * Q);
-    dm->dq_raw = carve(c, R * Q);
-    dm->dkb = carve(c, R * KV);
-    dm->dkb_raw = carve(c, R * KV);
-    dm->dvb = carve(c, R * KV);
-    dm->datt = carve(c, R * Q);
-    dm->dgate = carve(c, R * F);
-    dm->dup = carve(c, R * F);
-    dm->dact = carve(c, R * F);
-    dm->dctx = carve(c, NC * H);
-    dm->dctx_pre = carve(c, NC * H);
-    dm->dkc = carve(c, NC * KV);
-    dm->dkc_raw = carve(c, NC * KV);
-    dm->dvc = carve(c, NC * KV);
+    dm->dx = carve_floats(c, R * H);
+    dm->dln = carve_floats(c, R * H);
+    dm->dq = carve_floats(c, R * Q);
+    dm->dq_raw = carve_floats(c, R * Q);
+    dm->dkb = carve_floats(c, R * KV);
+    dm->dkb_raw = carve_floats(c, R * KV);
+    dm->dvb = carve_floats(c, R * KV);
+    dm->datt = carve_floats(c, R * Q);
+    dm->dgate = carve_floats(c, R * F);
+    dm->dup = carve_floats(c, R * F);
+    dm->dact = carve_floats(c, R * F);
+    dm->dctx = carve_floats(c, NC * H);
+    dm->dctx_pre = carve_floats(c, NC * H);
+    dm->dkc = carve_floats(c, NC * KV);
+    dm->dkc_raw = carve_floats(c, NC * KV);
+    dm->dvc = carve_floats(c, NC * KV);
 }
 
 int draft_model_plan(DraftModel *dm, int B, int T, int A, int training, PtError *e) {

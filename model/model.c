@@ -2,7 +2,8 @@
 // final norm, classifier; then the backward in reverse. Every op goes through
 // the device's backend (OP).
 #include "model.h"
-#include "ops/dropout_mask.h"
+#include "arena.h"
+#include "dropout_mask.h"
 #include <string.h>
 
 void model_init(Model *m, Device *dev, const ModelConfig *cfg, const TensorTable *tt, float *weights,
@@ -62,16 +63,6 @@ void model_use_grads(Model *m, float *grads) {
 }
 
 // ---------------------------------------------------------------- the plan
-
-// Carves named buffers out of one arena, each 64-byte aligned; a first pass
-// with base NULL only counts.
-typedef struct { unsigned char *base; size_t used; } Carver;
-static void *carve(Carver *c, size_t bytes) {
-    void *p = c->base ? c->base + c->used : NULL;
-    c->used += (bytes + 63) / 64 * 64;
-    return p;
-}
-static float *carve_floats(Carver *c, size_t n) { return carve(c, n * sizeof(float)); }
 
 // Activation slots: training keeps every layer's, unless it recomputes them
 // in the backward; inference needs one.

@@ -1,11 +1,6 @@
 #include "tensors.h"
 #include <string.h>
 
-static const char *KIND_NAMES[T_KIND_COUNT] = {
-    "embed", "ln1", "wq", "wk", "wv", "wo", "qnorm", "knorm", "ln2", "wgate", "wup", "wdown", "lnf", "lm_head"};
-
-const char *tensor_kind_name(TensorKind k) { return (unsigned)k < T_KIND_COUNT ? KIND_NAMES[k] : "?"; }
-
 static void add(TensorTable *tt, TensorKind kind, int layer, const char *name, int64_t d0, int64_t d1,
                 unsigned flags) {
     TensorInfo *t = &tt->t[tt->n++];

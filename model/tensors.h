@@ -50,7 +50,6 @@ void tensor_table_add(TensorTable *tt, TensorKind kind, int layer, const char *n
 void tensor_table_slice(const TensorTable *tt, size_t lo, size_t hi, TensorTable *out);
 // Lookup by HF name; with a tied table "lm_head.weight" resolves to the embedding.
 const TensorInfo *tensor_table_find(const TensorTable *tt, const char *name);
-const char *tensor_kind_name(TensorKind k);
 
 // Named views into one flat buffer laid out by the table. The same function
 // gives views of params, grads and optimizer moments.

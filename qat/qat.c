@@ -183,23 +183,36 @@ const QatTensor *qat_find(const QatState *q, int tensor) {
     return NULL;
 }
 
-void qat_forward_weights(Device *d, const QatState *q, const TensorTable *tt, const float *master, float *effective) {
+// The effective weights on device d, or (d NULL) on the host with the
+// grid's own functions on `threads` threads.
+static void effective_weights(Device *d, int threads, const QatState *q, const TensorTable *tt, const float *master,
+                              float *effective) {
     // Unquantized tensors (norms, biases) are copied; the rest are written
     // whole by the fake-quant (copying all 1.2 GB of pocket-0.3b first cost a
     // tenth of the QAT step).
-    for (int i = 0; i < tt->n; i++)
-        if (!qat_find(q, i))
-            OP(d, copy, effective + tt->t[i].offset, master + tt->t[i].offset, tt->t[i].numel * sizeof(float));
+    for (int i = 0; i < tt->n; i++) {
+        const TensorInfo *ti = &tt->t[i];
+        if (qat_find(q, i)) continue;
+        if (d) OP(d, copy, effective + ti->offset, master + ti->offset, ti->numel * sizeof(float));
+        else memcpy(effective + ti->offset, master + ti->offset, ti->numel * sizeof(float));
+    }
     for (int i = 0; i < q->n; i++) {
         const QatTensor *qt = &q->t[i];
-        size_t off = tt->t[qt->tensor].offset;
-        if (q->codes)
-            OP(d, quant_dequant, &q->spec, qat_codes_of(q, qt), qt->rows, qt->cols, q->scale + qt->offset,
-               q->zero + qt->offset, effective + off);
-        else
-            OP(d, quant_fake, &q->spec, master + off, qt->rows, qt->cols, q->scale + qt->offset, q->zero + qt->offset,
-               effective + off);
+        const float *scale = q->scale + qt->offset, *zero = q->zero + qt->offset, *w = master + tt->t[qt->tensor].offset;
+        float *out = effective + tt->t[qt->tensor].offset;
+        if (q->codes && d) OP(d, quant_dequant, &q->spec, qat_codes_of(q, qt), qt->rows, qt->cols, scale, zero, out);
+        else if (q->codes) quant_dequant(&q->spec, qat_codes_of(q, qt), qt->rows, qt->cols, scale, zero, out, threads);
+        else if (d) OP(d, quant_fake, &q->spec, w, qt->rows, qt->cols, scale, zero, out);
+        else quant_fake(&q->spec, w, qt->rows, qt->cols, scale, zero, out, threads);
     }
+}
+
+void qat_forward_weights(Device *d, const QatState *q, const TensorTable *tt, const float *master, float *effective) {
+    effective_weights(d, 0, q, tt, master, effective);
+}
+
+void qat_host_weights(const QatState *q, const TensorTable *tt, const float *master, float *out, int threads) {
+    effective_weights(NULL, threads, q, tt, master, out);
 }
 
 // The host part of the freeze: the codes from the masters, the moments reset.

@@ -2,8 +2,8 @@
 // and zero of every quantized tensor (and, once frozen, the int4 codes); it
 // is also the int4 state inference and the exporters use. QatRun is the
 // training run: the trainer calls it at three points of every step. The grid
-// and the kernels are model/ops/quant.h; the per-step ones run through the
-// device's backend.
+// is model/int4_grid.h (its host functions serve the scales' initialisation
+// and the frozen codes); the per-step ops run through the device's backend.
 //
 // One training step with QAT (the model runs on `effective`, a second buffer
 // laid out by the tensor table like the master params):
@@ -72,8 +72,12 @@ int qat_take_vocab_rows(const QatState *in, const TensorTable *in_tt, const Tens
 const QatTensor *qat_find(const QatState *q, int tensor);
 
 // effective = master (all tt->total floats), with each quantized tensor
-// replaced by quant_fake of it. effective must not alias master.
+// replaced by quant_fake of it (quant_dequant of its codes once frozen).
+// effective must not alias master.
 void qat_forward_weights(Device *d, const QatState *q, const TensorTable *tt, const float *master, float *effective);
+// The same on the host, without a device: host buffers, the grid's functions
+// (int4_grid.h) on `threads` OpenMP threads (0: OpenMP's count). The same bits.
+void qat_host_weights(const QatState *q, const TensorTable *tt, const float *master, float *out, int threads);
 
 // Gradient w.r.t. the master weights from the gradient w.r.t. the effective
 // weights (grad_master may equal grad_eff: done in place): quant_backward on

@@ -21,6 +21,10 @@
 
 enum { MAX_TEST_DEVICES = 8 };
 
+// Why test_devices found no GPU device (a build without CUDA, no GPU, a GPU
+// that did not open); empty when it found one. test_gpu_device reports it.
+static char gpu_absent[300];
+
 typedef struct {
     char name[64];
     Device dev;
@@ -110,6 +114,7 @@ static inline int test_devices(TestDevice *out, int threads) {
     // POCKET_REQUIRE_CUDA=1 (tests/cuda/check.sh sets it): no GPU is a failure, not a skip.
     const char *require = getenv("POCKET_REQUIRE_CUDA");
     const int required = require && require[0] == '1';
+    gpu_absent[0] = '\0';
 #ifdef POCKET_CUDA
     if (cuda_device_count() > 0) {
         PtError e;
@@ -122,16 +127,18 @@ static inline int test_devices(TestDevice *out, int threads) {
         } else if (required) {
             die("%s", e.msg);
         } else {
-            printf("CUDA device skipped: %s\n", e.msg);
+            snprintf(gpu_absent, sizeof gpu_absent, "the CUDA device did not open: %s", e.msg);
         }
     } else if (required) {
         die("POCKET_REQUIRE_CUDA=1 but the CUDA runtime sees no GPU");
     } else {
-        printf("CUDA devices skipped: no GPU on this machine\n");
+        snprintf(gpu_absent, sizeof gpu_absent, "no GPU on this machine");
     }
 #else
     if (required) die("POCKET_REQUIRE_CUDA=1 but this test was built without CUDA (make CUDA=1)");
+    snprintf(gpu_absent, sizeof gpu_absent, "built without CUDA (make CUDA=1 adds the GPU)");
 #endif
+    if (gpu_absent[0]) printf("CUDA device skipped: %s\n", gpu_absent);
     return n;
 }
 
@@ -168,3 +175,16 @@ static inline int devices_teardown(void **state) {
     test_devices_free(devs, n_devs);
     return 0;
 }
+
+// The GPU's part of an op test program (GPU_DEVICE_TEST in its list): passes
+// when the other tests ran on a GPU device too, and is reported skipped (with
+// the reason) when there was none, so a run without a GPU does not count the
+// GPU as checked.
+static inline void test_gpu_device(void **state) {
+    (void)state;
+    for (int i = 0; i < n_devs; i++)
+        if (devs[i].gpu) return;
+    printf("  the ops were checked on the CPU only: %s\n", gpu_absent);
+    skip();
+}
+#define GPU_DEVICE_TEST cmocka_unit_test(test_gpu_device)

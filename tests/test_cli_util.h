@@ -5,12 +5,17 @@
 // scratch folder with that tokenizer loaded.
 #pragma once
 #include <dirent.h>
+#include <fcntl.h>
+#include <spawn.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/wait.h>
 #include "../data/tokenizer.h"
+#include <unistd.h>
+
+extern char **environ;
 
 static inline const char *pocket(void) { return getenv("POCKET") ? getenv("POCKET") : "./pocket"; }
 
@@ -52,6 +57,25 @@ static inline int cli_env_teardown(void **state) {
     tokenizer_free(v->tok);
     free(v);
     return rc ? -1 : 0;
+}
+
+// Runs argv (argv[0] the program, NULL-terminated) with stdout dropped and
+// stderr written to errpath, then read into err (cap bytes, NUL-terminated).
+// Returns the exit status, -1 when a signal ended it; -2 when it did not start.
+static inline int run_capture(char *const *argv, const char *errpath, char *err, size_t cap) {
+    posix_spawn_file_actions_t fa;
+    posix_spawn_file_actions_init(&fa);
+    posix_spawn_file_actions_addopen(&fa, 1, "/dev/null", O_WRONLY, 0);
+    posix_spawn_file_actions_addopen(&fa, 2, errpath, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    pid_t pid;
+    int started = posix_spawn(&pid, argv[0], &fa, NULL, argv, environ) == 0, ws = 0;
+    posix_spawn_file_actions_destroy(&fa);
+    if (started) waitpid(pid, &ws, 0);
+    FILE *f = fopen(errpath, "rb");
+    size_t n = f ? fread(err, 1, cap - 1, f) : 0;
+    err[n] = 0;
+    if (f) fclose(f);
+    return !started ? -2 : WIFEXITED(ws) ? WEXITSTATUS(ws) : -1;
 }
 
 // 1 when no entry of dir starts with prefix (no output, no PATH.tmp.PID left behind).

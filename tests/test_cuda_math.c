@@ -1,7 +1,7 @@
 // test_cuda_math: the per-element arithmetic of the CUDA kernels
 // (cuda/kernel_math.h), compiled here for the host, against the CPU backend's
 // own functions, bit for bit: util's bf16/fp16 converters, matmul_bf16_round,
-// A16 rounding, a RoPE rotation, quant.h's code rule, fake-quant, dequant and
+// A16 rounding, a RoPE rotation, int4_grid.h's code rule, fake-quant, dequant and
 // quant_adam, and adamw.c's AdamW update. The kernels apply these functions
 // element by element (with the device's uncontracted intrinsics where the
 // host uses plain operators), so these checks carry over to the GPU's bits;
@@ -50,15 +50,18 @@ static void test_16bit_conversions(void **state) {
     // A16 through the CPU op on a batch.
     enum { N = 4096 };
     float x[N], y[N];
+    Device d;
+    cpu_device_init(&d, 1, NULL);
     for (int mode = A16_OFF; mode <= A16_FP16; mode++) {
         for (int i = 0; i < N; i++) x[i] = y[i] = sample(&r, i);
-        a16_round(y, N, mode);
+        a16_round(&d, y, N, mode);
         for (int i = 0; i < N; i++) {
             const float k = km_a16(x[i], mode);
             if (!same_bits(k, y[i]) && !(isnan(k) && isnan(y[i])))
                 fail_msg("a16 mode %d of %a: %a, CPU %a", mode, (double)x[i], (double)k, (double)y[i]);
         }
     }
+    dev_free(&d);
     printf("  bf16 (both roundings), fp16 both ways, A16: 2e6 samples and all 65536 16-bit values equal the CPU's\n");
 }
 
@@ -167,13 +170,13 @@ static void test_quant_math(void **state) {
         assert_int_equal(quant_init_rtn(&q, w, R, C, sc, ze, "w", &e), 0);
         for (int k = 0; k < NG; k++) sc[k] = f16_to_f32(f32_to_f16(sc[k] * (float)(0.5 + rng_uniform(&r))));
         sc[2] = 0.0f;
-        quant_fake(&q, w, R, C, sc, ze, out);
+        quant_fake(&q, w, R, C, sc, ze, out, 0);
         for (int i = 0; i < R * C; i++) {
             const float k = km_quant_fake(w[i], sc[i / G], sym ? 0.0f : ze[i / G], quant_code_min(&q), sym);
             if (!same_bits(k, out[i])) fail_msg("fake sym %d element %d: %a vs %a", sym, i, (double)k, (double)out[i]);
         }
         quant_codes(&q, w, R, C, sc, ze, codes);
-        quant_dequant(&q, codes, R, C, sc, ze, out);
+        quant_dequant(&q, codes, R, C, sc, ze, out, 0);
         for (int i = 0; i < R * C; i++)
             if (!same_bits(km_quant_dequant(codes[i], sc[i / G], sym ? 0.0f : ze[i / G], sym), out[i]))
                 fail_msg("dequant sym %d element %d", sym, i);
@@ -182,9 +185,12 @@ static void test_quant_math(void **state) {
     enum { NA = 500 };
     float p[NA], g[NA], m[NA] = {0}, v[NA] = {0}, kp[NA], km[NA] = {0}, kv[NA] = {0};
     for (int i = 0; i < NA; i++) p[i] = kp[i] = f16_to_f32(f32_to_f16((float)(0.01 + 0.01 * rng_uniform(&r))));
+    const AdamWConfig adam = {.beta1 = 0.9f, .beta2 = 0.99f, .eps = 1e-8f};
+    Device d;
+    cpu_device_init(&d, 1, NULL);
     for (long step = 1; step <= 3; step++) {
         for (int i = 0; i < NA; i++) g[i] = (float)rng_normal(&r);
-        quant_adam(p, g, m, v, NA, 0.9f, 0.99f, 1e-8f, 1e-3f, step, 1e-4f, 1.0f);
+        quant_adam(&d, p, g, m, v, NA, &adam, 1e-3f, step, 1e-4f, 1.0f);
         const double bc1 = 1.0 - pow(0.9f, (double)step), bc2 = 1.0 - pow(0.99f, (double)step);
         const float step_size = (float)(1e-3f / bc1), bc2_sqrt = (float)sqrt(bc2);
         for (int i = 0; i < NA; i++) km_quant_adam(&kp[i], g[i], &km[i], &kv[i], 0.9f, 0.99f, 1e-8f, step_size, bc2_sqrt, 1e-4f, 1.0f);
@@ -192,6 +198,7 @@ static void test_quant_math(void **state) {
             if (!same_bits(kp[i], p[i]) || !same_bits(km[i], m[i]) || !same_bits(kv[i], v[i]))
                 fail_msg("quant_adam step %ld element %d differs", step, i);
     }
+    dev_free(&d);
 }
 
 int main(void) {

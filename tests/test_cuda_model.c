@@ -9,8 +9,9 @@
 //
 // The CUDA model gets its weights as a Model does on any device: the bundle's
 // parameters mirrored onto the device (dev_mirror), then model_init.
-// Without a GPU (or in a build without CUDA) it prints one line and passes;
-// POCKET_REQUIRE_CUDA=1 (tests/cuda/check.sh) makes that a failure.
+// Without a GPU (or in a build without CUDA) its tests print why and are
+// reported skipped; POCKET_REQUIRE_CUDA=1 (tests/cuda/check.sh) makes that a
+// failure.
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -31,6 +32,14 @@ static int require_cuda(void) {
 #ifdef POCKET_CUDA
 static Device gpu;
 static int have_gpu;
+static char no_gpu[300];   // why there is none
+
+// Skips the calling test when there is no GPU.
+static void need_gpu(void) {
+    if (have_gpu) return;
+    printf("  %s: skipped\n", no_gpu);
+    skip();
+}
 
 static void compare(const char *what, TestModel *tm, const ModelInput *in) {
     const ModelOptions fp32 = {0, MATMUL_FP32, A16_OFF};
@@ -66,10 +75,7 @@ static void same_bits_on_gpu(const char *what, TestModel *tm, const ModelInput *
 
 static void test_tiny_presets(void **state) {
     (void)state;
-    if (!have_gpu) {
-        printf("  no GPU: skipped\n");
-        return;
-    }
+    need_gpu();
     const char *presets[3] = {"tiny", "tiny-untied", "tiny-llama"};
     for (int i = 0; i < 3; i++) {
         TestModel tm;
@@ -90,10 +96,7 @@ static void test_tiny_presets(void **state) {
 
 static void test_pocket_03b(void **state) {
     (void)state;
-    if (!have_gpu) {
-        printf("  no GPU: skipped\n");
-        return;
-    }
+    need_gpu();
     // The preset's own init (std 0.02): at the fixtures' scale 28 layers of
     // random weights would blow the residual stream up.
     ModelConfig c;
@@ -118,7 +121,7 @@ static int setup(void **state) {
         PtError e;
         if (cuda_device_init(&gpu, 0, &e)) {
             if (require_cuda()) die("%s", e.msg);
-            printf("CUDA model test skipped: %s\n", e.msg);
+            snprintf(no_gpu, sizeof no_gpu, "the CUDA device did not open: %s", e.msg);
             return 0;
         }
         char desc[256];
@@ -128,7 +131,7 @@ static int setup(void **state) {
     } else if (require_cuda()) {
         die("POCKET_REQUIRE_CUDA=1 but the CUDA runtime sees no GPU");
     } else {
-        printf("CUDA model test skipped: no GPU on this machine\n");
+        snprintf(no_gpu, sizeof no_gpu, "no GPU on this machine");
     }
     return 0;
 }
@@ -153,6 +156,7 @@ static void test_built_without_cuda(void **state) {
     (void)state;
     if (require_cuda()) fail_msg("POCKET_REQUIRE_CUDA=1 but this test was built without CUDA (make CUDA=1)");
     printf("  built without CUDA (make CUDA=1 adds the GPU): skipped\n");
+    skip();
 }
 
 int main(void) {

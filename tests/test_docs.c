@@ -552,7 +552,7 @@ static void test_a_help_missing_an_accepted_flag_fails(void **state) {
     const char *source = "else if ((v = arg_value(argc, argv, &i, \"--ckpt\"))) ckpt = v;\n"
                          "else if (!strcmp(argv[i], \"--secret\")) secret = 1;\n"
                          "fprintf(stderr, \"--ckpt is required\");\n"
-                         "else if ((flag = run_flag(argc, argv, &i, &oo, \"frob\"))) {}\n";
+                         "else if ((flag = run_flag(argc, argv, &i, &oo))) {}\n";
     const char *run_flags = "if ((v = arg_value(argc, argv, i, \"--device\"))) {";
     Report r = {0};
     check_help_covers_source("frob", FAKE_HELP, source, run_flags, &r);

@@ -23,7 +23,7 @@
 #endif
 #include "../data/tokenizer.h"
 #include "../formats/gguf_tokenizer.h"
-#include "../formats/gguf_writer.h"
+#include "../formats/gguf_export.h"
 #include "../formats/gguf_import.h"
 #include "../formats/gguf_names.h"
 #include "../formats/hf_import.h"

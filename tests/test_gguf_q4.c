@@ -1,4 +1,4 @@
-// GGUF Q4_0/Q4_1 from the int4 quantizer (model/ops/quant.h) and back:
+// GGUF Q4_0/Q4_1 from the int4 quantizer (model/int4_grid.h) and back:
 // - blocks worked out by hand from the Q4 layouts (ggml's src/ggml-common.h:
 //   fp16 d, Q4_1 also fp16 m, byte j = code j | code j+16 << 4): two Q4_1
 //   examples (an exact and an inexact offset m) and a Q4_0 block, and the
@@ -21,7 +21,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
-#include "../formats/gguf_writer.h"
+#include "../formats/gguf_export.h"
 #include "../formats/gguf_import.h"
 #include "../formats/gguf_names.h"
 #include "../qat/qat.h"
@@ -266,7 +266,7 @@ static void file_holds_int4_weights(const char *path, const ModelBundle *b, cons
             }
             assert_memory_equal(x, want, ti->numel * sizeof(float));
         } else {
-            quant_fake(&q->spec, b->params + ti->offset, qt->rows, qt->cols, scale_of(q, qt), zero_of(q, qt), want);
+            quant_fake(&q->spec, b->params + ti->offset, qt->rows, qt->cols, scale_of(q, qt), zero_of(q, qt), want, 0);
             int64_t ng = qt->cols / q->spec.group;
             for (size_t k = 0; k < ti->numel; k++) {
                 size_t g = k / (size_t)qt->cols * (size_t)ng + (k % (size_t)qt->cols) / (size_t)q->spec.group;

@@ -20,8 +20,6 @@
 #include "../formats/safetensors.h"
 #include "test_cli_util.h"
 
-extern char **environ;
-
 typedef struct {
     char root[64];
     const char *pocket;
@@ -65,22 +63,10 @@ typedef struct {
 static void run_pocket(Ctx *c, Run *r, const char *a1, const char *a2, const char *a3, const char *a4,
                        const char *a5, const char *a6, const char *a7, const char *a8, const char *a9) {
     char *errpath = path_join(c->root, "stderr.txt");
-    posix_spawn_file_actions_t fa;
-    posix_spawn_file_actions_init(&fa);
-    posix_spawn_file_actions_addopen(&fa, 1, "/dev/null", O_WRONLY, 0);
-    posix_spawn_file_actions_addopen(&fa, 2, errpath, O_WRONLY | O_CREAT | O_TRUNC, 0644);
     char *argv[11] = {(char *)c->pocket, (char *)a1, (char *)a2, (char *)a3, (char *)a4,
                       (char *)a5, (char *)a6, (char *)a7, (char *)a8, (char *)a9, NULL};
-    pid_t pid;
-    if (posix_spawn(&pid, c->pocket, &fa, NULL, argv, environ) != 0) fail_msg("cannot run %s", c->pocket);
-    posix_spawn_file_actions_destroy(&fa);
-    int ws;
-    waitpid(pid, &ws, 0);
-    r->status = WIFEXITED(ws) ? WEXITSTATUS(ws) : -1;
-    FILE *f = fopen(errpath, "rb");
-    size_t n = f ? fread(r->err, 1, sizeof r->err - 1, f) : 0;
-    r->err[n] = 0;
-    if (f) fclose(f);
+    r->status = run_capture(argv, errpath, r->err, sizeof r->err);
+    if (r->status == -2) fail_msg("cannot run %s", c->pocket);
     free(errpath);
 }
 

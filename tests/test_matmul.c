@@ -637,6 +637,7 @@ static void test_reference_finite_differences(void **state) {
 
 int main(void) {
     const struct CMUnitTest tests[] = {
+        GPU_DEVICE_TEST,
         cmocka_unit_test(test_reference_by_hand),
         cmocka_unit_test(test_reference_finite_differences),
         cmocka_unit_test(test_fp32),

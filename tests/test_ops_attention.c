@@ -510,6 +510,7 @@ static void test_attention_dirty_workspace(void **state) {
 
 int main(void) {
     const struct CMUnitTest tests[] = {
+        GPU_DEVICE_TEST,
         cmocka_unit_test(test_attention_vs_ref),
         cmocka_unit_test(test_attention_cached_vs_ref),
         cmocka_unit_test(test_attention_cached_interleaved),

@@ -309,6 +309,7 @@ static void test_classifier_nothing_counted(void **state) {
 
 int main(void) {
     const struct CMUnitTest tests[] = {
+        GPU_DEVICE_TEST,
         cmocka_unit_test(test_classifier_vs_ref),
         cmocka_unit_test(test_classifier_chunk_independent),
         cmocka_unit_test(test_classifier_thread_count),

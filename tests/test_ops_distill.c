@@ -437,6 +437,7 @@ static void test_distill_torch(void **state) {
 
 int main(void) {
     const struct CMUnitTest tests[] = {
+        GPU_DEVICE_TEST,
         cmocka_unit_test(test_distill_ref_finite_differences), cmocka_unit_test(test_distill_vs_ref),
         cmocka_unit_test(test_distill_limits), cmocka_unit_test(test_distill_thread_count),
         cmocka_unit_test(test_distill_torch),

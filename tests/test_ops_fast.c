@@ -349,6 +349,7 @@ static void test_fast_exp(void **state) {
 
 int main(void) {
     const struct CMUnitTest tests[] = {
+        GPU_DEVICE_TEST,
         cmocka_unit_test(test_embedding_fast),
         cmocka_unit_test(test_rmsnorm_fast),
         cmocka_unit_test(test_rmsnorm_thread_count),

@@ -424,6 +424,7 @@ static void test_torch_cross_entropy(void **state) {
 
 int main(void) {
     const struct CMUnitTest tests[] = {
+        GPU_DEVICE_TEST,
         cmocka_unit_test(test_torch_rope),   cmocka_unit_test(test_torch_rmsnorm),
         cmocka_unit_test(test_torch_attention), cmocka_unit_test(test_torch_swiglu),
         cmocka_unit_test(test_torch_cross_entropy),

@@ -359,6 +359,7 @@ static void test_wsd_decay_steps(void **state) {
 
 int main(void) {
     const struct CMUnitTest tests[] = {
+        GPU_DEVICE_TEST,
         cmocka_unit_test(test_adamw_matches_torch),
         cmocka_unit_test(test_decay_only_on_decay_tensors),
         cmocka_unit_test(test_clip_matches_torch),

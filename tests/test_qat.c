@@ -90,7 +90,7 @@ static void test_forward_weights(void **state) {
             quant_pack4(codes, t->numel, packed);
             memset(codes, 0, t->numel);
             quant_unpack4(packed, t->numel, codes);
-            quant_dequant(&spec, codes, qt->rows, qt->cols, q.scale + qt->offset, q.zero + qt->offset, deq);
+            quant_dequant(&spec, codes, qt->rows, qt->cols, q.scale + qt->offset, q.zero + qt->offset, deq, 0);
             assert_memory_equal(eff + t->offset, deq, t->numel * sizeof(float));
             // And it really changed the weights.
             assert_true(memcmp(eff + t->offset, master + t->offset, t->numel * sizeof(float)) != 0);

@@ -65,7 +65,7 @@ static void test_frozen_gradients_finite_differences(void **state) {
         for (int i = 0; i < GR * GC; i++) n_clamped += want[i] == 15 || want[i] == (sym ? 1 : 0);
         assert_true(n_clamped > 0);
         float fake[GR * GC];
-        quant_fake(&spec, before, GR, GC, q.scale, q.zero, fake);
+        quant_fake(&spec, before, GR, GC, q.scale, q.zero, fake, 0);
         assert_memory_equal(master, fake, sizeof fake);   // the masters are the int4 model
         assert_memory_equal(master + GR * GC, before + GR * GC, NORM * sizeof(float));
 

@@ -78,7 +78,7 @@ static inline void assert_frozen_codes_rederive(const QatState *q, const TensorT
         for (size_t j = 0; j < n; j++)
             if (q->scale[qt->offset + j / G] != 0.0f && codes[j] != frozen[j])
                 fail_msg("%s[%zu]: frozen code %d, re-derived %d", tt->t[qt->tensor].name, j, frozen[j], codes[j]);
-        quant_dequant(&q->spec, codes, qt->rows, qt->cols, q->scale + qt->offset, q->zero + qt->offset, w);
+        quant_dequant(&q->spec, codes, qt->rows, qt->cols, q->scale + qt->offset, q->zero + qt->offset, w, 0);
         assert_memory_equal(w, master + off, n * sizeof(float));
         free(codes);
         free(w);

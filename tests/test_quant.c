@@ -1,4 +1,4 @@
-// test_quant: the int4 grid of model/ops/quant.h.
+// test_quant: the int4 grid of model/int4_grid.h and the CPU kernels of model/ops/quant.h.
 //  - RTN scale/zero/codes/dequant vs an independent torch implementation of the
 //    same rule (tests/ref/make_quant_fixtures.py -> tests/fixtures/quant/), all
 //    bit for bit, groups 32/64/128, asymmetric and symmetric;
@@ -7,9 +7,9 @@
 //    every device's (test_backends.h) fake-quant and dequant give those bits;
 //  - every stored scale/zero is fp16-exact; MSE init never loses to RTN;
 //  - errors: cols % G != 0, bad group, non-finite weights;
-//  - A16 rounding == torch .to(bfloat16) / .to(float16) (fixture), on the host
-//    and on every device;
-//  - the QAT ops of every device against the host functions: the STE mask,
+//  - A16 rounding == torch .to(bfloat16) / .to(float16) (fixture) on every
+//    device;
+//  - the QAT ops of every device against the CPU kernels: the STE mask,
 //    frozen-code zeroing and the fp16 Adam bit for bit, the per-group sums of
 //    the learned-scale and frozen backward to float rounding.
 #include <setjmp.h>
@@ -70,7 +70,7 @@ static void test_rtn_matches_torch(void **state) {
             float *deq = xmalloc((size_t)(R * C) * sizeof(float), "deq");
             assert_int_equal(quant_init_rtn(&q, w, R, C, scale, zero, "fixture", &e), 0);
             quant_codes(&q, w, R, C, scale, zero, codes);
-            quant_dequant(&q, codes, R, C, scale, zero, deq);
+            quant_dequant(&q, codes, R, C, scale, zero, deq, 0);
             int bad = 0;
             for (size_t k = 0; k < ng; k++)
                 if (!same_bits(scale[k], ref_scale[k]) || !same_bits(zero[k], ref_zero[k])) {
@@ -131,7 +131,7 @@ static void test_mnn_worked_example(void **state) {
     for (int j = 0; j < 8; j++) assert_memory_equal(packed + 64 + 8 * j, row1, 8);
     // Dequantized values worked out by hand: w = (u - 8) * scale + zero.
     float deq[256];
-    quant_dequant(&q, codes, 2, 128, scale, zero, deq);
+    quant_dequant(&q, codes, 2, 128, scale, zero, deq, 0);
     assert_true(deq[0] == -1.0f);
     assert_true(fabs(deq[3] - -0.934387) < 1e-6);
     assert_true(fabs(deq[127] - 0.984192) < 1e-6);
@@ -177,13 +177,13 @@ static void test_fake_equals_pack_path(void **state) {
                         scale[k] = f16_to_f32(f32_to_f16(scale[k] * (float)(0.5 + 0.7 * rng_uniform(&rng))));
                         if (!sym) zero[k] = f16_to_f32(f32_to_f16(zero[k] + 0.01f * (float)rng_normal(&rng)));
                     }
-                quant_fake(&q, w, R, C, scale, zero, fake);
+                quant_fake(&q, w, R, C, scale, zero, fake, 0);
                 quant_codes(&q, w, R, C, scale, zero, codes);
                 assert_int_equal(quant_pack4(codes, n, packed), n / 2);
                 memset(back, 0xAA, n);
                 quant_unpack4(packed, n, back);
                 assert_memory_equal(back, codes, n);
-                quant_dequant(&q, back, R, C, scale, zero, deq);
+                quant_dequant(&q, back, R, C, scale, zero, deq, 0);
                 assert_memory_equal(fake, deq, n * sizeof(float));
                 // The devices' ops (QAT's forward, int4 inference) give the same bits.
                 for (int d = 0; d < n_devs; d++) {
@@ -210,7 +210,7 @@ static void test_fake_equals_pack_path(void **state) {
                 // In place (out == w) gives the same values.
                 float *copy = xmalloc(n * sizeof(float), "copy");
                 memcpy(copy, w, n * sizeof(float));
-                quant_fake(&q, copy, R, C, scale, zero, copy);
+                quant_fake(&q, copy, R, C, scale, zero, copy, 0);
                 assert_memory_equal(copy, fake, n * sizeof(float));
                 free(copy);
                 for (size_t i = 0; i < n; i++) assert_true(codes[i] >= quant_code_min(&q) && codes[i] <= 15);
@@ -260,14 +260,14 @@ static void test_fp16_exact_and_mse(void **state) {
             if (sym) assert_true(z[k] == 0.0f && z2[k] == 0.0f);
         }
         // sse_rtn is the error of the RTN parameters, computed independently here.
-        quant_fake(&q, w, R, C, s, z, fake);
+        quant_fake(&q, w, R, C, s, z, fake, 0);
         double check = 0, norm = 0;
         for (size_t i = 0; i < n; i++) {
             check += ((double)fake[i] - w[i]) * ((double)fake[i] - w[i]);
             norm += (double)w[i] * w[i];
         }
         assert_true(fabs(check - sse_rtn) <= 1e-9 * norm);
-        quant_fake(&q, w, R, C, s2, z2, fake);
+        quant_fake(&q, w, R, C, s2, z2, fake, 0);
         double check2 = 0;
         for (size_t i = 0; i < n; i++) check2 += ((double)fake[i] - w[i]) * ((double)fake[i] - w[i]);
         assert_true(fabs(check2 - sse_mse) <= 1e-9 * norm);
@@ -276,7 +276,7 @@ static void test_fp16_exact_and_mse(void **state) {
                sym ? "sym " : "asym", sse_rtn / norm, sse_mse / norm, 100.0 * (1.0 - sse_mse / sse_rtn));
         // Nearest grid point: no other in-range code of the group is closer.
         if (!sym) {
-            quant_fake(&q, w, R, C, s, z, fake);
+            quant_fake(&q, w, R, C, s, z, fake, 0);
             for (size_t i = 0; i < n; i += 7) {
                 size_t k = i / 64;
                 double d = fabs((double)fake[i] - w[i]);
@@ -337,18 +337,14 @@ static void test_a16_matches_torch(void **state) {
     const int modes[2] = {A16_BF16, A16_FP16};
     for (int m = 0; m < 2; m++) {
         float *want = read_f32(&f, names[m], n), *x = xmalloc(n * sizeof(float), "x");
-        for (int d = -1; d < n_devs; d++) {   // -1: the host function
-            const char *who = d < 0 ? "host" : devs[d].name;
+        for (int d = 0; d < n_devs; d++) {
+            const char *who = devs[d].name;
             memcpy(x, in, n * sizeof(float));
-            if (d < 0) {
-                a16_round(x, n, modes[m]);
-            } else {
-                Mirrors mr = mirrors_on(&devs[d].dev);
-                float *x_d = mirror(&mr, x, n * sizeof(float));
-                OP(&devs[d].dev, a16_round, x_d, n, modes[m]);
-                fetch(&devs[d].dev, x, x_d, n * sizeof(float));
-                mirrors_free(&mr);
-            }
+            Mirrors mr = mirrors_on(&devs[d].dev);
+            float *x_d = mirror(&mr, x, n * sizeof(float));
+            OP(&devs[d].dev, a16_round, x_d, n, modes[m]);
+            fetch(&devs[d].dev, x, x_d, n * sizeof(float));
+            mirrors_free(&mr);
             for (size_t i = 0; i < n; i++) {
                 if (isnan(want[i])) {
                     if (!isnan(x[i])) fail_msg("%s %s: input %a -> %a, torch NaN", who, names[m], (double)in[i],
@@ -365,8 +361,6 @@ static void test_a16_matches_torch(void **state) {
     }
     float *x = xmalloc(n * sizeof(float), "x");
     memcpy(x, in, n * sizeof(float));
-    a16_round(x, n, A16_OFF);
-    assert_memory_equal(x, in, n * sizeof(float));
     for (int d = 0; d < n_devs; d++) {
         Mirrors mr = mirrors_on(&devs[d].dev);
         float *x_d = mirror(&mr, x, n * sizeof(float));
@@ -379,7 +373,7 @@ static void test_a16_matches_torch(void **state) {
     assert_int_equal(a16_mode_from_name("fp16"), A16_FP16);
     assert_int_equal(a16_mode_from_name("off"), A16_OFF);
     assert_int_equal(a16_mode_from_name("fp8"), -1);
-    printf("  A16 bf16 and fp16 rounding == torch on %zu values (ties, subnormals, overflow, inf, nan), host and "
+    printf("  A16 bf16 and fp16 rounding == torch on %zu values (ties, subnormals, overflow, inf, nan), "
            "%d devices\n", n, n_devs);
     free(x);
     free(in);
@@ -396,8 +390,9 @@ static double rel_diff(const float *a, const float *b, size_t n) {
     return diff / mag;
 }
 
-// The QAT ops of every device against the host functions on one tensor with
-// moved scales (so weights clip), a group with scale 0, both grids.
+// The QAT ops of every device against the CPU kernels (called directly, on the
+// first device's threads) on one tensor with moved scales (so weights clip), a
+// group with scale 0, both grids.
 static void test_qat_ops_on_devices(void **state) {
     (void)state;
     Rng rng;
@@ -415,16 +410,17 @@ static void test_qat_ops_on_devices(void **state) {
         scale[3] = 0.0f;   // the scale -> 0+ limit
         uint8_t *codes = xmalloc(n, "codes");
         quant_codes(&q, w, R, C, scale, zero, codes);
-        // Host results.
+        // The CPU kernels' results.
+        Device *cpu = &devs[0].dev;
         float *g_ste = copy_floats(g0, n), *g_lsq = copy_floats(g0, n), *g_frz = copy_floats(g0, n);
         float *gs = xcalloc(ng, sizeof(float), "gs"), *gz = xcalloc(ng, sizeof(float), "gz");
         float *gs_f = xcalloc(ng, sizeof(float), "gs frozen"), *gz_f = xcalloc(ng, sizeof(float), "gz frozen");
-        quant_backward(&q, w, g_ste, R, C, scale, zero, NULL, NULL);
-        quant_backward(&q, w, g_lsq, R, C, scale, zero, gs, gz);
-        quant_backward_frozen(&q, codes, g_frz, R, C, gs_f, gz_f);
+        quant_backward(cpu, &q, w, g_ste, R, C, scale, zero, NULL, NULL);
+        quant_backward(cpu, &q, w, g_lsq, R, C, scale, zero, gs, gz);
+        quant_backward_frozen(cpu, &q, codes, g_frz, R, C, gs_f, gz_f);
         float *p = copy_floats(scale, ng), *m = xcalloc(ng, sizeof(float), "m"), *v = xcalloc(ng, sizeof(float), "v");
         const AdamWConfig ac = {.lr = 1e-3f, .beta1 = 0.9f, .beta2 = 0.99f, .eps = 1e-8f};
-        for (long step = 1; step <= 3; step++) quant_adam(p, gs, m, v, ng, ac.beta1, ac.beta2, ac.eps, 1e-3f, step, 1e-6f, 1.0f);
+        for (long step = 1; step <= 3; step++) quant_adam(cpu, p, gs, m, v, ng, &ac, 1e-3f, step, 1e-6f, 1.0f);
         for (int d = 0; d < n_devs; d++) {
             Device *dev = &devs[d].dev;
             float *a = copy_floats(g0, n), *b = copy_floats(g0, n), *c = copy_floats(g0, n);
@@ -438,7 +434,7 @@ static void test_qat_ops_on_devices(void **state) {
             float *ds_d = mirror(&mr, ds, gb), *dz_d = mirror(&mr, dz, gb), *dsf_d = mirror(&mr, ds_f, gb);
             float *dzf_d = mirror(&mr, dz_f, gb), *p_d = mirror(&mr, pd, gb), *m_d = mirror(&mr, md, gb);
             float *v_d = mirror(&mr, vd, gb);
-            // The Adam takes the host's scale gradient, so only the update itself is compared.
+            // The Adam takes the CPU kernel's scale gradient, so only the update itself is compared.
             const float *gs_d = mirror(&mr, gs, gb);
             OP(dev, quant_backward, &q, w_d, a_d, R, C, s_d, z_d, NULL, NULL);
             OP(dev, quant_backward, &q, w_d, b_d, R, C, s_d, z_d, ds_d, dz_d);
@@ -454,15 +450,15 @@ static void test_qat_ops_on_devices(void **state) {
             fetch(dev, pd, p_d, gb);
             mirrors_free(&mr);
             if (memcmp(a, g_ste, nb) || memcmp(b, g_lsq, nb) || memcmp(c, g_frz, nb))
-                fail_msg("%s: sym %d: the STE / frozen gradient differs from the host's", devs[d].name, sym);
-            if (memcmp(pd, p, gb)) fail_msg("%s: sym %d: quant_adam differs from the host's", devs[d].name, sym);
+                fail_msg("%s: sym %d: the STE / frozen gradient differs from the CPU kernel's", devs[d].name, sym);
+            if (memcmp(pd, p, gb)) fail_msg("%s: sym %d: quant_adam differs from the CPU kernel's", devs[d].name, sym);
             // Sums of 64 float products: a few ulp of the largest term.
             const double e[4] = {rel_diff(ds, gs, ng), rel_diff(dz, gz, ng), rel_diff(ds_f, gs_f, ng),
                                  rel_diff(dz_f, gz_f, ng)};
             printf("  %-26s sym %d: STE mask, frozen zeroing, Adam bit-equal; group sums rel %.1e %.1e %.1e %.1e\n",
                    devs[d].name, sym, e[0], e[1], e[2], e[3]);
             for (int i = 0; i < 4; i++)
-                if (!(e[i] <= 1e-5)) fail_msg("%s: sym %d: group sum %d off the host's by %.3g", devs[d].name, sym, i, e[i]);
+                if (!(e[i] <= 1e-5)) fail_msg("%s: sym %d: group sum %d off the CPU kernel's by %.3g", devs[d].name, sym, i, e[i]);
             free(a); free(b); free(c); free(ds); free(dz); free(ds_f); free(dz_f); free(pd); free(md); free(vd);
         }
         free(scale); free(zero); free(codes); free(g_ste); free(g_lsq); free(g_frz); free(gs); free(gz);
@@ -474,6 +470,7 @@ static void test_qat_ops_on_devices(void **state) {
 
 int main(void) {
     const struct CMUnitTest tests[] = {
+        GPU_DEVICE_TEST,
         cmocka_unit_test(test_rtn_matches_torch),     cmocka_unit_test(test_mnn_worked_example),
         cmocka_unit_test(test_fake_equals_pack_path), cmocka_unit_test(test_fp16_exact_and_mse),
         cmocka_unit_test(test_errors),                cmocka_unit_test(test_a16_matches_torch),

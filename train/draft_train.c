@@ -4,7 +4,7 @@
 #include <string.h>
 #include "../formats/int4_weights.h"
 #include "../formats/lora_checkpoint.h"
-#include "../model/ops/dropout_mask.h"
+#include "../model/dropout_mask.h"
 #include "trainee.h"
 
 // min(3, L) target layers: DFlash's spacing, or on a target too short for

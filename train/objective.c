@@ -1,23 +1,13 @@
-// objective.c: choosing a run's objective, the two that need no set-up of
-// their own (next-token cross-entropy, the decision head) and evaluation
-// through an objective's head (objective.h).
+// objective.c: the two objectives that need no set-up of their own
+// (next-token cross-entropy, the decision head) and evaluation through an
+// objective's head (objective.h). Which objective a run has is chosen in
+// choose.c.
 #include "objective.h"
 #include <string.h>
 #include "../formats/checkpoint.h"
 #include "../model/choice_head.h"
 #include "choice_train.h"
 #include "evaluate.h"
-
-int objective_open(Objective *o, const Recipe *r, PtError *e) {
-    memset(o, 0, sizeof *o);
-    o->r = r;
-    if (r->distill.enabled) return distill_objective_open(o, e);
-    switch (r->train.mode) {
-    case TRAIN_MODE_CHOICE: o->ops = &objective_choice; return 0;
-    case TRAIN_MODE_DPO: return preference_objective_open(o, e);
-    default: o->ops = &objective_token; return 0;
-    }
-}
 
 void objective_free(Objective *o) {
     if (o->ops && o->ops->free) o->ops->free(o);

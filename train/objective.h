@@ -8,7 +8,7 @@
 // sum over the count the loss is averaged over (tokens, groups, pairs).
 //
 // A new objective: an ObjectiveOps table in its own file, a row in
-// objective_open's choice, and its dataset kind in objective_dataset_kind.
+// objective_open (choose.c), and its dataset kind in objective_dataset_kind.
 #pragma once
 #include <stdio.h>
 #include "../data/dataset.h"
@@ -65,8 +65,7 @@ struct Objective {
     void *impl;
 };
 
-// The recipe's objective (the one place its kind is chosen).
-int objective_open(Objective *o, const Recipe *r, PtError *e);
+// objective_open (choose.h) opens the objective a recipe asks for.
 void objective_free(Objective *o);
 static inline void objective_reset(Objective *o) {
     for (int k = 0; k < o->n_metrics; k++) o->sums[k] = 0;

@@ -86,7 +86,7 @@ typedef struct {
         float scale_lr;
         long start_step;
         long freeze_codes_step;       // -1 = never; else codes frozen from this update on
-        int a16;                      // A16_* (model/ops/quant.h): off, bf16, fp16
+        int a16;                      // A16_* (model/int4_grid.h): off, bf16, fp16
     } qat;
     struct {
         int enabled, rank;

@@ -1,16 +1,14 @@
-// trainee.c: choosing and opening what a run trains, and the passes the
-// full model and an adapter share: both train through the decoder with the
-// objective's loss head (trainee.h).
+// trainee.c: what the kinds of trainee share (trainee.h): loading what a run
+// starts from, putting it on the device, and the passes of the full model and
+// an adapter, which both train through the decoder with the objective's loss
+// head. Which kind a run has is chosen in choose.c.
 #include "trainee.h"
 #include <string.h>
 #include "../formats/checkpoint.h"
-#include "../model/ops/dropout_mask.h"
+#include "../model/dropout_mask.h"
 #include "evaluate.h"
 
-// The newest checkpoint of the run (resume_path, a full model's) or the
-// recipe's starting point into b; an adapter or a draft (frozen) starts
-// from model.init, which must then be a checkpoint.
-static int load_start(ModelBundle *b, const Recipe *r, const char *resume_path, int frozen, PtError *e) {
+int trainee_load_start(ModelBundle *b, const Recipe *r, const char *resume_path, int frozen, PtError *e) {
     if (resume_path && !frozen) return checkpoint_load(resume_path, b, e);
     if (frozen && !checkpoint_is_hdf5(r->model.init))
         return pt_fail(e, "%s: [%s] needs model.init to be a checkpoint (.h5): the frozen base", r->model.init,
@@ -29,23 +27,6 @@ static int load_start(ModelBundle *b, const Recipe *r, const char *resume_path, 
         b->tokenizer_json = (char *)data;
     }
     return 0;
-}
-
-int trainee_open(Trainee *t, const TraineeSetup *s, PtError *e) {
-    const Recipe *r = s->r;
-    memset(t, 0, sizeof *t);
-    t->r = r;
-    t->dev = s->dev;
-    t->comm = s->comm;
-    t->obj = s->obj;
-    int (*open)(Trainee *, const TraineeSetup *, PtError *) = r->draft.enabled  ? draft_trainee_open
-                                                              : r->lora.enabled ? adapter_trainee_open
-                                                                                : model_trainee_open;
-    const int frozen = r->draft.enabled || r->lora.enabled;   // the base stays as model.init has it
-    if (load_start(&t->b, r, s->resume_path, frozen, e)) return -1;
-    Objective *o = s->obj;
-    if (o->ops->prepare_bundle && o->ops->prepare_bundle(o, &t->b, frozen, r->model.init, s->log, e)) return -1;
-    return open(t, s, e);
 }
 
 void *trainee_begin(Trainee *t, const TraineeOps *ops, size_t impl_bytes) {

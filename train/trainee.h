@@ -3,14 +3,14 @@
 // rounding), a LoRA adapter over a frozen base, or a DFlash draft over the
 // frozen int4 target. The trainer's step, evaluation, checkpoints, resume
 // and data-parallel code call these and nothing else of it; which kind it
-// is, trainee_open alone asks.
+// is, trainee_open (choose.h) alone asks.
 //
 // A step, on every rank (trainer.c):
 //     count = sum over micro-batches a of prepare(a, batch a)      (summed over the ranks)
 //     loss  = sum over a of micro(a, batch a, 1/count, grads)     (each micro-batch's gradient added in order)
 //     dp_reduce_grads; after_reduce(step, grads); norm; AdamW on t->params; after_update(step)
 // A new way to train: a TraineeOps table in its own file, its open
-// function, and a row in trainee_open.
+// function, and a row in trainee_open (choose.c).
 #pragma once
 #include <stdio.h>
 #include "../data/dataset.h"
@@ -92,11 +92,12 @@ struct Trainee {
     void *impl;                // the kind's own state
 };
 
-// Opens the trainee the recipe asks for: loads what it starts from (the
-// run's newest checkpoint when resuming), prepares it for the objective and
-// puts it on the device. The one place the kind is chosen.
-int trainee_open(Trainee *t, const TraineeSetup *s, PtError *e);
+// trainee_open (choose.h) opens the trainee a recipe asks for.
 void trainee_free(Trainee *t);
+// The newest checkpoint of the run (resume_path, a full model's) or the
+// recipe's starting point into b; an adapter or a draft (frozen) starts from
+// model.init, which must then be a checkpoint.
+int trainee_load_start(ModelBundle *b, const Recipe *r, const char *resume_path, int frozen, PtError *e);
 
 // The kinds (their files). Each is given t with r, dev, comm, obj set and
 // b loaded by trainee_open.

@@ -14,15 +14,14 @@
 #include "../data/tokenizer.h"
 #include "../formats/checkpoint.h"
 #include "../model/generate.h"
-#include "../model/ops/dropout_mask.h"
 #include "../model/ops/ops.h"
 #include "../util/cpu.h"
+#include "choose.h"
 #include "data_parallel.h"
 #include "devices.h"
 #include "evaluate.h"
 #include "objective.h"
 #include "run_dir.h"
-#include "trainee.h"
 
 typedef struct {
     const Recipe *r;

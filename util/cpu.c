@@ -38,8 +38,6 @@ int cpu_fma_width(int lanes) {
 // The machine may be shared (a VM whose cores also run other work), so the
 // 0.3 s are cut into slices timed between barriers and the fastest slice
 // counts: the peak is what the cores deliver when they are really ours.
-double cpu_peak_fp32_gflops(int threads) { return cpu_peak_fp32_gflops_lanes(threads, 16); }
-
 double cpu_peak_fp32_gflops_lanes(int threads, int lanes) {
     if (threads < 1) threads = 1;
     const int width = cpu_fma_width(lanes);

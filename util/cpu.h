@@ -19,12 +19,10 @@ void cpu_isa_list(char *buf, size_t n);
 
 // Measured fp32 FMA peak in GFLOP/s (2 flops per FMA lane) on `threads` OpenMP
 // threads: an in-register FMA loop with enough independent accumulators to
-// hide the FMA latency, widest vectors available, run for about 0.3 s.
-double cpu_peak_fp32_gflops(int threads);
-// The same with vectors of `lanes` floats: 16 (AVX-512), 8 (AVX2 + FMA), 4
-// (NEON) or 1 (scalar), so a kernel set restricted to AVX2 is measured against the peak
-// of the instructions it may use. A width this CPU lacks falls back to the
-// widest narrower one it has.
+// hide the FMA latency, run for about 0.3 s, with vectors of `lanes` floats:
+// 16 (AVX-512), 8 (AVX2 + FMA), 4 (NEON) or 1 (scalar), so a kernel set
+// restricted to AVX2 is measured against the peak of the instructions it may
+// use. A width this CPU lacks falls back to the widest narrower one it has.
 double cpu_peak_fp32_gflops_lanes(int threads, int lanes);
 
 // The measurement's pieces, per architecture (cpu_x86.c, cpu_arm.c): the

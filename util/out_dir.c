@@ -34,24 +34,37 @@ static void out_dir_free(OutDir *d) {
     memset(d, 0, sizeof *d);
 }
 
+// dir without trailing slashes: "out/" and "out" name the same directory (malloc'd).
+static char *dir_name(const char *dir_arg) {
+    char *dir = xstrdup(dir_arg);
+    for (size_t n = strlen(dir); n > 1 && dir[n - 1] == '/'; n--) dir[n - 1] = 0;
+    return dir;
+}
+
+// out_dir_begin's refusals for dir (trailing slashes removed).
+static int check(const char *dir, int force, PtError *e) {
+    if (!path_exists(dir)) return 0;
+    if (!path_is_dir(dir)) return pt_fail(e, "%s: exists and is not a directory", dir);
+    if (!dir_is_empty(dir) && !force)
+        return pt_fail(e, "%s: directory exists and is not empty (use --force to replace it)", dir);
+    return 0;
+}
+
+int out_dir_check(const char *dir_arg, int force, PtError *e) {
+    char *dir = dir_name(dir_arg);
+    int rc = check(dir, force, e);
+    free(dir);
+    return rc;
+}
+
 int out_dir_begin(OutDir *d, const char *dir_arg, int force, PtError *e) {
     memset(d, 0, sizeof *d);
-    // "out/" and "out" name the same directory; the temporary sits beside it.
-    d->dir = xstrdup(dir_arg);
-    for (size_t n = strlen(d->dir); n > 1 && d->dir[n - 1] == '/'; n--) d->dir[n - 1] = 0;
-    if (path_exists(d->dir)) {
-        if (!path_is_dir(d->dir)) {
-            pt_fail(e, "%s: exists and is not a directory", d->dir);
-            out_dir_free(d);
-            return -1;
-        }
-        if (!dir_is_empty(d->dir) && !force) {
-            pt_fail(e, "%s: directory exists and is not empty (use --force to replace it)", d->dir);
-            out_dir_free(d);
-            return -1;
-        }
-        d->replace = !dir_is_empty(d->dir);
+    d->dir = dir_name(dir_arg);   // the temporary sits beside it
+    if (check(d->dir, force, e)) {
+        out_dir_free(d);
+        return -1;
     }
+    d->replace = path_exists(d->dir) && !dir_is_empty(d->dir);
     d->tmp = temp_path_for(d->dir);
     remove_tree(d->tmp);   // a leftover of an earlier run with the same pid
     if (mkdir(d->tmp, 0755) != 0) {

@@ -13,6 +13,8 @@ typedef struct {
 
 // Fails when dir exists and is not a directory, or is non-empty and !force.
 int out_dir_begin(OutDir *d, const char *dir, int force, PtError *e);
+// Those checks alone, before the work that fills the directory.
+int out_dir_check(const char *dir, int force, PtError *e);
 // A text or binary file `name` inside the temporary directory, atomically.
 int out_dir_write(const OutDir *d, const char *name, const void *data, size_t len, PtError *e);
 // Path of `name` inside the temporary directory (malloc'd).

@@ -255,12 +255,3 @@ double rng_normal(Rng *r) {
     return sqrt(-2.0 * log(u1)) * cos(2.0 * M_PI * u2);
 }
 
-const char *arg_value(int argc, char **argv, int *i, const char *flag) {
-    size_t n = strlen(flag);
-    const char *a = argv[*i];
-    if (strncmp(a, flag, n) != 0) return NULL;
-    if (a[n] == '=') return a + n + 1;
-    if (a[n] != 0) return NULL;
-    if (*i + 1 >= argc) die("%s needs a value", flag);
-    return argv[++*i];
-}

@@ -53,7 +53,3 @@ void rng_seed(Rng *r, uint64_t seed);
 uint64_t rng_next(Rng *r);
 double rng_uniform(Rng *r);          // [0,1)
 double rng_normal(Rng *r);           // N(0,1), Box-Muller
-
-// Flag parsing for subcommands: returns the value for "--flag VALUE" or
-// "--flag=VALUE" at argv[*i] (advancing *i), NULL if argv[*i] is another flag.
-const char *arg_value(int argc, char **argv, int *i, const char *flag);

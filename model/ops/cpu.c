@@ -1,11 +1,10 @@
-// cpu.c: the CPU backend: device memory is host memory, and the ops are the
-// kernels of this folder (the int4 grid's through thin adapters, since
-// quant.h's functions also serve the host-side exporters without a device;
-// they run on OpenMP's thread count, which cpu_device_init sets).
+// cpu.c: the CPU backend's table: device memory is host memory, and the ops
+// are the kernels of this folder (the int4 grid's fake-quant and
+// dequantization are model/int4_grid.c's host functions, given the device's
+// threads). Which matmul kernels a device runs is cpu_kernels.c's.
 #include <omp.h>
 #include <stdlib.h>
 #include <string.h>
-#include "matmul_kernels.h"
 #include "ops.h"
 
 static void *cpu_alloc(Device *d, size_t bytes, const char *what) {
@@ -43,32 +42,11 @@ static size_t cpu_workspace_bytes(const Device *d, const ModelConfig *c, int B, 
 
 static void cpu_quant_fake(Device *d, const QuantSpec *q, const float *w, int64_t rows, int64_t cols,
                            const float *scale, const float *zero, float *out) {
-    (void)d;
-    quant_fake(q, w, rows, cols, scale, zero, out);
+    quant_fake(q, w, rows, cols, scale, zero, out, d->threads);
 }
 static void cpu_quant_dequant(Device *d, const QuantSpec *q, const uint8_t *codes, int64_t rows, int64_t cols,
                               const float *scale, const float *zero, float *w) {
-    (void)d;
-    quant_dequant(q, codes, rows, cols, scale, zero, w);
-}
-static void cpu_quant_backward(Device *d, const QuantSpec *q, const float *w, float *g, int64_t rows, int64_t cols,
-                               const float *scale, const float *zero, float *grad_scale, float *grad_zero) {
-    (void)d;
-    quant_backward(q, w, g, rows, cols, scale, zero, grad_scale, grad_zero);
-}
-static void cpu_quant_backward_frozen(Device *d, const QuantSpec *q, const uint8_t *codes, float *g, int64_t rows,
-                                      int64_t cols, float *grad_scale, float *grad_zero) {
-    (void)d;
-    quant_backward_frozen(q, codes, g, rows, cols, grad_scale, grad_zero);
-}
-static void cpu_quant_adam(Device *d, float *p, const float *g, float *m, float *v, size_t n, const AdamWConfig *c,
-                           float lr, long step, float lo, float hi) {
-    (void)d;
-    quant_adam(p, g, m, v, n, c->beta1, c->beta2, c->eps, lr, step, lo, hi);
-}
-static void cpu_a16_round(Device *d, float *x, size_t n, int mode) {
-    (void)d;
-    a16_round(x, n, mode);
+    quant_dequant(q, codes, rows, cols, scale, zero, w, d->threads);
 }
 
 static const Backend CPU = {
@@ -101,15 +79,15 @@ static const Backend CPU = {
     .dropout_backward = dropout_backward,
     .classifier = classifier,
     .classifier_distill = classifier_distill,
-    .a16_round = cpu_a16_round,
+    .a16_round = a16_round,
     .adamw_step = adamw_step,
     .grad_sumsq = grad_sumsq,
     .grad_scale = grad_scale,
     .quant_fake = cpu_quant_fake,
     .quant_dequant = cpu_quant_dequant,
-    .quant_backward = cpu_quant_backward,
-    .quant_backward_frozen = cpu_quant_backward_frozen,
-    .quant_adam = cpu_quant_adam,
+    .quant_backward = quant_backward,
+    .quant_backward_frozen = quant_backward_frozen,
+    .quant_adam = quant_adam,
 };
 
 const Backend *backend_cpu(void) { return &CPU; }
@@ -119,14 +97,14 @@ void cpu_device_init(Device *d, int threads, const CpuKernels *kernels) {
     d->be = &CPU;
     if (threads > 0) omp_set_num_threads(threads);
     d->threads = omp_get_max_threads();
-    CpuKernels *k = xmalloc(sizeof *k, "cpu kernels");
-    PtError e;
-    if (kernels) *k = *kernels;
-    else if (cpu_kernels_named(k, getenv(CPU_KERNELS_ENV), &e)) die("%s", e.msg);
-    if (!k->f32) k->f32 = matmul_kernel_best();
-    if (!k->bf16) k->bf16 = matmul_bf16_kernel_best();
-    if (k->classifier_rows < 1) k->classifier_rows = 256;
-    d->impl = k;
+    d->impl = cpu_kernels_choose(kernels);
 }
 
-const CpuKernels *cpu_kernels(const Device *d) { return d->impl; }
+void cpu_kernels_announce(const Device *d, int bf16_matmuls, FILE *f) {
+    if (d->be != &CPU) return;
+    char line[256];
+    cpu_kernels_describe(cpu_kernels(d), line, sizeof line);
+    fprintf(f, "cpu kernels: %s\n", line);
+    const char *note = bf16_matmuls ? cpu_kernels_bf16_notice(cpu_kernels(d)) : NULL;
+    if (note) fprintf(f, "%s\n", note);
+}

@@ -1,8 +1,10 @@
 // cpu_kernels.c: which kernels a CPU device runs. By default the fastest this
 // CPU has; POCKET_KERNELS (or a caller's spec) forces a set, so the AVX2 or
 // portable path can be measured and used on a machine that has more, and
-// start-up lines say what was chosen.
+// start-up lines say what was chosen. The ops read a device's choice here
+// (cpu_kernels), not from the table file cpu.c, which references every op.
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include "matmul_kernels.h"
 #include "ops.h"
@@ -83,11 +85,15 @@ const char *cpu_kernels_bf16_notice(const CpuKernels *k) {
 
 int cpu_kernels_lanes(const CpuKernels *k) { return k->f32->lanes; }
 
-void cpu_kernels_announce(const Device *d, int bf16_matmuls, FILE *f) {
-    if (d->be != backend_cpu()) return;
-    char line[256];
-    cpu_kernels_describe(cpu_kernels(d), line, sizeof line);
-    fprintf(f, "cpu kernels: %s\n", line);
-    const char *note = bf16_matmuls ? cpu_kernels_bf16_notice(cpu_kernels(d)) : NULL;
-    if (note) fprintf(f, "%s\n", note);
+CpuKernels *cpu_kernels_choose(const CpuKernels *given) {
+    CpuKernels *k = xmalloc(sizeof *k, "cpu kernels");
+    PtError e;
+    if (given) *k = *given;
+    else if (cpu_kernels_named(k, getenv(CPU_KERNELS_ENV), &e)) die("%s", e.msg);
+    if (!k->f32) k->f32 = matmul_kernel_best();
+    if (!k->bf16) k->bf16 = matmul_bf16_kernel_best();
+    if (k->classifier_rows < 1) k->classifier_rows = 256;
+    return k;
 }
+
+const CpuKernels *cpu_kernels(const Device *d) { return d->impl; }

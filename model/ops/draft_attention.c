@@ -19,10 +19,9 @@ static int visible_context(const int *anchor, const int *ctx_lo, int s, int T, i
 void draft_attention_forward(Device *d, float *out, float *lse, const float *q, const float *kc, const float *vc,
                              const float *kb, const float *vb, const int *anchor, const int *ctx_lo, int B, int T,
                              int A, int blk, int nq, int nkv, int hd) {
-    (void)d;
     const int S = B * A, group = nq / nkv, Q = nq * hd, KV = nkv * hd;
     const float scale = 1.0f / sqrtf((float)hd);
-#pragma omp parallel for schedule(dynamic) collapse(2)
+#pragma omp parallel for schedule(dynamic) collapse(2) num_threads(d->threads)
     for (int b = 0; b < B; b++)
         for (int g = 0; g < nkv; g++) {
             float sc[T + DRAFT_ATTN_MAX_BLOCK];
@@ -65,10 +64,9 @@ void draft_attention_backward(Device *d, float *dq, float *dkc, float *dvc, floa
                               const float *out, const float *lse, const float *q, const float *kc, const float *vc,
                               const float *kb, const float *vb, const int *anchor, const int *ctx_lo, int B, int T,
                               int A, int blk, int nq, int nkv, int hd) {
-    (void)d;
     const int S = B * A, group = nq / nkv, Q = nq * hd, KV = nkv * hd;
     const float scale = 1.0f / sqrtf((float)hd);
-#pragma omp parallel for schedule(dynamic) collapse(2)
+#pragma omp parallel for schedule(dynamic) collapse(2) num_threads(d->threads)
     for (int b = 0; b < B; b++)
         for (int g = 0; g < nkv; g++)
             for (int j = 0; j < A; j++) {
@@ -108,7 +106,7 @@ void draft_attention_forward_ref(double *out, const double *q, const double *kc,
                                  const double *vb, const int *anchor, const int *ctx_lo, int B, int T, int A, int blk,
                                  int nq, int nkv, int hd) {
     const int S = B * A, Q = nq * hd, KV = nkv * hd;
-    double *sc = malloc((size_t)(T + blk) * sizeof(double));
+    double *sc = xmalloc((size_t)(T + blk) * sizeof(double), "draft attention scores");
     for (int s = 0; s < S; s++) {
         int lo;
         const int b = s / A, end = visible_context(anchor, ctx_lo, s, T, &lo), n_ctx = end - lo;

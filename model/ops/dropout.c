@@ -1,6 +1,6 @@
 // dropout.c: inverted dropout with a regenerated mask (dropout_mask.h).
 #include "ops.h"
-#include "dropout_mask.h"
+#include "../dropout_mask.h"
 
 void dropout_forward(Device *d, float *out, const float *x, size_t n, float p, uint64_t seed) {
     const uint32_t thr = dropout_threshold(p);

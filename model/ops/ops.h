@@ -15,6 +15,7 @@
 #include <stdint.h>
 #include <stdio.h>
 #include "../backend.h"
+#include "quant.h"
 
 // ---- the CPU device. The kernels it runs (matmul_kernels.h) are chosen at
 // run time from the instruction sets the CPU has; tests pick each in turn.
@@ -31,8 +32,13 @@ const Backend *backend_cpu(void);
 // 256 classifier rows (a set the CPU cannot run, or an unknown name, is fatal).
 // The workspace starts empty (dev_reserve).
 void cpu_device_init(Device *d, int threads, const CpuKernels *kernels);
-// The kernels a CPU device runs.
+// The kernels a CPU device runs (cpu_kernels.c).
 const CpuKernels *cpu_kernels(const Device *d);
+// A device's kernels (malloc'd): `given`, else (NULL) those the environment
+// variable CPU_KERNELS_ENV names, else the best this CPU runs; members left
+// NULL or 0 get the best kernel and 256 classifier rows. An unknown name or a
+// set the CPU cannot run is fatal.
+CpuKernels *cpu_kernels_choose(const CpuKernels *given);
 
 // Kernel sets by name (cpu_kernels.c): "avx512", "avx2", "neon" or "portable" for the
 // fp32 products and attention, then optionally "/" and the bf16 products'

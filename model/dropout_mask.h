@@ -1,7 +1,8 @@
 // dropout_mask.h: which values inverted dropout keeps, as a pure function of
-// (seed, index), written once for the CPU kernel (dropout.c) and the CUDA
-// kernel (cuda/elementwise.cu): nothing is stored, the backward regenerates
-// the mask, and the bits do not depend on the device or the thread count.
+// (seed, index), written once for the CPU kernel (ops/dropout.c), the CUDA
+// kernel (cuda/elementwise.cu) and the seeds the decoder and the trainer
+// derive: nothing is stored, the backward regenerates the mask, and the bits
+// do not depend on the device or the thread count.
 // Plain C and CUDA C++ alike (integer arithmetic only).
 #pragma once
 #include <stdint.h>
