@@ -271,8 +271,15 @@ static void datasets(const Tokenizer *tok) {
         static const char *const NAMES[] = {"cpt.h5", "sft.h5", "choice.h5"};
         put_h5(T, NAMES[kind], scratch("d.h5"));
     }
-    // uint32 tokens: a vocabulary past 65536.
+    // Pairs: two pairs, each prompt + chosen and prompt + rejected with the mask on the response.
     DatasetWriter *w;
+    CHECK(dataset_writer_open(&w, scratch("d.h5"), DATASET_PAIRS, tokenizer_vocab_size(tok), tokenizer_hash(tok), &e));
+    for (int doc = 0; doc < 4; doc++) CHECK(dataset_writer_add(w, ids, mask + 1, 5 + (size_t)doc, &e));
+    const uint64_t drops[PAIR_DROP_REASONS] = {1, 2, 3, 4};
+    dataset_writer_set_pair_drops(w, drops);
+    CHECK(dataset_writer_commit(w, &e));
+    put_h5(T, "pairs.h5", scratch("d.h5"));
+    // uint32 tokens: a vocabulary past 65536.
     const int big[] = {70000, 3, 99999, 12};
     CHECK(dataset_writer_open(&w, scratch("d.h5"), DATASET_CPT, 100000, tokenizer_hash(tok), &e));
     CHECK(dataset_writer_add(w, big, NULL, 4, &e));
@@ -431,6 +438,16 @@ static void text_seeds(const char *small_tok, size_t small_len) {
         "{\"role\": \"user\", \"content\": \"a or b\"}], \"candidates\": [\"a\", \"b\"], \"label\": 0}\n";
     put_with_prefix("fuzz_choice", "choice.jsonl", "\x00", 1, CHOICE, sizeof CHOICE - 1);
     put_with_prefix("fuzz_choice", "choice-qwen.jsonl", "\x01", 1, CHOICE, sizeof CHOICE - 1);
+    // Preference pairs: each sample; byte 0 = template, --truncate, --max-len / 4.
+    const struct { const char *name; char mode; } PAIR_SAMPLES[] = {
+        {"standard", 0}, {"conversational", 1}, {"implicit", 0x23}, {"implicit_text", 0x0a}, {"drops", 0}, {"bad", 0},
+    };
+    for (size_t i = 0; i < sizeof PAIR_SAMPLES / sizeof *PAIR_SAMPLES; i++) {
+        char file[128], name[64];
+        snprintf(file, sizeof file, "tests/fixtures/data/pairs/%s.jsonl", PAIR_SAMPLES[i].name);
+        snprintf(name, sizeof name, "%s.jsonl", PAIR_SAMPLES[i].name);
+        put_file_with_prefix("fuzz_pairs", name, PAIR_SAMPLES[i].mode, file);
+    }
     // Pre-training text.
     put_file_with_prefix("fuzz_corpus", "intro.txt", 0, "tests/fixtures/data/corpus/01_intro.txt");
     put_file_with_prefix("fuzz_corpus", "mixed.jsonl", 1, "tests/fixtures/data/corpus/02_mixed.jsonl");
