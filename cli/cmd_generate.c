@@ -8,13 +8,16 @@
 #include "../train/evaluate.h"
 #include "args.h"
 #include "commands.h"
+#include "generate_batch.h"
 #include "open_model.h"
 
 static void help(FILE *f) {
     fprintf(f,
             "usage: pocket generate --ckpt CKPT.h5 (--prompt TEXT | --prompt-ids \"ID ID ...\") [--chat [--system TEXT]]\n"
             "                       [--int4] [--max-new N] [--temperature T] [--top-k K] [--top-p P] [--seed S] [--ids]\n"
-            "                       [--matmul fp32|bf16] [--a16 off|bf16|fp16] [--lora ADAPTER] [--draft DRAFT.h5]\n\n"
+            "                       [--matmul fp32|bf16] [--a16 off|bf16|fp16] [--lora ADAPTER] [--draft DRAFT.h5]\n"
+            "       pocket generate --ckpt CKPT.h5 --batch-file PROMPTS.jsonl --out OUT.jsonl [--rows R] [--samples K]\n"
+            "                       [--chat [--system TEXT]] [--int4] [--max-new N] [--temperature T] ...\n\n"
             "Continues the prompt with the checkpoint's model (KV cache: the prompt is read in one\n"
             "pass, then one token per step) and prints the new text to stdout as it is generated.\n"
             "Generation stops after --max-new tokens or at an end token: the config's eos id,\n"
@@ -39,6 +42,18 @@ static void help(FILE *f) {
             "  --top-p P            then among the smallest set with probability >= P (default 1)\n"
             "  --seed S             sampling seed (default 0); same seed, same output\n"
             "  --ids                print the new token ids (space-separated) instead of text\n"
+            "  --batch-file F       many prompts, one JSON object a line: {\"prompt\": TEXT} or {\"messages\":\n"
+            "                       [{\"role\", \"content\"}, ...]} (rendered by the chat template), optionally\n"
+            "                       \"id\", \"max_new\", \"temperature\", \"top_k\", \"top_p\", \"seed\"; decoded together\n"
+            "                       by the batched sampler, each completion exactly the one a single run\n"
+            "                       with the same prompt, parameters and seed prints (line i: --seed +\n"
+            "                       (i-1) x samples unless it gives a seed; its k-th sample: + k)\n"
+            "  --out OUT.jsonl      (--batch-file) the completions, a JSON line each in the file's order:\n"
+            "                       {\"id\", \"sample\", \"completion\", \"tokens\", \"finish\": \"stop\"|\"length\"}\n"
+            "                       (and \"ids\" with --ids)\n"
+            "  --rows R             (--batch-file) sequences decoded together (default 16); a finished one\n"
+            "                       takes the next prompt at once\n"
+            "  --samples K          (--batch-file) completions per prompt (default 1)\n"
             "  --draft DRAFT.h5     speculative decoding with a DFlash draft trained for this checkpoint's int4\n"
             "                       weights ([draft] recipes; implies --int4, greedy only): the output is the\n"
             "                       same; the statistics line gives the mean acceptance length\n"
@@ -84,9 +99,35 @@ static void on_token(void *ctx, int id) {
     }
 }
 
+// --batch-file: the prompts of a file through the batched sampler (generate_batch.h).
+static int generate_file(const char *ckpt, const char *batch_file, const char *out_path, int single, OpenOptions *oo,
+                         int int4, const BatchOptions *bo) {
+    if (!ckpt || !out_path) return arg_usage("--batch-file needs --ckpt and --out (see --help)");
+    if (single) return arg_usage("--batch-file takes its prompts from the file: drop --prompt, --prompt-ids and --draft");
+    if (bo->system && !bo->chat) return arg_usage("--system needs --chat");
+    PtError e;
+    OpenModel om;
+    oo->int4 = int4;
+    if (open_model(&om, ckpt, oo, &e)) { fprintf(stderr, "pocket generate: %s\n", e.msg); return 1; }
+    Tokenizer *tok = NULL;
+    int rc = 1;
+    if (!om.b.tokenizer_json) {
+        fprintf(stderr, "pocket generate: %s has no /tokenizer/tokenizer.json to read %s with\n", ckpt, batch_file);
+    } else if (tokenizer_load(&tok, om.b.tokenizer_json, om.b.tokenizer_json_len, ckpt, &e) ||
+               generate_batch(&om, tok, bo, &e)) {
+        fprintf(stderr, "pocket generate: %s\n", e.msg);
+    } else {
+        rc = 0;
+    }
+    if (tok) tokenizer_free(tok);
+    open_model_close(&om);
+    return rc;
+}
+
 int cmd_generate(int argc, char **argv) {
     const char *ckpt = NULL, *prompt_text = NULL, *prompt_ids = NULL, *system = NULL, *draft_path = NULL, *v;
-    int chat = 0, print_ids = 0, int4 = 0;
+    const char *batch_file = NULL, *out_path = NULL;
+    int chat = 0, print_ids = 0, int4 = 0, rows = 16, samples = 1;
     GenParams params;
     gen_params_default(&params);
     OpenOptions oo = {.log = stderr};
@@ -103,6 +144,12 @@ int cmd_generate(int argc, char **argv) {
         else if ((v = arg_value(argc, argv, &i, "--prompt"))) prompt_text = v;
         else if ((v = arg_value(argc, argv, &i, "--prompt-ids"))) prompt_ids = v;
         else if ((v = arg_value(argc, argv, &i, "--system"))) system = v;
+        else if ((v = arg_value(argc, argv, &i, "--batch-file"))) batch_file = v;
+        else if ((v = arg_value(argc, argv, &i, "--out"))) out_path = v;
+        else if ((v = arg_value(argc, argv, &i, "--rows"))) { if (arg_int("--rows", v, 1, 4096, &rows)) return ARGS_USAGE; }
+        else if ((v = arg_value(argc, argv, &i, "--samples"))) {
+            if (arg_int("--samples", v, 1, 1 << 16, &samples)) return ARGS_USAGE;
+        }
         else if ((v = arg_value(argc, argv, &i, "--max-new"))) {
             if (arg_int("--max-new", v, 1, 1 << 24, &params.max_new)) return ARGS_USAGE;
         } else if ((v = arg_value(argc, argv, &i, "--top-k"))) {
@@ -117,6 +164,11 @@ int cmd_generate(int argc, char **argv) {
             params.top_p = (float)x;
         } else return arg_usage("unknown argument '%s' (see --help)", argv[i]);
     }
+    if (batch_file) return generate_file(ckpt, batch_file, out_path, prompt_text || prompt_ids || draft_path, &oo, int4,
+                                         &(BatchOptions){batch_file, out_path, rows, samples, chat, print_ids, system,
+                                                         params});
+    if (out_path || rows != 16 || samples != 1)
+        return arg_usage("--out, --rows and --samples go with --batch-file (see --help)");
     if (!ckpt || (!prompt_text == !prompt_ids)) {
         fprintf(stderr, "pocket generate: --ckpt and one of --prompt or --prompt-ids are required (see --help)\n");
         return 2;

@@ -48,6 +48,8 @@ static const NumberFlag FLAGS[] = {
     {"generate", "--seed", U64, "0", "18446744073709551615"},
     {"generate", "--temperature", REAL, "0", "10000"},
     {"generate", "--top-p", REAL_ABOVE, "0", "1"},
+    {"generate", "--rows", INT, "1", "4096"},
+    {"generate", "--samples", INT, "1", "65536"},
     {"choose", "--threads", INT, "0", "4096"},
     {"synth", "--sequences", INT, "1", "100000000"},
     {"synth", "--length", INT, "2", "1048576"},
