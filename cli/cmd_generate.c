@@ -189,6 +189,8 @@ int cmd_generate(int argc, char **argv) {
         return 2;
     }
     oo.int4 = int4 || draft_path;   // a draft drafts for the int4 weights it was trained against
+    // With a draft, a refusal (other weights, a block the target cannot take) is the only line: the int4 line waits.
+    if (draft_path) oo.log = NULL;
     if (open_model(&om, ckpt, &oo, &e)) { fprintf(stderr, "pocket generate: %s\n", e.msg); return 1; }
     const ModelBundle *b = &om.b;
     const ModelConfig *c = &b->cfg;
@@ -207,6 +209,7 @@ int cmd_generate(int argc, char **argv) {
         open_model_base_hash(&om, hash);
         if (draft_checkpoint_load(draft_path, c, hash, ckpt, &draft, &e)) goto fail;
         draft_weights = dev_mirror(&om.dev, draft.params, draft.tt.total * sizeof(float), "draft weights");
+        open_model_print_int4(&om, stderr);
     }
 
     if (!b->tokenizer_json && (prompt_text || !print_ids)) {

@@ -52,13 +52,15 @@ static int load_int4(OpenModel *om, const char *ckpt, const OpenOptions *o, int 
         om->int4_host = xaligned(om->b.tt.total * sizeof(float), "int4 weights");
         int4_weights(&om->q, &om->b, o->threads, om->int4_host);
     }
-    const int untied_float_embedding = !om->q.quant_embedding && !om->b.cfg.tied_embeddings;
-    if (o->log)
-        fprintf(o->log, "int4 weights: %s, group %d, %s%s\n",
-                om->from_qat ? "the checkpoint's QAT scales" : "RTN from float", spec.group,
-                spec.symmetric ? "symmetric" : "asymmetric",
-                om->q.quant_embedding ? ", embedding quantized" : untied_float_embedding ? ", embedding in bf16" : "");
+    if (o->log) open_model_print_int4(om, o->log);
     return 0;
+}
+
+void open_model_print_int4(const OpenModel *om, FILE *f) {
+    const int untied_float_embedding = !om->q.quant_embedding && !om->b.cfg.tied_embeddings;
+    fprintf(f, "int4 weights: %s, group %d, %s%s\n", om->from_qat ? "the checkpoint's QAT scales" : "RTN from float",
+            om->q.spec.group, om->q.spec.symmetric ? "symmetric" : "asymmetric",
+            om->q.quant_embedding ? ", embedding quantized" : untied_float_embedding ? ", embedding in bf16" : "");
 }
 
 void open_model_base_hash(const OpenModel *om, char hex[65]) {

@@ -176,6 +176,10 @@ static void test_bad_input(void **s) {
     assert_refused(cmd, NULL, "a draft for the target with sha256 ");
     assert_int_equal(sh("grep -q 'but %s/moving.h5 has sha256 [0-9a-f]\\{64\\}' %s/err.txt", g_dir, g_dir), 0);
     assert_int_equal(sh("ls %s/moved | cmp -s - %s/before.txt", g_dir, g_dir), 0);
+    // generate with that draft on the other weights: the refusal is the only line (no int4 line before it)
+    snprintf(cmd, sizeof cmd, "%s generate --ckpt %s/moving.h5 --draft %s/moved/ckpt-00000003.h5 --prompt-ids 5 --ids",
+             pocket(), g_dir, g_dir);
+    assert_refused(cmd, NULL, "a draft for the target with sha256 ");
     // Recipes that cannot run: nothing is made, not even the run directory.
     const struct { const char *set, *says; } cases[] = {
         {"draft.target_layers=0,9", "target layer 9 is outside the target's 2 layers"},
