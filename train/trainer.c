@@ -23,6 +23,9 @@
 #include "run_dir.h"
 #include "trainee.h"
 
+enum { CURVE_COLS = 1 + VAL_MAX_SETS, N_CURVES = (1 + OBJECTIVE_MAX_METRICS) * CURVE_COLS };
+#define CURVE(f, c) ((f) * CURVE_COLS + (c))   // figure f on column c
+
 typedef struct {
     const Recipe *r;
     Comm *comm;
@@ -41,11 +44,11 @@ typedef struct {
     AdamWConfig adam;
     double peak_gflops, flops_per_token;
     double step_metrics[OBJECTIVE_MAX_METRICS];   // the objective's metrics of the last step, per counted item
-    // The curves of loss.svg and their metrics.jsonl keys: figure f (0 the
-    // loss, 1 + k the objective's metric k), on the training data (curve[f][0])
-    // and on each validation set v (curve[f][1 + v]).
-    Series curve[1 + OBJECTIVE_MAX_METRICS][1 + VAL_MAX_SETS];
-    char curve_key[1 + OBJECTIVE_MAX_METRICS][1 + VAL_MAX_SETS][96];
+    // The curves of loss.svg and their metrics.jsonl keys (CURVE above): figure
+    // f (0 the loss, 1 + k the objective's metric k) on column c (0 the training
+    // data, 1 + v validation set v).
+    Series curve[N_CURVES];
+    char curve_key[N_CURVES][96];
     long reported_at;         // the step whose mixture report was printed last (-1: none)
     char *dir;
 } Trainer;
@@ -191,9 +194,9 @@ static int plot(Trainer *t, const char *path, PtError *e) {
     for (int f = 0; f <= t->obj.n_metrics; f++) {
         if (f && !t->obj.plotted[f - 1]) continue;
         PlotPanel *p = &panels[n++];
-        *p = (PlotPanel){f ? t->obj.metric[f - 1] : "loss", &t->curve[f][0], {NULL}, {NULL}, t->data.n_val};
+        *p = (PlotPanel){f ? t->obj.metric[f - 1] : "loss", &t->curve[CURVE(f, 0)], {NULL}, {NULL}, t->data.n_val};
         for (int v = 0; v < t->data.n_val; v++) {
-            p->val[v] = &t->curve[f][1 + v];
+            p->val[v] = &t->curve[CURVE(f, 1 + v)];
             p->val_name[v] = t->data.spec.val_named ? t->data.spec.val[v].name : NULL;
         }
     }
@@ -237,9 +240,9 @@ static int evaluate(Trainer *t, PtError *e) {
         json_object_set_new(line, key, json_real(loss[v]));
         strcpy(key + strlen(key) - 4, "ppl");
         json_object_set_new(line, key, json_real(exp(loss[v])));
-        series_add(&t->curve[0][1 + v], t->st.step, loss[v]);
+        series_add(&t->curve[CURVE(0, 1 + v)], t->st.step, loss[v]);
         for (int k = 0; t->obj.eval_metrics && k < t->obj.n_metrics; k++)
-            series_add(&t->curve[1 + k][1 + v], t->st.step, metrics[v][k]);
+            series_add(&t->curve[CURVE(1 + k, 1 + v)], t->st.step, metrics[v][k]);
     }
     const double figure = run_data_best_figure(d, loss);
     int best = figure < t->st.best_val_loss, rc = 0;
@@ -350,8 +353,7 @@ static void trainer_free(Trainer *t) {
     objective_free(&t->obj);   // before the trainee: a teacher's model runs on the same device
     if (t->dev.be) trainee_free(&t->tr);
     if (t->dev.be) dev_free(&t->dev);
-    for (int f = 0; f < 1 + OBJECTIVE_MAX_METRICS; f++)
-        for (int v = 0; v < 1 + VAL_MAX_SETS; v++) series_free(&t->curve[f][v]);
+    for (int k = 0; k < N_CURVES; k++) series_free(&t->curve[k]);
     free(t->dir);
 }
 
@@ -361,10 +363,9 @@ static int announce(Trainer *t, const char *resumed, long tokens_per_step, PtErr
     if (!t->lead) return 0;
     if (resumed) printf("resuming from %s (step %ld)\n", resumed, (long)t->st.step);
     else printf("starting from %s\n", r->model.init);
-    enum { N_CURVES = (1 + OBJECTIVE_MAX_METRICS) * (1 + VAL_MAX_SETS) };
     const char *keys[N_CURVES];
-    for (int k = 0; k < N_CURVES; k++) keys[k] = t->curve_key[0][k];   // "" for the curves a run has not
-    if (run_dir_reload_metrics(t->dir, (long)t->st.step, keys, &t->curve[0][0], N_CURVES, e)) return -1;
+    for (int k = 0; k < N_CURVES; k++) keys[k] = t->curve_key[k];   // "" for the curves a run has not
+    if (run_dir_reload_metrics(t->dir, (long)t->st.step, keys, t->curve, N_CURVES, e)) return -1;
     char *path = path_join(t->dir, "recipe.ini");   // the resolved recipe, beside the run's outputs
     AtomicFile af;
     int rc = atomic_open(&af, path, e);
@@ -421,11 +422,11 @@ static int set_up(Trainer *t, char **resumed, PtError *e) {
     if (agree(t, rc, e)) return -1;
     for (int f = 0; f <= t->obj.n_metrics; f++) {
         const char *what = f ? t->obj.metric[f - 1] : "loss";
-        snprintf(t->curve_key[f][0], sizeof t->curve_key[f][0], "%s", what);
+        snprintf(t->curve_key[CURVE(f, 0)], sizeof t->curve_key[0], "%s", what);
         for (int v = 0; v < t->data.n_val; v++) {
             char prefix[VAL_NAME_MAX + 8];
             run_data_val_prefix(&t->data, v, prefix, sizeof prefix);
-            snprintf(t->curve_key[f][1 + v], sizeof t->curve_key[f][1 + v], "%s%s", prefix, what);
+            snprintf(t->curve_key[CURVE(f, 1 + v)], sizeof t->curve_key[0], "%s%s", prefix, what);
         }
     }
     if (uses_nccl(t)) {
@@ -487,8 +488,8 @@ int train_run(const Recipe *r, Comm *comm, volatile sig_atomic_t *stop, PtError 
             }
         } else {
             t.st.bad_steps = 0;
-            series_add(&t.curve[0][0], t.st.step, loss);
-            for (int k = 0; k < t.obj.n_metrics; k++) series_add(&t.curve[1 + k][0], t.st.step, t.step_metrics[k]);
+            series_add(&t.curve[CURVE(0, 0)], t.st.step, loss);
+            for (int k = 0; k < t.obj.n_metrics; k++) series_add(&t.curve[CURVE(1 + k, 0)], t.st.step, t.step_metrics[k]);
         }
         if (t.lead) {
             float lr = schedule_lr(&t.sched, t.adam.lr, t.st.step - 1);
