@@ -129,12 +129,64 @@ static int read_tensor_range(hid_t f, const char *name, const TensorTable *tt, s
     return rc;
 }
 
+// A mixture's cursor (data/mixture.h), as attributes of /state beside the
+// plain loader's: mix_sets, and per set (n of them) mix_tokens, mix_epoch,
+// mix_index and mix_rng (4 each). Written only for a mixture, so a one-set
+// run's checkpoint is what it was before mixtures; read only when present.
+enum { MIX_ARRAYS = 4 };
+static const char *const MIX_NAMES[MIX_ARRAYS] = {"mix_tokens", "mix_epoch", "mix_index", "mix_rng"};
+static const size_t MIX_WIDTH[MIX_ARRAYS] = {1, 1, 1, 4};
+
+// Value i of array a of the cursor.
+static uint64_t *mix_value(MixCursor *c, int a, size_t i) {
+    LoaderCursor *l = &c->set[i / MIX_WIDTH[a]];
+    uint64_t *field[MIX_ARRAYS] = {&c->tokens[i], &l->epoch, &l->index, &l->rng[i % 4]};
+    return field[a];
+}
+
+static int write_mix_cursor(hid_t f, const MixCursor *mc) {
+    if (!mc->n_sets) return 0;
+    MixCursor c = *mc;
+    hid_t g = H5Gopen2(f, "state", H5P_DEFAULT);
+    int rc = g < 0 ? -1 : h5_write_attr(g, "mix_sets", H5T_NATIVE_UINT64, &c.n_sets, 1);
+    uint64_t flat[4 * MIX_MAX_SETS];
+    for (int a = 0; a < MIX_ARRAYS && rc == 0; a++) {
+        const size_t n = (size_t)c.n_sets * MIX_WIDTH[a];
+        for (size_t i = 0; i < n; i++) flat[i] = *mix_value(&c, a, i);
+        rc = h5_write_attr(g, MIX_NAMES[a], H5T_NATIVE_UINT64, flat, n);
+    }
+    if (g >= 0) H5Gclose(g);
+    return rc;
+}
+
+static int read_mix_cursor(hid_t f, MixCursor *c, const char *path, PtError *e) {
+    memset(c, 0, sizeof *c);
+    hid_t g = h5_open_group(f, "state", path, e);
+    if (g < 0) return -1;
+    int rc = 0;
+    if (h5_has_attr(g, "mix_sets")) {
+        rc = h5_read_attr(g, "mix_sets", H5T_NATIVE_UINT64, &c->n_sets, 1, path, e);
+        if (rc == 0 && (c->n_sets < 1 || c->n_sets > MIX_MAX_SETS))
+            rc = pt_fail(e, "%s: /state mix_sets is %llu (1 to %d)", path, (unsigned long long)c->n_sets, MIX_MAX_SETS);
+        uint64_t flat[4 * MIX_MAX_SETS];
+        for (int a = 0; a < MIX_ARRAYS && rc == 0; a++) {
+            const size_t n = (size_t)c->n_sets * MIX_WIDTH[a];
+            rc = h5_read_attr(g, MIX_NAMES[a], H5T_NATIVE_UINT64, flat, n, path, e);
+            for (size_t i = 0; rc == 0 && i < n; i++) *mix_value(c, a, i) = flat[i];
+        }
+    }
+    H5Gclose(g);
+    return rc;
+}
+
 static int write_state(hid_t f, const MomentSource *src, const TensorTable *tt, const TrainState *st) {
     hid_t g = h5_create_group(f, "optim");
     if (g < 0) return -1;
     int rc = write_tensor_group(g, "m", tt, NULL, src, 0) || write_tensor_group(g, "v", tt, NULL, src, 1);
     H5Gclose(g);
-    return rc ? -1 : write_fields(f, "state", STATE_FIELDS, COUNT(STATE_FIELDS), st);
+    return rc || write_fields(f, "state", STATE_FIELDS, COUNT(STATE_FIELDS), st) || write_mix_cursor(f, &st->mix)
+               ? -1
+               : 0;
 }
 
 static int write_tokenizer(hid_t f, const ModelBundle *b) {
@@ -305,6 +357,7 @@ int checkpoint_load_train(const char *path, const TensorTable *tt, size_t lo, si
         return 1;
     }
     int rc = read_fields(f, "state", STATE_FIELDS, COUNT(STATE_FIELDS), st, path, e);
+    if (!rc) rc = read_mix_cursor(f, &st->mix, path, e);
     if (!rc) rc = read_tensor_range(f, "optim/m", tt, lo, hi, adam_m, path, e);
     if (!rc) rc = read_tensor_range(f, "optim/v", tt, lo, hi, adam_v, path, e);
     H5Fclose(f);

@@ -5,6 +5,7 @@
 // never leaves a broken checkpoint.
 #pragma once
 #include "../data/loader.h"
+#include "../data/mixture.h"
 #include "../model/bundle.h"
 #include "../qat/qat.h"
 
@@ -15,7 +16,8 @@ typedef struct {
     int64_t tokens;           // training tokens consumed
     int64_t bad_steps;        // non-finite steps in a row
     double best_val_loss;     // lowest validation loss so far (INFINITY if none)
-    LoaderCursor cursor;      // the training loader's position
+    LoaderCursor cursor;      // the training loader's position (one training set)
+    MixCursor mix;            // a mixture's position; n_sets 0: not a mixture (and in older checkpoints)
 } TrainState;
 
 int checkpoint_save(const char *path, const ModelBundle *b, PtError *e);

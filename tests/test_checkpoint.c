@@ -41,14 +41,20 @@ static void test_roundtrip_tied(void **s) { (void)s; roundtrip("tiny"); }
 static void test_roundtrip_untied(void **s) { (void)s; roundtrip("tiny-untied"); }
 static void test_roundtrip_llama(void **s) { (void)s; roundtrip("tiny-llama"); }
 
-static void test_random_init_statistics(void **s) {
-    (void)s;
+// A "tiny" model with random weights from seed.
+static void tiny_bundle(ModelBundle *a, uint64_t seed) {
     PtError e;
     ModelConfig cfg;
     assert_int_equal(config_preset(&cfg, "tiny", &e), 0);
+    bundle_alloc(a, &cfg);
+    bundle_init_random(a, seed);
+}
+
+static void test_random_init_statistics(void **s) {
+    (void)s;
     ModelBundle a;
-    bundle_alloc(&a, &cfg);
-    bundle_init_random(&a, 7);
+    tiny_bundle(&a, 7);
+    const ModelConfig cfg = a.cfg;
     const TensorInfo *t = tensor_table_find(&a.tt, "model.embed_tokens.weight");
     double s1 = 0, s2 = 0;
     for (size_t i = 0; i < t->numel; i++) {
@@ -70,10 +76,7 @@ static void test_random_init_statistics(void **s) {
 // A random "tiny" model a, saved to a new temporary file named in path (a mkstemp template).
 static void save_tiny(ModelBundle *a, char *path) {
     PtError e;
-    ModelConfig cfg;
-    assert_int_equal(config_preset(&cfg, "tiny", &e), 0);
-    bundle_alloc(a, &cfg);
-    bundle_init_random(a, 1);
+    tiny_bundle(a, 1);
     close(mkstemp(path));
     assert_int_equal(checkpoint_save(path, a, &e), 0);
 }
@@ -192,6 +195,46 @@ static void test_param_count_matches_spec(void **s) {
     tensor_table_free(&tt);
 }
 
+// The training state round trip: a mixture's cursor (data/mixture.h) comes
+// back as written; a one-set run's checkpoint (as every checkpoint before
+// mixtures) has none, and reads back as n_sets 0.
+static void test_train_state_with_and_without_mixture(void **s) {
+    (void)s;
+    PtError e;
+    ModelBundle a;
+    tiny_bundle(&a, 7);
+    float *zero = xcalloc(a.tt.total, sizeof(float), "moments");
+    MomentBuffers mb = {&a.tt, zero, zero};
+    const MomentSource src = {moment_buffers, &mb};
+    char path[] = "/tmp/pocket_state_XXXXXX";
+    close(mkstemp(path));
+    for (int mixed = 0; mixed < 2; mixed++) {
+        TrainState st, back;
+        memset(&st, 0, sizeof st);
+        st.step = 12, st.tokens = 4096, st.best_val_loss = 2.5;
+        st.cursor = (LoaderCursor){3, 17, {1, 2, 3, 4}};
+        if (mixed) {
+            st.mix.n_sets = 3;
+            for (int k = 0; k < 3; k++) {
+                st.mix.tokens[k] = 1000 * (k + 1) + 7;
+                st.mix.set[k] = (LoaderCursor){(uint64_t)k, 40 + (uint64_t)k, {11u * k, 12u * k, ~0ull - k, 99}};
+            }
+        }
+        assert_int_equal(checkpoint_save_train(path, &a, &src, &st, NULL, &e), 0);
+        memset(&back, 0xab, sizeof back);
+        float *m = xmalloc(a.tt.total * sizeof(float), "m"), *v = xmalloc(a.tt.total * sizeof(float), "v");
+        assert_int_equal(checkpoint_load_train(path, &a.tt, 0, a.tt.total, m, v, &back, &e), 0);
+        assert_memory_equal(&back.mix, &st.mix, sizeof st.mix);   // n_sets 0 and nothing else when not mixed
+        assert_memory_equal(&back.cursor, &st.cursor, sizeof st.cursor);
+        assert_int_equal(back.step, 12);
+        free(m);
+        free(v);
+    }
+    free(zero);
+    bundle_free(&a);
+    unlink(path);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_roundtrip_tied),         cmocka_unit_test(test_roundtrip_untied),
@@ -199,6 +242,7 @@ int main(void) {
         cmocka_unit_test(test_truncated_is_refused),   cmocka_unit_test(test_param_count_matches_spec),
         cmocka_unit_test(test_declared_sizes_are_backed), cmocka_unit_test(test_config_floats_finite),
         cmocka_unit_test(test_damaged_datatype_width),
+        cmocka_unit_test(test_train_state_with_and_without_mixture),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

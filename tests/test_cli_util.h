@@ -140,6 +140,14 @@ static inline int write_cpt_recipe(const char *dir, const char *name, const char
 
 #ifdef fail_msg   // with cmocka
 #include <sys/stat.h>
+// Runs a and b (run directories) logged the same losses, step for step, as text.
+static inline void assert_same_losses(const char *a, const char *b) {
+    char la[8192], lb[8192];
+    read_losses(a, la, sizeof la);
+    read_losses(b, lb, sizeof lb);
+    if (!la[0]) fail_msg("%s logged no loss", a);
+    if (strcmp(la, lb)) fail_msg("%s and %s logged other losses:\n%s\n%s", a, b, la, lb);
+}
 // The command fails with one stderr line containing `says` (its stderr kept in dir/err.txt), and `out` (if given)
 // does not exist afterwards: nothing half-written is left.
 static inline void assert_refused_in(const char *dir, const char *cmd, const char *out, const char *says) {

@@ -3,7 +3,8 @@
 // skips it with one line).
 // - 2 ranks with micro_batch b equal 1 rank with micro_batch b and
 //   grad_accum 2 after 20 updates, for CPT, packed SFT, QAT and choice groups
-//   (the Dec head), bit for bit:
+//   (the Dec head) and a weighted mixture of two CPT sets (the mixture's
+//   order does not depend on the number of ranks), bit for bit:
 //   one rank computes each micro-batch's gradient on its own and adds the
 //   two, two ranks add the same two gradients (the other way round, which
 //   for two floats is the same sum), the norm adds the same chunk partials in
@@ -85,17 +86,21 @@ static int setup(void **state) {
            ">/dev/null", pocket(), g_dir, g_dir) ||
         write_choices() ||
         sh("%s tokenize --choice --tokenizer tests/fixtures/tok/tokenizer.json %s/choices.jsonl --out %s/choice.h5 "
-           ">/dev/null", pocket(), g_dir, g_dir))
+           ">/dev/null", pocket(), g_dir, g_dir) ||
+        sh("%s tokenize --tokenizer tests/fixtures/tok/tokenizer.json tests/fixtures/data/corpus --out %s/small.h5 "
+           ">/dev/null", pocket(), g_dir))
         return -1;
-    const char *modes[5][2] = {{"cpt", "mode = cpt\n"}, {"sft", "mode = sft\n"}, {"qat", "mode = cpt\n"},
-                               {"choice", "mode = choice\n"}, {"lora", "mode = cpt\n"}};
-    const char *data[5] = {"cpt", "sft", "cpt", "choice", "cpt"};
-    for (int i = 0; i < 5; i++) {
+    const char *modes[6][2] = {{"cpt", "mode = cpt\n"}, {"sft", "mode = sft\n"}, {"qat", "mode = cpt\n"},
+                               {"choice", "mode = choice\n"}, {"lora", "mode = cpt\n"}, {"mix", "mode = cpt\n"}};
+    const char *data[6] = {"cpt", "sft", "cpt", "choice", "cpt", "cpt"};
+    for (int i = 0; i < 6; i++) {
         snprintf(path, sizeof path, "%s/%s.ini", g_dir, modes[i][0]);
         FILE *f = fopen(path, "w");
-        fprintf(f, "[model]\ninit = %s/init.h5\n[data]\ntrain = %s/%s.h5\n[train]\n%smicro_batch = 2\nseq_len = %d\n"
-                   "steps = 20\nsave_interval = 10\nthreads = 1\ncomm_timeout = 60\n[optim]\nlr = 0.003\nwarmup = 2\n",
-                g_dir, g_dir, data[i], modes[i][1], i == 3 ? 128 : 32);   // a choice group fills most of a row
+        fprintf(f, "[model]\ninit = %s/init.h5\n[data]\ntrain = %s/%s.h5", g_dir, g_dir, data[i]);
+        if (i == 5) fprintf(f, ":0.7, %s/small.h5:0.3", g_dir);   // the mixture
+        fprintf(f, "\n[train]\n%smicro_batch = 2\nseq_len = %d\nsteps = 20\nsave_interval = 10\nthreads = 1\n"
+                   "comm_timeout = 60\n[optim]\nlr = 0.003\nwarmup = 2\n",
+                modes[i][1], i == 3 ? 128 : 32);   // a choice group fills most of a row
         if (i == 2)   // learned scales from update 5, frozen codes from 12
             fprintf(f, "[qat]\nenabled = 1\ngroup = 4\nstart_step = 5\nlearn_scales = 1\nscale_lr = 1e-3\n"
                        "freeze_codes_step = 12\n");
@@ -182,6 +187,25 @@ static void test_sft(void **s) { (void)s; two_ranks_equal_accumulation("sft"); }
 static void test_qat(void **s) { (void)s; two_ranks_equal_accumulation("qat"); }
 static void test_choice(void **s) { (void)s; two_ranks_equal_accumulation("choice"); }
 static void test_lora(void **s) { (void)s; two_ranks_equal_accumulation("lora"); }
+
+// The mixture: the same weights (above), and the same tokens drawn from each
+// set as the two runs report them.
+static void test_mixture(void **s) {
+    (void)s;
+    two_ranks_equal_accumulation("mix");
+    char a[4096] = "", b[4096] = "", cmd[600];
+    const char *runs[2] = {"mix-1x2", "mix-2x1"};
+    char *out[2] = {a, b};
+    for (int i = 0; i < 2; i++) {
+        snprintf(cmd, sizeof cmd, "grep -o '\"train_sets\":.*' %s/%s/metrics.jsonl", g_dir, runs[i]);
+        FILE *p = popen(cmd, "r");
+        out[i][fread(out[i], 1, sizeof a - 1, p)] = 0;
+        pclose(p);
+    }
+    printf("  mixture drawn on 1 and 2 ranks: %s", a);
+    assert_true(strstr(a, "small.h5") != NULL);
+    assert_string_equal(a, b);
+}
 
 // 10 updates on one world size, then 10 on the other, against 20 on one rank.
 static void test_resume_across_world_sizes(void **s) {
@@ -316,6 +340,7 @@ int main(void) {
         cmocka_unit_test(test_qat),
         cmocka_unit_test(test_choice),
         cmocka_unit_test(test_lora),
+        cmocka_unit_test(test_mixture),
         cmocka_unit_test(test_resume_across_world_sizes),
         cmocka_unit_test(test_sigkill_one_rank),
     };

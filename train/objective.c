@@ -50,11 +50,14 @@ static int choice_prepare(Objective *o, ModelBundle *b, int frozen, const char *
 static int choice_open(Objective *o, const ObjectiveData *d, PtError *e) {
     (void)o;
     const int id = d->cfg->choice_id;
-    if (choice_check_data(d->train, id, e)) return -1;
-    if (!d->val) return 0;
-    if (d->val->kind != DATASET_CHOICE)
-        return pt_fail(e, "%s: train.mode is choice but this is not a choice dataset", d->val->path);
-    return choice_check_data(d->val, id, e);
+    for (int k = 0; k < d->n_train; k++)
+        if (choice_check_data(d->train[k], id, e)) return -1;
+    for (int k = 0; k < d->n_val; k++) {
+        if (d->val[k]->kind != DATASET_CHOICE)
+            return pt_fail(e, "%s: train.mode is choice but this is not a choice dataset", d->val[k]->path);
+        if (choice_check_data(d->val[k], id, e)) return -1;
+    }
+    return 0;
 }
 
 static const LossHead *choice_head(Objective *o, const Batch *b, const ModelInput *in, int training) {

@@ -23,7 +23,10 @@ typedef struct Objective Objective;
 
 // What the data gives an objective once it is open.
 typedef struct {
-    const Dataset *train, *val;      // val NULL without a validation set
+    const Dataset *const *train;     // the training sets: one, or a mixture's
+    int n_train;
+    const Dataset *const *val;       // the validation sets, each evaluated on its own (n_val 0: none)
+    int n_val;
     const char *tokenizer_hash;      // the model's tokenizer
     const ModelConfig *cfg;          // the model the objective's heads run on
     Device *dev;

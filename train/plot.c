@@ -70,7 +70,7 @@ static void polyline(FILE *f, const Box *b, const Series *s, const char *color, 
 static void panel(FILE *f, const PlotPanel *p, double top) {
     Box b = {INFINITY, -INFINITY, INFINITY, -INFINITY, top};
     extend(&b, p->train);
-    extend(&b, p->val);
+    for (int k = 0; k < p->n_val; k++) extend(&b, p->val[k]);
     if (!isfinite(b.x0)) b = (Box){0, 1, 0, 1, top};
     if (b.x1 <= b.x0) b.x1 = b.x0 + 1;
     if (b.y1 <= b.y0) b.y1 = b.y0 + 1;
@@ -85,10 +85,17 @@ static void panel(FILE *f, const PlotPanel *p, double top) {
         fprintf(f, "<text x=\"%.1f\" y=\"%.1f\" text-anchor=\"middle\">%.0f</text>\n", px(&b, xv), bottom + 18, xv);
     }
     fprintf(f, "<text x=\"%d\" y=\"%.1f\" text-anchor=\"middle\">step</text>\n", (W + LEFT) / 2, bottom + 38);
-    polyline(f, &b, p->train, "#1f77b4", 0);
-    polyline(f, &b, p->val, "#ff7f0e", 1);
-    fprintf(f, "<text x=\"%d\" y=\"%.1f\" fill=\"#1f77b4\">train %s</text>\n", LEFT, top - 8, p->name);
-    fprintf(f, "<text x=\"%d\" y=\"%.1f\" fill=\"#ff7f0e\">validation %s</text>\n", W / 2, top - 8, p->name);
+    // The training curve blue, the validation sets' in the colours after it;
+    // the labels share the title line.
+    static const char *const colour[1 + PLOT_MAX_VAL] = {"#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd",
+                                                         "#8c564b", "#e377c2", "#7f7f7f", "#bcbd22"};
+    polyline(f, &b, p->train, colour[0], 0);
+    for (int k = 0; k < p->n_val; k++) polyline(f, &b, p->val[k], colour[1 + k], 1);
+    fprintf(f, "<text x=\"%d\" y=\"%.1f\" fill=\"%s\">train %s</text>\n", LEFT, top - 8, colour[0], p->name);
+    const double slot = (double)(W - RIGHT - W / 2) / (p->n_val ? p->n_val : 1);
+    for (int k = 0; k < p->n_val; k++)
+        fprintf(f, "<text x=\"%.1f\" y=\"%.1f\" fill=\"%s\">%s %s</text>\n", W / 2 + k * slot, top - 8,
+                colour[1 + k], p->val_name[k] ? p->val_name[k] : "validation", p->name);
 }
 
 int plot_svg(const char *path, const char *title, const PlotPanel *panels, int n, PtError *e) {
@@ -104,6 +111,6 @@ int plot_svg(const char *path, const char *title, const PlotPanel *panels, int n
 }
 
 int plot_loss_svg(const char *path, const char *title, const Series *train, const Series *val, PtError *e) {
-    const PlotPanel loss = {"loss", train, val};
+    const PlotPanel loss = {"loss", train, {val}, {NULL}, 1};
     return plot_svg(path, title, &loss, 1, e);
 }

@@ -115,19 +115,24 @@ typedef struct {
 
 static int pref_open(Objective *o, const ObjectiveData *d, PtError *e) {
     PrefObjective *x = o->impl;
-    if (d->val && d->val->kind != DATASET_PAIRS)
+    // One set of each: the reference log-probabilities are kept per document of
+    // one training and one validation set (data_spec_parse refuses more).
+    if (d->n_train != 1 || d->n_val > 1)
+        return pt_fail(e, "train.mode = dpo takes one training set and at most one validation set");
+    const Dataset *val = d->n_val ? d->val[0] : NULL;
+    if (val && val->kind != DATASET_PAIRS)
         return pt_fail(e, "%s: train.mode is dpo but this is not a pairs dataset (pocket tokenize --pairs)",
-                       d->val->path);
-    x->train = d->train;
-    x->val = d->val;
+                       val->path);
+    x->train = d->train[0];
+    x->val = val;
     snprintf(x->tokenizer_hash, sizeof x->tokenizer_hash, "%s", d->tokenizer_hash);
     pair_arrays_alloc(&x->a, (size_t)d->B * d->T);
     // Each response's lm_head runs forward once more than the model's count has it (its log-probability,
     // then its backward): 2 V H per response token, the training set's share of them per token.
     uint64_t responses = 0;
-    for (uint64_t i = 0; i < d->train->n_tokens; i++) responses += d->train->loss_mask[i];
-    o->flops_per_token = d->train->n_tokens ? 2.0 * d->cfg->vocab_size * d->cfg->d_model * (double)responses /
-                                                  (double)d->train->n_tokens : 0.0;
+    for (uint64_t i = 0; i < x->train->n_tokens; i++) responses += x->train->loss_mask[i];
+    o->flops_per_token = x->train->n_tokens ? 2.0 * d->cfg->vocab_size * d->cfg->d_model * (double)responses /
+                                                  (double)x->train->n_tokens : 0.0;
     if (d->log)
         fprintf(d->log, "preference loss: %s, beta %g%s\n", pref_loss_name(x->loss.kind), x->loss.beta,
                 pref_loss_uses_reference(x->loss.kind) ? ", against the start model's log-probabilities" : "");

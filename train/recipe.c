@@ -8,6 +8,7 @@
 #include <string.h>
 #include <strings.h>
 #include "../model/draft.h"
+#include "run_data.h"
 
 typedef enum { KT_INT, KT_LONG, KT_FLOAT, KT_BOOL, KT_CHOICE, KT_STR } KeyType;
 
@@ -31,8 +32,11 @@ static const KeySpec KEYS[] = {
      "checkpoint .h5 to start from, or a preset name for a fresh model"},
     {"model", "tokenizer", KT_STR, F(model.tokenizer), "", NULL, NULL, 0,
      "tokenizer.json for a fresh model (a checkpoint carries its own)"},
-    {"data", "train", KT_STR, F(data.train), "", NULL, NULL, 1, "training token dataset (.h5 from pocket tokenize)"},
-    {"data", "val", KT_STR, F(data.val), "", NULL, NULL, 0, "validation token dataset; empty = no evaluation"},
+    {"data", "train", KT_STR, F(data.train), "", NULL, NULL, 1,
+     "training token dataset (.h5 from pocket tokenize), or a mixture PATH:WEIGHT, ... (each weight the share of "
+     "the training tokens drawn from that set)"},
+    {"data", "val", KT_STR, F(data.val), "", NULL, NULL, 0,
+     "validation token dataset, or several NAME:PATH, ... each evaluated on its own; empty = no evaluation"},
     {"train", "mode", KT_CHOICE, F(train.mode), "cpt", NULL, "cpt|sft|choice|dpo", 0,
      "cpt: continued pre-training on every token; sft: loss on assistant tokens only; choice: the decision head's "
      "cross-entropy over each group's candidates (tokenize --choice); dpo: a [preference] loss over pairs of a "
@@ -56,6 +60,9 @@ static const KeySpec KEYS[] = {
      "updates between evaluations on [data] val; 0 = never"},
     {"train", "eval_batches", KT_INT, F(train.eval_batches), "20", "[1, 1000000]", NULL, 0,
      "micro-batches per evaluation"},
+    {"train", "best_by", KT_STR, F(train.best_by), "", NULL, NULL, 0,
+     "the validation figure best.h5 has the lowest of: a [data] val set's NAME, sum (every set's loss), or "
+     "NAME:WEIGHT, ... (a weighted sum); empty = the first set's loss"},
     {"train", "save_interval", KT_LONG, F(train.save_interval), "100", "[0, 1e12]", NULL, 0,
      "updates between checkpoints; 0 = only at the end"},
     {"train", "keep_last", KT_INT, F(train.keep_last), "2", "[1, 1000000]", NULL, 0,
@@ -554,6 +561,9 @@ int recipe_load(Recipe *r, const char *path, int n_sets, char **sets, PtError *e
     if (r->distill.enabled && r->train.mode == TRAIN_MODE_CHOICE)
         return pt_fail(e, "%s: [distill] distils next-token distributions; train.mode = choice trains the decision "
                        "head's scores, which a teacher does not give", src);
+    DataSpec data;   // [data] train and val, [train] best_by: their syntax and what they combine with
+    if (data_spec_parse(&data, r, src, e)) return -1;
+    data_spec_free(&data);
     if (!r->train.run_dir[0]) default_run_dir(r, path);
     return 0;
 }

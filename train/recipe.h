@@ -44,8 +44,8 @@ typedef struct {
         char tokenizer[RECIPE_STR];   // tokenizer.json for a preset; "" = none
     } model;
     struct {
-        char train[RECIPE_STR];       // token dataset .h5 (required)
-        char val[RECIPE_STR];         // "" = no evaluation
+        char train[RECIPE_STR];       // token dataset .h5, or a mixture PATH:WEIGHT, ... (required; run_data.h)
+        char val[RECIPE_STR];         // "" = no evaluation; PATH, or NAME:PATH, ... (run_data.h)
     } data;
     struct {
         int mode;                     // TRAIN_MODE_*
@@ -56,6 +56,7 @@ typedef struct {
         float epochs;                 // passes over the train set when steps = tokens = 0
         long stop_after;              // stop (and save) once this many updates are done; 0 = at the end
         long eval_interval;           // 0 = never
+        char best_by[RECIPE_STR];     // best.h5's figure: "" (the first val set), NAME, sum, NAME:WEIGHT, ...
         int eval_batches;
         long save_interval;           // 0 = only at the end
         int keep_last;

@@ -9,8 +9,6 @@
 #include <math.h>
 #include <string.h>
 #include <unistd.h>
-#include "../data/dataset.h"
-#include "../data/loader.h"
 #include "../data/tokenizer.h"
 #include "../formats/checkpoint.h"
 #include "../model/generate.h"
@@ -21,7 +19,11 @@
 #include "devices.h"
 #include "evaluate.h"
 #include "objective.h"
+#include "run_data.h"
 #include "run_dir.h"
+
+enum { CURVE_COLS = 1 + VAL_MAX_SETS, N_CURVES = (1 + OBJECTIVE_MAX_METRICS) * CURVE_COLS };
+#define CURVE(f, c) ((f) * CURVE_COLS + (c))   // figure f on column c
 
 typedef struct {
     const Recipe *r;
@@ -33,9 +35,7 @@ typedef struct {
     DataParallel dp;          // the gradient sum and this rank's share of the AdamW state
     TrainState st;
     Tokenizer *tok;
-    Dataset train_ds, val_ds;
-    int has_val;
-    Loader loader;
+    RunData data;             // the training stream (one set or a mixture) and the validation sets
     Batch *micro;             // this rank's grad_accum micro-batches of one step
     float *micro_grads;       // grad_accum > 1: one micro-batch's gradient, added to the step's (device)
     long total_steps;
@@ -43,10 +43,12 @@ typedef struct {
     AdamWConfig adam;
     double peak_gflops, flops_per_token;
     double step_metrics[OBJECTIVE_MAX_METRICS];   // the objective's metrics of the last step, per counted item
-    // The curves of loss.svg: the loss and each plotted metric, training then validation
-    // (curve[0] train loss, curve[1] validation loss, then pairs per objective metric).
-    Series curve[2 + 2 * OBJECTIVE_MAX_METRICS];
-    char curve_key[2 + 2 * OBJECTIVE_MAX_METRICS][96];
+    // The curves of loss.svg and their metrics.jsonl keys (CURVE above): figure
+    // f (0 the loss, 1 + k the objective's metric k) on column c (0 the training
+    // data, 1 + v validation set v).
+    Series curve[N_CURVES];
+    char curve_key[N_CURVES][96];
+    long reported_at;         // the step whose mixture report was printed last (-1: none)
     char *dir;
 } Trainer;
 
@@ -79,8 +81,8 @@ static int open_device(Trainer *t, PtError *e) {
     return 0;
 }
 
-// The datasets the objective reads, the loader (at the resumed cursor) and
-// what the objective and the trainee take from them.
+// The datasets (the training stream at the resumed cursor, the validation
+// sets) and what the objective and the trainee take from them.
 static int open_data(Trainer *t, int resumed, PtError *e) {
     const Recipe *r = t->r;
     const ModelBundle *b = &t->tr.b;
@@ -93,24 +95,16 @@ static int open_data(Trainer *t, int resumed, PtError *e) {
     if (r->train.seq_len > b->cfg.max_seq)
         return pt_fail(e, "train.seq_len %d exceeds the model's context length %d", r->train.seq_len, b->cfg.max_seq);
     const char *hash = tokenizer_hash(t->tok);
-    const DatasetKind kind = objective_dataset_kind(r->train.mode);
-    if (dataset_open(&t->train_ds, r->data.train, e) || dataset_check_tokenizer(&t->train_ds, hash, e)) return -1;
-    if (t->train_ds.kind != kind)
-        return pt_fail(e, "%s: a %s dataset, but train.mode is %s", r->data.train, train_mode_name(t->train_ds.kind),
-                       train_mode_name(r->train.mode));
-    if (r->data.val[0]) {
-        if (dataset_open(&t->val_ds, r->data.val, e) || dataset_check_tokenizer(&t->val_ds, hash, e)) return -1;
-        t->has_val = 1;
-    }
-    if (loader_open(&t->loader, &t->train_ds, r->train.micro_batch, r->train.seq_len, (uint64_t)r->train.seed,
-                    t->comm->rank, t->comm->world, e))
-        return -1;
-    if (kind == DATASET_CPT) loader_set_doc_mask(&t->loader, r->train.doc_mask);
-    if (t->st.step > 0 && loader_set_cursor(&t->loader, &t->st.cursor, e)) return -1;
-    const ObjectiveData od = {&t->train_ds, t->has_val ? &t->val_ds : NULL, hash, &b->cfg, &t->dev,
+    RunData *d = &t->data;
+    if (run_data_open(d, r, hash, t->comm->rank, t->comm->world, e)) return -1;
+    if (t->st.step > 0 && run_data_set_cursor(d, &t->st, e)) return -1;
+    const Dataset *train[MIX_MAX_SETS], *val[VAL_MAX_SETS];
+    for (int k = 0; k < d->n_train; k++) train[k] = &d->train[k];
+    for (int k = 0; k < d->n_val; k++) val[k] = &d->val[k];
+    const ObjectiveData od = {train, d->n_train, val, d->n_val, hash, &b->cfg, &t->dev,
                               r->train.micro_batch, r->train.seq_len, t->lead ? stdout : NULL};
     if (t->obj.ops->open && t->obj.ops->open(&t->obj, &od, e)) return -1;
-    return t->tr.ops->use_data ? t->tr.ops->use_data(&t->tr, &t->train_ds, resumed, e) : 0;
+    return t->tr.ops->use_data ? t->tr.ops->use_data(&t->tr, &d->train[0], resumed, e) : 0;
 }
 
 // The sharded optimizer state: this rank's AdamW moments from the run's
@@ -129,7 +123,7 @@ static int optimizer_setup(Trainer *t, const char *resume_path, PtError *e) {
 
 static int save_checkpoint(Trainer *t, PtError *e) {
     char *path = run_dir_checkpoint_path(t->dir, t->st.step);
-    loader_get_cursor(&t->loader, &t->st.cursor);
+    run_data_get_cursor(&t->data, &t->st);
     int rc = t->tr.ops->save(&t->tr, path, &t->st, e);
     free(path);
     if (rc == 0 && t->lead) run_dir_keep_newest(t->dir, t->r->train.keep_last);
@@ -191,53 +185,95 @@ static void add_metrics(Trainer *t, json_t *j, const char *prefix, double count,
     }
 }
 
-// loss.svg: the loss, and a panel for each metric the objective plots.
+// loss.svg: the loss, and a panel for each metric the objective plots; in
+// each, the training curve and one per validation set.
 static int plot(Trainer *t, const char *path, PtError *e) {
-    PlotPanel panels[1 + OBJECTIVE_MAX_METRICS] = {{"loss", &t->curve[0], &t->curve[1]}};
-    int n = 1;
-    for (int k = 0; k < t->obj.n_metrics; k++)
-        if (t->obj.plotted[k]) panels[n++] = (PlotPanel){t->obj.metric[k], &t->curve[2 + 2 * k], &t->curve[3 + 2 * k]};
+    PlotPanel panels[1 + OBJECTIVE_MAX_METRICS];
+    int n = 0;
+    for (int f = 0; f <= t->obj.n_metrics; f++) {
+        if (f && !t->obj.plotted[f - 1]) continue;
+        PlotPanel *p = &panels[n++];
+        *p = (PlotPanel){f ? t->obj.metric[f - 1] : "loss", &t->curve[CURVE(f, 0)], {NULL}, {NULL}, t->data.n_val};
+        for (int v = 0; v < t->data.n_val; v++) {
+            p->val[v] = &t->curve[CURVE(f, 1 + v)];
+            p->val_name[v] = t->data.spec.val_named ? t->data.spec.val[v].name : NULL;
+        }
+    }
     return plot_svg(path, t->r->train.run_dir, panels, n, e);
 }
 
-static int evaluate(Trainer *t, PtError *e) {
-    if (!t->has_val) return 0;
-    if (t->tr.ops->use_step_weights(&t->tr, t->st.step, e)) return -1;
-    double t0 = now_seconds(), sums[2];
+// Validation set v's loss (and the objective's metrics, into j and metrics)
+// over the ranks; NAN when it has nothing to count.
+static int evaluate_set(Trainer *t, int v, json_t *j, double *loss, double *metrics, PtError *e) {
+    double sums[2];
+    char prefix[VAL_NAME_MAX + 8];
+    run_data_val_prefix(&t->data, v, prefix, sizeof prefix);
     objective_reset(&t->obj);
-    int rc = t->tr.ops->evaluate(&t->tr, &t->val_ds, t->r->train.eval_batches, t->comm->rank, t->comm->world,
+    int rc = t->tr.ops->evaluate(&t->tr, &t->data.val[v], t->r->train.eval_batches, t->comm->rank, t->comm->world,
                                  &sums[0], &sums[1], e);
     if (agree(t, rc, e)) return -1;
     comm_sum_doubles(t->comm, sums, 2, "the validation loss");
-    double val = sums[1] > 0 ? sums[0] / sums[1] : NAN;
-    json_t *j = t->lead ? json_object() : NULL;
-    double metrics[OBJECTIVE_MAX_METRICS];
-    if (t->obj.eval_metrics) add_metrics(t, j, "val_", sums[1], metrics);
-    if (isnan(val)) {
-        json_decref(j);
-        return pt_fail(e, "%s: the validation data gives the %s's loss nothing to count", t->r->data.val, t->tr.what);
+    *loss = sums[1] > 0 ? sums[0] / sums[1] : NAN;
+    if (isnan(*loss))
+        return pt_fail(e, "%s: the validation data gives the %s's loss nothing to count", t->data.val[v].path,
+                       t->tr.what);
+    if (t->obj.eval_metrics) add_metrics(t, j, prefix, sums[1], metrics);
+    return 0;
+}
+
+static int evaluate(Trainer *t, PtError *e) {
+    RunData *d = &t->data;
+    if (!d->n_val) return 0;
+    if (t->tr.ops->use_step_weights(&t->tr, t->st.step, e)) return -1;
+    double t0 = now_seconds(), loss[VAL_MAX_SETS], metrics[VAL_MAX_SETS][OBJECTIVE_MAX_METRICS];
+    json_t *line = json_pack("{s:I}", "step", (json_int_t)t->st.step), *j = json_object();
+    for (int v = 0; v < d->n_val; v++) {
+        if (evaluate_set(t, v, j, &loss[v], metrics[v], e)) {
+            json_decref(line);
+            json_decref(j);
+            return -1;
+        }
+        char key[VAL_NAME_MAX + 16];
+        run_data_val_prefix(d, v, key, sizeof key);
+        strcat(key, "loss");
+        json_object_set_new(line, key, json_real(loss[v]));
+        strcpy(key + strlen(key) - 4, "ppl");
+        json_object_set_new(line, key, json_real(exp(loss[v])));
+        series_add(&t->curve[CURVE(0, 1 + v)], t->st.step, loss[v]);
+        for (int k = 0; t->obj.eval_metrics && k < t->obj.n_metrics; k++)
+            series_add(&t->curve[CURVE(1 + k, 1 + v)], t->st.step, metrics[v][k]);
     }
-    series_add(&t->curve[1], t->st.step, val);
-    for (int k = 0; t->obj.eval_metrics && k < t->obj.n_metrics; k++) series_add(&t->curve[3 + 2 * k], t->st.step, metrics[k]);
-    int best = val < t->st.best_val_loss;
-    if (best) t->st.best_val_loss = val;
+    const double figure = run_data_best_figure(d, loss);
+    int best = figure < t->st.best_val_loss, rc = 0;
+    if (best) t->st.best_val_loss = figure;
     if (best) {
         char *path = path_join(t->dir, "best.h5");
         rc = t->tr.ops->save(&t->tr, path, NULL, e);
         free(path);
     }
-    if (!t->lead) return rc;
-    json_t *line = json_pack("{s:I, s:f, s:f, s:f}", "step", (json_int_t)t->st.step, "val_loss", val, "val_ppl",
-                             exp(val), "eval_s", now_seconds() - t0);
+    json_object_set_new(line, "eval_s", json_real(now_seconds() - t0));
     json_object_update(line, j);
     json_decref(j);
+    if (!t->lead) {
+        json_decref(line);
+        return rc;
+    }
+    run_data_report(d, NULL, line);
     run_dir_append_metrics(t->dir, line);
-    printf("step %ld: validation loss %.4f (", (long)t->st.step, val);
-    if (t->obj.eval_metrics)   // the objective's own figures; a perplexity only means something for a token loss
-        for (int k = 0; k < t->obj.n_metrics; k++) printf("%s%s %.4f", k ? ", " : "", t->obj.metric[k], metrics[k]);
-    else
-        printf("perplexity %.2f", exp(val));
-    printf(")%s\n", best ? ", best so far" : "");
+    printf("step %ld: validation loss ", (long)t->st.step);
+    for (int v = 0; v < d->n_val; v++) {
+        if (d->spec.val_named) printf("%s%s ", v ? ", " : "", d->spec.val[v].name);
+        printf("%.4f (", loss[v]);
+        if (t->obj.eval_metrics)   // the objective's own figures; a perplexity only means something for a token loss
+            for (int k = 0; k < t->obj.n_metrics; k++) printf("%s%s %.4f", k ? ", " : "", t->obj.metric[k], metrics[v][k]);
+        else
+            printf("perplexity %.2f", exp(loss[v]));
+        printf(")");
+    }
+    if (d->n_val > 1) printf("; best_by %.4f", figure);
+    printf("%s\n", best ? ", best so far" : "");
+    run_data_report(d, stdout, NULL);
+    t->reported_at = t->st.step;
     if (rc) return rc;
     char *svg = path_join(t->dir, "loss.svg");
     rc = plot(t, svg, e);
@@ -260,7 +296,7 @@ static double train_step(Trainer *t, int stop, double *norm_out, int *finite, in
     // same, and two ranks what one rank accumulating their two draws.
     uint64_t index[accum];
     for (int a = 0; a < accum; a++) {
-        loader_next(&t->loader, &t->micro[a]);
+        run_data_next(&t->data, &t->micro[a]);
         index[a] = ((uint64_t)step * accum + (uint64_t)a) * (uint64_t)t->comm->world + (uint64_t)t->comm->rank;
         sums[1] += tr->ops->prepare(tr, a, &t->micro[a], index[a]);
     }
@@ -309,16 +345,14 @@ static void progress(const Trainer *t, double loss, double tok_s, long tokens_pe
 static void trainer_free(Trainer *t) {
     for (int a = 0; t->micro && a < t->r->train.grad_accum; a++) batch_free(&t->micro[a]);
     free(t->micro);
-    loader_close(&t->loader);
-    dataset_close(&t->train_ds);
-    if (t->has_val) dataset_close(&t->val_ds);
+    run_data_close(&t->data);
     if (t->tok) tokenizer_free(t->tok);
     dp_free(&t->dp);
     if (t->micro_grads) t->dev.be->release(&t->dev, t->micro_grads);
     objective_free(&t->obj);   // before the trainee: a teacher's model runs on the same device
     if (t->dev.be) trainee_free(&t->tr);
     if (t->dev.be) dev_free(&t->dev);
-    for (int k = 0; k < 2 + 2 * OBJECTIVE_MAX_METRICS; k++) series_free(&t->curve[k]);
+    for (int k = 0; k < N_CURVES; k++) series_free(&t->curve[k]);
     free(t->dir);
 }
 
@@ -328,9 +362,9 @@ static int announce(Trainer *t, const char *resumed, long tokens_per_step, PtErr
     if (!t->lead) return 0;
     if (resumed) printf("resuming from %s (step %ld)\n", resumed, (long)t->st.step);
     else printf("starting from %s\n", r->model.init);
-    const char *keys[2 + 2 * OBJECTIVE_MAX_METRICS];
-    for (int k = 0; k < 2 + 2 * t->obj.n_metrics; k++) keys[k] = t->curve_key[k];
-    if (run_dir_reload_metrics(t->dir, (long)t->st.step, keys, t->curve, 2 + 2 * t->obj.n_metrics, e)) return -1;
+    const char *keys[N_CURVES];
+    for (int k = 0; k < N_CURVES; k++) keys[k] = t->curve_key[k];   // "" for the curves a run has not
+    if (run_dir_reload_metrics(t->dir, (long)t->st.step, keys, t->curve, N_CURVES, e)) return -1;
     char *path = path_join(t->dir, "recipe.ini");   // the resolved recipe, beside the run's outputs
     AtomicFile af;
     int rc = atomic_open(&af, path, e);
@@ -375,7 +409,8 @@ static int set_up(Trainer *t, char **resumed, PtError *e) {
     const int B = r->train.micro_batch, T = r->train.seq_len, accum = r->train.grad_accum;
     const long tokens_per_step = (long)B * T * accum * t->comm->world;
     // steps, else tokens, else epochs over the training set's tokens
-    double budget = r->train.tokens > 0 ? (double)r->train.tokens : r->train.epochs * (double)t->train_ds.n_tokens;
+    // (a mixture's length is never epochs: data_spec_parse refuses it)
+    double budget = r->train.tokens > 0 ? (double)r->train.tokens : r->train.epochs * (double)t->data.train[0].n_tokens;
     t->total_steps = r->train.steps > 0 ? r->train.steps : (long)ceil(budget / tokens_per_step);
     if (rc == 0 && t->total_steps < 1) rc = pt_fail(e, "set train.steps, train.tokens or train.epochs");
     if (rc == 0) rc = t->tr.ops->plan(&t->tr, B, T, accum, log, e);
@@ -384,11 +419,14 @@ static int set_up(Trainer *t, char **resumed, PtError *e) {
         if (rc == 0) rc = t->obj.ops->start(&t->obj, &t->tr.m, t->comm, t->dir, *resumed != NULL, e);
     }
     if (agree(t, rc, e)) return -1;
-    snprintf(t->curve_key[0], sizeof t->curve_key[0], "loss");
-    snprintf(t->curve_key[1], sizeof t->curve_key[1], "val_loss");
-    for (int k = 0; k < t->obj.n_metrics; k++) {
-        snprintf(t->curve_key[2 + 2 * k], sizeof t->curve_key[0], "%s", t->obj.metric[k]);
-        snprintf(t->curve_key[3 + 2 * k], sizeof t->curve_key[0], "val_%s", t->obj.metric[k]);
+    for (int f = 0; f <= t->obj.n_metrics; f++) {
+        const char *what = f ? t->obj.metric[f - 1] : "loss";
+        snprintf(t->curve_key[CURVE(f, 0)], sizeof t->curve_key[0], "%s", what);
+        for (int v = 0; v < t->data.n_val; v++) {
+            char prefix[VAL_NAME_MAX + 8];
+            run_data_val_prefix(&t->data, v, prefix, sizeof prefix);
+            snprintf(t->curve_key[CURVE(f, 1 + v)], sizeof t->curve_key[0], "%s%s", prefix, what);
+        }
     }
     if (uses_nccl(t)) {
         const int bf16 = r->train.grad_reduce == GRAD_REDUCE_BF16;
@@ -416,6 +454,7 @@ int train_run(const Recipe *r, Comm *comm, volatile sig_atomic_t *stop, PtError 
     t.comm = comm;
     t.lead = comm->rank == 0;
     t.dir = xstrdup(r->train.run_dir);
+    t.reported_at = -1;
     comm->timeout_s = r->train.comm_timeout;
     char *resumed = NULL;
     const int new_dir = !path_is_dir(t.dir);   // a run that fails to start leaves no empty directory behind
@@ -448,8 +487,8 @@ int train_run(const Recipe *r, Comm *comm, volatile sig_atomic_t *stop, PtError 
             }
         } else {
             t.st.bad_steps = 0;
-            series_add(&t.curve[0], t.st.step, loss);
-            for (int k = 0; k < t.obj.n_metrics; k++) series_add(&t.curve[2 + 2 * k], t.st.step, t.step_metrics[k]);
+            series_add(&t.curve[CURVE(0, 0)], t.st.step, loss);
+            for (int k = 0; k < t.obj.n_metrics; k++) series_add(&t.curve[CURVE(1 + k, 0)], t.st.step, t.step_metrics[k]);
         }
         if (t.lead) {
             float lr = schedule_lr(&t.sched, t.adam.lr, t.st.step - 1);
@@ -460,6 +499,7 @@ int train_run(const Recipe *r, Comm *comm, volatile sig_atomic_t *stop, PtError 
                                   "elapsed_s", now_seconds() - start, "tokens", (json_int_t)t.st.tokens);
             if (comm->world > 1) json_object_set_new(j, "comm_s", json_real(comm->seconds - comm_t0));
             for (int k = 0; k < t.obj.n_metrics; k++) json_object_set_new(j, t.obj.metric[k], json_real(t.step_metrics[k]));
+            if (stopped || t.st.step == stop_at) run_data_report(&t.data, NULL, j);   // this invocation's last step
             run_dir_append_metrics(t.dir, j);
             double now = now_seconds();
             if (tty || now - last_print >= 1.0 || t.st.step == t.total_steps) {
@@ -477,6 +517,7 @@ int train_run(const Recipe *r, Comm *comm, volatile sig_atomic_t *stop, PtError 
             if (save_checkpoint(&t, e)) goto out;
     }
     if (tty) fputc('\n', stderr);
+    if (t.lead && t.reported_at != t.st.step) run_data_report(&t.data, stdout, NULL);
     if (t.lead && t.st.step < t.total_steps)
         printf("%s at step %ld; checkpoint saved in %s; run the same command to resume\n",
                stopped ? "interrupted" : "stopped (train.stop_after)", (long)t.st.step, t.dir);
