@@ -116,7 +116,7 @@ typedef struct {
 static int pref_open(Objective *o, const ObjectiveData *d, PtError *e) {
     PrefObjective *x = o->impl;
     // One set of each: the reference log-probabilities are kept per document of
-    // one training and one validation set (data_spec_parse refuses more).
+    // one training and one validation set (recipe_load refuses more).
     if (d->n_train != 1 || d->n_val > 1)
         return pt_fail(e, "train.mode = dpo takes one training set and at most one validation set");
     const Dataset *val = d->n_val ? d->val[0] : NULL;

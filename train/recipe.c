@@ -8,7 +8,7 @@
 #include <string.h>
 #include <strings.h>
 #include "../model/draft.h"
-#include "run_data.h"
+#include "data_spec.h"
 
 typedef enum { KT_INT, KT_LONG, KT_FLOAT, KT_BOOL, KT_CHOICE, KT_STR } KeyType;
 
@@ -498,6 +498,27 @@ static void default_run_dir(Recipe *r, const char *path) {
 }
 
 // [lora]: its targets and values, and what it cannot be combined with.
+// What a mixture or several validation sets cannot be combined with.
+static int data_combinations_check(const DataSpec *s, const Recipe *r, const char *src, PtError *e) {
+    if (r->train.mode == TRAIN_MODE_DPO && s->n_train > 1)
+        return pt_fail(e, "%s: [data] train: a mixture is not supported with train.mode = dpo (the reference "
+                          "log-probabilities are kept per document of one training set)", src);
+    if (r->train.mode == TRAIN_MODE_DPO && s->n_val > 1)
+        return pt_fail(e, "%s: [data] val: several validation sets are not supported with train.mode = dpo (the "
+                          "reference log-probabilities are kept for one validation set)", src);
+    if (s->n_train == 1) return 0;
+    if (r->draft.enabled)
+        return pt_fail(e, "%s: [data] train: a mixture is not supported with [draft] (the draft's vocabulary is "
+                          "counted on one training set)", src);
+    if (r->distill.enabled && r->distill.source == DISTILL_TOPK)
+        return pt_fail(e, "%s: [data] train: a mixture is not supported with [distill] source = topk (the "
+                          "teacher's logits are stored in one dataset)", src);
+    if (r->train.steps == 0 && r->train.tokens == 0)
+        return pt_fail(e, "%s: [data] train: a mixture's length is set by [train] tokens or steps (train.epochs "
+                          "counts passes over one set; each set of a mixture has epochs of its own)", src);
+    return 0;
+}
+
 static int lora_check(const Recipe *r, const char *src, PtError *e) {
     LoraConfig lc;
     char where[RECIPE_STR + 16];
@@ -562,8 +583,10 @@ int recipe_load(Recipe *r, const char *path, int n_sets, char **sets, PtError *e
         return pt_fail(e, "%s: [distill] distils next-token distributions; train.mode = choice trains the decision "
                        "head's scores, which a teacher does not give", src);
     DataSpec data;   // [data] train and val, [train] best_by: their syntax and what they combine with
-    if (data_spec_parse(&data, r, src, e)) return -1;
+    if (data_spec_parse(&data, r->data.train, r->data.val, r->train.best_by, src, e)) return -1;
+    const int rc = data_combinations_check(&data, r, src, e);
     data_spec_free(&data);
+    if (rc) return -1;
     if (!r->train.run_dir[0]) default_run_dir(r, path);
     return 0;
 }

@@ -7,39 +7,16 @@
 // best_by says which figure best.h5 is chosen on: a set's loss or a weighted
 // sum of theirs.
 //
-// recipe_load checks the values (data_spec_parse) before anything runs; the
+// recipe_load checks the values (data_spec.h) before anything runs; the
 // trainer then opens the sets (run_data_open), draws its micro-batches from
 // the stream and keeps the stream's cursor in its checkpoints (TrainState).
 #pragma once
 #include <jansson.h>
 #include <stdio.h>
 #include "../data/mixture.h"
+#include "data_spec.h"
 #include "../formats/checkpoint.h"
 #include "recipe.h"
-
-enum { VAL_MAX_SETS = 8, VAL_NAME_MAX = 32 };
-
-typedef struct {
-    char name[VAL_NAME_MAX];   // [A-Za-z0-9_-], "val" for a plain PATH
-    char *path;
-} ValEntry;
-
-// The parsed values of [data] train, [data] val and [train] best_by.
-typedef struct {
-    MixEntry *train;                  // n_train entries; one: the plain loader
-    int n_train;
-    ValEntry val[VAL_MAX_SETS];
-    int n_val;
-    int val_named;                    // written NAME:PATH: metrics keys val_<name>_... (else val_...)
-    double best_weight[VAL_MAX_SETS]; // best.h5's figure: the sum over sets k of best_weight[k] x loss k
-} DataSpec;
-
-// Parses and checks the three values and what they cannot be combined with
-// (a mixture or several validation sets in mode dpo, a mixture with a
-// [draft], with [distill] source = topk, or with its length left to
-// train.epochs). Errors: one line "src: [section] key: ...".
-int data_spec_parse(DataSpec *s, const Recipe *r, const char *src, PtError *e);
-void data_spec_free(DataSpec *s);
 
 typedef struct {
     DataSpec spec;

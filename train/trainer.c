@@ -409,7 +409,7 @@ static int set_up(Trainer *t, char **resumed, PtError *e) {
     const int B = r->train.micro_batch, T = r->train.seq_len, accum = r->train.grad_accum;
     const long tokens_per_step = (long)B * T * accum * t->comm->world;
     // steps, else tokens, else epochs over the training set's tokens
-    // (a mixture's length is never epochs: data_spec_parse refuses it)
+    // (a mixture's length is never epochs: recipe_load refuses it)
     double budget = r->train.tokens > 0 ? (double)r->train.tokens : r->train.epochs * (double)t->data.train[0].n_tokens;
     t->total_steps = r->train.steps > 0 ? r->train.steps : (long)ceil(budget / tokens_per_step);
     if (rc == 0 && t->total_steps < 1) rc = pt_fail(e, "set train.steps, train.tokens or train.epochs");
