@@ -49,7 +49,7 @@ BENCH_SRC := $(wildcard tests/bench_*.c)
 BENCH_BIN := $(BENCH_SRC:tests/%.c=$(BUILD)/tests/%)
 
 .PHONY: all test test-arm64 test-clang deps-arm64 test-mpi check interop bench bench-isa demo demo-choice deps clean fuzz fuzz-lib \
-        fuzz-run fuzz-replay fuzz-ci fuzz-seeds qat-experiment bench-qat bench-spec
+        fuzz-run fuzz-replay fuzz-ci fuzz-seeds qat-experiment bench-qat bench-spec bench-cpt
 .SECONDARY:
 all: $(POCKET)
 
@@ -178,6 +178,12 @@ bench-qat:
 bench-spec: $(POCKET) $(VENV)/ok
 	bash recipes/spec/run.sh demo
 	bash recipes/spec/run.sh smollm2
+
+# Continued pre-training with English replay: SmolLM2-135M-Instruct on the demo's Chinese corpus with 0%, 10% and 25%
+# of the tokens replayed from English text, same budget; held-out Chinese and English losses before and after
+# (recipes/cpt-bench/run.sh; about an hour on 2 cores, resumable; NICE=19 on a shared machine)
+bench-cpt: $(POCKET) $(VENV)/ok
+	POCKET=./$(POCKET) bash recipes/cpt-bench/run.sh
 
 # Our kernels and training step, PyTorch's step and HF tokenizers, in one run.
 bench: $(POCKET) $(BENCH_BIN) $(VENV)/ok
