@@ -164,12 +164,51 @@ static uint64_t doc_of(const Dataset *d, uint64_t i) {
     return lo;
 }
 
-static int fill_cpt_row(Loader *l, int *tok, int *tgt, int *pos, int *seg, uint8_t *mask, int64_t *src) {
+// One row of a batch: its per-position arrays from the row's flat offset.
+typedef struct {
+    int *tok, *tgt, *pos, *seg;
+    uint8_t *mask;
+    int64_t *src;
+} Row;
+
+static Row row_at(Batch *b, size_t o) {
+    return (Row){b->tokens + o, b->targets + o, b->pos + o, b->seg + o, b->mask + o, b->src + o};
+}
+
+// Positions t..T-1 of r: padding, a segment of its own (s), never trained.
+static void pad_row(Row r, int t, int T, int s) {
+    for (int i = t; i < T; i++) {
+        r.tok[i] = 0;
+        r.src[i] = -1;
+        r.pos[i] = i - t;
+        r.seg[i] = s;
+        r.tgt[i] = -1;
+        r.mask[i] = 0;
+    }
+}
+
+// A document's first len tokens (from flat token off) at positions t.. of r,
+// segment s. Token i is trained on its next one, with that token's SFT loss
+// mask, while i + 1 < n_next (0: never).
+static void put_doc(const Dataset *d, Row r, int t, uint64_t off, int len, uint64_t n_next, int s) {
+    for (int i = 0; i < len; i++) {
+        uint64_t at = off + (uint64_t)i;
+        int next = (uint64_t)i + 1 < n_next;
+        r.tok[t + i] = (int)dataset_token(d, at);
+        r.src[t + i] = (int64_t)at;
+        r.pos[t + i] = i;
+        r.seg[t + i] = s;
+        r.tgt[t + i] = next ? (int)dataset_token(d, at + 1) : -1;
+        r.mask[t + i] = next ? d->loss_mask[at + 1] : 0;
+    }
+}
+
+static int fill_cpt_row(Loader *l, Row r) {
     const Dataset *d = l->d;
     int T = l->T;
     uint64_t item = peek_item(l);
     if (item == UINT64_MAX) {   // one pass, and it is over: padding
-        for (int t = 0; t < T; t++) tok[t] = 0, tgt[t] = -1, pos[t] = t, seg[t] = 0, mask[t] = 0, src[t] = -1;
+        pad_row(r, 0, T, 0);
         return 0;
     }
     uint64_t start = item * (uint64_t)T;
@@ -185,13 +224,13 @@ static int fill_cpt_row(Loader *l, int *tok, int *tgt, int *pos, int *seg, uint8
             boundary = d->doc_offsets[doc + 1];
             if (p) { s++; p = 0; }
         }
-        tok[t] = (int)dataset_token(d, i);
-        src[t] = (int64_t)i;
-        pos[t] = p;
-        seg[t] = s;
+        r.tok[t] = (int)dataset_token(d, i);
+        r.src[t] = (int64_t)i;
+        r.pos[t] = p;
+        r.seg[t] = s;
         int ends_doc = i + 1 >= boundary;
-        tgt[t] = ends_doc ? -1 : (int)dataset_token(d, i + 1);
-        mask[t] = ends_doc ? 0 : 1;
+        r.tgt[t] = ends_doc ? -1 : (int)dataset_token(d, i + 1);
+        r.mask[t] = ends_doc ? 0 : 1;
     }
     return T;
 }
@@ -209,9 +248,7 @@ static int item_len(const Loader *l, uint64_t item) {
 static int fill_group_row(Loader *l, Batch *b, size_t o) {
     const Dataset *d = l->d;
     int T = l->T, t = 0, s = 0;
-    int *tok = b->tokens + o, *tgt = b->targets + o, *pos = b->pos + o, *seg = b->seg + o;
-    uint8_t *mask = b->mask + o;
-    int64_t *src = b->src + o;
+    const Row r = row_at(b, o);
     while (t < T) {
         uint64_t g = peek_item(l), doc, end;
         if (g == UINT64_MAX || t + item_len(l, g) > T) break;
@@ -222,30 +259,14 @@ static int fill_group_row(Loader *l, Batch *b, size_t o) {
             int len = (int)dataset_doc_len(d, doc);
             b->cand_doc[first[1]] = (int64_t)doc;
             b->cand_row0[first[1]] = (int)o + t;
-            for (int i = 0; i < len; i++) {
-                uint64_t at = off + (uint64_t)i;
-                int next = l->pairs && i + 1 < len;
-                tok[t + i] = (int)dataset_token(d, at);
-                src[t + i] = (int64_t)at;
-                pos[t + i] = i;
-                seg[t + i] = s;
-                tgt[t + i] = next ? (int)dataset_token(d, at + 1) : -1;
-                mask[t + i] = next ? d->loss_mask[at + 1] : 0;
-            }
+            put_doc(d, r, t, off, len, l->pairs ? (uint64_t)len : 0, s);
             t += len;
             b->group_last[first[1]++] = (int)o + t - 1;
         }
         b->group_label[b->n_groups++] = l->pairs ? 0 : (int)d->choice_label[g];
         first[2] = first[1];
     }
-    for (int i = t; i < T; i++) {   // padding: its own segment, never trained
-        tok[i] = 0;
-        src[i] = -1;
-        pos[i] = i - t;
-        seg[i] = s;
-        tgt[i] = -1;
-        mask[i] = 0;
-    }
+    pad_row(r, t, T, s);
     return t;
 }
 
@@ -266,7 +287,7 @@ static int skip_row(Loader *l) {
     }
 }
 
-static int fill_sft_row(Loader *l, int *tok, int *tgt, int *pos, int *seg, uint8_t *mask, int64_t *src) {
+static int fill_sft_row(Loader *l, Row r) {
     const Dataset *d = l->d;
     int T = l->T, t = 0, s = 0;
     while (t < T) {
@@ -277,27 +298,11 @@ static int fill_sft_row(Loader *l, int *tok, int *tgt, int *pos, int *seg, uint8
         if (t + len > T) break;   // it starts the next row
         l->cur.index++;
         if ((uint64_t)len < full) l->n_truncated++;
-        for (int i = 0; i < len; i++) {
-            uint64_t at = off + (uint64_t)i;
-            int has_next = (uint64_t)i + 1 < full;   // a cut example still predicts its next token
-            tok[t + i] = (int)dataset_token(d, at);
-            src[t + i] = (int64_t)at;
-            pos[t + i] = i;
-            seg[t + i] = s;
-            tgt[t + i] = has_next ? (int)dataset_token(d, at + 1) : -1;
-            mask[t + i] = has_next ? d->loss_mask[at + 1] : 0;
-        }
+        put_doc(d, r, t, off, len, full, s);   // a cut example still predicts its next token
         t += len;
         s++;
     }
-    for (int i = t; i < T; i++) {   // padding: its own segment, never trained
-        tok[i] = 0;
-        src[i] = -1;
-        pos[i] = i - t;
-        seg[i] = s;
-        tgt[i] = -1;
-        mask[i] = 0;
-    }
+    pad_row(r, t, T, s);
     return t;
 }
 
@@ -313,8 +318,8 @@ void loader_batch_begin(Batch *b) {
 int loader_next_row(Loader *l, Batch *b, size_t o, int fill) {
     if (!fill) return skip_row(l);
     if (l->choice || l->pairs) return fill_group_row(l, b, o);
-    if (l->sft) return fill_sft_row(l, b->tokens + o, b->targets + o, b->pos + o, b->seg + o, b->mask + o, b->src + o);
-    return fill_cpt_row(l, b->tokens + o, b->targets + o, b->pos + o, b->seg + o, b->mask + o, b->src + o);
+    if (l->sft) return fill_sft_row(l, row_at(b, o));
+    return fill_cpt_row(l, row_at(b, o));
 }
 
 void loader_batch_end(const Loader *l, Batch *b) {
