@@ -8,6 +8,8 @@
 #include <cmocka.h>
 #include <math.h>
 #include <stdio.h>
+#include <dirent.h>
+#include <sys/stat.h>
 #include <string.h>
 #include <unistd.h>
 #include "../train/recipe.h"
@@ -383,6 +385,50 @@ static void test_shipped_recipes(void **state) {
     }
 }
 
+// Every .ini under dir (and one level of folders below it) through recipe_load; returns how many.
+static int load_every_recipe(const char *dir, int depth) {
+    DIR *d = opendir(dir);
+    assert_non_null(d);
+    int n = 0;
+    struct stat st;
+    for (struct dirent *ent; (ent = readdir(d));) {
+        if (ent->d_name[0] == '.') continue;
+        char path[512];
+        snprintf(path, sizeof path, "%s/%s", dir, ent->d_name);
+        const size_t len = strlen(ent->d_name);
+        if (len > 4 && !strcmp(ent->d_name + len - 4, ".ini")) {
+            Recipe r;
+            PtError e;
+            if (recipe_load(&r, path, 0, NULL, &e)) fail_msg("%s", e.msg);
+            n++;
+        } else if (depth > 0 && stat(path, &st) == 0 && S_ISDIR(st.st_mode)) {
+            n += load_every_recipe(path, depth - 1);
+        }
+    }
+    closedir(d);
+    return n;
+}
+
+// Every recipe the repository ships parses and passes recipe_load's checks (its
+// [data] values and their combinations with the rest included), and the DPO and
+// mixture ones say what their docs say.
+static void test_every_shipped_recipe_loads(void **state) {
+    (void)state;
+    const int n = load_every_recipe("recipes", 1);
+    printf("  %d shipped recipes load\n", n);
+    assert_true(n >= 20);
+    Recipe r;
+    PtError e;
+    if (recipe_load(&r, "recipes/pocket-0.3b-dpo.ini", 0, NULL, &e)) fail_msg("%s", e.msg);
+    assert_int_equal(r.train.mode, TRAIN_MODE_DPO);
+    if (recipe_load(&r, "recipes/tour/dpo.ini", 0, NULL, &e)) fail_msg("%s", e.msg);
+    assert_int_equal(r.train.mode, TRAIN_MODE_DPO);
+    assert_int_equal(r.preference.loss, PREF_SIGMOID);
+    if (recipe_load(&r, "recipes/cpt-bench/cpt.ini", 0, NULL, &e)) fail_msg("%s", e.msg);
+    assert_non_null(strstr(r.data.train, ":0.1"));
+    assert_non_null(strstr(r.data.val, "en:"));
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_defaults),
@@ -393,6 +439,7 @@ int main(void) {
         cmocka_unit_test(test_write_load_roundtrip),
         cmocka_unit_test(test_help_and_write_list_every_key),
         cmocka_unit_test(test_shipped_recipes),
+        cmocka_unit_test(test_every_shipped_recipe_loads),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
