@@ -30,13 +30,13 @@ STEPS=$(( (PASSES * PAIRS + 7) / 8 ))   # PASSES over the pairs at 8 pairs an up
 
 # 3. pocket's DPO run.
 [ -f $T/dpo/best.h5 ] || time_v $T/dpo-time.txt $P train recipes/tour/dpo.ini --set train.steps=$STEPS
-# 4. Beside it, TRL's DPOTrainer and pocket for COMPARE updates each from the same start on the same pairs, batch,
-#    lr, beta and schedule, both evaluated on the same held-out pairs (TRL's run is too slow on this CPU for the whole
-#    run: its reference pass alone took ~5 times pocket's). pocket reuses the run's reference.h5 (same start, same
-#    data: its hashes agree); TRL runs its reference beside the policy, its default.
+# 4. Beside it, TRL's DPOTrainer from the same start on the same pairs, batch, lr, beta and schedule: first COMPARE
+#    updates of each, pocket (reusing the run's reference.h5: same start, same data, its hashes agree) and TRL (its
+#    reference beside the policy, its default), for wall time and peak memory (run this stage on an otherwise idle
+#    machine); both evaluated on the same 50 held-out pairs. Then TRL's whole run, STEPS updates, evaluated on every
+#    held-out pair, for its accuracy and margin beside pocket's run.
 COMPARE=${COMPARE:-10}
 [ -d $T/sft-hf ] || $P export --ckpt $T/sft/best.h5 --format hf --out $T/sft-hf
-# (evaluated on the first 50 held-out pairs: TRL's evaluation of all of them would take as long as its training)
 [ -f $D/pairs-val50.jsonl ] || head -50 $D/pairs-val.jsonl > $D/pairs-val50.jsonl
 [ -f $T/pairs-val50.h5 ] || $P tokenize --pairs --tokenizer $T/sft/best.h5 $D/pairs-val50.jsonl --out $T/pairs-val50.h5
 SHORT=$T/dpo-short/ckpt-$(printf %08d $COMPARE).h5
@@ -50,6 +50,9 @@ fi
 [ -f $T/dpo-trl.json ] || time_v $T/dpo-trl-time.txt $PY recipes/tour/dpo_trl.py --model $T/sft-hf \
     --train $D/pairs.jsonl --val $D/pairs-val50.jsonl --out $T/dpo-trl.json --steps $COMPARE --batch 4 --accum 2 \
     --lr 1e-5 --beta 0.1 --warmup 2 --threads 2
+[ -f $T/dpo-trl-full.json ] || $PY recipes/tour/dpo_trl.py --model $T/sft-hf --train $D/pairs.jsonl \
+    --val $D/pairs-val.jsonl --out $T/dpo-trl-full.json --steps $STEPS --batch 4 --accum 2 --lr 1e-5 --beta 0.1 \
+    --warmup 5 --threads 2
 # 5. Held-out pairs: the DPO model against its start; and how often each model finds the chosen answer more
 #    likely per token than the rejected one (SimPO's reward, no reference).
 [ -f $T/dpo-eval.txt ] || $P eval --ckpt $T/dpo/best.h5 --ref $T/sft/best.h5 --data $T/pairs-val.h5 --seq-len 352 \
@@ -83,4 +86,6 @@ r['exact_match'], 'of', r['examples'])" $T/$m-mnn-em.json $m
 rewards/accuracies', round(e['eval_rewards/accuracies'],4), 'margin', round(e['eval_rewards/margins'],4), '; train', \
 round(r['train_seconds'],1), 's')" $T/dpo-trl.json
     echo "TRL process: $(cat $T/dpo-trl-time.txt)"
+    $PY -c "import json,sys; r=json.load(open(sys.argv[1])); e=r['eval']; print('TRL,', r['steps'], 'updates: held-out \
+rewards/accuracies', round(e['eval_rewards/accuracies'],4), 'margin', round(e['eval_rewards/margins'],4))" $T/dpo-trl-full.json
 } | tee ${RESULTS:-$T/dpo-results.txt}
