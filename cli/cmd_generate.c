@@ -165,7 +165,7 @@ int cmd_generate(int argc, char **argv) {
         } else return arg_usage("unknown argument '%s' (see --help)", argv[i]);
     }
     if (batch_file) return generate_file(ckpt, batch_file, out_path, prompt_text || prompt_ids || draft_path, &oo, int4,
-                                         &(BatchOptions){batch_file, out_path, rows, samples, chat, print_ids, system,
+                                         &(BatchOptions){ckpt, batch_file, out_path, rows, samples, chat, print_ids, system,
                                                          params});
     if (out_path || rows != 16 || samples != 1)
         return arg_usage("--out, --rows and --samples go with --batch-file (see --help)");
@@ -189,9 +189,17 @@ int cmd_generate(int argc, char **argv) {
         return 2;
     }
     oo.int4 = int4 || draft_path;   // a draft drafts for the int4 weights it was trained against
-    // With a draft, a refusal (other weights, a block the target cannot take) is the only line: the int4 line waits.
-    if (draft_path) oo.log = NULL;
-    if (open_model(&om, ckpt, &oo, &e)) { fprintf(stderr, "pocket generate: %s\n", e.msg); return 1; }
+    // With a draft, a refusal (other weights, a block the target cannot take) is the only line: what open_model
+    // says is held back until the draft is accepted.
+    char *held = NULL;
+    size_t held_len = 0;
+    if (draft_path && !(oo.log = open_memstream(&held, &held_len))) die("cannot hold back open_model's lines");
+    if (open_model(&om, ckpt, &oo, &e)) {
+        if (draft_path) fclose(oo.log), free(held);
+        fprintf(stderr, "pocket generate: %s\n", e.msg);
+        return 1;
+    }
+    if (draft_path) fclose(oo.log);
     const ModelBundle *b = &om.b;
     const ModelConfig *c = &b->cfg;
     int rc = 1, *prompt = NULL, n_prompt = 0, *out = NULL;
@@ -209,7 +217,7 @@ int cmd_generate(int argc, char **argv) {
         open_model_base_hash(&om, hash);
         if (draft_checkpoint_load(draft_path, c, hash, ckpt, &draft, &e)) goto fail;
         draft_weights = dev_mirror(&om.dev, draft.params, draft.tt.total * sizeof(float), "draft weights");
-        open_model_print_int4(&om, stderr);
+        fputs(held, stderr);
     }
 
     if (!b->tokenizer_json && (prompt_text || !print_ids)) {
@@ -279,6 +287,7 @@ int cmd_generate(int argc, char **argv) {
 fail:
     fprintf(stderr, "pocket generate: %s\n", e.msg);
 done:
+    free(held);
     spec_free(&spec);
     if (draft_weights) dev_unmirror(&om.dev, draft_weights, draft.params);
     draft_free(&draft);

@@ -17,7 +17,7 @@
 #include "open_model.h"
 
 typedef struct {
-    const char *path, *out;
+    const char *ckpt, *path, *out;
     int rows;            // sequences decoded together
     int samples;         // completions per prompt
     int chat, ids;

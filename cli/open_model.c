@@ -36,6 +36,14 @@ int run_flag(int argc, char **argv, int *i, OpenOptions *oo) {
     return 0;
 }
 
+// The line open_model logs about the int4 weights (which scales, the grid).
+static void open_model_print_int4(const OpenModel *om, FILE *f) {
+    const int untied_float_embedding = !om->q.quant_embedding && !om->b.cfg.tied_embeddings;
+    fprintf(f, "int4 weights: %s, group %d, %s%s\n", om->from_qat ? "the checkpoint's QAT scales" : "RTN from float",
+            om->q.spec.group, om->q.spec.symmetric ? "symmetric" : "asymmetric",
+            om->q.quant_embedding ? ", embedding quantized" : untied_float_embedding ? ", embedding in bf16" : "");
+}
+
 // The int4 state (the checkpoint's QAT scales, else RTN), and with `weights`
 // the weights of the int4 model on the host, as the exporters make them.
 static int load_int4(OpenModel *om, const char *ckpt, const OpenOptions *o, int weights, PtError *e) {
@@ -56,12 +64,6 @@ static int load_int4(OpenModel *om, const char *ckpt, const OpenOptions *o, int 
     return 0;
 }
 
-void open_model_print_int4(const OpenModel *om, FILE *f) {
-    const int untied_float_embedding = !om->q.quant_embedding && !om->b.cfg.tied_embeddings;
-    fprintf(f, "int4 weights: %s, group %d, %s%s\n", om->from_qat ? "the checkpoint's QAT scales" : "RTN from float",
-            om->q.spec.group, om->q.spec.symmetric ? "symmetric" : "asymmetric",
-            om->q.quant_embedding ? ", embedding quantized" : untied_float_embedding ? ", embedding in bf16" : "");
-}
 
 void open_model_base_hash(const OpenModel *om, char hex[65]) {
     lora_base_hash(&om->b.tt, om->int4 ? om->int4_host : om->b.params, hex);

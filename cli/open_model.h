@@ -46,8 +46,6 @@ int open_checkpoint(OpenModel *om, const char *ckpt, const OpenOptions *o, PtErr
 // model's): the base an adapter is bound to (formats/lora_checkpoint.h).
 void open_model_base_hash(const OpenModel *om, char hex[65]);
 void open_model_close(OpenModel *om);
-// The line open_model logs about the int4 weights (which scales, the grid).
-void open_model_print_int4(const OpenModel *om, FILE *f);
 
 // --matmul fp32|bf16, --a16 off|bf16|fp16 and --device D: how forward, eval
 // and generate run (RUN_FLAGS_HELP describes them). Returns 1 when argv[*i]

@@ -107,36 +107,44 @@ double eval_exact_match(const Model *m, const Tokenizer *tok, const Dataset *d, 
     return scored ? (double)hits / scored : NAN;
 }
 
+void chat_add_end_of_turn_stop(const ChatTemplate *t, const ChatMessage *prompt, int n, const Tokenizer *tok,
+                               int vocab, GenParams *p) {
+    // A probe reply "x" after the prompt's messages: the special token right after it ends a turn.
+    ChatMessage m[CHAT_PROMPT_MAX + 1];
+    if (n > CHAT_PROMPT_MAX) return;
+    memcpy(m, prompt, (size_t)n * sizeof *m);
+    m[n] = (ChatMessage){"assistant", "x"};
+    ChatText probe;
+    PtError ignore;
+    if (chat_render(t, m, n + 1, 0, 0, &probe, &ignore)) return;
+    size_t last = probe.len;
+    for (size_t i = 0; i < probe.len; i++)
+        if (probe.tag[i]) last = i + 1;
+    size_t len = last < probe.len ? tokenizer_special_prefix(tok, probe.text + last, probe.len - last) : 0;
+    if (len) {
+        char *name = xmalloc(len + 1, "end token");
+        memcpy(name, probe.text + last, len);
+        name[len] = 0;
+        gen_add_stop(p, tokenizer_token_id(tok, name), vocab);
+        free(name);
+    }
+    chat_text_free(&probe);
+}
+
 int chat_generation_prompt(const ModelBundle *b, const char *ckpt, const Tokenizer *tok, const char *system,
                            const char *user, char **text, GenParams *p, PtError *e) {
     char src[1100];
     snprintf(src, sizeof src, "%s:/tokenizer/tokenizer_config.json", ckpt);
     ChatTemplate *t;
     if (chat_template_load(&t, b->tokenizer_config_json, b->tokenizer_config_json_len, src, e)) return -1;
-    ChatMessage m[3] = {{"system", system}, {"user", user}, {"assistant", "x"}};
+    ChatMessage m[2] = {{"system", system}, {"user", user}};
     int first = system ? 0 : 1;
     ChatText c;
     int rc = chat_render(t, m + first, 2 - first, 1, 0, &c, e);
     if (rc == 0) {
         *text = c.text;
         free(c.tag);
-        // A probe reply "x": the special token right after it ends a turn.
-        ChatText probe;
-        PtError ignore;
-        if (chat_render(t, m + first, 3 - first, 0, 0, &probe, &ignore) == 0) {
-            size_t last = probe.len;
-            for (size_t i = 0; i < probe.len; i++)
-                if (probe.tag[i]) last = i + 1;
-            size_t n = last < probe.len ? tokenizer_special_prefix(tok, probe.text + last, probe.len - last) : 0;
-            if (n) {
-                char *name = xmalloc(n + 1, "end token");
-                memcpy(name, probe.text + last, n);
-                name[n] = 0;
-                gen_add_stop(p, tokenizer_token_id(tok, name), b->cfg.vocab_size);
-                free(name);
-            }
-            chat_text_free(&probe);
-        }
+        chat_add_end_of_turn_stop(t, m + first, 2 - first, tok, b->cfg.vocab_size, p);
     }
     chat_template_free(t);
     return rc;

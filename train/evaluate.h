@@ -41,6 +41,13 @@ double eval_exact_match(const Model *m, const Tokenizer *tok, const Dataset *d, 
 // (may be NULL) has them.
 void add_default_stops(GenParams *p, const ModelConfig *c, const Tokenizer *tok);
 
+// The chat template's end-of-turn token (the special token it puts right after
+// a reply to the n prompt messages, at most CHAT_PROMPT_MAX) added to p's
+// stops; nothing when the template puts none there.
+enum { CHAT_PROMPT_MAX = 64 };
+void chat_add_end_of_turn_stop(const ChatTemplate *t, const ChatMessage *prompt, int n, const Tokenizer *tok,
+                               int vocab, GenParams *p);
+
 // `pocket generate --chat`: the checkpoint's chat template (bundle's
 // tokenizer_config.json; the bundled one when it has none) renders an
 // optional system message and the user's prompt with the assistant header
