@@ -30,8 +30,7 @@ void gen_add_stop(GenParams *p, int id, int vocab) {
 
 int gen_init(GenContext *g, const Model *src, int max_len, PtError *e) {
     memset(g, 0, sizeof *g);
-    model_init(&g->m, src->dev, &src->cfg, src->tt, src->weights, &src->opt);
-    if (src->lora) model_use_lora(&g->m, src->lora, src->lora_tt, src->lora_weights);
+    model_init_like(&g->m, src);
     if (model_plan_cache(&g->m, max_len, e)) {
         model_free(&g->m);
         return -1;

@@ -167,6 +167,11 @@ static size_t allocate_plan(Model *m, int B, int T, int training, int cache_len)
     return other.used;
 }
 
+void model_init_like(Model *m, const Model *src) {
+    model_init(m, src->dev, &src->cfg, src->tt, src->weights, &src->opt);
+    if (src->lora) model_use_lora(m, src->lora, src->lora_tt, src->lora_weights);
+}
+
 int model_plan(Model *m, int B, int T, int training, FILE *log, PtError *e) {
     const ModelOptions *opt = &m->opt;
     if (T > m->cfg.max_seq)
@@ -581,11 +586,7 @@ void model_feed_rows(Model *m, const int *tokens, float *logits) {
     const ModelConfig *c = &m->cfg;
     Pass ps = {.B = R, .T = 1, .N = R, .row_p0 = m->row_pos};
     forward_trunk(m, &ps, tokens, m->row_pos);
-    m->n_past = 0;
-    for (int r = 0; r < R; r++) {
-        m->row_pos[r]++;
-        m->n_past = m->row_pos[r] > m->n_past ? m->row_pos[r] : m->n_past;
-    }
+    for (int r = 0; r < R; r++) m->row_pos[r]++;
     OP(m->dev, rmsnorm_forward, m->a.lnf, m->a.lnf_rstd, layer_input(m, c->n_layer), m->w.lnf, R, c->d_model,
        c->norm_eps);
     OP(m->dev, classifier, NULL, NULL, logits, m->a.lnf, m->w.lm_head, NULL, NULL, R, c->d_model, c->vocab_size, 0.0f,
@@ -615,7 +616,6 @@ void model_cache_copy_row(Model *m, int r, const Model *one) {
             OP(m->dev, copy, m->v_cache + dst, one->v_cache + src, row);
         }
     m->row_pos[r] = one->n_past;
-    m->n_past = one->n_past > m->n_past ? one->n_past : m->n_past;
 }
 
 void model_feed(Model *m, const int *tokens, int n, float *all_logits) {

@@ -126,6 +126,9 @@ struct Model {
 // dev, with the numerics of opt (NULL: fp32, no A16, no recompute).
 void model_init(Model *m, Device *dev, const ModelConfig *cfg, const TensorTable *tt, float *weights,
                 const ModelOptions *opt);
+// A model over the weights, numerics and adapter src runs with (generation's
+// cache plans beside the model they sample from).
+void model_init_like(Model *m, const Model *src);
 // Plans B x T (training: also gradients and the backward's buffers); prints
 // the memory plan to `log` if non-NULL. Fails if T > max_seq. Reserves the
 // device workspace the ops need.
@@ -190,7 +193,6 @@ void model_feed(Model *m, const int *tokens, int n, float *all_logits);
 // (tokens[rows], host memory) at its position row_pos[r], which then
 // advances by one; it attends to the sequence's own positions below it.
 // logits [rows, V] (device memory) receives each one's next-token logits.
-// n_past becomes the largest position held.
 void model_feed_rows(Model *m, const int *tokens, float *logits);
 // Sets sequence r's next position (< cache_len): what it holds below it is
 // its context (a sequence that has ended may be parked at any position: what

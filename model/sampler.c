@@ -3,7 +3,9 @@
 // drawn from that pass's logits, exactly as generate() starts; the prompt's
 // cache is then copied into the row, which from there on feeds its newest
 // token at its own position in the shared passes. A row without a job is
-// parked at position 0 and its pass output ignored.
+// parked at position 0 and its pass output ignored. Jobs that share a prompt
+// (the same array) one after another read it once: the one-sequence plan
+// still holds it.
 #include "sampler.h"
 #include <string.h>
 
@@ -11,20 +13,15 @@ int sampler_init(Sampler *s, const Model *src, int n_rows, int max_len, PtError 
     memset(s, 0, sizeof *s);
     if (n_rows < 1) return pt_fail(e, "a sampler of %d rows is empty", n_rows);
     if (gen_init(&s->one, src, max_len, e)) return -1;
-    model_init(&s->rows, src->dev, &src->cfg, src->tt, src->weights, &src->opt);
-    if (src->lora) model_use_lora(&s->rows, src->lora, src->lora_tt, src->lora_weights);
+    model_init_like(&s->rows, src);
     if (model_plan_cache_rows(&s->rows, n_rows, max_len, e)) {
         sampler_free(s);
         return -1;
     }
     const int V = src->cfg.vocab_size;
     Device *d = src->dev;
-    s->n_rows = n_rows;
-    s->max_len = max_len;
     s->dev_logits = d->be->alloc(d, (size_t)n_rows * V * sizeof(float), "sampler logits");
     s->logits = xmalloc((size_t)n_rows * V * sizeof(float), "sampler logits on the host");
-    s->probs = xmalloc((size_t)V * sizeof(float), "sampling scratch");
-    s->order = xmalloc((size_t)V * sizeof(int), "sampling scratch");
     return 0;
 }
 
@@ -33,8 +30,6 @@ void sampler_free(Sampler *s) {
     model_free(&s->rows);
     gen_free(&s->one);
     free(s->logits);
-    free(s->probs);
-    free(s->order);
     memset(s, 0, sizeof *s);
 }
 
@@ -44,9 +39,9 @@ static int check_jobs(const Sampler *s, const SampleJob *jobs, int n, PtError *e
         const SampleJob *job = &jobs[j];
         if (job->n_prompt < 1) return pt_fail(e, "job %d: the prompt is empty", j);
         if (job->p->max_new < 0) return pt_fail(e, "job %d: max_new %d is negative", j, job->p->max_new);
-        if ((long)job->n_prompt + job->p->max_new > s->max_len)
+        if ((long)job->n_prompt + job->p->max_new > s->rows.cache_len)
             return pt_fail(e, "job %d: a prompt of %d tokens + %d new tokens exceeds the sampler's %d positions", j,
-                           job->n_prompt, job->p->max_new, s->max_len);
+                           job->n_prompt, job->p->max_new, s->rows.cache_len);
         for (int i = 0; i < job->n_prompt; i++)
             if (job->prompt[i] < 0 || job->prompt[i] >= V)
                 return pt_fail(e, "job %d: token %d of the prompt is %d, outside the vocabulary [0, %d)", j, i + 1,
@@ -56,8 +51,7 @@ static int check_jobs(const Sampler *s, const SampleJob *jobs, int n, PtError *e
 }
 
 typedef struct {
-    int job;        // the job the row decodes, -1 when none
-    int pending;    // its newest token, fed in the next pass
+    int job;        // the job the row decodes (its newest token is fed next), -1 when none
     Rng rng;
 } Row;
 
@@ -74,8 +68,8 @@ static void finished(Queue *q) {
 }
 
 // Takes a new token for the job (its Rng, its parameters); 1 when the job is finished.
-static int take(const Sampler *s, SampleJob *job, const float *logits, Rng *rng) {
-    const int id = sample_token(logits, s->rows.cfg.vocab_size, job->p, rng, s->probs, s->order);
+static int take(Sampler *s, SampleJob *job, const float *logits, Rng *rng) {
+    const int id = gen_sample(&s->one, logits, job->p, rng);
     job->out[job->n_out++] = id;
     return gen_is_stop(job->p, id) || job->n_out == job->p->max_new;
 }
@@ -91,13 +85,14 @@ static int fill_row(Sampler *s, Row *row, int r, Queue *q, PtError *e) {
         SampleJob *job = &q->jobs[j];
         job->n_out = 0;
         if (job->p->max_new > 0) {
-            gen_reset(&s->one);
-            if (gen_feed(&s->one, job->prompt, job->n_prompt, NULL, e)) return -1;
+            if (job->prompt != s->read || job->n_prompt != s->n_read) {
+                if (!gen_prefill_logits(&s->one, job->prompt, job->n_prompt, e)) return -1;
+                s->read = job->prompt, s->n_read = job->n_prompt;
+            }
             rng_seed(&row->rng, job->p->seed);
             if (!take(s, job, s->one.logits, &row->rng)) {
                 model_cache_copy_row(&s->rows, r, &s->one.m);
                 row->job = j;
-                row->pending = job->out[0];
                 return 1;
             }
         }
@@ -109,27 +104,26 @@ static int fill_row(Sampler *s, Row *row, int r, Queue *q, PtError *e) {
 int sampler_run(Sampler *s, SampleJob *jobs, int n, void (*progress)(void *ctx, int done, int n), void *ctx,
                 PtError *e) {
     if (check_jobs(s, jobs, n, e)) return -1;
-    const int R = s->n_rows, V = s->rows.cfg.vocab_size;
+    const int R = s->rows.cache_rows, V = s->rows.cfg.vocab_size;
     Row *rows = xmalloc((size_t)R * sizeof(Row), "sampler rows");
     int *tokens = xmalloc((size_t)R * sizeof(int), "sampler tokens");
     Queue q = {jobs, n, 0, 0, progress, ctx};
+    s->read = NULL;   // the jobs' arrays may be new ones at old addresses
     int active = 0, rc = 0;
     for (int r = 0; r < R && rc >= 0; r++) active += rc = fill_row(s, &rows[r], r, &q, e);
     // The shared passes: every active row's newest token; a finished row refills at once.
     while (rc >= 0 && active > 0) {
         for (int r = 0; r < R; r++) {
-            tokens[r] = rows[r].job >= 0 ? rows[r].pending : 0;
-            if (rows[r].job < 0) model_set_row_pos(&s->rows, r, 0);   // parked
+            const SampleJob *job = rows[r].job >= 0 ? &jobs[rows[r].job] : NULL;
+            tokens[r] = job ? job->out[job->n_out - 1] : 0;
+            if (!job) model_set_row_pos(&s->rows, r, 0);   // parked
         }
         model_feed_rows(&s->rows, tokens, s->dev_logits);
         OP(s->rows.dev, download, s->logits, s->dev_logits, (size_t)R * V * sizeof(float));
         for (int r = 0; r < R && rc >= 0; r++) {
             if (rows[r].job < 0) continue;
             SampleJob *job = &jobs[rows[r].job];
-            if (!take(s, job, s->logits + (size_t)r * V, &rows[r].rng)) {
-                rows[r].pending = job->out[job->n_out - 1];
-                continue;
-            }
+            if (!take(s, job, s->logits + (size_t)r * V, &rows[r].rng)) continue;
             finished(&q);
             active--;
             active += rc = fill_row(s, &rows[r], r, &q, e);

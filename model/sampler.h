@@ -10,6 +10,8 @@
 // its prompt is read by a one-sequence cache plan as generate() reads it,
 // its cache copied into a free row, and its tokens are drawn by its own Rng
 // seeded with its seed (tests/test_sampler.c checks this token for token).
+// Consecutive jobs with the same prompt array (several samples of one
+// prompt) read it once.
 #pragma once
 #include "generate.h"
 
@@ -22,13 +24,12 @@ typedef struct {
 } SampleJob;
 
 typedef struct {
-    GenContext one;           // reads each prompt (a one-sequence cache plan)
-    Model rows;               // the rows that decode together
-    int n_rows, max_len;
+    GenContext one;           // reads each prompt (a one-sequence cache plan); its scratch samples
+    Model rows;               // the rows that decode together (cache_rows of cache_len positions)
     float *dev_logits;        // [rows, V] on the device
     float *logits;            // ... on the host
-    float *probs;             // [V] sampling scratch
-    int *order;               // [V]
+    const int *read;          // the prompt `one` holds (n_read tokens), NULL when none
+    int n_read;
 } Sampler;
 
 // n_rows sequences at once over the weights and numerics src runs (its

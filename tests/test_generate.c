@@ -208,7 +208,6 @@ static void test_lockstep_rows_match_single(void **s) {
         int *tokens = random_tokens(R * LEN, V, 300 + i);   // row r's tokens at r * LEN
         float *logits = malloc((size_t)R * V * sizeof(float));
         double worst = 0;
-        rows.n_past = 0;
         for (int t = 0; t < LEN; t++) {
             int step[R];
             for (int r = 0; r < R; r++) step[r] = tokens[r * LEN + t];

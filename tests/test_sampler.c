@@ -2,8 +2,9 @@
 // the tokens generate() gives it alone, token for token, whatever the number
 // of rows and the order the jobs arrive in: greedy and sampled jobs
 // (temperature, top-k, top-p, each its own seed), prompts of 1 to 40
-// tokens, stop ids and max_new from 0 up, with fp32 and bf16 matmuls; and
-// its checks of bad jobs.
+// tokens, stop ids (met by some jobs) and max_new from 0 up, samples of one
+// prompt array in a row (read once), with fp32 and bf16 matmuls; and its
+// checks of bad jobs.
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -25,9 +26,15 @@ static void make_case(TestModel *tm, Case *c) {
     GenContext g;
     PtError e;
     assert_int_equal(gen_init(&g, &tm->m, 40 + MAX_NEW, &e), 0);
+    int stopped = 0;
     for (int j = 0; j < JOBS; j++) {
-        c->n_prompt[j] = 1 + (j * 7) % 40;
-        c->prompt[j] = random_tokens(c->n_prompt[j], V, 100 + j);
+        if (j >= JOBS - 2) {   // the last three: samples of one prompt (one array), each its own seed
+            c->n_prompt[j] = c->n_prompt[j - 1];
+            c->prompt[j] = c->prompt[j - 1];
+        } else {
+            c->n_prompt[j] = 1 + (j * 7) % 40;
+            c->prompt[j] = random_tokens(c->n_prompt[j], V, 100 + j);
+        }
         GenParams *p = &c->p[j];
         gen_params_default(p);
         p->max_new = j == 3 ? 0 : j == 4 ? 1 : 4 + (j * 5) % (MAX_NEW - 3);
@@ -37,15 +44,21 @@ static void make_case(TestModel *tm, Case *c) {
             p->top_p = j % 5 ? 1.0f : 0.9f;
             p->seed = 1000 + (uint64_t)j;
         }
-        if (j % 4 == 1) gen_add_stop(p, c->prompt[j][0], V);   // a stop id it may meet
+        if (j % 4 == 1 && p->max_new >= 3) {   // a stop id it meets: its third token without one
+            assert_int_equal(generate(&g, c->prompt[j], c->n_prompt[j], p, c->want[j], MAX_NEW, &e), p->max_new);
+            gen_add_stop(p, c->want[j][2], V);
+        }
         c->n_want[j] = generate(&g, c->prompt[j], c->n_prompt[j], p, c->want[j], MAX_NEW, &e);
         assert_true(c->n_want[j] >= 0);
+        stopped += c->n_want[j] < p->max_new;
     }
+    assert_true(stopped >= 3);   // the stop branch is exercised
     gen_free(&g);
 }
 
 static void free_case(Case *c) {
-    for (int j = 0; j < JOBS; j++) free(c->prompt[j]);
+    for (int j = 0; j < JOBS; j++)
+        if (j == 0 || c->prompt[j] != c->prompt[j - 1]) free(c->prompt[j]);
 }
 
 // The jobs in `order` through a sampler of R rows: each equals generate()'s.
