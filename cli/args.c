@@ -40,11 +40,18 @@ static int plain(const char *v, int sign_ok) {
     return sign_ok || (*v != '-' && *v != '+');
 }
 
-int arg_long(const char *flag, const char *v, long lo, long hi, long *out) {
+// v as a whole decimal number in [lo, hi] into *x; 0 on success (nothing printed).
+static int parse_long(const char *v, long lo, long hi, long *x) {
+    if (!plain(v, lo < 0)) return -1;
     char *end;
     errno = 0;
-    long x = plain(v, lo < 0) ? strtol(v, &end, 10) : 0;
-    if (!plain(v, lo < 0) || *end || errno || x < lo || x > hi) {
+    *x = strtol(v, &end, 10);
+    return *end || errno || *x < lo || *x > hi ? -1 : 0;
+}
+
+int arg_long(const char *flag, const char *v, long lo, long hi, long *out) {
+    long x;
+    if (parse_long(v, lo, hi, &x)) {
         arg_usage("%s '%s' is not an integer in [%ld, %ld]", flag, v, lo, hi);
         return -1;
     }
@@ -60,10 +67,8 @@ int arg_int(const char *flag, const char *v, int lo, int hi, int *out) {
 }
 
 int arg_even(const char *flag, const char *v, int lo, int hi, int *out) {
-    char *end;
-    errno = 0;
-    long x = plain(v, lo < 0) ? strtol(v, &end, 10) : 0;
-    if (!plain(v, lo < 0) || *end || errno || x < lo || x > hi || x % 2) {
+    long x;
+    if (parse_long(v, lo, hi, &x) || x % 2) {
         arg_usage("%s '%s' is not an even integer in [%d, %d]", flag, v, lo, hi);
         return -1;
     }

@@ -43,7 +43,7 @@ typedef struct {
     ModelBundle meta;
     int int4;
     QuantSpec spec;
-    int quant_embedding, from_qat;
+    int quant_embedding;
     Draft draft;
     MnnExportOptions mo;
 } Job;
@@ -270,8 +270,8 @@ static int prepare(Job *j, const Format *f, const ExportOptions *o, const OpenOp
     if (checkpoint_load_meta(o->ckpt, &j->meta, e)) return -1;
     add_bundled_template(&j->meta);
     j->int4 = oo->int4;
-    if (j->int4 &&
-        int4_read_spec(&j->meta.cfg, o->ckpt, oo->grid, &j->spec, &j->quant_embedding, &j->from_qat, e))
+    int from_qat;   // open_model says which, with the weights
+    if (j->int4 && int4_read_spec(&j->meta.cfg, o->ckpt, oo->grid, &j->spec, &j->quant_embedding, &from_qat, e))
         return -1;
     if (o->lora) {   // its shapes against the config; its base hash once the weights are read
         LoraAdapter ad;

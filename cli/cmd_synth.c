@@ -45,7 +45,7 @@ static void help(FILE *f) {
 }
 
 typedef struct {
-    long sequences, length, batch, seed, greedy, threads;
+    long sequences, length, batch, seed, greedy;
     double temperature, top_p;
     int int4;
 } SynthOptions;
@@ -165,7 +165,7 @@ static int write_dataset(const char *out, FILE *partial, size_t hlen, const Synt
 
 int cmd_synth(int argc, char **argv) {
     const char *ckpt = NULL, *out = NULL, *v;
-    SynthOptions o = {512, 513, 16, 1234, 4, 0, 1.0, 1.0, 0};
+    SynthOptions o = {512, 513, 16, 1234, 4, 1.0, 1.0, 0};
     OpenOptions oo = {.log = NULL};
     int threads = 0;
     for (int i = 1; i < argc; i++) {
@@ -196,7 +196,6 @@ int cmd_synth(int argc, char **argv) {
     if (o.sequences % o.batch)
         return arg_usage("--sequences %ld is not a multiple of --batch %ld (batches are the unit a run resumes by)",
                          o.sequences, o.batch);
-    o.threads = threads;
     oo.int4 = o.int4;
     oo.threads = threads;
     PtError e;

@@ -294,7 +294,7 @@ static int fill_sft_row(Loader *l, Row r) {
         uint64_t ex = peek_item(l);
         if (ex == UINT64_MAX) break;
         uint64_t off = d->doc_offsets[ex], full = dataset_doc_len(d, ex);
-        int len = full > (uint64_t)T ? T : (int)full;
+        int len = item_len(l, ex);
         if (t + len > T) break;   // it starts the next row
         l->cur.index++;
         if ((uint64_t)len < full) l->n_truncated++;

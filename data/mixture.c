@@ -89,13 +89,11 @@ int mix_parse(const char *value, const char *key, MixEntry **out, int *n, PtErro
 
 // ---------------------------------------------------------------- the sets
 
-static const char *kind_name(DatasetKind k) { return k == DATASET_SFT ? "sft" : k == DATASET_CHOICE ? "choice" : "cpt"; }
-
 int mix_check_sets(const Dataset *const *sets, int n, PtError *e) {
     for (int k = 1; k < n; k++) {
         if (sets[k]->kind != sets[0]->kind)
             return pt_fail(e, "%s is %s data and %s is %s: the sets of a mixture are of one kind", sets[k]->path,
-                           kind_name(sets[k]->kind), sets[0]->path, kind_name(sets[0]->kind));
+                           dataset_kind_name(sets[k]->kind), sets[0]->path, dataset_kind_name(sets[0]->kind));
         if (strcmp(sets[k]->tokenizer_hash, sets[0]->tokenizer_hash))
             return pt_fail(e, "%s and %s were tokenized with different tokenizers (%s, %s)", sets[k]->path,
                            sets[0]->path, sets[k]->tokenizer_hash, sets[0]->tokenizer_hash);

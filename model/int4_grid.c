@@ -4,8 +4,6 @@
 #include <omp.h>
 #include <string.h>
 
-static float round_f16(float x) { return f16_to_f32(f32_to_f16(x)); }
-
 int quant_check(const QuantSpec *q, int64_t rows, int64_t cols, const char *what, PtError *e) {
     if (q->group < 2 || q->group % 2)
         return pt_fail(e, "%s: quantization group %d must be an even number >= 2 (32, 64 or 128)", what, q->group);
@@ -26,15 +24,15 @@ size_t quant_n_groups(const QuantSpec *q, int64_t rows, int64_t cols) {
 // (symmetric, mx = amax), rounded to fp16. Returns 0 when both are finite.
 static int grid_from_range(int symmetric, float mn, float mx, float *scale, float *zero) {
     if (symmetric) {
-        *scale = round_f16(mx / 7.0f);
+        *scale = quant_round_f16(mx / 7.0f);
         *zero = 0.0f;
     } else if (mx == mn) {
         *scale = 0.0f;
-        *zero = round_f16(mn);
+        *zero = quant_round_f16(mn);
     } else {
         float s = (mx - mn) / 15.0f;
-        *scale = round_f16(s);
-        *zero = round_f16(mn + 8.0f * s);
+        *scale = quant_round_f16(s);
+        *zero = quant_round_f16(mn + 8.0f * s);
     }
     return isfinite(*scale) && isfinite(*zero) ? 0 : -1;
 }

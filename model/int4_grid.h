@@ -106,6 +106,9 @@ void quant_fake(const QuantSpec *q, const float *w, int64_t rows, int64_t cols, 
 size_t quant_pack4(const uint8_t *codes, size_t n, uint8_t *packed);
 void quant_unpack4(const uint8_t *packed, size_t n, uint8_t *codes);
 
+// x at fp16 precision: scales and zero points are kept fp16-exact (MNN stores them so).
+static inline float quant_round_f16(float x) { return f16_to_f32(f32_to_f16(x)); }
+
 // THE code rule, for a group whose scale is not 0: x's rounded position on
 // the grid, round half to even of (x - zero) / scale, plus 8 (default FP
 // mode), before the clamp. Branch-free, so loops over a group vectorise.

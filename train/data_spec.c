@@ -5,6 +5,8 @@
 #include <stdio.h>
 #include <string.h>
 
+enum { DATA_SPEC_ENTRY_MAX = 1024 };   // one entry of a list
+
 // Entry `index` (from 0) of a comma-separated list, spaces around it trimmed,
 // into out (cap bytes; longer entries are cut, which the callers refuse by
 // their own limits); 0 when the list has no such entry.
@@ -122,7 +124,7 @@ static int parse_best_by(DataSpec *s, const char *value, const char *key, PtErro
 int data_spec_parse(DataSpec *s, const char *train, const char *val, const char *best_by, const char *src,
                     PtError *e) {
     memset(s, 0, sizeof *s);
-    char key[4096 + 32];   // src is a path
+    char key[sizeof e->msg];
     snprintf(key, sizeof key, "%s: [data] train", src);
     int rc = mix_parse(train, key, &s->train, &s->n_train, e);
     snprintf(key, sizeof key, "%s: [data] val", src);

@@ -9,7 +9,7 @@
 #include "../data/mixture.h"
 #include "../util/util.h"
 
-enum { VAL_MAX_SETS = 8, VAL_NAME_MAX = 32, DATA_SPEC_ENTRY_MAX = 1024 };
+enum { VAL_MAX_SETS = 8, VAL_NAME_MAX = 32 };
 
 typedef struct {
     char name[VAL_NAME_MAX];   // [A-Za-z0-9_-], "val" for a plain PATH

@@ -3,8 +3,6 @@
 #include "quant.h"
 #include <math.h>
 
-static float round_f16(float x) { return f16_to_f32(f32_to_f16(x)); }
-
 // The straight-through mask with fixed scales: g[i] = 0 where weight i is
 // clipped (quant_inside false; scale 0: w != zero), g unchanged elsewhere.
 static void ste_mask(Device *d, const QuantSpec *q, const float *w, float *g, int64_t rows, int64_t cols, const float *scale,
@@ -107,7 +105,7 @@ void quant_adam(Device *d, float *p, const float *g, float *m, float *v, size_t 
         m[k] = beta1 * m[k] + (1.0f - beta1) * g[k];
         v[k] = beta2 * v[k] + (1.0f - beta2) * g[k] * g[k];
         float upd = p[k] - step_size * m[k] / (sqrtf(v[k]) / bc2_sqrt + eps);
-        p[k] = round_f16(fminf(fmaxf(upd, lo), hi));
+        p[k] = quant_round_f16(fminf(fmaxf(upd, lo), hi));
     }
 }
 
