@@ -47,6 +47,7 @@ static void help(FILE *f) {
             "  --beta B           pairs data: the loss's beta (default 0.1)\n"
             "  --label-smoothing E  pairs data: sigmoid, robust, simpo (default 0)\n"
             "  --simpo-gamma G    pairs data, simpo: the target margin (default 0.5)\n"
+            "  --sft-weight W     pairs data: adds W x the chosen responses' mean next-token loss (default 0)\n"
             "  --dump-pairs F     pairs data: each pair's log-probabilities (and its reference's) as JSON\n"
             "                     lines into F\n"
             RUN_FLAGS_HELP);
@@ -115,7 +116,7 @@ out:
 
 int cmd_eval(int argc, char **argv) {
     const char *ckpt = NULL, *data = NULL, *dump = NULL, *ref = NULL, *dump_pairs = NULL, *v;
-    PrefLoss pl = {PREF_SIGMOID, 0.1, 0.0, 0.5};
+    PrefLoss pl = {PREF_SIGMOID, 0.1, 0.0, 0.5, 0.0};
     long batch = 0, seq = 512, max_batches = 0, n_exact = 200;
     int int4_group = 0, threads = 0;   // int4_group 0: the default grid
     int int4 = 0, int4_symmetric = 0, doc_mask = 0, flag;
@@ -143,6 +144,9 @@ int cmd_eval(int argc, char **argv) {
         }
         else if ((v = arg_value(argc, argv, &i, "--simpo-gamma"))) {
             if (arg_real("--simpo-gamma", v, 0, 1000, ARG_CLOSED, &pl.simpo_gamma)) return ARGS_USAGE;
+        }
+        else if ((v = arg_value(argc, argv, &i, "--sft-weight"))) {
+            if (arg_real("--sft-weight", v, 0, 1000, ARG_CLOSED, &pl.sft_weight)) return ARGS_USAGE;
         }
         else if ((v = arg_value(argc, argv, &i, "--batch"))) { if (arg_long("--batch", v, 1, 65536, &batch)) return ARGS_USAGE; }
         else if ((v = arg_value(argc, argv, &i, "--seq-len"))) { if (arg_long("--seq-len", v, 2, 1 << 20, &seq)) return ARGS_USAGE; }

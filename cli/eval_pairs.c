@@ -96,9 +96,11 @@ int eval_pairs(Model *m, const Dataset *d, const char *ckpt, const char *ref, co
     loader_close(&lo);
     if (dump && atomic_commit(&af, e)) return -1;
     if (pairs == 0) return pt_fail(e, "%s: no pairs to evaluate", d->path);
-    printf("%s on %s: %s loss (beta %g%s) %.4f over %ld pairs; preference accuracy %.1f%% (the chosen response "
+    char sft[64] = "";
+    if (l->sft_weight > 0) snprintf(sft, sizeof sft, ", sft weight %g", l->sft_weight);
+    printf("%s on %s: %s loss (beta %g%s%s) %.4f over %ld pairs; preference accuracy %.1f%% (the chosen response "
            "rewarded above the rejected one), mean margin %.4f (%.1f s)\n", ckpt, d->path, pref_loss_name(l->kind),
-           l->beta, uses_ref ? ", against --ref" : "", loss / pairs, pairs, 100 * metrics[PREF_ACCURACY] / pairs,
+           l->beta, sft, uses_ref ? ", against --ref" : "", loss / pairs, pairs, 100 * metrics[PREF_ACCURACY] / pairs,
            metrics[PREF_MARGIN] / pairs, now_seconds() - t0);
     printf("pairs: %ld\nloss: %.9g\n", pairs, loss / pairs);
     for (int k = 0; k < PREF_METRICS; k++) printf("%s: %.9g\n", pref_metric_names[k], metrics[k] / pairs);

@@ -69,6 +69,14 @@ double pref_pair_loss(const PrefLoss *l, double logp_c, double logp_r, double re
     return loss;
 }
 
+double pref_sft_loss(double w, const double *logps, const int *n_tokens, int n_pairs, double *d_c) {
+    double sum = 0;
+    long count = 0;
+    for (int g = 0; g < n_pairs; g++) sum += logps[2 * g], count += n_tokens[2 * g];
+    *d_c = w > 0 && count > 0 ? -w / (double)count : 0;
+    return w > 0 && count > 0 ? -w * sum / (double)count : 0;
+}
+
 // Candidate k's rows through the classifier: their summed loss (the
 // negated log-probability) and count; with dh, scale x its gradient.
 static double response_pass(Model *m, const PrefHead *ph, int k, float *dh, float scale, int *count) {
@@ -88,12 +96,15 @@ static double pref_pass(const LossHead *h, Model *m, const ModelInput *in, float
     const int uses_ref = pref_loss_uses_reference(ph->loss.kind);
     if (uses_ref && !ph->ref) die("preference head: a %s loss without reference log-probabilities",
                                   pref_loss_name(ph->loss.kind));
-    double loss = 0;
+    // The sft term is a mean over the pass: as a sum over its pairs, n_pairs times it.
+    double d_sft;
+    double loss = ph->n_pairs * pref_sft_loss(ph->loss.sft_weight, ph->logps, ph->n_tokens, ph->n_pairs, &d_sft);
     for (int g = 0; g < ph->n_pairs; g++) {
         const int c = 2 * g, r = c + 1;
         double d_c, d_r;
         loss += pref_pair_loss(&ph->loss, ph->logps[c], ph->logps[r], uses_ref ? ph->ref[c] : 0,
                                uses_ref ? ph->ref[r] : 0, ph->n_tokens[c], ph->n_tokens[r], &d_c, &d_r, ph->metrics);
+        d_c += ph->n_pairs * d_sft;
         if (!dh) continue;
         // A response's classifier loss is minus its log-probability: its scale is -dL/dlogp.
         response_pass(m, ph, c, dh, (float)(-grad_scale * d_c), NULL);

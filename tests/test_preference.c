@@ -18,7 +18,7 @@
 #include "test_model_util.h"
 
 #define FIXTURE "tests/fixtures/pref/expected.safetensors"
-enum { PAIRS = 3, CANDS = 2 * PAIRS, CASES = 6 };
+enum { PAIRS = 3, CANDS = 2 * PAIRS, CASES = 8 };
 
 typedef struct {
     StFile st;
@@ -71,16 +71,17 @@ static void fixture_close(Fixture *f) {
 static PrefLoss case_loss(Fixture *f, int c) {
     char name[64];
     snprintf(name, sizeof name, "case%d.params", c);
-    float *p = expected(&f->st, name, 4);
-    PrefLoss l = {(int)p[0], p[1], p[2], p[3]};
+    float *p = expected(&f->st, name, 5);
+    PrefLoss l = {(int)p[0], p[1], p[2], p[3], p[4]};
     free(p);
     return l;
 }
 
 static double rel(double got, double want) { return fabs(got - want) / fmax(fabs(want), 1e-30); }
 
-// Each case's loss (mean over the pairs), metrics and d loss / d logps from
-// the fixture's own log-probabilities: the loss math alone.
+// Each case's loss (mean over the pairs, plus the sft term over them all),
+// metrics and d loss / d logps from the fixture's own log-probabilities: the
+// loss math alone.
 static void test_pair_losses_match_trl(void **s) {
     (void)s;
     Fixture f;
@@ -94,20 +95,24 @@ static void test_pair_losses_match_trl(void **s) {
         float *want_m = expected(&f.st, name, PREF_METRICS);
         snprintf(name, sizeof name, "case%d.dlogps", c);
         float *want_d = expected(&f.st, name, CANDS);
+        int n_tokens[CANDS];
+        for (int k = 0; k < CANDS; k++) n_tokens[k] = (int)f.n_tokens[k];
+        double d_sft, sft = pref_sft_loss(l.sft_weight, f.logps, n_tokens, PAIRS, &d_sft);
         double loss = 0, m[PREF_METRICS] = {0}, worst = 0;
         for (int g = 0; g < PAIRS; g++) {
             double dc, dr;
             loss += pref_pair_loss(&l, f.logps[2 * g], f.logps[2 * g + 1], f.ref[2 * g], f.ref[2 * g + 1],
-                                   (int)f.n_tokens[2 * g], (int)f.n_tokens[2 * g + 1], &dc, &dr, m);
+                                   n_tokens[2 * g], n_tokens[2 * g + 1], &dc, &dr, m);
             // the fixture's derivatives are of the mean: ours are per pair
-            worst = fmax(worst, rel(dc / PAIRS, want_d[2 * g]));
+            worst = fmax(worst, rel(dc / PAIRS + d_sft, want_d[2 * g]));
             worst = fmax(worst, rel(dr / PAIRS, want_d[2 * g + 1]));
         }
-        worst = fmax(worst, rel(loss / PAIRS, want_loss[0]));
+        assert_true(l.sft_weight > 0 ? sft > 0 : sft == 0);
+        worst = fmax(worst, rel(loss / PAIRS + sft, want_loss[0]));
         for (int k = 0; k < PREF_METRICS; k++) worst = fmax(worst, rel(m[k] / PAIRS, want_m[k]));
-        printf("case %d (%s, beta %g, e %g, gamma %g): loss %.9g (TRL %.9g), worst relative error %.1e\n", c,
-               pref_loss_name(l.kind), l.beta, l.label_smoothing, l.simpo_gamma, loss / PAIRS, (double)want_loss[0],
-               worst);
+        printf("case %d (%s, beta %g, e %g, gamma %g, sft %g): loss %.9g (TRL %.9g), worst relative error %.1e\n", c,
+               pref_loss_name(l.kind), l.beta, l.label_smoothing, l.simpo_gamma, l.sft_weight, loss / PAIRS + sft,
+               (double)want_loss[0], worst);
         // the expected values are float64 results stored as float32 (6e-8 each)
         assert_true(worst < 1e-6);
         free(want_loss);
@@ -202,7 +207,7 @@ static void test_logps_match_transformers_packed(void **s) {
         assert_int_equal(model_plan(&tm.m, p.B, p.T, 0, NULL, &e), 0);
         double logps[CANDS];
         int n_tokens[CANDS];
-        PrefHead ph = {.loss = {PREF_SIGMOID, 0.1, 0, 0}, .measure_only = 1, .n_pairs = PAIRS, .row0 = p.row0,
+        PrefHead ph = {.loss = {PREF_SIGMOID, 0.1, 0, 0, 0}, .measure_only = 1, .n_pairs = PAIRS, .row0 = p.row0,
                        .last = p.last, .logps = logps, .n_tokens = n_tokens};
         LossHead head = pref_loss_head(&ph);
         ModelInput in = packed_input(&p);
@@ -222,8 +227,9 @@ static void test_logps_match_transformers_packed(void **s) {
     fixture_close(&f);
 }
 
-// The loss and every parameter's gradient of the two gradient cases
-// (conservative DPO; SimPO with label smoothing) against the fixture.
+// The loss and every parameter's gradient of the three gradient cases
+// (conservative DPO; SimPO with label smoothing; DPO with the sft term)
+// against the fixture.
 static void test_gradients_match_torch(void **s) {
     (void)s;
     Fixture f;
@@ -234,8 +240,8 @@ static void test_gradients_match_torch(void **s) {
     pack(&f, 40, &p);
     PtError e;
     assert_int_equal(model_plan(&tm.m, p.B, p.T, 1, NULL, &e), 0);
-    const int grad_cases[] = {1, 5};
-    for (int i = 0; i < 2; i++) {
+    const int grad_cases[] = {1, 5, 6};
+    for (int i = 0; i < 3; i++) {
         const int c = grad_cases[i];
         double logps[CANDS], ref[CANDS];
         int n_tokens[CANDS];
@@ -276,9 +282,9 @@ static void test_gradients_match_torch(void **s) {
             all_d2 += d2, all_w2 += w2;
         }
         const double all = sqrt(all_d2 / all_w2);
-        printf("case %d (%s): loss %.9g, relative error %.1e; the whole gradient within %.1e, its %d tensors each "
-               "within %.1e (%s)\n", c, pref_loss_name(ph.loss.kind), loss, loss_err, all, tm.b.tt.n, worst,
-               worst_name);
+        printf("case %d (%s, sft %g): loss %.9g, relative error %.1e; the whole gradient within %.1e, its %d tensors "
+               "each within %.1e (%s)\n", c, pref_loss_name(ph.loss.kind), ph.loss.sft_weight, loss, loss_err, all,
+               tm.b.tt.n, worst, worst_name);
         assert_true(all < 5e-6);
         // float32 against float64: the plain next-token loss's gradients stand at 1.2e-6 to 1.7e-6 against the
         // same reference (test_parity); a preference loss only weights the same rows' cross-entropy gradients

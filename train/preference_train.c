@@ -65,7 +65,7 @@ int pref_measure_logps(Model *m, const Dataset *d, Comm *comm, double *out, FILE
     PairArrays a;
     pair_arrays_alloc(&a, (size_t)m->B * m->T);
     memset(out, 0, (size_t)d->n_docs * sizeof(double));
-    const PrefLoss none = {PREF_SIGMOID, 1, 0, 0};
+    const PrefLoss none = {PREF_SIGMOID, 1, 0, 0, 0};
     double t0 = now_seconds(), last_print = t0;
     uint64_t done = 0;
     while (!loader_done(&l)) {
@@ -134,8 +134,9 @@ static int pref_open(Objective *o, const ObjectiveData *d, PtError *e) {
     o->flops_per_token = x->train->n_tokens ? 2.0 * d->cfg->vocab_size * d->cfg->d_model * (double)responses /
                                                   (double)x->train->n_tokens : 0.0;
     if (d->log)
-        fprintf(d->log, "preference loss: %s, beta %g%s\n", pref_loss_name(x->loss.kind), x->loss.beta,
-                pref_loss_uses_reference(x->loss.kind) ? ", against the start model's log-probabilities" : "");
+        fprintf(d->log, "preference loss: %s, beta %g%s%s\n", pref_loss_name(x->loss.kind), x->loss.beta,
+                pref_loss_uses_reference(x->loss.kind) ? ", against the start model's log-probabilities" : "",
+                x->loss.sft_weight > 0 ? ", plus sft_weight x the chosen responses' next-token loss" : "");
     return 0;
 }
 

@@ -186,6 +186,9 @@ static const KeySpec KEYS[] = {
      "sigmoid, robust, simpo: the assumed share of pairs whose preference is flipped"},
     {"preference", "simpo_gamma", KT_FLOAT, F(preference.simpo_gamma), "0.5", "[0, 1000]", NULL, 0,
      "simpo: the target reward margin gamma (the loss uses gamma / beta)"},
+    {"preference", "sft_weight", KT_FLOAT, F(preference.sft_weight), "0", "[0, 1000]", NULL, 0,
+     "adds this times the chosen responses' mean next-token loss (TRL's loss_type [..., \"sft\"], RPO): keeps "
+     "the chosen answers likely, which the preference loss alone may lower until replies no longer stop; 1 is usual"},
 };
 #define N_KEYS ((int)(sizeof KEYS / sizeof KEYS[0]))
 #undef F
@@ -497,7 +500,6 @@ static void default_run_dir(Recipe *r, const char *path) {
     set_string(r->train.run_dir, dir);
 }
 
-// [lora]: its targets and values, and what it cannot be combined with.
 // What a mixture or several validation sets cannot be combined with.
 static int data_combinations_check(const DataSpec *s, const Recipe *r, const char *src, PtError *e) {
     if (r->train.mode == TRAIN_MODE_DPO && s->n_train > 1)
@@ -519,6 +521,7 @@ static int data_combinations_check(const DataSpec *s, const Recipe *r, const cha
     return 0;
 }
 
+// [lora]: its targets and values, and what it cannot be combined with.
 static int lora_check(const Recipe *r, const char *src, PtError *e) {
     LoraConfig lc;
     char where[RECIPE_STR + 16];
@@ -691,5 +694,6 @@ int recipe_lora(const Recipe *r, LoraConfig *c, const char *where, PtError *e) {
 }
 
 void recipe_preference(const Recipe *r, PrefLoss *l) {
-    *l = (PrefLoss){r->preference.loss, r->preference.beta, r->preference.label_smoothing, r->preference.simpo_gamma};
+    *l = (PrefLoss){r->preference.loss, r->preference.beta, r->preference.label_smoothing, r->preference.simpo_gamma,
+                    r->preference.sft_weight};
 }

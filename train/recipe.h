@@ -114,7 +114,7 @@ typedef struct {
     } draft;
     struct {
         int loss;                     // PrefLossKind (model/preference.h): sigmoid, robust, ipo, simpo
-        float beta, label_smoothing, simpo_gamma;
+        float beta, label_smoothing, simpo_gamma, sft_weight;
     } preference;
 } Recipe;
 

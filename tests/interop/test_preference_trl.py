@@ -10,8 +10,10 @@ with `pocket import`. Five text pairs (prompt, chosen, rejected).
     pairs, its collator makes one batch of them all, and its compute_loss gives the loss and the logged metrics.
     The pairs dataset pocket reads is written (h5py) from that very batch: document 2g = prompt + chosen,
     2g+1 = prompt + rejected, /loss_mask 1 on the response tokens (the collator's completion_mask).
-  * SimPO: TRL's CPOTrainer (loss_type simpo, cpo_alpha 0) in the same way, through its get_batch_loss_metrics.
-  * Cases (loss, beta, label_smoothing, simpo_gamma) as tests/fixtures/pref. DPOTrainer 1.16.0 ignores
+  * SimPO: TRL's CPOTrainer (loss_type simpo, cpo_alpha = the sft weight) in the same way, through its
+    get_batch_loss_metrics.
+  * Cases (loss, beta, label_smoothing, simpo_gamma, sft_weight) as tests/fixtures/pref. A DPO case with sft
+    weight w is DPOTrainer's loss_type [loss, "sft"] weighted [1, w]. DPOTrainer 1.16.0 ignores
     label_smoothing for "sigmoid"; pocket's sigmoid with label smoothing e is conservative DPO,
     -(1-e) logsigmoid(x) - e logsigmoid(-x), which equals DPOTrainer's loss_type [sigmoid, robust] weighted
     [2(1-e), -(1-2e)] at label_smoothing e, so that is the TRL reference of that case.
@@ -49,9 +51,10 @@ PAIRS = [
     ("List three colors:", " red, green and blue", " the sea"),
     ("Once", " upon a time", " in a town, at night, a cat"),
 ]
-# loss, beta, label_smoothing, simpo_gamma (the cases of tests/fixtures/pref)
-CASES = [("sigmoid", 0.1, 0.0, 0.0), ("sigmoid", 0.5, 0.2, 0.0), ("robust", 0.1, 0.1, 0.0), ("ipo", 0.1, 0.0, 0.0),
-         ("simpo", 2.0, 0.0, 1.0), ("simpo", 2.0, 0.1, 0.5)]
+# loss, beta, label_smoothing, simpo_gamma, sft_weight (the cases of tests/fixtures/pref)
+CASES = [("sigmoid", 0.1, 0.0, 0.0, 0.0), ("sigmoid", 0.5, 0.2, 0.0, 0.0), ("robust", 0.1, 0.1, 0.0, 0.0),
+         ("ipo", 0.1, 0.0, 0.0, 0.0), ("simpo", 2.0, 0.0, 1.0, 0.0), ("simpo", 2.0, 0.1, 0.5, 0.0),
+         ("sigmoid", 0.1, 0.0, 0.0, 1.0), ("simpo", 2.0, 0.0, 0.5, 0.5)]
 METRICS = ["rewards/chosen", "rewards/rejected", "rewards/accuracies", "rewards/margins", "logps/chosen",
            "logps/rejected"]
 TOL = 1e-5
@@ -121,10 +124,12 @@ def load(folder):
 def dpo_reference(s, case):
     """DPOTrainer's loss and logged metrics on one batch of all pairs, and that batch's documents
     [(ids, response mask)] in pocket's order (chosen0, rejected0, chosen1, ...)."""
-    loss, beta, eps, _ = case
+    loss, beta, eps, _, sft = case
     kw = {"loss_type": [loss]}
     if loss == "sigmoid" and eps > 0:   # conservative DPO (module docstring)
         kw = {"loss_type": ["sigmoid", "robust"], "loss_weights": [2 * (1 - eps), -(1 - 2 * eps)]}
+    if sft > 0:
+        kw = {"loss_type": kw["loss_type"] + ["sft"], "loss_weights": kw.get("loss_weights", [1.0]) + [sft]}
     # bf16=False: TRL's configs default to bf16, under which the prepared ref_model would run in autocast.
     args = DPOConfig(output_dir=str(s["dir"] / "trl"), report_to=[], use_cpu=True, bf16=False, beta=beta,
                      label_smoothing=eps, precompute_ref_log_probs=False, per_device_eval_batch_size=len(PAIRS),
@@ -148,9 +153,9 @@ def dpo_reference(s, case):
 
 def cpo_reference(s, case):
     """CPOTrainer's (simpo) loss and metrics on one batch of all pairs, and that batch's documents."""
-    _, beta, eps, gamma = case
+    _, beta, eps, gamma, sft = case
     args = CPOConfig(output_dir=str(s["dir"] / "trl"), report_to=[], use_cpu=True, bf16=False, loss_type="simpo",
-                     cpo_alpha=0.0, beta=beta, label_smoothing=eps, simpo_gamma=gamma,
+                     cpo_alpha=sft, beta=beta, label_smoothing=eps, simpo_gamma=gamma,
                      per_device_eval_batch_size=len(PAIRS), disable_tqdm=True, remove_unused_columns=False)
     trainer = CPOTrainer(model=load(s["policy_dir"]), args=args, train_dataset=s["dataset"],
                          eval_dataset=s["dataset"], processing_class=s["tokenizer"])
@@ -209,14 +214,18 @@ def within(got, want):
 
 
 def pocket_eval(run_pocket, s, data, case, dump):
-    loss, beta, eps, gamma = case
-    args = ["eval", "--ckpt", s["policy"], "--data", data, "--loss", loss, "--beta", beta, "--dump-pairs", dump]
+    loss, beta, eps, gamma, sft = case
+    # --batch 8: every pair in one pass, TRL's one batch (the sft term is a mean over a pass's chosen tokens)
+    args = ["eval", "--ckpt", s["policy"], "--data", data, "--loss", loss, "--beta", beta, "--dump-pairs", dump,
+            "--batch", 8]
     if loss != "simpo":
         args += ["--ref", s["ref"]]
     if eps > 0:
         args += ["--label-smoothing", eps]
     if loss == "simpo":
         args += ["--simpo-gamma", gamma]
+    if sft > 0:
+        args += ["--sft-weight", sft]
     out = run_pocket(*args).stdout
     values = dict(re.findall(r"^([\w/]+): (\S+)\s*$", out, re.M))
     missing = [k for k in ["pairs", "loss", *METRICS] if k not in values]
@@ -224,7 +233,7 @@ def pocket_eval(run_pocket, s, data, case, dump):
     return {k: float(v) for k, v in values.items()}, [json.loads(line) for line in Path(dump).read_text().splitlines()]
 
 
-@pytest.mark.parametrize("case", CASES, ids=[f"{c[0]}-b{c[1]}-e{c[2]}-g{c[3]}" for c in CASES])
+@pytest.mark.parametrize("case", CASES, ids=[f"{c[0]}-b{c[1]}-e{c[2]}-g{c[3]}-s{c[4]}" for c in CASES])
 def test_loss_matches_trl(run_pocket, setup, case):
     s, loss = setup, case[0]
     want_loss, want, docs = (cpo_reference if loss == "simpo" else dpo_reference)(s, case)

@@ -21,6 +21,10 @@ mean over the pairs:
   ipo      (z_c/n_c - z_r/n_r - 1/(2b))^2
   simpo    -(1-e) logsigmoid(x) - e logsigmoid(-x), x = b (a_c - a_r) - g, a = logp/n (no reference)
 
+and, with w = sft_weight > 0, plus w (-sum over pairs of logp_c) / (sum of n_c): the chosen responses' mean
+next-token loss over all their tokens, TRL's "sft" loss type (DPOTrainer loss_type [loss, "sft"] weighted
+[1, w]; CPOTrainer's cpo_alpha = w for simpo).
+
 sigmoid (e = 0), robust and ipo are TRL 1.16.0's DPOTrainer loss types, simpo
 its CPOTrainer's (experimental.cpo, cpo_alpha 0). DPOTrainer 1.16.0 ignores
 label_smoothing for "sigmoid"; the e > 0 form is TRL's conservative sigmoid as
@@ -55,7 +59,8 @@ Stored (float32; integers as exact float32 values):
   pair<g>.prompt, pair<g>.chosen, pair<g>.rejected   token ids
   logps [6], n_tokens [6], ref_logps [6]             order: chosen0, rejected0, chosen1, ...
   logps_lo [6], ref_logps_lo [6]                     the float64 values' residuals after float32 (hi + lo)
-  case<k>.params [4]    loss_id (0 sigmoid, 1 robust, 2 ipo, 3 simpo), beta, label_smoothing, simpo_gamma
+  case<k>.params [5]    loss_id (0 sigmoid, 1 robust, 2 ipo, 3 simpo), beta, label_smoothing, simpo_gamma,
+                        sft_weight
   case<k>.loss [1], case<k>.metrics [6]  rewards/chosen, rewards/rejected, rewards/accuracies,
                                          rewards/margins, logps/chosen, logps/rejected
   case<k>.dlogps [6]    d loss / d logps (the per-sequence weights of the backward)
@@ -79,18 +84,19 @@ torch.set_default_dtype(torch.float64)
 
 MODEL = "tests/fixtures/hf/qwen3-untied"
 LOSSES = ["sigmoid", "robust", "ipo", "simpo"]
-# loss, beta, label_smoothing, simpo_gamma
-CASES = [("sigmoid", 0.1, 0.0, 0.0), ("sigmoid", 0.5, 0.2, 0.0), ("robust", 0.1, 0.1, 0.0), ("ipo", 0.1, 0.0, 0.0),
-         ("simpo", 2.0, 0.0, 1.0), ("simpo", 2.0, 0.1, 0.5)]
+# loss, beta, label_smoothing, simpo_gamma, sft_weight
+CASES = [("sigmoid", 0.1, 0.0, 0.0, 0.0), ("sigmoid", 0.5, 0.2, 0.0, 0.0), ("robust", 0.1, 0.1, 0.0, 0.0),
+         ("ipo", 0.1, 0.0, 0.0, 0.0), ("simpo", 2.0, 0.0, 1.0, 0.0), ("simpo", 2.0, 0.1, 0.5, 0.0),
+         ("sigmoid", 0.1, 0.0, 0.0, 1.0), ("simpo", 2.0, 0.0, 0.5, 0.5)]
 # Cases whose every-parameter gradient is stored. All cases share one backward given d loss / d logps (stored for
-# every case), so two suffice: one with a reference model (conservative DPO) and one length-normalized (SimPO);
-# the six would make the fixture 1.4 MB.
-GRAD_CASES = (1, 5)
+# every case), so three suffice: one with a reference model (conservative DPO), one length-normalized (SimPO) and
+# one with the sft term (DPO + sft); all eight would make the fixture 1.9 MB.
+GRAD_CASES = (1, 5, 6)
 PROMPT_LENS = (5, 9, 3)
 SEED = 20240607
 
 
-def pair_loss(logps, ref, n, loss, beta, eps, gamma):
+def pair_loss(logps, ref, n, loss, beta, eps, gamma, sft):
     """Our definitions (module docstring). logps, ref, n: [2P] in the order chosen0, rejected0, ...
     Returns the loss (mean over pairs) and the six metrics."""
     lc, lr = logps[0::2], logps[1::2]
@@ -115,7 +121,10 @@ def pair_loss(logps, ref, n, loss, beta, eps, gamma):
     rc, rr = rc.detach(), rr.detach()
     metrics = torch.stack([rc.mean(), rr.mean(), (rc > rr).double().mean(), (rc - rr).mean(),
                            shown_c.detach().mean(), shown_r.detach().mean()])
-    return per.mean(), metrics
+    value = per.mean()
+    if sft > 0:
+        value = value - sft * lc.sum() / nc.sum()
+    return value, metrics
 
 
 def make_pairs(vocab):
@@ -152,8 +161,8 @@ def gradcheck_small():
     logps = (-20 * torch.rand(4, generator=g) - 1).requires_grad_(True)
     ref = (logps.detach() + torch.rand(4, generator=g) - 0.5).requires_grad_(True)
     n = torch.tensor([3.0, 7.0, 2.0, 5.0])
-    for loss, beta, eps, gamma in CASES:
-        f = lambda lp, rf: pair_loss(lp, rf, n, loss, beta, eps, gamma)[0]
+    for loss, beta, eps, gamma, sft in CASES:
+        f = lambda lp, rf: pair_loss(lp, rf, n, loss, beta, eps, gamma, sft)[0]
         assert torch.autograd.gradcheck(f, (logps, ref), eps=1e-6, atol=1e-9, rtol=1e-7), (loss, beta, eps)
 
 
@@ -210,10 +219,12 @@ def check_dpo_trainer(pairs, ref, case, ours_loss, ours_metrics, ours_grads):
     metrics and gradients on our pairs and references."""
     import datasets
     from trl import DPOConfig, DPOTrainer
-    loss, beta, eps, _ = case
+    loss, beta, eps, _, sft = case
     kw = dict(loss_type=[loss])
     if loss == "sigmoid" and eps > 0:   # cDPO: DPOTrainer's sigmoid has no label smoothing; this weighting is cDPO
         kw = dict(loss_type=["sigmoid", "robust"], loss_weights=[2 * (1 - eps), -(1 - 2 * eps)])
+    if sft > 0:
+        kw = dict(loss_type=kw["loss_type"] + ["sft"], loss_weights=kw.get("loss_weights", [1.0]) + [sft])
     model = AutoModelForCausalLM.from_pretrained(MODEL, dtype=torch.float64, attn_implementation="eager")
     model.eval()
     with tempfile.TemporaryDirectory() as tmp:
@@ -250,7 +261,7 @@ def check_cpo_loss(logps, ref, case, ours_loss):
     """cDPO: TRL 1.16.0's CPOTrainer.cpo_loss with loss_type "sigmoid", -(1-e) logsigmoid(b x) - e logsigmoid(-b x)
     of x = chosen - rejected, called on the log-ratios with a stand-in self holding the trainer's settings."""
     from trl.experimental.cpo import CPOTrainer
-    loss, beta, eps, gamma = case
+    loss, beta, eps, gamma, _ = case
     stub = types.SimpleNamespace(alpha=0.0, beta=beta, label_smoothing=eps, loss_type=loss, simpo_gamma=gamma,
                                  accelerator=types.SimpleNamespace(device=torch.device("cpu")))
     losses, _, _ = CPOTrainer.cpo_loss(stub, logps[0::2] - ref[0::2], logps[1::2] - ref[1::2])
@@ -259,17 +270,17 @@ def check_cpo_loss(logps, ref, case, ours_loss):
 
 
 def check_cpo_trainer(pairs, case, ours_loss, ours_metrics, ours_grads):
-    """SimPO: TRL 1.16.0's CPOTrainer (loss_type simpo, cpo_alpha 0) on the float64 policy: its collator's batch of
+    """SimPO: TRL 1.16.0's CPOTrainer (loss_type simpo, cpo_alpha the case's sft weight) on the float64 policy: its collator's batch of
     our pairs (the features its tokenize_row would give: no BOS, the EOS already ours), its get_batch_loss_metrics,
     and the gradients of that loss."""
     import datasets
     from trl.experimental.cpo import CPOConfig, CPOTrainer
-    _, beta, eps, gamma = case
+    _, beta, eps, gamma, sft = case
     model = AutoModelForCausalLM.from_pretrained(MODEL, dtype=torch.float64, attn_implementation="eager")
     model.eval()
     tok = tiny_tokenizer()
     with tempfile.TemporaryDirectory() as tmp:
-        args = CPOConfig(output_dir=tmp, report_to=[], use_cpu=True, bf16=False, loss_type="simpo", cpo_alpha=0.0,
+        args = CPOConfig(output_dir=tmp, report_to=[], use_cpu=True, bf16=False, loss_type="simpo", cpo_alpha=sft,
                          beta=beta, label_smoothing=eps, simpo_gamma=gamma, disable_tqdm=True,
                          remove_unused_columns=False)
         dummy = datasets.Dataset.from_dict({"prompt": ["ab"], "chosen": [" c"], "rejected": [" d"]})
@@ -329,7 +340,7 @@ def main():
                     f"pair{i}.rejected": torch.tensor(r)})
     report = []
     for k, case in enumerate(CASES):
-        loss, beta, eps, gamma = case
+        loss, beta, eps, gamma, sft = case
         model.zero_grad()
         logps, _ = sequence_logps(model, pairs)
         logps.retain_grad()
@@ -337,14 +348,14 @@ def main():
         value.backward()
         grads = {name: p.grad.detach().clone() for name, p in model.named_parameters()}
         assert close(logps.detach(), logps0, 1e-13)
-        out[f"case{k}.params"] = torch.tensor([LOSSES.index(loss), beta, eps, gamma])
+        out[f"case{k}.params"] = torch.tensor([LOSSES.index(loss), beta, eps, gamma, sft])
         out[f"case{k}.loss"] = value.detach().reshape(1)
         out[f"case{k}.metrics"] = metrics
         out[f"case{k}.dlogps"] = logps.grad.detach()
         if k in GRAD_CASES:
             for name, gr in grads.items():
                 out[f"case{k}.grad.{name}"] = gr
-        msg = f"case{k} {loss} beta {beta} eps {eps} gamma {gamma}: loss {value.item():.9f}"
+        msg = f"case{k} {loss} beta {beta} eps {eps} gamma {gamma} sft {sft}: loss {value.item():.9f}"
         if loss != "simpo":
             dl, dg = check_dpo_trainer(pairs, ref, case, value.detach(), metrics, grads)
             msg += f"; DPOTrainer |dloss| {dl:.1e}, max |dgrad| {dg:.1e}"
