@@ -8,7 +8,7 @@
 // - a run stopped with train.stop_after and resumed ends with the bits of an
 //   uninterrupted one (parameters, AdamW moments, losses, best.h5,
 //   reference.h5), for the model with sigmoid DPO, a LoRA adapter with
-//   dropout, QAT, IPO and SimPO (no reference file);
+//   dropout, QAT, IPO with the sft term and SimPO (no reference file);
 // - bad input, one stderr line, a non-zero exit: a reference file made from
 //   another start model or other data, a resumed run without its reference,
 //   an SFT dataset, a pair longer than seq_len, ipo with label smoothing,
@@ -195,7 +195,7 @@ static void test_resume_is_bit_identical(void **s) {
     check_resume("model.ini", "", 1);
     check_resume("lora.ini", "[lora]\nenabled = 1\nrank = 4\ndropout = 0.1\n", 1);
     check_resume("qat.ini", "[qat]\nenabled = 1\ngroup = 32\n", 1);
-    check_resume("ipo.ini", "[preference]\nloss = ipo\nbeta = 0.5\n", 1);
+    check_resume("ipo.ini", "[preference]\nloss = ipo\nbeta = 0.5\nsft_weight = 1\n", 1);   // with the sft term
     check_resume("simpo.ini", "[preference]\nloss = simpo\nbeta = 2\nsimpo_gamma = 1\nlabel_smoothing = 0.1\n", 0);
 }
 
