@@ -1,7 +1,8 @@
 // pocket train on a mixture of datasets and on several validation sets, end
 // to end on a tiny model (train/run_data.h, data/mixture.h):
-// - over a run of 10^6 tokens, each set's tokens as the run reports them are
-//   within 1% of its weight, add up to the tokens the run counted, and agree
+// - over a run of 10^6 tokens (2 x 10^4 under ASan), each set's tokens as
+//   the run reports them are within two rows of its share (and within 1% of
+//   its weight over 10^6), add up to the tokens the run counted, and agree
 //   with each set's epochs times its windows (counted here from the file);
 // - a mixture of weights 1 and 0 trains exactly the plain run on the first set;
 // - a run stopped mid-mixture and resumed is bit-identical (h5diff of the
@@ -118,19 +119,28 @@ static double windows(const char *name, int T) {
 
 // Must-show 1: 10^6 tokens at 0.6 / 0.1 / 0.3 from sets of 6,245, 246 and
 // 19,092 tokens (each repeats, the smallest hundreds of times).
+// 10^6 tokens in the plain build; under AddressSanitizer, which trains about
+// 20 times slower, 2 x 10^4 (the row bound below holds at any length).
+#ifdef __SANITIZE_ADDRESS__
+enum { RUN_TOKENS = 20000 };
+#else
+enum { RUN_TOKENS = 1000000 };
+#endif
+
 static void test_shares_over_a_million_tokens(void **s) {
     (void)s;
     const int T = 64;
-    assert_int_equal(train("million", "--set train.steps=0 --set train.tokens=1000000 --set train.micro_batch=16 "
-                                      "--set train.seq_len=64 --set train.eval_interval=0 --set train.save_interval=0 "
-                                      "--set train.keep_last=1 --set data.val= --set train.best_by="),
-                     0);
+    char flags[400];
+    snprintf(flags, sizeof flags, "--set train.steps=0 --set train.tokens=%d --set train.micro_batch=16 "
+             "--set train.seq_len=64 --set train.eval_interval=0 --set train.save_interval=0 "
+             "--set train.keep_last=1 --set data.val= --set train.best_by=", RUN_TOKENS);
+    assert_int_equal(train("million", flags), 0);
     json_t *lines = metric_lines("million", "train_sets");
     assert_int_equal(json_array_size(lines), 1);   // the last step's line
     json_t *last = json_array_get(lines, 0), *sets = json_object_get(last, "train_sets");
     const double run_tokens = number(last, "tokens"), weight[3] = {0.6, 0.1, 0.3};
     const char *name[3] = {"a.h5", "b.h5", "c.h5"};
-    assert_true(run_tokens >= 1e6);
+    assert_true(run_tokens >= RUN_TOKENS);
     double sum = 0;
     for (int k = 0; k < 3; k++) {
         json_t *set = json_array_get(sets, k);
@@ -138,7 +148,9 @@ static void test_shares_over_a_million_tokens(void **s) {
         const double share = tokens / run_tokens;
         printf("  %s: %.0f tokens, %.4f%% of %.0f (weight %.0f%%), %.3f epochs of %.0f windows\n", name[k], tokens,
                100 * share, run_tokens, 100 * weight[k], epochs, w);
-        assert_true(fabs(share - weight[k]) <= 0.01 * weight[k]);
+        // within two rows of its share at every length (mixture.h); over 10^6 tokens, within 1% of its weight
+        assert_true(fabs(tokens - weight[k] * run_tokens) <= 2.0 * T);
+        if (RUN_TOKENS >= 1000000) assert_true(fabs(share - weight[k]) <= 0.01 * weight[k]);
         // every CPT row is a window of T tokens: the tokens are the windows consumed
         assert_true(fabs(epochs * w * T - tokens) <= 1e-6 * tokens + T);
         sum += tokens;
