@@ -6,7 +6,7 @@
 #include <string.h>
 #include <unistd.h>
 #include "../data/dataset.h"
-#include "../model/generate.h"
+#include "../model/sampler.h"
 #include "../train/evaluate.h"
 #include "args.h"
 #include "commands.h"
@@ -30,9 +30,9 @@ static void help(FILE *f) {
             "  --max-new N          new tokens per example at most (default 128; less where the\n"
             "                       target's context ends)\n"
             "  --limit N            the first N examples only (default: all)\n"
-            "  --batch N            prompts of the same length continued together after each is read\n"
-            "                       in a pass of its own, the matmuls over all of them at once\n"
-            "                       (default 16; the replies are the same as one at a time)\n"
+            "  --batch N            replies decoded together, the matmuls over all of them at once, a\n"
+            "                       finished one replaced by the next prompt (default 16; the replies are\n"
+            "                       the same as one at a time)\n"
             "  --threads N          OpenMP threads (default: all cores)\n");
 }
 
@@ -41,82 +41,29 @@ typedef struct {
 } Counts;
 
 typedef struct {
-    uint64_t k;   // the example
-    int np;       // its prompt's tokens
-} Prompt;
+    uint64_t done_new;   // new tokens of the finished jobs
+    double t0, shown;
+    int tty;
+    const SampleJob *jobs;
+} Progress;
 
-static int by_length(const void *a, const void *b) {
-    const Prompt *x = a, *y = b;
-    if (x->np != y->np) return x->np < y->np ? -1 : 1;
-    return x->k < y->k ? -1 : x->k > y->k;
+// A line every half second on a terminal, every 10 s into a log, and at the end.
+static void show_progress(void *ctx, int done, int n) {
+    Progress *pr = ctx;
+    pr->done_new = 0;
+    for (int j = 0; j < n; j++) pr->done_new += (uint64_t)pr->jobs[j].n_out;
+    const double dt = now_seconds() - pr->t0;
+    if (dt - pr->shown < (pr->tty ? 0.5 : 10.0) && done < n) return;
+    pr->shown = dt;
+    fprintf(stderr, "%sdraft-data: %d/%d examples, %.0f tokens/s%s", pr->tty ? "\r" : "", done, n,
+            dt > 0 ? (double)pr->done_new / dt : 0.0, pr->tty ? (done == n ? "\n" : "   ") : "\n");
 }
 
-// Greedy replies to `rows` prompts of np tokens each: each prompt is read in
-// one pass of its own (as generate reads it) and its cache copied into a
-// lockstep plan, where the rows then advance together (one token each per
-// pass, the matmuls over all of them) until each makes an end token or has
-// max_new. out[r * stride ..] gets row r's reply, got[r] its length.
-static int continue_rows(const Model *src, const Dataset *d, const Prompt *ps, int rows, int max_new, int stride,
-                         const GenParams *p, int *out, int *got, PtError *e) {
-    const int np = ps[0].np, V = src->cfg.vocab_size;
-    GenContext g;
-    if (gen_init(&g, src, np, e)) return -1;
-    Model m;
-    model_init(&m, src->dev, &src->cfg, src->tt, src->weights, &src->opt);
-    // The last new token is never fed: nothing reads its logits.
-    if (model_plan_cache_rows(&m, rows, np + max_new - 1, e)) {
-        model_free(&m);
-        gen_free(&g);
-        return -1;
-    }
-    float *dev_logits = m.dev->be->alloc(m.dev, (size_t)rows * V * sizeof(float), "draft-data logits");
-    float *logits = xmalloc((size_t)rows * V * sizeof(float), "draft-data logits on the host");
-    float *probs = xmalloc((size_t)V * sizeof(float), "sampling scratch");
-    int *order = xmalloc((size_t)V * sizeof(int), "sampling scratch");
-    int *next = xmalloc((size_t)(rows > np ? rows : np) * sizeof(int), "next tokens"), live = rows, rc = 0;
-    Rng rng;
-    rng_seed(&rng, p->seed);
-    for (int r = 0; r < rows && rc == 0; r++) {
-        for (int t = 0; t < np; t++) next[t] = (int)dataset_token(d, d->doc_offsets[ps[r].k] + (uint64_t)t);
-        if (gen_prefill_logits(&g, next, np, e) == NULL) {
-            rc = -1;
-            break;
-        }
-        model_cache_copy_row(&m, r, &g.m);
-        const int id = sample_token(g.logits, V, p, &rng, probs, order);
-        out[(size_t)r * stride] = id;
-        got[r] = gen_is_stop(p, id) || max_new == 1 ? 1 : -1;   // -1: still generating
-        live -= got[r] > 0;
-    }
-    for (int i = 1; i < max_new && live > 0 && rc == 0; i++) {
-        for (int r = 0; r < rows; r++)   // (a finished row is fed its last token again: nothing reads it)
-            next[r] = out[(size_t)r * stride + (got[r] > 0 ? got[r] : i) - 1];
-        model_feed_rows(&m, next, dev_logits);
-        OP(m.dev, download, logits, dev_logits, (size_t)rows * V * sizeof(float));
-        for (int r = 0; r < rows; r++) {
-            if (got[r] > 0) continue;
-            const int id = sample_token(logits + (size_t)r * V, V, p, &rng, probs, order);
-            out[(size_t)r * stride + i] = id;
-            if (gen_is_stop(p, id) || i + 1 == max_new) {
-                got[r] = i + 1;
-                live--;
-            }
-        }
-    }
-    m.dev->be->release(m.dev, dev_logits);
-    free(logits);
-    free(probs);
-    free(order);
-    free(next);
-    model_free(&m);
-    gen_free(&g);
-    return rc;
-}
-
-// The examples [0, n) of d: each one's prompt and the target's continuation into
-// w, in the dataset's order; prompts of one length run `batch` at a time.
+// The examples [0, n) of d: each one's prompt and the target's greedy
+// continuation into w, in the dataset's order. The batched sampler decodes
+// `rows` of them together, a finished one replaced by the next prompt.
 static int continue_prompts(const OpenModel *om, const Tokenizer *tok, const char *ckpt, const Dataset *d,
-                            uint64_t n, int max_new, int batch, DatasetWriter *w, Counts *c, PtError *e) {
+                            uint64_t n, int max_new, int rows, DatasetWriter *w, Counts *c, PtError *e) {
     const ModelConfig *cfg = &om->b.cfg;
     GenParams p;
     gen_params_default(&p);
@@ -125,71 +72,58 @@ static int continue_prompts(const OpenModel *om, const Tokenizer *tok, const cha
     free(probe);
     add_default_stops(&p, cfg, tok);
     const int cap = cfg->max_seq;
-    Prompt *ps = xmalloc((size_t)(n ? n : 1) * sizeof *ps, "prompt list");
-    int *where = xmalloc((size_t)(n ? n : 1) * sizeof(int), "prompt index");   // example -> its place in ps, or -1
-    uint64_t m = 0;
+    // Each usable example a job: its prompt, room for max_new tokens or what the context leaves.
+    SampleJob *jobs = xcalloc(n ? n : 1, sizeof *jobs, "sampling jobs");
+    GenParams *params = xmalloc((size_t)(n ? n : 1) * sizeof *params, "sampling parameters");
+    int m = 0, max_len = 1, rc = 0;
     for (uint64_t k = 0; k < n; k++) {
         const uint64_t off = d->doc_offsets[k], len = dataset_doc_len(d, k);
         uint64_t np = 0;
         while (np < len && !d->loss_mask[off + np]) np++;
-        where[k] = -1;
         if (np == 0 || np == len || np >= (uint64_t)cap) {   // no prompt, no reply, or no room to continue
             c->skipped++;
             continue;
         }
-        ps[m++] = (Prompt){k, (int)np};
+        int *prompt = xmalloc(np * sizeof(int), "prompt");
+        for (uint64_t t = 0; t < np; t++) prompt[t] = (int)dataset_token(d, off + t);
+        params[m] = p;
+        params[m].max_new = max_new < cap - (int)np ? max_new : cap - (int)np;
+        jobs[m] = (SampleJob){prompt, (int)np, &params[m], xmalloc((size_t)params[m].max_new * sizeof(int), "reply"),
+                              0};
+        max_len = (int)np + params[m].max_new > max_len ? (int)np + params[m].max_new : max_len;
+        m++;
     }
-    qsort(ps, m, sizeof *ps, by_length);
-    for (uint64_t j = 0; j < m; j++) where[ps[j].k] = (int)j;
-    int *replies = xmalloc((size_t)(m ? m : 1) * max_new * sizeof(int), "replies");
-    int *got = xmalloc((size_t)(m ? m : 1) * sizeof(int), "reply lengths"), rc = 0;
-    const double t0 = now_seconds();
-    double shown = 0;
-    const int tty = isatty(2);
-    uint64_t done_new = 0;
-    for (uint64_t j = 0; j < m && rc == 0;) {
-        uint64_t end = j + 1;
-        while (end < m && end - j < (uint64_t)batch && ps[end].np == ps[j].np) end++;
-        const int room = max_new < cap - ps[j].np ? max_new : cap - ps[j].np;   // where the context ends first
-        rc = continue_rows(&om->m, d, ps + j, (int)(end - j), room, max_new, &p, replies + (size_t)j * max_new,
-                           got + j, e);
-        for (uint64_t r = j; rc == 0 && r < end; r++) done_new += (uint64_t)got[r];
-        j = end;
-        const double dt = now_seconds() - t0;
-        if (rc == 0 && (dt - shown >= (tty ? 0.5 : 10.0) || j == m)) {   // a log gets a line every 10 s
-            shown = dt;
-            fprintf(stderr, "%sdraft-data: %llu/%llu examples, %.0f tokens/s%s", tty ? "\r" : "",
-                    (unsigned long long)j, (unsigned long long)m, dt > 0 ? (double)done_new / dt : 0.0,
-                    tty ? "   " : "\n");
+    Sampler s;
+    Progress pr = {0, now_seconds(), 0, isatty(2), jobs};
+    if (m > 0) {
+        rc = sampler_init(&s, &om->m, rows < m ? rows : m, max_len, e);
+        if (rc == 0) {
+            rc = sampler_run(&s, jobs, m, show_progress, &pr, e);
+            sampler_free(&s);
         }
     }
-    if (m && tty) fprintf(stderr, "\n");
     int *ids = xmalloc((size_t)cap * sizeof(int), "example");
     uint8_t *mask = xcalloc((size_t)cap, 1, "example mask");
-    for (uint64_t k = 0; k < n && rc == 0; k++) {
-        if (where[k] < 0) continue;
-        const uint64_t j = (uint64_t)where[k], off = d->doc_offsets[k];
-        const int np = ps[j].np;
-        int g = got[j];
-        const int *reply = replies + j * max_new;
-        c->ended += g > 0 && gen_is_stop(&p, reply[g - 1]);
+    for (int j = 0; j < m && rc == 0; j++) {
+        const SampleJob *job = &jobs[j];
+        int g = job->n_out;
+        c->ended += g > 0 && gen_is_stop(&p, job->out[g - 1]);
         for (int i = 0; i < g; i++)   // a row past the tokenizer's (an lm_head's padding) ends the reply
-            if (reply[i] >= d->vocab_size) g = i;
-        for (int i = 0; i < np; i++) ids[i] = (int)dataset_token(d, off + (uint64_t)i);
-        memcpy(ids + np, reply, (size_t)g * sizeof(int));
-        memset(mask, 0, (size_t)np);
-        memset(mask + np, 1, (size_t)g);
-        rc = dataset_writer_add(w, ids, mask, (size_t)np + (size_t)g, e);
+            if (job->out[i] >= d->vocab_size) g = i;
+        memcpy(ids, job->prompt, (size_t)job->n_prompt * sizeof(int));
+        memcpy(ids + job->n_prompt, job->out, (size_t)g * sizeof(int));
+        memset(mask, 0, (size_t)job->n_prompt);
+        memset(mask + job->n_prompt, 1, (size_t)g);
+        rc = dataset_writer_add(w, ids, mask, (size_t)job->n_prompt + (size_t)g, e);
         c->written++;
-        c->prompt_tokens += (uint64_t)np;
+        c->prompt_tokens += (uint64_t)job->n_prompt;
         c->new_tokens += (uint64_t)g;
     }
+    for (int j = 0; j < m; j++) free((int *)jobs[j].prompt), free(jobs[j].out);
     free(ids);
     free(mask);
-    free(ps);
-    free(where);
-    free(replies);
-    free(got);
+    free(jobs);
+    free(params);
     return rc;
 }
 

@@ -202,7 +202,7 @@ static void test_bad_input(void **s) {
 }
 
 // draft-data: each example's prompt, then (with loss) what pocket generate --int4 makes of it, in the
-// dataset's order, with the prompts of one length continued 4 at a time.
+// dataset's order, with 4 rows decoded together by the batched sampler (prompts of two lengths).
 static void test_draft_data_is_generate(void **s) {
     (void)s;
     assert_int_equal(sh("%s draft-data --ckpt %s/target.h5 --data %s/sft.h5 --out %s/dd.h5 --max-new 14 --batch 4 "
@@ -216,7 +216,7 @@ static void test_draft_data_is_generate(void **s) {
     if (dataset_open(&src, path, &e)) fail_msg("%s", e.msg);
     assert_int_equal(d.kind, DATASET_SFT);
     assert_string_equal(d.tokenizer_hash, src.tokenizer_hash);
-    assert_int_equal((int)d.n_docs, 12);   // 10 prompts of one length, 2 of another: batches of 4, 4, 2 and 2
+    assert_int_equal((int)d.n_docs, 12);   // 10 prompts of one length, 2 of another, sharing the rows
     int distinct = 0;
     for (uint64_t k = 0; k < d.n_docs; k++) {
         const uint64_t off = d.doc_offsets[k], len = dataset_doc_len(&d, k), soff = src.doc_offsets[k];
