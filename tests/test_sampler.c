@@ -3,13 +3,17 @@
 // of rows and the order the jobs arrive in: greedy and sampled jobs
 // (temperature, top-k, top-p, each its own seed), prompts of 1 to 40
 // tokens, stop ids (met by some jobs) and max_new from 0 up, samples of one
-// prompt array in a row (read once), with fp32 and bf16 matmuls; and its
-// checks of bad jobs.
+// prompt array in a row (read once), with fp32 and bf16 matmuls; its checks
+// of bad jobs; and eval_exact_match, which decodes on it, on replies made
+// to match or to miss.
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <cmocka.h>
+#include <stdlib.h>
+#include <unistd.h>
 #include "../model/sampler.h"
+#include "../train/evaluate.h"
 #include "test_model_util.h"
 
 enum { JOBS = 23, MAX_NEW = 24 };
@@ -141,11 +145,60 @@ static void test_bad_jobs(void **s) {
     test_model_free(&tm);
 }
 
+// An SFT dataset of 10 examples whose replies are generate()'s greedy ones
+// (even examples) or that with the first token changed (odd): exact match
+// is 1/2 of all of them and 4/7 of the first 7, whatever decodes them.
+static void test_exact_match_counts_replies(void **s) {
+    (void)s;
+    TestModel tm;
+    load_preset("tiny", 8, &tm);
+    const int V = tm.b.cfg.vocab_size;
+    char dir[] = "/tmp/test_sampler_XXXXXX", path[64];
+    assert_non_null(mkdtemp(dir));
+    snprintf(path, sizeof path, "%s/sft.h5", dir);
+    DatasetWriter *w;
+    PtError e;
+    assert_int_equal(dataset_writer_open(&w, path, DATASET_SFT, V, "0123456789abcdef0123456789abcdef0123456789abcdef"
+                                         "0123456789abcdef", &e), 0);
+    GenContext g;
+    assert_int_equal(gen_init(&g, &tm.m, 64, &e), 0);
+    GenParams p;
+    gen_params_default(&p);
+    add_default_stops(&p, &tm.b.cfg, NULL);   // as eval_exact_match stops without a tokenizer
+    p.max_new = 6;
+    for (int k = 0; k < 10; k++) {
+        const int np = 3 + (k * 11) % 30;
+        int *prompt = random_tokens(np, V, 500 + k), doc[64];
+        uint8_t mask[64] = {0};
+        memcpy(doc, prompt, (size_t)np * sizeof(int));
+        const int n = generate(&g, prompt, np, &p, doc + np, 64 - np, &e);
+        assert_true(n >= 1);
+        if (k % 2) doc[np] = (doc[np] + 1) % V;   // a reply the model does not give
+        memset(mask + np, 1, (size_t)n);
+        assert_int_equal(dataset_writer_add(w, doc, mask, (size_t)(np + n), &e), 0);
+        free(prompt);
+    }
+    gen_free(&g);
+    assert_int_equal(dataset_writer_commit(w, &e), 0);
+    Dataset d;
+    assert_int_equal(dataset_open(&d, path, &e), 0);
+    int scored;
+    assert_true(eval_exact_match(&tm.m, NULL, &d, 100, &scored, NULL, &e) == 0.5);
+    assert_int_equal(scored, 10);
+    assert_true(eval_exact_match(&tm.m, NULL, &d, 7, &scored, NULL, &e) == 4.0 / 7);
+    assert_int_equal(scored, 7);
+    dataset_close(&d);
+    unlink(path);
+    rmdir(dir);
+    test_model_free(&tm);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_equals_generate_fp32),
         cmocka_unit_test(test_equals_generate_bf16),
         cmocka_unit_test(test_bad_jobs),
+        cmocka_unit_test(test_exact_match_counts_replies),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

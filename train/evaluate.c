@@ -5,6 +5,7 @@
 #include <string.h>
 #include "../data/loader.h"
 #include "../model/generate.h"
+#include "../model/sampler.h"
 
 void add_default_stops(GenParams *p, const ModelConfig *c, const Tokenizer *tok) {
     gen_add_stop(p, c->eos_id, c->vocab_size);
@@ -62,49 +63,63 @@ double eval_exact_match(const Model *m, const Tokenizer *tok, const Dataset *d, 
         pt_fail(e, "%s: exact match needs an SFT dataset", d->path);
         return NAN;
     }
-    int max_len = m->cfg.max_seq;
-    GenContext g;
-    if (gen_init(&g, m, max_len, e)) return NAN;
-    GenParams p;
-    gen_params_default(&p);
-    add_default_stops(&p, &m->cfg, tok);
-    int *doc = xmalloc((size_t)max_len * sizeof(int), "example"), *out = xmalloc((size_t)max_len * sizeof(int), "completion");
-    int hits = 0, scored = 0;
-    for (uint64_t k = 0; k < d->n_docs && scored < max_examples; k++) {
-        uint64_t off = d->doc_offsets[k], len = dataset_doc_len(d, k);
-        if (len > (uint64_t)max_len) continue;
-        // the last run of trained tokens is the reference reply
+    GenParams base;
+    gen_params_default(&base);
+    add_default_stops(&base, &m->cfg, tok);
+    // The examples: the tokens before the last run of trained tokens are the
+    // prompt, that run (the final reply) the reference; one sampler job each.
+    const size_t cap = (uint64_t)max_examples < d->n_docs ? (size_t)max_examples : (size_t)d->n_docs;
+    SampleJob *jobs = xcalloc(cap ? cap : 1, sizeof *jobs, "exact-match jobs");
+    GenParams *params = xmalloc((cap ? cap : 1) * sizeof *params, "exact-match parameters");
+    int n = 0, max_len = 1;
+    for (uint64_t k = 0; k < d->n_docs && (size_t)n < cap; k++) {
+        const uint64_t off = d->doc_offsets[k], len = dataset_doc_len(d, k);
+        if (len > (uint64_t)m->cfg.max_seq) continue;
         int64_t end = (int64_t)len - 1;
         while (end >= 0 && !d->loss_mask[off + end]) end--;
         if (end < 0) continue;
         int64_t start = end;
         while (start > 0 && d->loss_mask[off + start - 1]) start--;
         if (start == 0) continue;
-        for (uint64_t i = 0; i < len; i++) doc[i] = (int)dataset_token(d, off + i);
-        int ref_len = (int)(end - start + 1);
-        p.max_new = ref_len;
-        // The reply's last trained token is the template's end-of-turn token: a stop.
-        size_t end_len;
-        const char *end_bytes = tokenizer_token_bytes(tok, doc[end], &end_len);
-        if (end_len && tokenizer_special_prefix(tok, end_bytes, end_len) == end_len) gen_add_stop(&p, doc[end], m->cfg.vocab_size);   // a longer completion cannot match anyway
-        int got = generate(&g, doc, (int)start, &p, out, max_len, e);
-        if (got < 0) break;
-        int match = got == ref_len && !memcmp(out, doc + start, ref_len * sizeof(int));
+        int *doc = xmalloc((size_t)(end + 1) * sizeof(int), "example");
+        for (int64_t i = 0; i <= end; i++) doc[i] = (int)dataset_token(d, off + (uint64_t)i);
+        GenParams *p = &params[n];
+        *p = base;
+        p->max_new = (int)(end - start + 1);
+        // The reply's last trained token is the template's end-of-turn token: a stop (a longer completion
+        // cannot match anyway).
+        size_t end_len = 0;
+        const char *end_bytes = tok ? tokenizer_token_bytes(tok, doc[end], &end_len) : NULL;
+        if (end_len && tokenizer_special_prefix(tok, end_bytes, end_len) == end_len)
+            gen_add_stop(p, doc[end], m->cfg.vocab_size);
+        jobs[n++] = (SampleJob){doc, (int)start, p, xmalloc((size_t)p->max_new * sizeof(int), "completion"), 0};
+        max_len = (int)end + 1 > max_len ? (int)end + 1 : max_len;
+    }
+    Sampler s;
+    int rc = 0, hits = 0;
+    if (n > 0 && (rc = sampler_init(&s, m, n < EXACT_MATCH_ROWS ? n : EXACT_MATCH_ROWS, max_len, e)) == 0) {
+        rc = sampler_run(&s, jobs, n, NULL, NULL, e);
+        sampler_free(&s);
+    }
+    for (int j = 0; rc == 0 && j < n; j++) {
+        const SampleJob *job = &jobs[j];
+        const int *want = job->prompt + job->n_prompt, n_want = job->p->max_new;
+        const int match = job->n_out == n_want && !memcmp(job->out, want, (size_t)n_want * sizeof(int));
         hits += match;
-        scored++;
-        if (log && scored <= 3) {
-            char *want = tokenizer_decode(tok, doc + start, ref_len, 1), *have = tokenizer_decode(tok, out, got, 1);
-            fprintf(log, "  example %d: %s\n    reference: %s\n    generated: %s\n", scored, match ? "match" : "MISS",
-                    want, have);
-            free(want);
+        if (log && tok && j < 3) {
+            char *w = tokenizer_decode(tok, want, n_want, 1), *have = tokenizer_decode(tok, job->out, job->n_out, 1);
+            fprintf(log, "  example %d: %s\n    reference: %s\n    generated: %s\n", j + 1, match ? "match" : "MISS",
+                    w, have);
+            free(w);
             free(have);
         }
     }
-    free(doc);
-    free(out);
-    gen_free(&g);
-    *n_scored = scored;
-    return scored ? (double)hits / scored : NAN;
+    for (int j = 0; j < n; j++) free((int *)jobs[j].prompt), free(jobs[j].out);
+    free(jobs);
+    free(params);
+    if (rc) return NAN;
+    *n_scored = n;
+    return n ? (double)hits / n : NAN;
 }
 
 void chat_add_end_of_turn_stop(const ChatTemplate *t, const ChatMessage *prompt, int n, const Tokenizer *tok,

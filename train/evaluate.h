@@ -32,7 +32,11 @@ int eval_loss_sums(Model *m, const Dataset *d, int doc_mask, long max_batches, i
 // For each of the first max_examples SFT examples: the prompt is everything
 // before the last trained span (the final assistant reply), the reference is
 // that span (reply + <|im_end|>); greedy generation must reproduce it token
-// for token. Returns the rate in [0,1] (NAN on error); *n_scored examples.
+// for token. The replies are decoded EXACT_MATCH_ROWS at a time by the
+// batched sampler (model/sampler.h: the tokens generate() gives each alone).
+// Returns the rate in [0,1] (NAN on error); *n_scored examples. tok may be
+// NULL: no stop at the reference's end token, no examples logged.
+enum { EXACT_MATCH_ROWS = 16 };
 double eval_exact_match(const Model *m, const Tokenizer *tok, const Dataset *d, int max_examples, int *n_scored,
                         FILE *log, PtError *e);
 
