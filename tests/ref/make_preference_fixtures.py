@@ -183,6 +183,24 @@ def close(a, b, tol=1e-10):
     return float((a - b).abs().max()) <= tol * max(1.0, float(b.abs().max()))
 
 
+def save_float32(tensors, folder):
+    """The tensors as float32 into folder/expected.safetensors; its path."""
+    os.makedirs(folder, exist_ok=True)
+    path = os.path.join(folder, "expected.safetensors")
+    save_file({name: t.detach().to(torch.float32).contiguous() for name, t in tensors.items()}, path)
+    return path
+
+
+def worst_grad_diff(model, ours_grads, case):
+    """Every parameter's gradient (after a reference trainer's backward) against ours within 1e-9 relative; the
+    largest absolute difference."""
+    worst = 0.0
+    for name, p in model.named_parameters():
+        assert close(p.grad, ours_grads[name], 1e-9), (case, name)
+        worst = max(worst, float((p.grad - ours_grads[name]).abs().max()))
+    return worst
+
+
 def rowwise_logits(model, input_ids, attention_mask):
     """The model's float64 logits of a right-padded batch, each row fed alone without its padding, as
     sequence_logps feeds it (transformers keeps RMSNorm, RoPE angles and the attention softmax of a float64 Qwen3 in
@@ -250,11 +268,7 @@ def check_dpo_trainer(pairs, ref, case, ours_loss, ours_metrics, ours_grads):
         ours_metrics[2] = float(ours_metrics[2].float())
         assert close(trl_loss.detach(), ours_loss), (case, float(trl_loss), float(ours_loss))
         assert close(trl_metrics, ours_metrics), (case, trl_metrics, ours_metrics.tolist())
-        worst = 0.0
-        for name, p in model.named_parameters():
-            assert close(p.grad, ours_grads[name], 1e-9), (case, name)
-            worst = max(worst, float((p.grad - ours_grads[name]).abs().max()))
-    return abs(trl_loss.item() - ours_loss.item()), worst
+    return abs(trl_loss.item() - ours_loss.item()), worst_grad_diff(model, ours_grads, case)
 
 
 def check_cpo_loss(logps, ref, case, ours_loss):
@@ -306,11 +320,7 @@ def check_cpo_trainer(pairs, case, ours_loss, ours_metrics, ours_grads):
     ours_metrics[2] = float(ours_metrics[2].float())
     assert close(trl_loss.detach(), ours_loss), (case, float(trl_loss), float(ours_loss))
     assert close(trl_metrics, ours_metrics), (case, trl_metrics, ours_metrics.tolist())
-    worst = 0.0
-    for name, p in model.named_parameters():
-        assert close(p.grad, ours_grads[name], 1e-9), (case, name)
-        worst = max(worst, float((p.grad - ours_grads[name]).abs().max()))
-    return abs(trl_loss.item() - ours_loss.item()), worst
+    return abs(trl_loss.item() - ours_loss.item()), worst_grad_diff(model, ours_grads, case)
 
 
 def main():
@@ -367,12 +377,9 @@ def main():
         msg += f"; metrics {[round(float(m), 6) for m in metrics]}"
         report.append(msg)
 
-    f32 = {name: t.detach().to(torch.float32).contiguous() for name, t in out.items()}
-    os.makedirs(args.out, exist_ok=True)
-    path = os.path.join(args.out, "expected.safetensors")
-    save_file(f32, path)
+    path = save_float32(out, args.out)
     print("\n".join(report))
-    print(f"wrote {path}: {len(f32)} tensors, {os.path.getsize(path)} bytes; logps {logps0.tolist()}")
+    print(f"wrote {path}: {len(out)} tensors, {os.path.getsize(path)} bytes; logps {logps0.tolist()}")
 
 
 if __name__ == "__main__":

@@ -1,0 +1,77 @@
+// grpo.c: GRPO's clipped policy-ratio loss and its head (grpo.h). Every
+// token has a weight of its own (its ratio, its clip, its KL), so the
+// classifier runs one row at a time: forward for the token's
+// log-probability, then again with the backward at that token's scale, as
+// the draft's position-weighted loss does per position.
+#include "grpo.h"
+#include <math.h>
+
+const char *grpo_norm_name(int norm) {
+    static const char *names[GRPO_NORM_COUNT] = {"grpo", "bnpo"};
+    return norm >= 0 && norm < GRPO_NORM_COUNT ? names[norm] : "?";
+}
+
+double grpo_token_loss(const GrpoLoss *l, double logp, double old, double ref, double adv, double *d,
+                       double metrics[GRPO_METRICS]) {
+    const double r = exp(logp - old), lo = 1 - l->epsilon_low, hi = 1 + l->epsilon_high;
+    const double clipped = r < lo ? lo : r > hi ? hi : r;
+    // -min(r A, clipped A): where the clipped term is the smaller one and the clip holds, it does not move with logp
+    const int held = clipped * adv < r * adv;
+    double loss = held ? -clipped * adv : -r * adv;
+    *d = held ? 0 : -r * adv;
+    double kl = 0;
+    if (l->beta != 0) {   // beta r k(x), x = ref - logp: dr/dlogp = r, dk/dlogp = 1 - e^x
+        const double x = ref - logp, k = exp(x) - x - 1;
+        kl = r * k;
+        loss += l->beta * kl;
+        *d += l->beta * r * (k + 1 - exp(x));
+    }
+    if (metrics) {
+        metrics[GRPO_KL] += kl;
+        metrics[GRPO_CLIP_LOW] += r < lo && adv < 0;
+        metrics[GRPO_CLIP_HIGH] += r > hi && adv > 0;
+        metrics[GRPO_TOKENS] += 1;
+    }
+    return loss;
+}
+
+// Flat row i through the classifier: its loss (the negated log-probability
+// of its target); with dh, scale x its gradient.
+static double row_pass(Model *m, int i, float *dh, float scale) {
+    const int H = m->cfg.d_model;
+    int count;
+    return OP(m->dev, classifier, dh ? dh + (size_t)i * H : NULL, dh ? m->g.lm_head : NULL, NULL,
+              m->a.lnf + (size_t)i * H, m->w.lm_head, m->targets + i, m->mask + i, 1, H, m->cfg.vocab_size, scale,
+              &count, m->opt.matmul);
+}
+
+static double grpo_pass(const LossHead *head, Model *m, const ModelInput *in, float *dh, float grad_scale,
+                        int *count) {
+    GrpoHead *h = head->ctx;
+    if (!in->targets || !in->mask) die("GRPO head: the input has no targets or mask");
+    if (h->loss.beta != 0 && !h->ref_logp) die("GRPO head: a KL penalty without reference log-probabilities");
+    double loss = 0;
+    int tokens = 0;
+    for (int k = 0; k < h->n; k++) {
+        int n = 0;
+        for (int i = h->row0[k]; i <= h->last[k]; i++) n += in->mask[i] != 0;
+        if (n == 0) continue;
+        // The sequence norm weighs a completion's tokens by 1/n; the token norm counts them all alike.
+        const double w = h->loss.norm == GRPO_NORM_SEQUENCE ? 1.0 / n : 1.0;
+        for (int i = h->row0[k]; i <= h->last[k]; i++) {
+            if (!in->mask[i]) continue;
+            const double logp = -row_pass(m, i, NULL, 0.0f);
+            h->logp[i] = (float)logp;
+            double d;
+            loss += w * grpo_token_loss(&h->loss, logp, h->old_logp ? h->old_logp[i] : logp,
+                                        h->ref_logp ? h->ref_logp[i] : 0, h->advantage[k], &d, h->metrics);
+            // The classifier's loss is minus the log-probability: its scale is -dL/dlogp.
+            if (dh) row_pass(m, i, dh, (float)(-grad_scale * w * d));
+        }
+        tokens += n;
+    }
+    *count = h->loss.norm == GRPO_NORM_SEQUENCE ? h->n : tokens;
+    return loss;
+}
+
+LossHead grpo_loss_head(GrpoHead *h) { return (LossHead){grpo_pass, h}; }
