@@ -11,6 +11,35 @@ const char *grpo_norm_name(int norm) {
     return norm >= 0 && norm < GRPO_NORM_COUNT ? names[norm] : "?";
 }
 
+// The sample standard deviation of x[0..n) (NAN for n < 2, as TRL's nanstd).
+static double sample_std(const double *x, int n) {
+    if (n < 2) return NAN;
+    double mean = 0, ss = 0;
+    for (int i = 0; i < n; i++) mean += x[i];
+    mean /= n;
+    for (int i = 0; i < n; i++) ss += (x[i] - mean) * (x[i] - mean);
+    return sqrt(ss / (n - 1));
+}
+
+int grpo_advantages(const double *rewards, int n, int group, int scale, double *advantages) {
+    const double batch_std = sample_std(rewards, n);
+    int flat = 0;
+    for (int g0 = 0; g0 < n; g0 += group) {
+        double mean = 0;
+        for (int i = g0; i < g0 + group; i++) mean += rewards[i];
+        mean /= group;
+        const double std = scale == GRPO_SCALE_BATCH ? batch_std : sample_std(rewards + g0, group);
+        int equal = 1;
+        for (int i = g0; i < g0 + group; i++) {
+            advantages[i] = rewards[i] - mean;
+            if (scale != GRPO_SCALE_NONE) advantages[i] /= std + 1e-4;
+            equal &= rewards[i] == rewards[g0];
+        }
+        flat += equal;
+    }
+    return flat;
+}
+
 double grpo_token_loss(const GrpoLoss *l, double logp, double old, double ref, double adv, double *d,
                        double metrics[GRPO_METRICS]) {
     const double r = exp(logp - old), lo = 1 - l->epsilon_low, hi = 1 + l->epsilon_high;

@@ -30,6 +30,15 @@ typedef struct {
 
 const char *grpo_norm_name(int norm);   // "grpo", "bnpo" (TRL's loss_type)
 
+// Advantages of n rewards in groups of `group` >= 2 (n a multiple of it; the
+// completions of one prompt side by side), as TRL's GRPOTrainer makes them:
+// each reward less its group's mean, divided by (std + 1e-4) where std is
+// the group's (GRPO_SCALE_GROUP) or the whole batch's (GRPO_SCALE_BATCH)
+// sample standard deviation (n - 1 below), or not divided (GRPO_SCALE_NONE,
+// Dr. GRPO). Returns how many groups have all-equal rewards (no signal).
+typedef enum { GRPO_SCALE_GROUP, GRPO_SCALE_BATCH, GRPO_SCALE_NONE, GRPO_SCALE_COUNT } GrpoScale;
+int grpo_advantages(const double *rewards, int n, int group, int scale, double *advantages);
+
 // The metrics of a pass, summed over its tokens (means: divide by tokens).
 enum { GRPO_KL, GRPO_CLIP_LOW, GRPO_CLIP_HIGH, GRPO_TOKENS, GRPO_METRICS };
 

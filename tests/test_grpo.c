@@ -3,7 +3,8 @@
 // GRPOTrainer: each case's loss, metrics and per-token derivatives from the
 // fixture's own log-probabilities; then the head on the fixture's model
 // (qwen3-untied), the four completions packed into rows as segments: the
-// tokens' log-probabilities, the loss and every parameter's gradient.
+// tokens' log-probabilities, the loss and every parameter's gradient; and
+// the advantages of groups of rewards, as GRPOTrainer normalises them.
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -200,10 +201,32 @@ static void test_gradients_match_torch(void **s) {
     st_close(&f.st);
 }
 
+// Advantages of 3 groups of 4 rewards, each way of scaling, against GRPOTrainer's; the all-equal group counted.
+static void test_advantages_match_trl(void **s) {
+    (void)s;
+    Fixture f;
+    fixture_open(&f);
+    float r32[12], want[12];
+    read_into(&f.st, "adv.rewards", r32, 12);
+    double rewards[12], adv[12];
+    for (int i = 0; i < 12; i++) rewards[i] = r32[i];
+    const char *names[GRPO_SCALE_COUNT] = {"adv.group", "adv.batch", "adv.none"};
+    for (int scale = 0; scale < GRPO_SCALE_COUNT; scale++) {
+        assert_int_equal(grpo_advantages(rewards, 12, 4, scale, adv), 1);
+        read_into(&f.st, names[scale], want, 12);
+        double worst = 0;
+        for (int i = 0; i < 12; i++) worst = fmax(worst, fabs(adv[i] - want[i]) / fmax(1.0, fabs(want[i])));
+        printf("%s: within %.1e of TRL's\n", names[scale], worst);
+        assert_true(worst < 1e-6);   // float64 stored as float32
+    }
+    st_close(&f.st);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_token_losses_match_trl),
         cmocka_unit_test(test_gradients_match_torch),
+        cmocka_unit_test(test_advantages_match_trl),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

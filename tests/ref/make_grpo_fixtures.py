@@ -36,6 +36,9 @@ Stored (float32; integers as exact float32 values):
   case<c>.loss [1], case<c>.metrics [3]     kl, clip low, clip high (means over tokens)
   case<c>.dlogps [4, 7]                     d loss / d logps
   case<c>.grad.<hf name>                    d loss / d parameter, for the cases in GRAD_CASES
+  adv.rewards [12], adv.group, adv.batch, adv.none [12]
+                        3 groups of 4 rewards and their advantages as GRPOTrainer computes them (its
+                        scale_rewards group, batch, none; its own nanstd)
 
 Run from the repo root with the pinned venv (tests/ref/README.md; needs trl):
     tests/.venv/bin/python tests/ref/make_grpo_fixtures.py
@@ -129,6 +132,20 @@ def check_grpo_trainer(prompts, completions, mask, old, ref, case, ours_loss, ou
     return abs(trl_loss.item() - ours_loss.item()), worst_grad_diff(model, ours_grads, case)
 
 
+def trl_advantages(rewards, group, scale):
+    """Advantages as TRL 1.16.0's GRPOTrainer makes them (sum_then_normalize, its default), with its own nanstd."""
+    from trl.trainer.utils import nanstd
+    mean = torch.nanmean(rewards.view(-1, group), dim=1).repeat_interleave(group, dim=0)
+    if scale == "batch":
+        std = nanstd(rewards).expand_as(rewards)
+    else:
+        std = nanstd(rewards.view(-1, group), dim=1).repeat_interleave(group, dim=0)
+    advantages = rewards - mean
+    if scale != "none":
+        advantages = advantages / (std + 1e-4)
+    return advantages
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", default="tests/fixtures/grpo")
@@ -162,6 +179,11 @@ def main():
         out[f"prompt{i}"] = torch.tensor(p)
     for k, c in enumerate(completions):
         out[f"completion{k}"] = torch.tensor(c)
+    # Advantages of 3 groups of 4 rewards (the second group all equal), each way of scaling them.
+    rewards = torch.tensor([1.0, 0.0, 0.5, 0.25, 0.7, 0.7, 0.7, 0.7, -1.0, 2.0, 0.0, 0.0])
+    out["adv.rewards"] = rewards
+    for scale in ("group", "batch", "none"):
+        out[f"adv.{scale}"] = trl_advantages(rewards, 4, scale)
     report = []
     for c, case in enumerate(CASES):
         eps_low, eps_high, beta, norm = case
