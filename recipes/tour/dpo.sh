@@ -3,7 +3,8 @@
 # SFT (runs/tour/sft/best.h5, recipes/tour/sft.ini), a preference set of its own wrong answers to the title -> JSON
 # task, pocket's DPO run (recipes/tour/dpo.ini) and TRL 1.16.0's DPOTrainer on the same pairs and hyperparameters
 # beside it; held-out preference accuracy and margin of both, their wall time and peak memory, and the held-out
-# exact match of the SFT and DPO models' int4 packages in the MNN runtime. Run from the repository root after the
+# exact match of the SFT and DPO models, in float and as int4 packages in the MNN runtime after the tour's QAT step
+# (recipes/tour/qat.ini) on each. Run from the repository root after the
 # README's tour (it needs ./pocket, tests/.venv and runs/tour/sft/best.h5); everything goes under runs/tour/.
 # Stages whose output exists are skipped; RESULTS=runs/tour/dpo-results.txt gets the figures.
 set -euo pipefail
@@ -43,26 +44,33 @@ SHORT=$T/dpo-short/ckpt-$(printf %08d $COMPARE).h5
 if [ ! -f $SHORT ]; then
     mkdir -p $T/dpo-short && cp $T/dpo/reference.h5 $T/dpo-short/
     time_v $T/dpo-short-time.txt $P train recipes/tour/dpo.ini --set train.steps=$COMPARE --set train.run_dir=$T/dpo-short \
-        --set train.eval_interval=0 --set optim.warmup=2
+        --set train.eval_interval=0 --set optim.warmup=2 --set preference.sft_weight=0
 fi
 [ -f $T/dpo-short-eval.txt ] || $P eval --ckpt $SHORT --ref $T/sft/best.h5 --data $T/pairs-val50.h5 \
-    --seq-len 352 > $T/dpo-short-eval.txt
+    --seq-len 352 > $T/dpo-short-eval.txt   # (the timing pair runs the sigmoid loss alone, both sides)
 [ -f $T/dpo-trl.json ] || time_v $T/dpo-trl-time.txt $PY recipes/tour/dpo_trl.py --model $T/sft-hf \
     --train $D/pairs.jsonl --val $D/pairs-val50.jsonl --out $T/dpo-trl.json --steps $COMPARE --batch 4 --accum 2 \
     --lr 1e-5 --beta 0.1 --warmup 2 --threads 2
 [ -f $T/dpo-trl-full.json ] || $PY recipes/tour/dpo_trl.py --model $T/sft-hf --train $D/pairs.jsonl \
     --val $D/pairs-val.jsonl --out $T/dpo-trl-full.json --steps $STEPS --batch 4 --accum 2 --lr 1e-5 --beta 0.1 \
-    --warmup 5 --threads 2
+    --sft-weight 1 --warmup 5 --threads 2
 # 5. Held-out pairs: the DPO model against its start; and how often each model finds the chosen answer more
 #    likely per token than the rejected one (SimPO's reward, no reference).
 [ -f $T/dpo-eval.txt ] || $P eval --ckpt $T/dpo/best.h5 --ref $T/sft/best.h5 --data $T/pairs-val.h5 --seq-len 352 \
-    > $T/dpo-eval.txt
+    --sft-weight 1 > $T/dpo-eval.txt
 for m in sft dpo; do
     [ -f $T/$m-likelihood.txt ] || $P eval --ckpt $T/$m/best.h5 --data $T/pairs-val.h5 --loss simpo --beta 1 \
         --simpo-gamma 0 --seq-len 352 > $T/$m-likelihood.txt
 done
-# 6. The int4 packages in the MNN runtime: exact match on the 200 held-out titles.
+# 6. Exact match on the 200 held-out titles: each float model (pocket eval), then the tour's QAT step on each
+#    (recipes/tour/qat.ini: 16 SFT updates through the int4 rounding) and its int4 package in the MNN runtime.
 for m in sft dpo; do
+    [ -f $T/$m-em.txt ] || $P eval --ckpt $T/$m/best.h5 --data $T/dpo-val.h5 --exact-match 200 --max-batches 1 \
+        --seq-len 352 > $T/$m-em.txt
+done
+[ -f $T/qat/best.h5 ] || $P train recipes/tour/qat.ini
+[ -f $T/dpo-qat/best.h5 ] || $P train recipes/tour/qat.ini --set model.init=$T/dpo/best.h5 --set train.run_dir=$T/dpo-qat
+for m in qat dpo-qat; do
     [ -d $T/$m-mnn ] || $P export --ckpt $T/$m/best.h5 --format mnn --sampler greedy --out $T/$m-mnn
     [ -f $T/$m-mnn-em.json ] || $PY tests/mnn_exact_match.py --package $T/$m-mnn --data $T/dpo-val.h5 --n 200 \
         --json $T/$m-mnn-em.json
@@ -76,7 +84,8 @@ metric() { grep "^$2:" "$1" | head -1 | sed 's/^[^:]*: *//'; }
          "$(metric $T/dpo-eval.txt rewards/margins); $(cat $T/dpo-time.txt)"
     echo "likelihood preference (chosen more likely per token): SFT $(metric $T/sft-likelihood.txt rewards/accuracies)," \
          "DPO $(metric $T/dpo-likelihood.txt rewards/accuracies)"
-    for m in sft dpo; do
+    for m in sft dpo; do echo "$m float: $(grep '^exact match' $T/$m-em.txt)"; done
+    for m in qat dpo-qat; do
         $PY -c "import json,sys; r=json.load(open(sys.argv[1])); print(sys.argv[2], 'int4 in MNN: exact match', \
 r['exact_match'], 'of', r['examples'])" $T/$m-mnn-em.json $m
     done
