@@ -41,22 +41,22 @@ typedef struct {
 } Counts;
 
 typedef struct {
-    uint64_t done_new;   // new tokens of the finished jobs
     double t0, shown;
     int tty;
     const SampleJob *jobs;
 } Progress;
 
-// A line every half second on a terminal, every 10 s into a log, and at the end.
+// A line every half second on a terminal, every 10 s into a log, and at the end; the tokens made so far are
+// counted only for a line that is printed.
 static void show_progress(void *ctx, int done, int n) {
     Progress *pr = ctx;
-    pr->done_new = 0;
-    for (int j = 0; j < n; j++) pr->done_new += (uint64_t)pr->jobs[j].n_out;
     const double dt = now_seconds() - pr->t0;
     if (dt - pr->shown < (pr->tty ? 0.5 : 10.0) && done < n) return;
     pr->shown = dt;
+    uint64_t made = 0;
+    for (int j = 0; j < n; j++) made += (uint64_t)pr->jobs[j].n_out;
     fprintf(stderr, "%sdraft-data: %d/%d examples, %.0f tokens/s%s", pr->tty ? "\r" : "", done, n,
-            dt > 0 ? (double)pr->done_new / dt : 0.0, pr->tty ? (done == n ? "\n" : "   ") : "\n");
+            dt > 0 ? (double)made / dt : 0.0, pr->tty ? (done == n ? "\n" : "   ") : "\n");
 }
 
 // The examples [0, n) of d: each one's prompt and the target's greedy
@@ -94,7 +94,7 @@ static int continue_prompts(const OpenModel *om, const Tokenizer *tok, const cha
         m++;
     }
     Sampler s;
-    Progress pr = {0, now_seconds(), 0, isatty(2), jobs};
+    Progress pr = {now_seconds(), 0, isatty(2), jobs};
     if (m > 0) {
         rc = sampler_init(&s, &om->m, rows < m ? rows : m, max_len, e);
         if (rc == 0) {
