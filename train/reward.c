@@ -138,7 +138,7 @@ int rewards_start(Rewards *rs, double timeout_s, PtError *e) {
     return 0;
 }
 
-// A reference the check needs, parsed: JSON for json_fields, a number for number.
+// The reference the check needs, there and parsed: JSON for json_fields, a number for number.
 static int reference_of(const Reward *r, const RewardInput *in, json_t **json, double *value, PtError *e) {
     if (!in->reference) return pt_fail(e, "%s: reward %s needs the example's reference answer", in->id,
                                        kind_names[r->kind]);
@@ -161,7 +161,7 @@ int rewards_score(Rewards *rs, const RewardInput *in, double *values, double *to
         double v = 0, want_number = 0;
         switch (r->kind) {
         case REWARD_EXACT:
-            if (!in->reference) return reference_of(r, in, NULL, NULL, e);
+            if (reference_of(r, in, NULL, NULL, e)) return -1;
             v = exact(in->completion, in->reference);
             break;
         case REWARD_JSON: {
