@@ -56,6 +56,23 @@ double eval_loss(Model *m, const Dataset *d, int doc_mask, long max_batches, con
     return n ? sum / (double)n : NAN;
 }
 
+int sft_reply_span(const Dataset *d, uint64_t k, int64_t *start, int64_t *end) {
+    const uint64_t off = d->doc_offsets[k];
+    int64_t e = (int64_t)dataset_doc_len(d, k) - 1;
+    while (e >= 0 && !d->loss_mask[off + e]) e--;
+    if (e < 0) return 0;
+    int64_t s = e;
+    while (s > 0 && d->loss_mask[off + s - 1]) s--;
+    *start = s, *end = e;
+    return s > 0;
+}
+
+int token_is_special(const Tokenizer *tok, int id) {
+    size_t len = 0;
+    const char *bytes = tok ? tokenizer_token_bytes(tok, id, &len) : NULL;
+    return len && tokenizer_special_prefix(tok, bytes, len) == len;
+}
+
 double eval_exact_match(const Model *m, const Tokenizer *tok, const Dataset *d, int max_examples, int *n_scored,
                         FILE *log, PtError *e) {
     *n_scored = 0;
@@ -74,13 +91,8 @@ double eval_exact_match(const Model *m, const Tokenizer *tok, const Dataset *d, 
     int n = 0, max_len = 1;
     for (uint64_t k = 0; k < d->n_docs && (size_t)n < cap; k++) {
         const uint64_t off = d->doc_offsets[k], len = dataset_doc_len(d, k);
-        if (len > (uint64_t)m->cfg.max_seq) continue;
-        int64_t end = (int64_t)len - 1;
-        while (end >= 0 && !d->loss_mask[off + end]) end--;
-        if (end < 0) continue;
-        int64_t start = end;
-        while (start > 0 && d->loss_mask[off + start - 1]) start--;
-        if (start == 0) continue;
+        int64_t start, end;
+        if (len > (uint64_t)m->cfg.max_seq || !sft_reply_span(d, k, &start, &end)) continue;
         int *doc = xmalloc((size_t)(end + 1) * sizeof(int), "example");
         for (int64_t i = 0; i <= end; i++) doc[i] = (int)dataset_token(d, off + (uint64_t)i);
         GenParams *p = &params[n];
@@ -88,10 +100,7 @@ double eval_exact_match(const Model *m, const Tokenizer *tok, const Dataset *d, 
         p->max_new = (int)(end - start + 1);
         // The reply's last trained token is the template's end-of-turn token: a stop (a longer completion
         // cannot match anyway).
-        size_t end_len = 0;
-        const char *end_bytes = tok ? tokenizer_token_bytes(tok, doc[end], &end_len) : NULL;
-        if (end_len && tokenizer_special_prefix(tok, end_bytes, end_len) == end_len)
-            gen_add_stop(p, doc[end], m->cfg.vocab_size);
+        if (token_is_special(tok, doc[end])) gen_add_stop(p, doc[end], m->cfg.vocab_size);
         jobs[n++] = (SampleJob){doc, (int)start, p, xmalloc((size_t)p->max_new * sizeof(int), "completion"), 0};
         max_len = (int)end + 1 > max_len ? (int)end + 1 : max_len;
     }

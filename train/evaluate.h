@@ -29,6 +29,12 @@ double eval_loss(Model *m, const Dataset *d, int doc_mask, long max_batches, con
 int eval_loss_sums(Model *m, const Dataset *d, int doc_mask, long max_batches, int rank, int world,
                    const HeadSource *heads, double *sum, long *count, PtError *e);
 
+// SFT example k's last trained span (its final reply), [*start, *end] as
+// offsets in the example: 1 when it has one with a prompt before it.
+int sft_reply_span(const Dataset *d, uint64_t k, int64_t *start, int64_t *end);
+// Whether token id is one of the tokenizer's special tokens (tok may be NULL: no).
+int token_is_special(const Tokenizer *tok, int id);
+
 // For each of the first max_examples SFT examples: the prompt is everything
 // before the last trained span (the final assistant reply), the reference is
 // that span (reply + <|im_end|>); greedy generation must reproduce it token

@@ -100,8 +100,9 @@ void run_dir_keep_newest(const char *dir, int keep) {
     }
 }
 
-int run_dir_reload_metrics(const char *dir, long step, const char *const *keys, Series *series, int n, PtError *e) {
-    char *path = path_join(dir, "metrics.jsonl");
+int run_dir_keep_steps(const char *dir, const char *name, long step, void (*each)(void *ctx, json_t *line, long s),
+                       void *ctx, PtError *e) {
+    char *path = path_join(dir, name);
     FILE *f = fopen(path, "r");
     int rc = 0;
     if (f) {
@@ -115,10 +116,7 @@ int run_dir_reload_metrics(const char *dir, long step, const char *const *keys, 
                 long s = (long)json_integer_value(json_object_get(j, "step"));
                 if (s <= step) {
                     fputs(line, af.f);
-                    for (int k = 0; k < n; k++) {
-                        json_t *v = json_object_get(j, keys[k]);
-                        if (json_is_number(v)) series_add(&series[k], s, json_number_value(v));
-                    }
+                    if (each) each(ctx, j, s);
                 }
                 json_decref(j);
             }
@@ -129,6 +127,25 @@ int run_dir_reload_metrics(const char *dir, long step, const char *const *keys, 
     }
     free(path);
     return rc;
+}
+
+typedef struct {
+    const char *const *keys;
+    Series *series;
+    int n;
+} Curves;
+
+static void add_to_curves(void *ctx, json_t *j, long s) {
+    const Curves *c = ctx;
+    for (int k = 0; k < c->n; k++) {
+        json_t *v = json_object_get(j, c->keys[k]);
+        if (json_is_number(v)) series_add(&c->series[k], s, json_number_value(v));
+    }
+}
+
+int run_dir_reload_metrics(const char *dir, long step, const char *const *keys, Series *series, int n, PtError *e) {
+    Curves c = {keys, series, n};
+    return run_dir_keep_steps(dir, "metrics.jsonl", step, add_to_curves, &c, e);
 }
 
 void run_dir_append_metrics(const char *dir, json_t *j) {

@@ -20,6 +20,11 @@ long run_dir_newest_checkpoint(const char *dir);
 char *run_dir_checkpoint_path(const char *dir, long step);   // malloc'd
 // Deletes all but the `keep` newest ckpt-*.h5 (best.h5 is not one of them).
 void run_dir_keep_newest(const char *dir, int keep);
+// A JSON-lines file of the run (dir/name) on resume: drops the lines whose
+// "step" is past `step` (those steps run again), calling each (may be NULL)
+// with every line kept. No file: nothing to do.
+int run_dir_keep_steps(const char *dir, const char *name, long step, void (*each)(void *ctx, json_t *line, long s),
+                       void *ctx, PtError *e);
 // metrics.jsonl on resume: drops the lines past `step` (those steps run
 // again) and rebuilds the curves from the rest: series[k] gets every value
 // of keys[k] with its step.
