@@ -1,11 +1,13 @@
 // objective.h: what a run's loss is, chosen once at set-up from the recipe
 // ([train] mode and [distill]): the next-token cross-entropy (cpt, sft), the
 // decision head (choice), distillation from a teacher, preference losses
-// (dpo). An objective hands the decoder a loss head (model/model.h) for each
+// (dpo), GRPO on the model's own samples (grpo). An objective hands the decoder a loss head (model/model.h) for each
 // pass over a batch; the trainee (trainee.h) runs the passes. Besides its
 // loss it may sum named metrics over a step's or an evaluation's passes
 // (distillation's parts, the preference rewards); each is reported as its
-// sum over the count the loss is averaged over (tokens, groups, pairs).
+// sum over the count the loss is averaged over (tokens, groups, pairs), or
+// over a count of its own (counts[k] > 0 after a step: a rollout's rewards
+// per completion, its tokens per second of sampling).
 //
 // A new objective: an ObjectiveOps table in its own file, a row in
 // objective_open (choose.c), and its dataset kind in objective_dataset_kind.
@@ -13,11 +15,12 @@
 #include <stdio.h>
 #include "../data/dataset.h"
 #include "../data/loader.h"
+#include "../data/tokenizer.h"
 #include "../dist/comm.h"
 #include "../model/bundle.h"
 #include "recipe.h"
 
-enum { OBJECTIVE_MAX_METRICS = 8 };
+enum { OBJECTIVE_MAX_METRICS = 16 };
 
 typedef struct Objective Objective;
 
@@ -28,6 +31,7 @@ typedef struct {
     const Dataset *const *val;       // the validation sets, each evaluated on its own (n_val 0: none)
     int n_val;
     const char *tokenizer_hash;      // the model's tokenizer
+    const Tokenizer *tok;            // ... itself (a rollout's texts)
     const ModelConfig *cfg;          // the model the objective's heads run on
     Device *dev;
     int B, T;                        // the run's micro-batch
@@ -47,7 +51,14 @@ typedef struct {
     // weights (a resumed run: its current ones): what the loss needs of the
     // model it starts from, on every rank (the reference log-probabilities
     // of preference losses). May be NULL.
-    int (*start)(Objective *o, Model *m, Comm *comm, const char *run_dir, int resumed, PtError *e);
+    // resumed_at: the step a resumed run goes on from, 0 for a new run.
+    int (*start)(Objective *o, Model *m, Comm *comm, const char *run_dir, long resumed_at, PtError *e);
+    // Makes training micro-batch b itself in place of the data stream's
+    // (GRPO: completions m samples, as it runs this step, of the training
+    // set's prompts); index is the micro-batch's place in the one stream
+    // (trainee.h's seed_index), from which alone its prompts and seeds
+    // follow, so a resumed run makes the same. May be NULL: the stream's.
+    int (*make_batch)(Objective *o, Model *m, uint64_t index, Batch *b, PtError *e);
     // The loss head of one pass over b (in: the model input made from it);
     // training: a step's pass, else an evaluation's. NULL head: next-token
     // cross-entropy. The head lives until the next call.
@@ -61,8 +72,10 @@ struct Objective {
     int n_metrics;
     const char *metric[OBJECTIVE_MAX_METRICS];   // names as metrics.jsonl writes them
     double sums[OBJECTIVE_MAX_METRICS];          // summed by the heads' passes since objective_reset
+    double counts[OBJECTIVE_MAX_METRICS];        // a metric's own count, summed likewise (0: the loss's)
     int eval_metrics;                            // evaluations report them too (prefixed val_)
     int plotted[OBJECTIVE_MAX_METRICS];          // a panel of loss.svg each
+    int progress_metric;                         // 1 + the metric the progress line shows; 0: none
     double flops_per_token;                      // what the loss adds to a step's FLOPs (a teacher's forward)
     LossHead head;                               // the head handed out last (an implementation's)
     void *impl;
@@ -71,7 +84,7 @@ struct Objective {
 // objective_open (choose.h) opens the objective a recipe asks for.
 void objective_free(Objective *o);
 static inline void objective_reset(Objective *o) {
-    for (int k = 0; k < o->n_metrics; k++) o->sums[k] = 0;
+    for (int k = 0; k < o->n_metrics; k++) o->sums[k] = o->counts[k] = 0;
 }
 // The dataset kind a train.mode reads.
 DatasetKind objective_dataset_kind(int mode);
@@ -85,3 +98,4 @@ int objective_eval(Objective *o, Model *m, const Dataset *d, long max_batches, i
 extern const ObjectiveOps objective_token, objective_choice;   // objective.c
 int distill_objective_open(Objective *o, PtError *e);        // distill.c
 int preference_objective_open(Objective *o, PtError *e);     // preference_train.c
+int grpo_objective_open(Objective *o, PtError *e);           // grpo_train.c

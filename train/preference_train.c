@@ -204,8 +204,9 @@ static int read_reference(const char *path, PrefObjective *x, const RefIdentity 
     return rc;
 }
 
-static int pref_start(Objective *o, Model *m, Comm *comm, const char *run_dir, int resumed, PtError *e) {
+static int pref_start(Objective *o, Model *m, Comm *comm, const char *run_dir, long resumed_at, PtError *e) {
     PrefObjective *x = o->impl;
+    const int resumed = resumed_at > 0;
     if (!pref_loss_uses_reference(x->loss.kind)) return 0;
     x->ref_train = xmalloc((size_t)x->train->n_docs * sizeof(double), "reference log-probabilities");
     if (x->val) x->ref_val = xmalloc((size_t)x->val->n_docs * sizeof(double), "reference log-probabilities");

@@ -101,7 +101,7 @@ static int open_data(Trainer *t, int resumed, PtError *e) {
     const Dataset *train[MIX_MAX_SETS], *val[VAL_MAX_SETS];
     for (int k = 0; k < d->n_train; k++) train[k] = &d->train[k];
     for (int k = 0; k < d->n_val; k++) val[k] = &d->val[k];
-    const ObjectiveData od = {train, d->n_train, val, d->n_val, hash, &b->cfg, &t->dev,
+    const ObjectiveData od = {train, d->n_train, val, d->n_val, hash, t->tok, &b->cfg, &t->dev,
                               r->train.micro_batch, r->train.seq_len, t->lead ? stdout : NULL};
     if (t->obj.ops->open && t->obj.ops->open(&t->obj, &od, e)) return -1;
     return t->tr.ops->use_data ? t->tr.ops->use_data(&t->tr, &d->train[0], resumed, e) : 0;
@@ -175,8 +175,9 @@ static void add_metrics(Trainer *t, json_t *j, const char *prefix, double count,
     Objective *o = &t->obj;
     if (!o->n_metrics) return;
     comm_sum_doubles(t->comm, o->sums, o->n_metrics, "the objective's metrics");
+    comm_sum_doubles(t->comm, o->counts, o->n_metrics, "the objective's metrics' counts");
     for (int k = 0; k < o->n_metrics; k++) {
-        const double v = count > 0 ? o->sums[k] / count : 0.0;
+        const double n = o->counts[k] > 0 ? o->counts[k] : count, v = n > 0 ? o->sums[k] / n : 0.0;
         if (out) out[k] = v;
         if (!j) continue;
         char name[96];
@@ -285,8 +286,10 @@ static int evaluate(Trainer *t, PtError *e) {
 // ---- one optimizer step over grad_accum micro-batches of every rank. The
 // loss is the mean over every counted item of the step (tokens, groups,
 // pairs, a draft's block weights), on all ranks alike; *stop_all says
-// whether any rank was asked to stop.
-static double train_step(Trainer *t, int stop, double *norm_out, int *finite, int *stop_all) {
+// whether any rank was asked to stop. -1 when a rank could not make its
+// micro-batches (a reward program failed): nothing is updated.
+static int train_step(Trainer *t, int stop, double *loss_out, double *norm_out, int *finite, int *stop_all,
+                      PtError *e) {
     Trainee *tr = &t->tr;
     const int accum = t->r->train.grad_accum;
     const long step = t->st.step;
@@ -295,11 +298,16 @@ static double train_step(Trainer *t, int stop, double *norm_out, int *finite, in
     // world, ...): the seed of its random draws, so a resumed run draws the
     // same, and two ranks what one rank accumulating their two draws.
     uint64_t index[accum];
-    for (int a = 0; a < accum; a++) {
-        run_data_next(&t->data, &t->micro[a]);
+    Objective *o = &t->obj;
+    objective_reset(o);
+    int rc = 0;
+    for (int a = 0; a < accum && rc == 0; a++) {
         index[a] = ((uint64_t)step * accum + (uint64_t)a) * (uint64_t)t->comm->world + (uint64_t)t->comm->rank;
-        sums[1] += tr->ops->prepare(tr, a, &t->micro[a], index[a]);
+        if (o->ops->make_batch) rc = o->ops->make_batch(o, &tr->m, index[a], &t->micro[a], e);
+        else run_data_next(&t->data, &t->micro[a]);
+        if (rc == 0) sums[1] += tr->ops->prepare(tr, a, &t->micro[a], index[a]);
     }
+    if (agree(t, rc, e)) return -1;
     comm_sum_doubles(t->comm, sums + 1, 2, "counting the step's tokens");
     // Every micro-batch's gradient is scaled by 1/(items in the whole step), so
     // accumulation gives exactly the mean loss over all of them. Each one is
@@ -309,7 +317,6 @@ static double train_step(Trainer *t, int stop, double *norm_out, int *finite, in
     const double n_loss = sums[1];
     float scale = n_loss > 0 ? 1.0f / (float)n_loss : 0.0f;
     double local = 0;
-    objective_reset(&t->obj);
     for (int a = 0; a < accum; a++) {
         local += tr->ops->micro(tr, a, &t->micro[a], index[a], scale, a ? t->micro_grads : NULL);
         if (a) OP(&t->dev, residual_forward, tr->grads, tr->grads, t->micro_grads, tr->tt->total);
@@ -328,17 +335,22 @@ static double train_step(Trainer *t, int stop, double *norm_out, int *finite, in
         dp_update(&t->dp, tr->params, tr->grads, grad_clip_factor(norm, t->adam.grad_clip), &t->adam, lr, step + 1);
         if (tr->ops->after_update) tr->ops->after_update(tr, step);
     }
-    return loss;
+    *loss_out = loss;
+    return 0;
 }
 
 static void progress(const Trainer *t, double loss, double tok_s, long tokens_per_step, int tty) {
     long left = t->total_steps - t->st.step;
     double eta = tok_s > 0 ? (double)left * tokens_per_step / tok_s : 0;
+    char shown[128] = "";   // the objective's figure of the step, when it shows one
+    const int k = t->obj.progress_metric - 1;
+    if (k >= 0) snprintf(shown, sizeof shown, tty ? " | %s %.4f" : " %s %.4f", t->obj.metric[k], t->step_metrics[k]);
     if (tty)
-        fprintf(stderr, "\rstep %ld/%ld | loss %.4f | %.0f tok/s | ETA %dm%02ds   ", (long)t->st.step, t->total_steps,
-                loss, tok_s, (int)(eta / 60), (int)fmod(eta, 60));
+        fprintf(stderr, "\rstep %ld/%ld | loss %.4f%s | %.0f tok/s | ETA %dm%02ds   ", (long)t->st.step,
+                t->total_steps, loss, shown, tok_s, (int)(eta / 60), (int)fmod(eta, 60));
     else
-        printf("step %ld/%ld loss %.4f tok/s %.0f eta %.0fs\n", (long)t->st.step, t->total_steps, loss, tok_s, eta);
+        printf("step %ld/%ld loss %.4f%s tok/s %.0f eta %.0fs\n", (long)t->st.step, t->total_steps, loss, shown, tok_s,
+               eta);
     fflush(stdout);
 }
 
@@ -416,7 +428,7 @@ static int set_up(Trainer *t, char **resumed, PtError *e) {
     if (rc == 0) rc = t->tr.ops->plan(&t->tr, B, T, accum, log, e);
     if (rc == 0 && t->obj.ops->start) {
         rc = t->tr.ops->use_step_weights(&t->tr, t->st.step, e);
-        if (rc == 0) rc = t->obj.ops->start(&t->obj, &t->tr.m, t->comm, t->dir, *resumed != NULL, e);
+        if (rc == 0) rc = t->obj.ops->start(&t->obj, &t->tr.m, t->comm, t->dir, *resumed ? (long)t->st.step : 0, e);
     }
     if (agree(t, rc, e)) return -1;
     for (int f = 0; f <= t->obj.n_metrics; f++) {
@@ -471,7 +483,8 @@ int train_run(const Recipe *r, Comm *comm, volatile sig_atomic_t *stop, PtError 
         double t0 = now_seconds(), comm_t0 = comm->seconds, norm;
         int finite;
         if (t.tr.ops->use_step_weights(&t.tr, t.st.step, e)) goto out;
-        double loss = train_step(&t, *stop != 0, &norm, &finite, &stopped);
+        double loss;
+        if (train_step(&t, *stop != 0, &loss, &norm, &finite, &stopped, e)) goto out;
         t.st.step++;
         t.st.tokens += tokens_per_step;
         double dt = now_seconds() - t0, tok_s = tokens_per_step / dt;
