@@ -138,6 +138,20 @@ static inline int write_cpt_recipe(const char *dir, const char *name, const char
     return fclose(f) == 0 ? 0 : -1;
 }
 
+// dir/name with the printf-formatted text. 0 when written.
+__attribute__((format(printf, 3, 4))) static inline int write_textf(const char *dir, const char *name,
+                                                                    const char *fmt, ...) {
+    char path[600];
+    snprintf(path, sizeof path, "%s/%s", dir, name);
+    FILE *f = fopen(path, "w");
+    if (!f) return -1;
+    va_list ap;
+    va_start(ap, fmt);
+    vfprintf(f, fmt, ap);
+    va_end(ap);
+    return fclose(f) == 0 ? 0 : -1;
+}
+
 #ifdef fail_msg   // with cmocka
 #include <sys/stat.h>
 // Runs a and b (run directories) logged the same losses, step for step, as text.
@@ -148,6 +162,21 @@ static inline void assert_same_losses(const char *a, const char *b) {
     if (!la[0]) fail_msg("%s logged no loss", a);
     if (strcmp(la, lb)) fail_msg("%s and %s logged other losses:\n%s\n%s", a, b, la, lb);
 }
+// Recipe dir/name trained into dir/name-full, and into dir/name-split stopped
+// after stop_after updates and resumed: the same losses and the same final
+// checkpoint (ckpt-<last>), bit for bit.
+static inline void assert_resume_identical(const char *dir, const char *name, int stop_after, int last) {
+    assert_int_equal(sh("%s train %s/%s --set train.run_dir=%s/%s-full >/dev/null", pocket(), dir, name, dir, name), 0);
+    assert_int_equal(sh("%s train %s/%s --set train.run_dir=%s/%s-split --set train.stop_after=%d >/dev/null",
+                        pocket(), dir, name, dir, name, stop_after), 0);
+    assert_int_equal(sh("%s train %s/%s --set train.run_dir=%s/%s-split >/dev/null", pocket(), dir, name, dir, name), 0);
+    char a[400], b[400];
+    snprintf(a, sizeof a, "%s/%s-full", dir, name);
+    snprintf(b, sizeof b, "%s/%s-split", dir, name);
+    assert_same_losses(a, b);
+    assert_int_equal(sh("h5diff %s/ckpt-%08d.h5 %s/ckpt-%08d.h5", a, last, b, last), 0);
+}
+
 // The command fails with one stderr line containing `says` (its stderr kept in dir/err.txt), and `out` (if given)
 // does not exist afterwards: nothing half-written is left.
 static inline void assert_refused_in(const char *dir, const char *cmd, const char *out, const char *says) {

@@ -28,15 +28,11 @@ static char g_dir[256];
 // DIR/NAME: a dpo recipe on DIR/init.h5 and DIR/pairs.h5 (train and val), 6 steps of 2 x 96 x 2, evaluated
 // every 3, saved every 2, with `extra` after it.
 static int write_dpo_recipe(const char *name, const char *extra) {
-    char path[600];
-    snprintf(path, sizeof path, "%s/%s", g_dir, name);
-    FILE *f = fopen(path, "w");
-    if (!f) return -1;
-    fprintf(f, "[model]\ninit = %s/init.h5\n[data]\ntrain = %s/pairs.h5\nval = %s/val.h5\n"
-               "[train]\nmode = dpo\nmicro_batch = 2\nseq_len = 96\ngrad_accum = 2\nsteps = 6\neval_interval = 3\n"
-               "eval_batches = 4\nsave_interval = 2\nthreads = 1\n[optim]\nlr = 0.003\nwarmup = 1\n%s",
-            g_dir, g_dir, g_dir, extra);
-    return fclose(f) == 0 ? 0 : -1;
+    return write_textf(g_dir, name,
+                       "[model]\ninit = %s/init.h5\n[data]\ntrain = %s/pairs.h5\nval = %s/val.h5\n"
+                       "[train]\nmode = dpo\nmicro_batch = 2\nseq_len = 96\ngrad_accum = 2\nsteps = 6\n"
+                       "eval_interval = 3\neval_batches = 4\nsave_interval = 2\nthreads = 1\n[optim]\nlr = 0.003\n"
+                       "warmup = 1\n%s", g_dir, g_dir, g_dir, extra);
 }
 
 // pairs of made-up word strings: the chosen reply always starts with "yes", the rejected one with "no".
@@ -168,17 +164,10 @@ static void read_key(const char *run, const char *key, char *out, size_t cap) {
 // Stopped after 3 steps (between saves and evaluations) and resumed = uninterrupted, bit for bit.
 static void check_resume(const char *name, const char *extra, int has_reference) {
     assert_int_equal(write_dpo_recipe(name, extra), 0);
-    assert_int_equal(sh("%s train %s/%s --set train.run_dir=%s/%s-full >/dev/null", pocket(), g_dir, name, g_dir,
-                        name), 0);
-    assert_int_equal(sh("%s train %s/%s --set train.run_dir=%s/%s-split --set train.stop_after=3 >/dev/null", pocket(),
-                        g_dir, name, g_dir, name), 0);
-    assert_int_equal(sh("%s train %s/%s --set train.run_dir=%s/%s-split >/dev/null", pocket(), g_dir, name, g_dir,
-                        name), 0);
+    assert_resume_identical(g_dir, name, 3, 6);
     char a[400], b[400], la[4096], lb[4096];
     snprintf(a, sizeof a, "%s/%s-full", g_dir, name);
     snprintf(b, sizeof b, "%s/%s-split", g_dir, name);
-    assert_same_losses(a, b);
-    assert_int_equal(sh("h5diff %s/ckpt-00000006.h5 %s/ckpt-00000006.h5", a, b), 0);
     assert_int_equal(sh("h5diff %s/best.h5 %s/best.h5", a, b), 0);
     read_key(a, "rewards/margins", la, sizeof la);
     read_key(b, "rewards/margins", lb, sizeof lb);
