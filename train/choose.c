@@ -9,6 +9,7 @@ int objective_open(Objective *o, const Recipe *r, PtError *e) {
     switch (r->train.mode) {
     case TRAIN_MODE_CHOICE: o->ops = &objective_choice; return 0;
     case TRAIN_MODE_DPO: return preference_objective_open(o, e);
+    case TRAIN_MODE_GRPO: return grpo_objective_open(o, e);
     default: o->ops = &objective_token; return 0;
     }
 }

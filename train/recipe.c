@@ -37,10 +37,11 @@ static const KeySpec KEYS[] = {
      "the training tokens drawn from that set)"},
     {"data", "val", KT_STR, F(data.val), "", NULL, NULL, 0,
      "validation token dataset, or several NAME:PATH, ... each evaluated on its own; empty = no evaluation"},
-    {"train", "mode", KT_CHOICE, F(train.mode), "cpt", NULL, "cpt|sft|choice|dpo", 0,
+    {"train", "mode", KT_CHOICE, F(train.mode), "cpt", NULL, "cpt|sft|choice|dpo|grpo", 0,
      "cpt: continued pre-training on every token; sft: loss on assistant tokens only; choice: the decision head's "
      "cross-entropy over each group's candidates (tokenize --choice); dpo: a [preference] loss over pairs of a "
-     "chosen and a rejected response (tokenize --pairs)"},
+     "chosen and a rejected response (tokenize --pairs); grpo: [rl] rewards of the model's own completions of an "
+     "SFT set's prompts"},
     {"train", "choice_token", KT_INT, F(train.choice_token), "0", "[0, 2147483647]", NULL, 0,
      "choice: the lm_head row that is the decision head; 0 = the model's own head, else the first row past the "
      "tokenizer's tokens (one is appended when there is none)"},
@@ -189,6 +190,32 @@ static const KeySpec KEYS[] = {
     {"preference", "sft_weight", KT_FLOAT, F(preference.sft_weight), "0", "[0, 1000]", NULL, 0,
      "adds this times the chosen responses' mean next-token loss (TRL's loss_type [..., \"sft\"], RPO): keeps "
      "the chosen answers likely, which the preference loss alone may lower until replies no longer stop; 1 is usual"},
+    {"rl", "group", KT_INT, F(rl.group), "4", "[2, 65536]", NULL, 0,
+     "train.mode = grpo: completions sampled per prompt; train.micro_batch / group prompts a micro-batch, one "
+     "completion a row"},
+    {"rl", "max_new", KT_INT, F(rl.max_new), "64", "[1, 1048576]", NULL, 0,
+     "new tokens per completion at most; a prompt with fewer than this many positions left in train.seq_len is "
+     "counted and dropped"},
+    {"rl", "temperature", KT_FLOAT, F(rl.temperature), "1", "[0, 100]", NULL, 0, "sampling temperature; 0 = greedy"},
+    {"rl", "top_k", KT_INT, F(rl.top_k), "0", "[0, 2147483647]", NULL, 0, "sample from the k most likely; 0 = all"},
+    {"rl", "top_p", KT_FLOAT, F(rl.top_p), "1", "(0, 1]", NULL, 0, "sample from the nucleus of this mass"},
+    {"rl", "epsilon", KT_FLOAT, F(rl.epsilon), "0.2", "[0, 1]", NULL, 0,
+     "the policy ratio is clipped below at 1 - epsilon"},
+    {"rl", "epsilon_high", KT_FLOAT, F(rl.epsilon_high), "0.2", "[0, 100]", NULL, 0,
+     "... and above at 1 + epsilon_high (DAPO's clip-higher: 0.28)"},
+    {"rl", "beta", KT_FLOAT, F(rl.beta), "0", "[0, 1000]", NULL, 0,
+     "weight of the KL penalty to model.init (a second model in memory); 0 = none, as TRL's default"},
+    // choice order = GrpoScale, GrpoNorm in model/grpo.h
+    {"rl", "scale", KT_CHOICE, F(rl.scale), "group", NULL, "group|batch|none", 0,
+     "advantages: rewards less their group's mean, divided by the group's or the micro-batch's std, or not "
+     "(Dr. GRPO)"},
+    {"rl", "loss_type", KT_CHOICE, F(rl.loss_type), "grpo", NULL, "grpo|bnpo", 0,
+     "grpo: each completion's mean over its tokens, then their mean; bnpo: the mean over every token"},
+    {"rl", "rewards", KT_STR, F(rl.rewards), "exact", NULL, NULL, 0,
+     "the rewards, separated by ';': exact, json, json_fields, regex=P, number, length=L, program=CMD, each "
+     "optionally :WEIGHT (docs/rl.md)"},
+    {"rl", "reward_timeout", KT_FLOAT, F(rl.reward_timeout), "10", "(0, 1e6]", NULL, 0,
+     "seconds a reward program may take for one completion"},
 };
 #define N_KEYS ((int)(sizeof KEYS / sizeof KEYS[0]))
 #undef F
@@ -502,6 +529,9 @@ static void default_run_dir(Recipe *r, const char *path) {
 
 // What a mixture or several validation sets cannot be combined with.
 static int data_combinations_check(const DataSpec *s, const Recipe *r, const char *src, PtError *e) {
+    if (r->train.mode == TRAIN_MODE_GRPO && s->n_train > 1)
+        return pt_fail(e, "%s: [data] train: a mixture is not supported with train.mode = grpo (its prompts come "
+                          "from one SFT set)", src);
     if (r->train.mode == TRAIN_MODE_DPO && s->n_train > 1)
         return pt_fail(e, "%s: [data] train: a mixture is not supported with train.mode = dpo (the reference "
                           "log-probabilities are kept per document of one training set)", src);
@@ -556,6 +586,20 @@ static int draft_check(const Recipe *r, const char *src, PtError *e) {
     return 0;
 }
 
+// train.mode = grpo: [rl]'s values against the batch, and what it cannot be combined with.
+static int rl_check(const Recipe *r, const char *src, PtError *e) {
+    if (r->distill.enabled)
+        return pt_fail(e, "%s: [distill] with train.mode = grpo is not supported (the loss is the rewards' policy "
+                          "gradient)", src);
+    if (r->train.micro_batch % r->rl.group)
+        return pt_fail(e, "%s: [train] micro_batch (%d) is not a multiple of [rl] group (%d): a micro-batch holds "
+                          "whole groups, one completion a row", src, r->train.micro_batch, r->rl.group);
+    if (r->rl.max_new >= r->train.seq_len)
+        return pt_fail(e, "%s: [rl] max_new (%d) leaves no room for a prompt in [train] seq_len (%d)", src,
+                       r->rl.max_new, r->train.seq_len);
+    return 0;
+}
+
 int recipe_load(Recipe *r, const char *path, int n_sets, char **sets, PtError *e) {
     recipe_defaults(r);
     if (path && load_file(r, path, e)) return -1;
@@ -579,6 +623,7 @@ int recipe_load(Recipe *r, const char *path, int n_sets, char **sets, PtError *e
     if (r->train.mode == TRAIN_MODE_DPO && r->distill.enabled)
         return pt_fail(e, "%s: [distill] with train.mode = dpo is not supported (a preference loss compares whole "
                        "responses; distillation matches next-token distributions)", src);
+    if (r->train.mode == TRAIN_MODE_GRPO && rl_check(r, src, e)) return -1;
     if (r->preference.loss == PREF_IPO && r->preference.label_smoothing > 0)
         return pt_fail(e, "%s: [preference] label_smoothing (%g) has no meaning for loss = ipo", src,
                        (double)r->preference.label_smoothing);
@@ -649,7 +694,7 @@ void recipe_help(FILE *f) {
 }
 
 const char *train_mode_name(int mode) {
-    static const char *const names[TRAIN_MODE_COUNT] = {"cpt", "sft", "choice", "dpo"};
+    static const char *const names[TRAIN_MODE_COUNT] = {"cpt", "sft", "choice", "dpo", "grpo"};
     return mode >= 0 && mode < TRAIN_MODE_COUNT ? names[mode] : "?";
 }
 
@@ -696,4 +741,8 @@ int recipe_lora(const Recipe *r, LoraConfig *c, const char *where, PtError *e) {
 void recipe_preference(const Recipe *r, PrefLoss *l) {
     *l = (PrefLoss){r->preference.loss, r->preference.beta, r->preference.label_smoothing, r->preference.simpo_gamma,
                     r->preference.sft_weight};
+}
+
+void recipe_grpo_loss(const Recipe *r, GrpoLoss *l) {
+    *l = (GrpoLoss){r->rl.epsilon, r->rl.epsilon_high, r->rl.beta, r->rl.loss_type};
 }

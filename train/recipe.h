@@ -9,6 +9,7 @@
 //     [distill] distillation from a teacher's next-token distributions
 //     [draft]  a DFlash speculative draft trained against the frozen int4 model
 //     [preference] the preference loss of train.mode = dpo
+//     [rl]         the rollouts, rewards and loss of train.mode = grpo
 //
 // The key table in recipe.c is the one place the keys are listed: it drives
 // parsing, --set overrides, validation, `--help` and the resolved recipe the
@@ -25,13 +26,14 @@
 #include <stdio.h>
 #include "../util/util.h"
 #include "../model/model.h"
+#include "../model/grpo.h"
 #include "../model/preference.h"
 #include "../qat/qat.h"
 #include "schedule.h"
 
 #define RECIPE_STR 180   // string fields; "key = \"value\"" still fits inih's line
 
-enum { TRAIN_MODE_CPT, TRAIN_MODE_SFT, TRAIN_MODE_CHOICE, TRAIN_MODE_DPO, TRAIN_MODE_COUNT };
+enum { TRAIN_MODE_CPT, TRAIN_MODE_SFT, TRAIN_MODE_CHOICE, TRAIN_MODE_DPO, TRAIN_MODE_GRPO, TRAIN_MODE_COUNT };
 enum { TRAIN_MATMUL_FP32, TRAIN_MATMUL_BF16 };
 enum { GRAD_REDUCE_FP32, GRAD_REDUCE_BF16 };
 enum { NCCL_AUTO, NCCL_ALWAYS };
@@ -116,6 +118,18 @@ typedef struct {
         int loss;                     // PrefLossKind (model/preference.h): sigmoid, robust, ipo, simpo
         float beta, label_smoothing, simpo_gamma, sft_weight;
     } preference;
+    struct {
+        int group;                    // completions sampled per prompt
+        int max_new;                  // new tokens per completion at most
+        float temperature, top_p;     // sampling (model/generate.h)
+        int top_k;
+        float epsilon, epsilon_high;  // the ratio's clip range [1 - epsilon, 1 + epsilon_high]
+        float beta;                   // the KL penalty to model.init; 0: none
+        int scale;                    // GrpoScale (model/grpo.h): group, batch, none
+        int loss_type;                // GrpoNorm: grpo (per completion), bnpo (per token)
+        char rewards[RECIPE_STR];     // reward.h's rewards, separated by ';'
+        float reward_timeout;         // seconds a reward program may take per completion
+    } rl;
 } Recipe;
 
 // Defaults, then the file at `path` (NULL: none), then the --set overrides
@@ -133,7 +147,7 @@ void recipe_write(const Recipe *r, FILE *f);
 // the caller prints its own heading).
 void recipe_help(FILE *f);
 
-const char *train_mode_name(int mode);   // "cpt", "sft", "choice", "dpo"
+const char *train_mode_name(int mode);   // "cpt", "sft", "choice", "dpo", "grpo"
 // What a recipe asks for, in the terms of the parts that run it: the
 // model's numerics, the optimizer, the schedule (the trainer supplies the
 // total number of updates once it has derived it) and the QAT run.
@@ -143,6 +157,8 @@ void recipe_schedule(const Recipe *r, long total_steps, Schedule *s);
 void recipe_qat(const Recipe *r, QatRunConfig *c);
 // [preference] as the loss of model/preference.h.
 void recipe_preference(const Recipe *r, PrefLoss *l);
+// [rl] as model/grpo.h's loss.
+void recipe_grpo_loss(const Recipe *r, GrpoLoss *l);
 // [lora] as an adapter configuration; fails on targets it cannot parse
 // (messages start with `where`). recipe_load has checked it.
 int recipe_lora(const Recipe *r, LoraConfig *c, const char *where, PtError *e);

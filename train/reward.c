@@ -11,6 +11,12 @@ static const char *const kind_names[REWARD_KIND_COUNT] = {"exact", "json", "json
 
 const char *reward_kind_name(int kind) { return kind >= 0 && kind < REWARD_KIND_COUNT ? kind_names[kind] : "?"; }
 
+void reward_label(const Reward *r, char *out, size_t cap) {
+    if (r->kind == REWARD_LENGTH) snprintf(out, cap, "length=%ld", r->length);
+    else if (r->arg) snprintf(out, cap, "%s=%s", reward_kind_name(r->kind), r->arg);
+    else snprintf(out, cap, "%s", reward_kind_name(r->kind));
+}
+
 // s without the spaces at either end: its start, and its length in *n.
 static const char *trimmed(const char *s, size_t *n) {
     while (isspace((unsigned char)*s)) s++;

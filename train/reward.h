@@ -55,6 +55,8 @@ typedef struct {
 } RewardInput;
 
 const char *reward_kind_name(int kind);   // "exact", "json", ...
+// The reward as metrics name it: "exact", "regex=P", "length=L", "program=CMD" (cut to cap).
+void reward_label(const Reward *r, char *out, size_t cap);
 // Adds one reward written as above; `where` names the setting in errors.
 int rewards_add(Rewards *rs, const char *text, const char *where, PtError *e);
 // Starts the programs (each once, for every completion after).
