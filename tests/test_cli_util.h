@@ -165,7 +165,7 @@ static inline void assert_same_losses(const char *a, const char *b) {
 // Recipe dir/name trained into dir/name-full, and into dir/name-split stopped
 // after stop_after updates and resumed: the same losses and the same final
 // checkpoint (ckpt-<last>), bit for bit.
-static inline void assert_resume_identical(const char *dir, const char *name, int stop_after, int last) {
+static inline void assert_stopped_run_identical(const char *dir, const char *name, int stop_after, int last) {
     assert_int_equal(sh("%s train %s/%s --set train.run_dir=%s/%s-full >/dev/null", pocket(), dir, name, dir, name), 0);
     assert_int_equal(sh("%s train %s/%s --set train.run_dir=%s/%s-split --set train.stop_after=%d >/dev/null",
                         pocket(), dir, name, dir, name, stop_after), 0);

@@ -164,7 +164,7 @@ static void read_key(const char *run, const char *key, char *out, size_t cap) {
 // Stopped after 3 steps (between saves and evaluations) and resumed = uninterrupted, bit for bit.
 static void check_resume(const char *name, const char *extra, int has_reference) {
     assert_int_equal(write_dpo_recipe(name, extra), 0);
-    assert_resume_identical(g_dir, name, 3, 6);
+    assert_stopped_run_identical(g_dir, name, 3, 6);
     char a[400], b[400], la[4096], lb[4096];
     snprintf(a, sizeof a, "%s/%s-full", g_dir, name);
     snprintf(b, sizeof b, "%s/%s-split", g_dir, name);

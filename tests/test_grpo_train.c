@@ -200,7 +200,7 @@ static void test_kl_to_start_is_zero_while_unchanged(void **s) {
 
 static void check_resume(const char *name, const char *extra) {
     assert_int_equal(write_grpo_recipe(name, 4, extra), 0);
-    assert_resume_identical(g_dir, name, 3, 4);
+    assert_stopped_run_identical(g_dir, name, 3, 4);
     char a[400], b[400];
     snprintf(a, sizeof a, "%s/%s-full", g_dir, name);
     snprintf(b, sizeof b, "%s/%s-split", g_dir, name);
