@@ -183,17 +183,18 @@ void comm_allgather(Comm *c, void *buf, size_t size, const size_t *lo, const siz
 
 void comm_sum_doubles(Comm *c, double *v, int n, const char *what) {
     if (c->world == 1) return;
-    if (n > 8) die("comm_sum_doubles: %d values, at most 8", n);
+    enum { W = COMM_SUM_MAX };
+    if (n > W) die("comm_sum_doubles: %d values, at most %d", n, W);
     // Everyone's values go round the ring; each rank then adds them in rank order.
-    double *all = xcalloc((size_t)c->world * 8, sizeof(double), "rank values");
-    memcpy(all + (size_t)c->rank * 8, v, (size_t)n * sizeof(double));
+    double *all = xcalloc((size_t)c->world * W, sizeof(double), "rank values");
+    memcpy(all + (size_t)c->rank * W, v, (size_t)n * sizeof(double));
     for (int k = 0; k < c->world - 1; k++) {
         const int s = mod(c->rank - k, c->world), r = mod(c->rank - k - 1, c->world);
-        ring_step(c, all + (size_t)s * 8, 8, all + (size_t)r * 8, 8, MPI_DOUBLE, what);
+        ring_step(c, all + (size_t)s * W, W, all + (size_t)r * W, W, MPI_DOUBLE, what);
     }
     for (int i = 0; i < n; i++) {
         double sum = 0;
-        for (int r = 0; r < c->world; r++) sum += all[(size_t)r * 8 + i];
+        for (int r = 0; r < c->world; r++) sum += all[(size_t)r * W + i];
         v[i] = sum;
     }
     free(all);

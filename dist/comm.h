@@ -45,7 +45,8 @@ void comm_reduce_scatter(Comm *c, float *buf, const size_t *lo, const size_t *hi
 // Every rank's elements [lo[r], hi[r]) of buf (elements of `size` bytes) are
 // copied into every other rank's buf.
 void comm_allgather(Comm *c, void *buf, size_t size, const size_t *lo, const size_t *hi, const char *what);
-// v[0, n) (n <= 8) becomes the sum over ranks, added in rank order.
+// v[0, n) (n <= COMM_SUM_MAX) becomes the sum over ranks, added in rank order.
+enum { COMM_SUM_MAX = 16 };   // an objective's metrics (OBJECTIVE_MAX_METRICS) in one call
 void comm_sum_doubles(Comm *c, double *v, int n, const char *what);
 // Root's bytes to every rank.
 void comm_broadcast(Comm *c, void *bytes, size_t n, int root, const char *what);

@@ -21,6 +21,7 @@
 #include "recipe.h"
 
 enum { OBJECTIVE_MAX_METRICS = 16 };
+_Static_assert((int)OBJECTIVE_MAX_METRICS <= (int)COMM_SUM_MAX, "the trainer sums the metrics over the ranks in one call");
 
 typedef struct Objective Objective;
 
