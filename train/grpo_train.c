@@ -45,6 +45,7 @@ typedef struct {
     Sampler sampler;
     int sampler_ready;
     SampleJob *jobs;           // [B]
+    const Prompt **of_job;     // [B]: job c's prompt
     GenParams *params;         // [B]
     int *outs;                 // [B * max_new]
     double *total, *values;    // [B], [B * rewards]
@@ -141,6 +142,7 @@ static int grpo_open(Objective *o, const ObjectiveData *d, PtError *e) {
     if (read_prompts(g, d->train[0], r->rl.max_new, d->log, e)) return -1;
     const int nr = g->rewards.n;
     g->jobs = xcalloc((size_t)g->B, sizeof *g->jobs, "rollout jobs");
+    g->of_job = xcalloc((size_t)g->B, sizeof *g->of_job, "rollout prompts");
     g->params = xcalloc((size_t)g->B, sizeof *g->params, "rollout parameters");
     g->outs = xmalloc((size_t)g->B * r->rl.max_new * sizeof(int), "rollouts");
     g->total = xmalloc((size_t)g->B * sizeof(double), "rewards");
@@ -215,12 +217,12 @@ static void put_padding(Batch *b, int c) {
 }
 
 // The rewards of the batch's completions, and the rollout's metrics.
-static int score(Objective *o, Grpo *g, uint64_t index, double *advantage, PtError *e) {
+static int score(Objective *o, Grpo *g, double *advantage, PtError *e) {
     const int n = g->P * g->group, nr = g->rewards.n;
     double length = 0, clipped = 0;
     for (int c = 0; c < n; c++) {
         const SampleJob *job = &g->jobs[c];
-        const Prompt *p = prompt_at(g, index * g->P + (uint64_t)(c / g->group));
+        const Prompt *p = g->of_job[c];
         const int stopped = job->n_out > 0 && gen_is_stop(job->p, job->out[job->n_out - 1]);
         char *text = tokenizer_decode(g->tok, job->out, (size_t)(job->n_out - stopped), 1);
         char id[64];
@@ -260,7 +262,7 @@ static void log_rollouts(Grpo *g, uint64_t index, const double *advantage) {
     const uint64_t step = index / ((uint64_t)g->n_slots * (uint64_t)g->world) + 1;
     for (int c = 0; c < n; c++) {
         const SampleJob *job = &g->jobs[c];
-        const Prompt *p = prompt_at(g, index * g->P + (uint64_t)(c / g->group));
+        const Prompt *p = g->of_job[c];
         char *text = tokenizer_decode(g->tok, job->out, (size_t)job->n_out, 0);
         json_t *values = json_array();
         for (int k = 0; k < nr; k++) json_array_append_new(values, json_real(g->values[(size_t)c * nr + k]));
@@ -300,7 +302,7 @@ static int grpo_make_batch(Objective *o, Model *m, uint64_t index, Batch *b, PtE
     model_use_weights(&g->sampler.rows, m->weights);
     const int n = g->P * g->group, max_new = o->r->rl.max_new;
     for (int c = 0; c < n; c++) {
-        const Prompt *p = prompt_at(g, index * g->P + (uint64_t)(c / g->group));
+        const Prompt *p = g->of_job[c] = prompt_at(g, index * g->P + (uint64_t)(c / g->group));
         GenParams *gp = &g->params[c];
         *gp = g->gen;
         // 63 bits, so rollouts.jsonl gives it exactly (JSON integers are signed)
@@ -313,7 +315,7 @@ static int grpo_make_batch(Objective *o, Model *m, uint64_t index, Batch *b, PtE
     double made = 0;
     for (int c = 0; c < n; c++) made += g->jobs[c].n_out;
     o->sums[M_ROLLOUT_TPS] += made, o->counts[M_ROLLOUT_TPS] += now_seconds() - t0;
-    if (score(o, g, index, sl->advantage, e)) return -1;
+    if (score(o, g, sl->advantage, e)) return -1;
     if (g->rollouts) log_rollouts(g, index, sl->advantage);
     b->n_loss = 0;
     b->n_groups = 0;
@@ -395,6 +397,7 @@ static void grpo_free(Objective *o) {
     rewards_free(&g->rewards);
     if (g->sampler_ready) sampler_free(&g->sampler);
     free(g->jobs);
+    free(g->of_job);
     free(g->params);
     free(g->outs);
     free(g->total);
