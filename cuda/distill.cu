@@ -28,8 +28,8 @@ __global__ void __launch_bounds__(DST_THREADS) distill_rows_kernel(float *zs, co
                                                                      double *row_out,
                                                                      int *row_counted, const int *targets,
                                                                      const uint8_t *mask, int n0, int V, float a,
-                                                                     float b, float T, float scale, int make_grad,
-                                                                     int *err) {
+                                                                     float b, float T, float scale, int reverse,
+                                                                     int make_grad, int *err) {
     __shared__ double red_d[DST_THREADS];
     __shared__ float red_f[DST_THREADS], q_sh[DISTILL_MAX_TOPK], p_sh[DISTILL_MAX_TOPK];
     const int r = blockIdx.x, n = n0 + r, tid = threadIdx.x;
@@ -55,8 +55,8 @@ __global__ void __launch_bounds__(DST_THREADS) distill_rows_kernel(float *zs, co
         const float *t = zt + (size_t)r * V;
         const float lt = (float)row_lse(t, V, row_max(t, V, red_f), inv_t, red_d);
         for (int i = tid; i < V; i += DST_THREADS) {
-            const float log_pt = t[i] * inv_t - lt, log_ps = z[i] * inv_t - ls, pt = expf(log_pt);
-            part += (double)(pt * (log_pt - log_ps));
+            const float log_pt = t[i] * inv_t - lt, log_ps = z[i] * inv_t - ls;
+            part += reverse ? (double)(expf(log_ps) * (log_ps - log_pt)) : (double)(expf(log_pt) * (log_pt - log_ps));
         }
     } else {
         // The k ids and the rest as one outcome (model/ops/distill.c).
@@ -99,9 +99,11 @@ __global__ void __launch_bounds__(DST_THREADS) distill_rows_kernel(float *zs, co
     if (make_grad) {   // the dense teacher (top-k returned above)
         const float *t = zt + (size_t)r * V;
         const float lt = (float)row_lse(t, V, row_max(t, V, red_f), inv_t, red_d);
+        const float klf = (float)kl;
         for (int i = tid; i < V; i += DST_THREADS) {
-            const float ps = expf(z[i] * inv_t - ls), p1 = T == 1.0f ? ps : expf(z[i] - l1);
-            z[i] = scale * (a * p1 + b * T * (ps - expf(t[i] * inv_t - lt)));
+            const float log_ps = z[i] * inv_t - ls, log_pt = t[i] * inv_t - lt, ps = expf(log_ps);
+            const float p1 = T == 1.0f ? ps : expf(z[i] - l1);
+            z[i] = scale * (a * p1 + b * T * (reverse ? ps * (log_ps - log_pt - klf) : ps - expf(log_pt)));
         }
         __syncthreads();
         if (tid == 0) z[target] -= scale * a;
@@ -136,7 +138,8 @@ double cu_classifier_distill(Device *d, float *dh, float *dW, const float *h, co
             distill_rows_kernel<<<rows, DST_THREADS, 0, stream>>>(zs, zt, t->topk_ids, t->topk_logits, t->topk_lse, t->k,
                                                                    row_out,
                                                                    row_counted, targets, mask, n0, V, t->ce_weight,
-                                                                   t->kd_weight, t->temperature, scale, make_grad,
+                                                                   t->kd_weight, t->temperature, scale,
+                                                                   t->k == 0 && t->reverse, make_grad,
                                                                    cu_state(d)->err);
             CU_LAUNCHED();
             if (make_grad) cu_matmul_backward(d, dh ? dh + (size_t)n0 * C : NULL, dW, zs, h + (size_t)n0 * C, W, rows, C, V, p);

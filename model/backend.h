@@ -44,7 +44,9 @@ typedef struct {
 // h[N, C] with its lm_head W[V, C] (the op makes its logits chunk by chunk),
 // or, with k > 0, its top-k logits [N, k] at the ids [N, k] and the
 // log-sum-exp of all its logits / T [N] (so the top-k are exact
-// probabilities, and the rest of the mass is known). Device memory.
+// probabilities, and the rest of the mass is known). Device memory. reverse
+// (dense teacher only) turns the KL around, KL(student_T || teacher_T): the
+// on-policy direction, the student's own mass held to the teacher's.
 #define DISTILL_MAX_TOPK 256
 typedef struct {
     float ce_weight, kd_weight;   // loss = ce_weight * CE + kd_weight * T^2 * KL(teacher_T || student_T)
@@ -54,6 +56,7 @@ typedef struct {
     const float *topk_logits;     // ... and its logits there
     const float *topk_lse;        // ... and log sum_v exp(logit_v / T) over the whole vocabulary
     int k;
+    int reverse;                  // k == 0: the KL is KL(student_T || teacher_T)
 } DistillTarget;
 // The two parts of a distillation loss, summed over counted rows (unweighted).
 typedef struct {

@@ -2,7 +2,8 @@
 // (classifier_distill, model/ops/distill.c) on every device
 // (test_backends.h): its double reference against central finite differences,
 // each device against that reference (a dense teacher from its hidden states
-// and lm_head, and a top-k teacher; temperatures 1 and 2.5; a cross-entropy
+// and lm_head, also reversed as on-policy distillation takes it, and a top-k
+// teacher; temperatures 1 and 2.5; a cross-entropy
 // mix; masked and ignored rows; several chunks of rows), against torch's
 // F.cross_entropy and F.kl_div with autograd (the arrays below, written by
 // the script at the end of this file), the plain classifier when the KL
@@ -80,18 +81,20 @@ static void data_free(Data *d) {
 
 typedef struct {
     double ce_w, kd_w, T;
-    int k;   // 0: the dense teacher
+    int k;         // 0: the dense teacher
+    int reverse;   // KL(student || teacher), dense only
 } Mix;
 
-static const Mix MIXES[] = {{0.0, 1.0, 1.0, 0}, {0.3, 0.7, 2.5, 0}, {0.0, 1.0, 1.0, K}, {0.5, 0.5, 2.5, K}};
-enum { N_MIXES = 4 };
+static const Mix MIXES[] = {{0.0, 1.0, 1.0, 0, 0}, {0.3, 0.7, 2.5, 0, 0}, {0.0, 1.0, 1.0, K, 0},
+                            {0.5, 0.5, 2.5, K, 0}, {0.0, 1.0, 1.0, 0, 1}, {0.2, 0.8, 2.5, 0, 1}};
+enum { N_MIXES = 6 };
 
 static int lse_of(const Mix *m) { return m->T == 1.0 ? 0 : 1; }
 
 static double ref_loss(const Data *d, const Mix *m, double *dh, double *dW, double scale, double *ce, double *kl) {
     return classifier_distill_ref(dh, dW, d->h, d->W, d->targets, d->mask, N, C, V, scale, m->k ? NULL : d->zt,
                                   m->k ? d->topk_ids : NULL, m->k ? d->topk_logits_d : NULL,
-                                  m->k ? d->topk_lse_d[lse_of(m)] : NULL, m->k, m->ce_w, m->kd_w, m->T, ce, kl);
+                                  m->k ? d->topk_lse_d[lse_of(m)] : NULL, m->k, m->ce_w, m->kd_w, m->T, m->reverse, ce, kl);
 }
 
 // ---- the reference against central differences
@@ -114,8 +117,8 @@ static void test_distill_ref_finite_differences(void **state) {
         FdCtx c = {&d, &MIXES[i]};
         double e_h = fd_check(fd_forward, &c, 1, &one, d.h, dh, N * C);
         double e_W = fd_check(fd_forward, &c, 1, &one, d.W, dW, 60);   // the first rows of W
-        printf("  reference mix %d (ce %.1f, kd %.1f, T %.1f, k %d): dh %.1e, dW %.1e against differences\n", i,
-               MIXES[i].ce_w, MIXES[i].kd_w, MIXES[i].T, MIXES[i].k, e_h, e_W);
+        printf("  reference mix %d (ce %.1f, kd %.1f, T %.1f, k %d%s): dh %.1e, dW %.1e against differences\n", i,
+               MIXES[i].ce_w, MIXES[i].kd_w, MIXES[i].T, MIXES[i].k, MIXES[i].reverse ? ", reverse" : "", e_h, e_W);
         assert_true(e_h < 1e-5 && e_W < 1e-5);
         free(dh); free(dW);
     }
@@ -145,7 +148,7 @@ static Run distill_on(Device *dev, const float *h, const float *W, const float *
     Mirrors mr = mirrors_on(dev);
     const size_t hb = (size_t)n * c * sizeof(float), wb = (size_t)v * c * sizeof(float);
     float *dh_d = mirror(&mr, o.dh, hb), *dW_d = mirror(&mr, o.dW, wb);
-    DistillTarget t = {(float)m->ce_w, (float)m->kd_w, (float)m->T, NULL, NULL, NULL, NULL, NULL, k};
+    DistillTarget t = {(float)m->ce_w, (float)m->kd_w, (float)m->T, NULL, NULL, NULL, NULL, NULL, k, m->reverse};
     if (k) {
         t.topk_ids = mirror(&mr, ids, (size_t)n * k * sizeof(int));
         t.topk_logits = mirror(&mr, tl, (size_t)n * k * sizeof(float));
@@ -215,7 +218,7 @@ static void test_distill_limits(void **state) {
     data_init(&d, &r);
     for (int j = 0; j < n_devs; j++) {
         Device *dev = &devs[j].dev;
-        const Mix ce_only = {1.0, 0.0, 1.0, 0}, self = {0.0, 1.0, 1.0, 0};
+        const Mix ce_only = {1.0, 0.0, 1.0, 0, 0}, self = {0.0, 1.0, 1.0, 0, 0};
         Run o = run_data(dev, &d, &ce_only, 0.5f);
         float *dh = zeros_f(N * C), *dW = zeros_f(V * C);
         int count;
@@ -242,6 +245,14 @@ static void test_distill_limits(void **state) {
         printf("  %-26s teacher = student: KL %.2e, max |dh| %.2e\n", devs[j].name, o.sums.kl, g);
         assert_true(o.sums.kl < 1e-5 && g < 1e-5);
         run_free(&o);
+        // ... the other way round
+        const Mix self_reverse = {0.0, 1.0, 2.5, 0, 1};
+        o = distill_on(dev, d.hf, d.Wf, d.hf, d.Wf, d.targets, d.mask, NULL, NULL, NULL, N, C, V, &self_reverse, 1.0f, 0);
+        g = 0;
+        for (int i = 0; i < N * C; i++) g = fmax(g, fabs(o.dh[i]));
+        printf("  %-26s teacher = student, reversed: KL %.2e, max |dh| %.2e\n", devs[j].name, o.sums.kl, g);
+        assert_true(o.sums.kl < 1e-5 && g < 1e-5);
+        run_free(&o);
         // ... and as its own top-k with the rest as one outcome
         double *z = zeros_d((size_t)N * V), vals[K];
         int ids[N * K];
@@ -255,7 +266,7 @@ static void test_distill_limits(void **state) {
             lse[n] = (float)(mx + log(sum));
             for (int i = 0; i < K; i++) tl[n * K + i] = (float)vals[i];
         }
-        const Mix self_k = {0.0, 1.0, 1.0, K};
+        const Mix self_k = {0.0, 1.0, 1.0, K, 0};
         o = distill_on(dev, d.hf, d.Wf, NULL, NULL, d.targets, d.mask, ids, tl, lse, N, C, V, &self_k, 1.0f, K);
         g = 0;
         for (int i = 0; i < N * C; i++) g = fmax(g, fabs(o.dh[i]));
@@ -407,13 +418,13 @@ static void test_distill_torch(void **state) {
         double loss, ce, kl;
         const float *dh, *dW;
     } cases[] = {
-        {"T 1, KL only, dense", {0.0, 1.0, 1.0, 0}, torch_t1_dense_loss, torch_t1_dense_ce, torch_t1_dense_kl,
+        {"T 1, KL only, dense", {0.0, 1.0, 1.0, 0, 0}, torch_t1_dense_loss, torch_t1_dense_ce, torch_t1_dense_kl,
          torch_t1_dense_dh, torch_t1_dense_dW},
-        {"T 1, KL only, top-3", {0.0, 1.0, 1.0, TK}, torch_t1_topk_loss, torch_t1_topk_ce, torch_t1_topk_kl,
+        {"T 1, KL only, top-3", {0.0, 1.0, 1.0, TK, 0}, torch_t1_topk_loss, torch_t1_topk_ce, torch_t1_topk_kl,
          torch_t1_topk_dh, torch_t1_topk_dW},
-        {"T 2, 0.25 CE + 0.75 KL, dense", {0.25, 0.75, 2.0, 0}, torch_t2_dense_loss, torch_t2_dense_ce,
+        {"T 2, 0.25 CE + 0.75 KL, dense", {0.25, 0.75, 2.0, 0, 0}, torch_t2_dense_loss, torch_t2_dense_ce,
          torch_t2_dense_kl, torch_t2_dense_dh, torch_t2_dense_dW},
-        {"T 2, 0.25 CE + 0.75 KL, top-3", {0.25, 0.75, 2.0, TK}, torch_t2_topk_loss, torch_t2_topk_ce,
+        {"T 2, 0.25 CE + 0.75 KL, top-3", {0.25, 0.75, 2.0, TK, 0}, torch_t2_topk_loss, torch_t2_topk_ce,
          torch_t2_topk_kl, torch_t2_topk_dh, torch_t2_topk_dW},
     };
     for (int c = 0; c < 4; c++)

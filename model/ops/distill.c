@@ -16,6 +16,9 @@
 // student is the teacher; its gradient is psT - pt on the ids and
 // psT (1 - pt_rest / psT_rest) elsewhere (the teacher's rest spread over the
 // student's own rest in proportion).
+// Reversed (dense teacher), the KL is the student's: sum_v psT (log psT -
+// log pt), and its part of the gradient b * T * psT (log psT - log pt - KL);
+// the KL is summed over the row before the gradient can be written.
 #include <math.h>
 #include <string.h>
 #include "../../util/util.h"
@@ -67,7 +70,39 @@ static double row_distill(float *z, const float *zt, const int *ids, const float
     const double lse_s = T == 1.0f ? lse1 : lse_scaled(z, V, z_max, inv_t);
     const float ls = (float)lse_s, l1 = (float)lse1;
     double kl = 0.0;
-    if (k == 0) {
+    if (k == 0 && t->reverse) {
+        const float lt = (float)lse_scaled(zt, V, max_of(zt, V), inv_t);
+        for (int pass = 0; pass < 1 + make_grad; pass++) {
+            const float klf = (float)kl;
+            for (int i0 = 0; i0 < V; i0 += EXP_CHUNK) {
+                const int m = V - i0 < EXP_CHUNK ? V - i0 : EXP_CHUNK;
+                float log_pt[EXP_CHUNK], log_ps[EXP_CHUNK], ps[EXP_CHUNK], p1[EXP_CHUNK];
+                #pragma omp simd
+                for (int i = 0; i < m; i++) {
+                    log_pt[i] = zt[i0 + i] * inv_t - lt;
+                    log_ps[i] = z[i0 + i] * inv_t - ls;
+                }
+                exp_block(ps, log_ps, m);
+                if (pass == 0) {
+                    float block = 0.0f;
+                    #pragma omp simd reduction(+:block)
+                    for (int i = 0; i < m; i++) block += ps[i] * (log_ps[i] - log_pt[i]);
+                    kl += block;
+                    continue;
+                }
+                if (T != 1.0f) {
+                    #pragma omp simd
+                    for (int i = 0; i < m; i++) p1[i] = z[i0 + i] - l1;
+                    exp_block(p1, p1, m);
+                } else {
+                    memcpy(p1, ps, (size_t)m * sizeof(float));
+                }
+                #pragma omp simd
+                for (int i = 0; i < m; i++)
+                    z[i0 + i] = scale * (a * p1[i] + b * T * ps[i] * (log_ps[i] - log_pt[i] - klf));
+            }
+        }
+    } else if (k == 0) {
         const float lt = (float)lse_scaled(zt, V, max_of(zt, V), inv_t);
         for (int i0 = 0; i0 < V; i0 += EXP_CHUNK) {
             const int m = V - i0 < EXP_CHUNK ? V - i0 : EXP_CHUNK;
@@ -197,7 +232,8 @@ double classifier_distill(Device *d, float *dh, float *dW, const float *h, const
 double classifier_distill_ref(double *dh, double *dW, const double *h, const double *W, const int *targets,
                               const uint8_t *mask, int N, int C, int V, double scale, const double *teacher_logits,
                               const int *topk_ids, const double *topk_logits, const double *topk_lse, int k,
-                              double ce_weight, double kd_weight, double T, double *ce_sum, double *kl_sum) {
+                              double ce_weight, double kd_weight, double T, int reverse, double *ce_sum,
+                              double *kl_sum) {
     double *z = xmalloc((size_t)V * sizeof(double), "distill_ref logits");
     double *pt = xmalloc((size_t)V * sizeof(double), "distill_ref teacher");
     int *in_k = xmalloc((size_t)V * sizeof(int), "distill_ref ids");
@@ -228,7 +264,14 @@ double classifier_distill_ref(double *dh, double *dW, const double *h, const dou
             for (int i = 0; i < V; i++) tsum += exp((zt[i] - tmax) / T);
             for (int i = 0; i < V; i++) {
                 pt[i] = exp((zt[i] - tmax) / T) / tsum;
-                if (pt[i] > 0) kl += pt[i] * (log(pt[i]) - (z[i] / T - lseT));
+                if (reverse) kl += exp(z[i] / T - lseT) * ((z[i] / T - lseT) - log(pt[i]));
+                else if (pt[i] > 0) kl += pt[i] * (log(pt[i]) - (z[i] / T - lseT));
+            }
+            // Reversed, the same gradient formula below holds with the target
+            // psT - psT (log psT - log pt - KL) in place of pt.
+            for (int i = 0; reverse && i < V; i++) {
+                const double log_ps = z[i] / T - lseT;
+                pt[i] = exp(log_ps) * (1.0 - (log_ps - log(pt[i]) - kl));
             }
         } else {
             double q_sum = 0.0, p_sum = 0.0;

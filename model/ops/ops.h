@@ -204,18 +204,20 @@ double classifier_ref(double *dh, double *dW, const double *h, const double *W, 
 // and the rest as one outcome (pT_rest = 1 - pT's sum over the ids), whose
 // gradient gives each other token q_rest * pT / pT_rest as its target. Returns
 // the summed loss; *sums gets the summed CE and KL (unweighted); *count the
-// positions. The student's and the teacher's logits take half of the
+// positions. t->reverse (k == 0) puts KL(pT || q) in the loss, whose
+// gradient on the logits is kd_weight T pT (log pT - log q - KL). The student's and the teacher's logits take half of the
 // classifier's rows each, in its workspace. The teacher's hidden size is C.
 double classifier_distill(Device *d, float *dh, float *dW, const float *h, const float *W, const int *targets,
                           const uint8_t *mask, int N, int C, int V, float scale, const DistillTarget *t,
                           DistillSums *sums, int *count, MatmulPrecision p);
 // Reference in double: teacher_logits [N, V] (k == 0) or top-k ids, logits
-// [N, k] and log-sum-exp [N]; returns the summed loss, grads accumulate
-// scale * d(sum).
+// [N, k] and log-sum-exp [N]; reverse (k == 0) as t->reverse; returns the
+// summed loss, grads accumulate scale * d(sum).
 double classifier_distill_ref(double *dh, double *dW, const double *h, const double *W, const int *targets,
                               const uint8_t *mask, int N, int C, int V, double scale, const double *teacher_logits,
                               const int *topk_ids, const double *topk_logits, const double *topk_lse, int k,
-                              double ce_weight, double kd_weight, double T, double *ce_sum, double *kl_sum);
+                              double ce_weight, double kd_weight, double T, int reverse, double *ce_sum,
+                              double *kl_sum);
 
 // ---- AdamW over the flat buffers laid out by the tensor table: params,
 // grads and the moments m and v share the offsets (adamw.c). The padding
