@@ -17,6 +17,15 @@
 
 extern char **environ;
 
+// 1 under AddressSanitizer, which trains about 20 times slower: tests leave
+// their long runs (learning curves, repeats of a path already run) to the
+// plain build and still run every code path sanitized.
+#ifdef __SANITIZE_ADDRESS__
+enum { SANITIZED = 1 };
+#else
+enum { SANITIZED = 0 };
+#endif
+
 static inline const char *pocket(void) { return getenv("POCKET") ? getenv("POCKET") : "./pocket"; }
 
 // Runs the command through the shell; its exit status (128 when killed).
@@ -152,7 +161,26 @@ __attribute__((format(printf, 3, 4))) static inline int write_textf(const char *
     return fclose(f) == 0 ? 0 : -1;
 }
 
+// dir/name: n chat examples "w w w: a+b=" -> "a+b" (the rollout tests' task); long_ones: every third prompt
+// 40 words (no room for new tokens in a seq_len of 48). 0 when written.
+static inline int write_sum_task(const char *dir, const char *name, int n, unsigned seed, int long_ones) {
+    static const char *words[] = {"red", "blue", "cat", "dog", "sun", "moon", "tree", "river", "stone", "bird"};
+    char path[600];
+    snprintf(path, sizeof path, "%s/%s", dir, name);
+    FILE *f = fopen(path, "w");
+    if (!f) return -1;
+    for (int i = 0; i < n; i++) {
+        const unsigned a = (seed + 3u * i) % 9 + 1, b = (seed + 7u * i) % 9 + 1;
+        const int nw = long_ones && i % 3 == 0 ? 40 : 2 + (int)((seed + i) % 4);
+        fprintf(f, "{\"prompt\": \"");
+        for (int k = 0; k < nw; k++) fprintf(f, "%s ", words[(seed + 5u * i + k) % 10]);
+        fprintf(f, ": %u+%u=\", \"completion\": \"%u\"}\n", a, b, a + b);
+    }
+    return fclose(f) == 0 ? 0 : -1;
+}
+
 #ifdef fail_msg   // with cmocka
+#include <jansson.h>
 #include <sys/stat.h>
 // Runs a and b (run directories) logged the same losses, step for step, as text.
 static inline void assert_same_losses(const char *a, const char *b) {
@@ -175,6 +203,56 @@ static inline void assert_stopped_run_identical(const char *dir, const char *nam
     snprintf(b, sizeof b, "%s/%s-split", dir, name);
     assert_same_losses(a, b);
     assert_int_equal(sh("h5diff %s/ckpt-%08d.h5 %s/ckpt-%08d.h5", a, last, b, last), 0);
+}
+
+// Metric `key` of every step line (one with a grad_norm) of dir/run/metrics.jsonl into out (at most cap); their
+// number.
+static inline int run_step_metric(const char *dir, const char *run, const char *key, double *out, int cap) {
+    char path[600];
+    snprintf(path, sizeof path, "%s/%s/metrics.jsonl", dir, run);
+    FILE *f = fopen(path, "r");
+    if (!f) fail_msg("%s: no metrics.jsonl", run);
+    char line[8192];
+    int n = 0;
+    while (fgets(line, sizeof line, f) && n < cap) {
+        json_t *j = json_loads(line, 0, NULL);
+        json_t *v = j ? json_object_get(j, key) : NULL;
+        if (v && json_object_get(j, "grad_norm")) out[n++] = json_number_value(v);
+        json_decref(j);
+    }
+    fclose(f);
+    return n;
+}
+
+// A line of rollouts.jsonl (n its place, in messages) holds what `pocket generate` gives ckpt for its prompt and
+// seed at temperature 1 with max_new new tokens.
+static inline void assert_rollout_is_generate(const char *dir, const char *ckpt, json_t *rollout, int max_new, int n) {
+    // the prompt through a file, byte for byte (it ends in newlines, which $(...) would drop)
+    char cmd[8192], out[4096] = "", pf[600];
+    snprintf(pf, sizeof pf, "%s/prompt.txt", dir);
+    FILE *w = fopen(pf, "w");
+    fputs(json_string_value(json_object_get(rollout, "prompt")), w);
+    fclose(w);
+    snprintf(cmd, sizeof cmd, "p=\"$(cat %s; printf x)\"; %s generate --ckpt %s --prompt \"${p%%x}\" "
+             "--temperature 1 --max-new %d --seed %lld 2>/dev/null", pf, pocket(), ckpt, max_new,
+             (long long)json_integer_value(json_object_get(rollout, "seed")));
+    FILE *p = popen(cmd, "r");
+    size_t got = fread(out, 1, sizeof out - 1, p);
+    assert_int_equal(pclose(p), 0);
+    out[got] = 0;
+    if (got && out[got - 1] == '\n') out[got - 1] = 0;
+    const char *completion = json_string_value(json_object_get(rollout, "completion"));
+    if (strcmp(out, completion)) fail_msg("rollout %d: [%s], pocket generate: [%s]", n, completion, out);
+}
+
+// After assert_stopped_run_identical(dir, name, ..., last): the resumed run's rollouts of step `last` are the ones
+// the whole run made.
+static inline void assert_resumed_rollouts_identical(const char *dir, const char *name, int last) {
+    char a[400], b[400];
+    snprintf(a, sizeof a, "%s/%s-full", dir, name);
+    snprintf(b, sizeof b, "%s/%s-split", dir, name);
+    assert_int_equal(sh("grep '\"step\":%d,' %s/rollouts.jsonl > %s/r-last && grep '\"step\":%d,' %s/rollouts.jsonl | "
+                        "cmp -s - %s/r-last && test -s %s/r-last", last, a, a, last, b, a, a), 0);
 }
 
 // The command fails with one stderr line containing `says` (its stderr kept in dir/err.txt), and `out` (if given)

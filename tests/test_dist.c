@@ -4,7 +4,8 @@
 // - 2 ranks with micro_batch b equal 1 rank with micro_batch b and
 //   grad_accum 2 after 20 updates, for CPT, packed SFT, QAT and choice groups
 //   (the Dec head), GRPO (each rank samples the completions of its own
-//   micro-batch, as one rank does for both) and a weighted mixture of two CPT
+//   micro-batch, as one rank does for both), on-policy distillation (the
+//   same, with the teacher's forward on each) and a weighted mixture of two CPT
 //   sets (the mixture's order does not depend on the number of ranks), bit
 //   for bit:
 //   one rank computes each micro-batch's gradient on its own and adds the
@@ -92,18 +93,18 @@ static int setup(void **state) {
         sh("%s tokenize --tokenizer tests/fixtures/tok/tokenizer.json tests/fixtures/data/corpus --out %s/small.h5 "
            ">/dev/null", pocket(), g_dir))
         return -1;
-    const char *modes[7][2] = {{"cpt", "mode = cpt\n"}, {"sft", "mode = sft\n"}, {"qat", "mode = cpt\n"},
+    const char *modes[8][2] = {{"cpt", "mode = cpt\n"}, {"sft", "mode = sft\n"}, {"qat", "mode = cpt\n"},
                                {"choice", "mode = choice\n"}, {"lora", "mode = cpt\n"}, {"mix", "mode = cpt\n"},
-                               {"grpo", "mode = grpo\n"}};
-    const char *data[7] = {"cpt", "sft", "cpt", "choice", "cpt", "cpt", "sft"};
-    for (int i = 0; i < 7; i++) {
+                               {"grpo", "mode = grpo\n"}, {"onpolicy", "mode = onpolicy_distill\n"}};
+    const char *data[8] = {"cpt", "sft", "cpt", "choice", "cpt", "cpt", "sft", "sft"};
+    for (int i = 0; i < 8; i++) {
         snprintf(path, sizeof path, "%s/%s.ini", g_dir, modes[i][0]);
         FILE *f = fopen(path, "w");
         fprintf(f, "[model]\ninit = %s/init.h5\n[data]\ntrain = %s/%s.h5", g_dir, g_dir, data[i]);
         if (i == 5) fprintf(f, ":0.7, %s/small.h5:0.3", g_dir);   // the mixture
         fprintf(f, "\n[train]\n%smicro_batch = 2\nseq_len = %d\nsteps = 20\nsave_interval = 10\nthreads = 1\n"
                    "comm_timeout = 60\n[optim]\nlr = 0.003\nwarmup = 2\n",
-                modes[i][1], i == 3 ? 128 : i == 6 ? 48 : 32);   // a choice group fills most of a row
+                modes[i][1], i == 3 ? 128 : i >= 6 ? 48 : 32);   // a choice group fills most of a row
         if (i == 2)   // learned scales from update 5, frozen codes from 12
             fprintf(f, "[qat]\nenabled = 1\ngroup = 4\nstart_step = 5\nlearn_scales = 1\nscale_lr = 1e-3\n"
                        "freeze_codes_step = 12\n");
@@ -111,6 +112,8 @@ static int setup(void **state) {
             fprintf(f, "[lora]\nenabled = 1\nrank = 4\nalpha = 8\ndropout = 0.1\n");
         if (i == 6)   // a micro-batch is one prompt's two completions, each rank samples its own
             fprintf(f, "[rl]\ngroup = 2\nmax_new = 4\nrewards = regex=^[a-z]\n");
+        if (i == 7)   // two prompts' completions a micro-batch, the start model the teacher
+            fprintf(f, "[rl]\ngroup = 1\nmax_new = 4\n");
         fclose(f);
     }
     return 0;
@@ -193,6 +196,7 @@ static void test_qat(void **s) { (void)s; two_ranks_equal_accumulation("qat"); }
 static void test_choice(void **s) { (void)s; two_ranks_equal_accumulation("choice"); }
 static void test_lora(void **s) { (void)s; two_ranks_equal_accumulation("lora"); }
 static void test_grpo(void **s) { (void)s; two_ranks_equal_accumulation("grpo"); }
+static void test_onpolicy(void **s) { (void)s; two_ranks_equal_accumulation("onpolicy"); }
 
 // The mixture: the same weights (above), and the same tokens drawn from each
 // set as the two runs report them.
@@ -347,6 +351,7 @@ int main(void) {
         cmocka_unit_test(test_choice),
         cmocka_unit_test(test_lora),
         cmocka_unit_test(test_grpo),
+        cmocka_unit_test(test_onpolicy),
         cmocka_unit_test(test_mixture),
         cmocka_unit_test(test_resume_across_world_sizes),
         cmocka_unit_test(test_sigkill_one_rank),

@@ -101,7 +101,7 @@ static void test_model_gradients_finite_differences(void **s) {
     assert_int_equal(model_plan(&te.m, B, T, 0, NULL, &e), 0);
     StepBatch bt;
     step_batch_make(&bt, B, T, st.b.cfg.vocab_size, 5, 1);
-    DistillTarget t = {0.3f, 0.7f, 2.0f, NULL, NULL, NULL, NULL, NULL, 0};
+    DistillTarget t = {0.3f, 0.7f, 2.0f, NULL, NULL, NULL, NULL, NULL, 0, 0};
     t.h = model_forward_hidden(&te.m, &bt.in);
     t.W = te.m.w.lm_head;
     DistillHead dh = {&t, {0, 0}};

@@ -27,14 +27,8 @@
 
 static char g_dir[256];
 
-// Under AddressSanitizer, which trains about 20 times slower, the learning
-// run and two of the four resumed kinds are left to the plain build; the
-// sanitized one still runs every code path below.
-#ifdef __SANITIZE_ADDRESS__
-enum { SANITIZED = 1 };
-#else
-enum { SANITIZED = 0 };
-#endif
+// SANITIZED (test_cli_util.h): the learning run and two of the four resumed
+// kinds are left to the plain build.
 
 // DIR/NAME: a grpo recipe on DIR/init.h5 and DIR/task.h5, `steps` steps of 8 x 48 x 2 (2 prompts x 4
 // completions of up to 6 tokens a micro-batch), saved every 2, the reward "regex=^[a-z]" unless `extra` (more
@@ -48,28 +42,12 @@ static int write_grpo_recipe(const char *name, int steps, const char *extra) {
                        strstr(extra, "rewards =") ? "" : "rewards = regex=^[a-z]\n", extra);
 }
 
-// n examples "w w w: a+b=" -> "a+b"; long: every third prompt 40 words (no room for max_new in seq_len 48).
-static int write_task(const char *name, int n, unsigned seed, int long_ones) {
-    static const char *words[] = {"red", "blue", "cat", "dog", "sun", "moon", "tree", "river", "stone", "bird"};
-    char path[600];
-    snprintf(path, sizeof path, "%s/%s", g_dir, name);
-    FILE *f = fopen(path, "w");
-    if (!f) return -1;
-    for (int i = 0; i < n; i++) {
-        const unsigned a = (seed + 3u * i) % 9 + 1, b = (seed + 7u * i) % 9 + 1;
-        const int nw = long_ones && i % 3 == 0 ? 40 : 2 + (int)((seed + i) % 4);
-        fprintf(f, "{\"prompt\": \"");
-        for (int k = 0; k < nw; k++) fprintf(f, "%s ", words[(seed + 5u * i + k) % 10]);
-        fprintf(f, ": %u+%u=\", \"completion\": \"%u\"}\n", a, b, a + b);
-    }
-    return fclose(f) == 0 ? 0 : -1;
-}
-
 static int setup(void **state) {
     (void)state;
     snprintf(g_dir, sizeof g_dir, "/tmp/pocket_grpo_XXXXXX");
     if (!mkdtemp(g_dir)) return -1;
-    if (make_tiny_checkpoint(g_dir) || write_task("task.jsonl", 24, 1, 0) || write_task("long.jsonl", 24, 2, 1))
+    if (make_tiny_checkpoint(g_dir) || write_sum_task(g_dir, "task.jsonl", 24, 1, 0) ||
+        write_sum_task(g_dir, "long.jsonl", 24, 2, 1))
         return -1;
     const char *tok = "tests/fixtures/tok/tokenizer.json";
     if (sh("%s tokenize --chat --tokenizer %s %s/task.jsonl --out %s/task.h5 2>/dev/null && "
@@ -85,24 +63,6 @@ static int teardown(void **state) {
     (void)state;
     if (getenv("KEEP_TEST_DIR")) return printf("kept %s\n", g_dir) < 0;
     return sh("rm -rf %s", g_dir);
-}
-
-// Metric `key` of every step line of run's metrics.jsonl into out (at most cap); their number.
-static int step_metric(const char *run, const char *key, double *out, int cap) {
-    char path[600];
-    snprintf(path, sizeof path, "%s/%s/metrics.jsonl", g_dir, run);
-    FILE *f = fopen(path, "r");
-    if (!f) fail_msg("%s: no metrics.jsonl", run);
-    char line[8192];
-    int n = 0;
-    while (fgets(line, sizeof line, f) && n < cap) {
-        json_t *j = json_loads(line, 0, NULL);
-        json_t *v = j ? json_object_get(j, key) : NULL;
-        if (v && json_object_get(j, "grad_norm")) out[n++] = json_number_value(v);
-        json_decref(j);
-    }
-    fclose(f);
-    return n;
 }
 
 static void test_first_rollouts_are_generate_s(void **s) {
@@ -122,7 +82,6 @@ static void test_first_rollouts_are_generate_s(void **s) {
         json_t *j = json_loads(line, 0, NULL);
         assert_non_null(j);
         assert_int_equal(json_integer_value(json_object_get(j, "step")), 1);
-        const char *prompt = json_string_value(json_object_get(j, "prompt"));
         const char *completion = json_string_value(json_object_get(j, "completion"));
         const double reward = json_number_value(json_object_get(j, "reward"));
         // the completion without a stop token is what the regex saw
@@ -141,21 +100,9 @@ static void test_first_rollouts_are_generate_s(void **s) {
             assert_true(fabs(json_number_value(json_object_get(j, "advantage")) - adv) < 1e-12);
         }
         if (n < 4) {   // pocket generate: the start model, the prompt, the seed
-            // the prompt through a file, byte for byte (it ends in newlines, which $(...) would drop)
-            char cmd[8192], out[4096] = "", pf[600];
-            snprintf(pf, sizeof pf, "%s/prompt.txt", g_dir);
-            FILE *w = fopen(pf, "w");
-            fputs(prompt, w);
-            fclose(w);
-            snprintf(cmd, sizeof cmd, "p=\"$(cat %s; printf x)\"; %s generate --ckpt %s/init.h5 --prompt \"${p%%x}\" "
-                     "--temperature 1 --max-new 6 --seed %lld 2>/dev/null", pf, pocket(), g_dir,
-                     (long long)json_integer_value(json_object_get(j, "seed")));
-            FILE *p = popen(cmd, "r");
-            size_t got = fread(out, 1, sizeof out - 1, p);
-            assert_int_equal(pclose(p), 0);
-            out[got] = 0;
-            if (got && out[got - 1] == '\n') out[got - 1] = 0;
-            if (strcmp(out, completion)) fail_msg("rollout %d: [%s], pocket generate: [%s]", n, completion, out);
+            char ckpt[400];
+            snprintf(ckpt, sizeof ckpt, "%s/init.h5", g_dir);
+            assert_rollout_is_generate(g_dir, ckpt, j, 6, n);
         }
         json_decref(j);
         n++;
@@ -175,7 +122,7 @@ static void test_learns_the_reward(void **s) {
     assert_int_equal(write_grpo_recipe("learn.ini", 60, ""), 0);
     assert_int_equal(sh("%s train %s/learn.ini --set train.run_dir=%s/learn >/dev/null", pocket(), g_dir, g_dir), 0);
     double r[60];
-    assert_int_equal(step_metric("learn", "reward", r, 60), 60);
+    assert_int_equal(run_step_metric(g_dir, "learn", "reward", r, 60), 60);
     double first = 0, last = 0;
     for (int k = 0; k < 10; k++) first += r[k] / 10, last += r[50 + k] / 10;
     printf("mean reward of the first 10 steps %.3f, of the last 10 %.3f\n", first, last);
@@ -189,11 +136,11 @@ static void test_kl_to_start_is_zero_while_unchanged(void **s) {
     assert_int_equal(sh("%s train %s/kl.ini --set train.run_dir=%s/kl --set optim.lr=1e-12 >/dev/null", pocket(),
                         g_dir, g_dir), 0);
     double kl[3];
-    assert_int_equal(step_metric("kl", "kl", kl, 3), 3);
+    assert_int_equal(run_step_metric(g_dir, "kl", "kl", kl, 3), 3);
     for (int k = 0; k < 3; k++) assert_true(fabs(kl[k]) < 1e-9);
     // and it grows once the model moves
     assert_int_equal(sh("%s train %s/kl.ini --set train.run_dir=%s/kl2 >/dev/null", pocket(), g_dir, g_dir), 0);
-    assert_int_equal(step_metric("kl2", "kl", kl, 3), 3);
+    assert_int_equal(run_step_metric(g_dir, "kl2", "kl", kl, 3), 3);
     assert_true(kl[2] > 1e-4);
     printf("KL to model.init: %.1e at an unchanged model, %.2e after 2 updates\n", fabs(kl[0]), kl[2]);
 }
@@ -201,12 +148,7 @@ static void test_kl_to_start_is_zero_while_unchanged(void **s) {
 static void check_resume(const char *name, const char *extra) {
     assert_int_equal(write_grpo_recipe(name, 4, extra), 0);
     assert_stopped_run_identical(g_dir, name, 3, 4);
-    char a[400], b[400];
-    snprintf(a, sizeof a, "%s/%s-full", g_dir, name);
-    snprintf(b, sizeof b, "%s/%s-split", g_dir, name);
-    // the rollouts after the resume are the ones the whole run made
-    assert_int_equal(sh("grep '\"step\":4,' %s/rollouts.jsonl > %s/r4 && grep '\"step\":4,' %s/rollouts.jsonl | "
-                        "cmp -s - %s/r4 && test -s %s/r4", a, a, b, a, a), 0);
+    assert_resumed_rollouts_identical(g_dir, name, 4);
     printf("%s: resumed run identical\n", name);
 }
 

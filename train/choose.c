@@ -5,6 +5,7 @@
 int objective_open(Objective *o, const Recipe *r, PtError *e) {
     memset(o, 0, sizeof *o);
     o->r = r;
+    if (r->train.mode == TRAIN_MODE_ONPOLICY) return onpolicy_objective_open(o, e);   // its teacher is [distill]'s
     if (r->distill.enabled) return distill_objective_open(o, e);
     switch (r->train.mode) {
     case TRAIN_MODE_CHOICE: o->ops = &objective_choice; return 0;

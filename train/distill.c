@@ -30,7 +30,6 @@ static int check_teacher(const ModelBundle *tb, const char *path, const Recipe *
 int distill_init(DistillRun *dr, const Recipe *r, Device *dev, const ModelConfig *student,
                  const char *student_tok_hash, int B, int T, FILE *log, PtError *e) {
     memset(dr, 0, sizeof *dr);
-    if (!r->distill.enabled) return 0;
     dr->on = 1;
     dr->dev = dev;
     dr->source = r->distill.source;

@@ -40,7 +40,8 @@ typedef struct {
 // per counted token); evaluations the plain next-token cross-entropy.
 // Declared in objective.h: int distill_objective_open(Objective *o, PtError *e);
 
-// Sets up the teacher for a run over the student `student` (its config, and
+// Sets up the teacher (whether or not [distill] is enabled: on-policy
+// distillation takes it too) for a run over the student `student` (its config, and
 // the tokenizer's SHA-256 student_tok_hash) whose micro-batches are B x T,
 // with the training dataset `train_path` (the top-k source). Errors name the
 // files and both sides of what does not match.

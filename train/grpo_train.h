@@ -9,13 +9,10 @@
 // rewards (reward.h, [rl] rewards) give each its reward, grpo_advantages
 // normalises them within the group, and model/grpo.h's clipped loss trains
 // on the completion tokens. With rl.beta > 0 a second model, model.init,
-// gives the reference log-probabilities of the KL penalty.
-//
-// Micro-batch i of the one stream (trainee.h's seed_index) takes prompt
-// items i P .. i P + P - 1 of the prompts' seeded per-epoch order, and its
-// completion c draws with the seed of (train.seed, i, c): the rollouts
-// follow from the step alone, so a resumed run samples exactly what the run
-// would have, and the sampler needs no state in the checkpoint.
+// gives the reference log-probabilities of the KL penalty. The rollouts
+// (rollout.h) follow from the step alone, so resume is bit-exact with no
+// sampler state in the checkpoint; rollouts.jsonl adds each completion's
+// rewards and advantage.
 //
 // Evaluations (data.val, an SFT set) report the next-token loss of its
 // replies; `pocket eval --exact-match` judges the task.

@@ -16,7 +16,7 @@ void objective_free(Objective *o) {
 
 DatasetKind objective_dataset_kind(int mode) {
     static const DatasetKind kinds[TRAIN_MODE_COUNT] = {DATASET_CPT, DATASET_SFT, DATASET_CHOICE, DATASET_PAIRS,
-                                                                        DATASET_SFT};
+                                                                        DATASET_SFT, DATASET_SFT};
     return kinds[mode];
 }
 

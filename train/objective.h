@@ -1,7 +1,8 @@
 // objective.h: what a run's loss is, chosen once at set-up from the recipe
 // ([train] mode and [distill]): the next-token cross-entropy (cpt, sft), the
 // decision head (choice), distillation from a teacher, preference losses
-// (dpo), GRPO on the model's own samples (grpo). An objective hands the decoder a loss head (model/model.h) for each
+// (dpo), GRPO on the model's own samples (grpo), a teacher's KL on them
+// (onpolicy_distill). An objective hands the decoder a loss head (model/model.h) for each
 // pass over a batch; the trainee (trainee.h) runs the passes. Besides its
 // loss it may sum named metrics over a step's or an evaluation's passes
 // (distillation's parts, the preference rewards); each is reported as its
@@ -100,3 +101,4 @@ extern const ObjectiveOps objective_token, objective_choice;   // objective.c
 int distill_objective_open(Objective *o, PtError *e);        // distill.c
 int preference_objective_open(Objective *o, PtError *e);     // preference_train.c
 int grpo_objective_open(Objective *o, PtError *e);           // grpo_train.c
+int onpolicy_objective_open(Objective *o, PtError *e);       // onpolicy_distill.c

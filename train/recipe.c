@@ -37,11 +37,12 @@ static const KeySpec KEYS[] = {
      "the training tokens drawn from that set)"},
     {"data", "val", KT_STR, F(data.val), "", NULL, NULL, 0,
      "validation token dataset, or several NAME:PATH, ... each evaluated on its own; empty = no evaluation"},
-    {"train", "mode", KT_CHOICE, F(train.mode), "cpt", NULL, "cpt|sft|choice|dpo|grpo", 0,
+    {"train", "mode", KT_CHOICE, F(train.mode), "cpt", NULL, "cpt|sft|choice|dpo|grpo|onpolicy_distill", 0,
      "cpt: continued pre-training on every token; sft: loss on assistant tokens only; choice: the decision head's "
      "cross-entropy over each group's candidates (tokenize --choice); dpo: a [preference] loss over pairs of a "
      "chosen and a rejected response (tokenize --pairs); grpo: [rl] rewards of the model's own completions of an "
-     "SFT set's prompts"},
+     "SFT set's prompts; onpolicy_distill: the KL of the model's own completions to a teacher's (the [distill] "
+     "teacher, else model.init)"},
     {"train", "choice_token", KT_INT, F(train.choice_token), "0", "[0, 2147483647]", NULL, 0,
      "choice: the lm_head row that is the decision head; 0 = the model's own head, else the first row past the "
      "tokenizer's tokens (one is appended when there is none)"},
@@ -190,9 +191,9 @@ static const KeySpec KEYS[] = {
     {"preference", "sft_weight", KT_FLOAT, F(preference.sft_weight), "0", "[0, 1000]", NULL, 0,
      "adds this times the chosen responses' mean next-token loss (TRL's loss_type [..., \"sft\"], RPO): keeps "
      "the chosen answers likely, which the preference loss alone may lower until replies no longer stop; 1 is usual"},
-    {"rl", "group", KT_INT, F(rl.group), "4", "[2, 65536]", NULL, 0,
-     "train.mode = grpo: completions sampled per prompt; train.micro_batch / group prompts a micro-batch, one "
-     "completion a row"},
+    {"rl", "group", KT_INT, F(rl.group), "4", "[1, 65536]", NULL, 0,
+     "train.mode = grpo (at least 2) or onpolicy_distill: completions sampled per prompt; train.micro_batch / "
+     "group prompts a micro-batch, one completion a row"},
     {"rl", "max_new", KT_INT, F(rl.max_new), "64", "[1, 1048576]", NULL, 0,
      "new tokens per completion at most; a prompt with fewer than this many positions left in train.seq_len is "
      "counted and dropped"},
@@ -529,9 +530,9 @@ static void default_run_dir(Recipe *r, const char *path) {
 
 // What a mixture or several validation sets cannot be combined with.
 static int data_combinations_check(const DataSpec *s, const Recipe *r, const char *src, PtError *e) {
-    if (r->train.mode == TRAIN_MODE_GRPO && s->n_train > 1)
-        return pt_fail(e, "%s: [data] train: a mixture is not supported with train.mode = grpo (its prompts come "
-                          "from one SFT set)", src);
+    if ((r->train.mode == TRAIN_MODE_GRPO || r->train.mode == TRAIN_MODE_ONPOLICY) && s->n_train > 1)
+        return pt_fail(e, "%s: [data] train: a mixture is not supported with train.mode = %s (its prompts come "
+                          "from one SFT set)", src, train_mode_name(r->train.mode));
     if (r->train.mode == TRAIN_MODE_DPO && s->n_train > 1)
         return pt_fail(e, "%s: [data] train: a mixture is not supported with train.mode = dpo (the reference "
                           "log-probabilities are kept per document of one training set)", src);
@@ -586,11 +587,20 @@ static int draft_check(const Recipe *r, const char *src, PtError *e) {
     return 0;
 }
 
-// train.mode = grpo: [rl]'s values against the batch, and what it cannot be combined with.
+// train.mode = grpo, onpolicy_distill: [rl]'s values against the batch, and what they cannot be combined with.
 static int rl_check(const Recipe *r, const char *src, PtError *e) {
-    if (r->distill.enabled)
+    if (r->train.mode == TRAIN_MODE_GRPO && r->distill.enabled)
         return pt_fail(e, "%s: [distill] with train.mode = grpo is not supported (the loss is the rewards' policy "
                           "gradient)", src);
+    if (r->train.mode == TRAIN_MODE_GRPO && r->rl.group < 2)
+        return pt_fail(e, "%s: [rl] group = %d: GRPO compares each completion with the others of its prompt, so a "
+                          "group needs at least 2", src, r->rl.group);
+    if (r->train.mode == TRAIN_MODE_ONPOLICY && r->distill.source != DISTILL_FORWARD)
+        return pt_fail(e, "%s: [distill] source = topk with train.mode = onpolicy_distill: the teacher scores the "
+                          "model's own completions as they are sampled, so it runs its forward (source = forward)", src);
+    if (r->train.mode == TRAIN_MODE_ONPOLICY && r->distill.kd_weight != 1.0f)
+        return pt_fail(e, "%s: [distill] kd_weight = %g with train.mode = onpolicy_distill: the loss is the KL alone "
+                          "(a sampled completion is no target to learn)", src, (double)r->distill.kd_weight);
     if (r->train.micro_batch % r->rl.group)
         return pt_fail(e, "%s: [train] micro_batch (%d) is not a multiple of [rl] group (%d): a micro-batch holds "
                           "whole groups, one completion a row", src, r->train.micro_batch, r->rl.group);
@@ -623,7 +633,7 @@ int recipe_load(Recipe *r, const char *path, int n_sets, char **sets, PtError *e
     if (r->train.mode == TRAIN_MODE_DPO && r->distill.enabled)
         return pt_fail(e, "%s: [distill] with train.mode = dpo is not supported (a preference loss compares whole "
                        "responses; distillation matches next-token distributions)", src);
-    if (r->train.mode == TRAIN_MODE_GRPO && rl_check(r, src, e)) return -1;
+    if ((r->train.mode == TRAIN_MODE_GRPO || r->train.mode == TRAIN_MODE_ONPOLICY) && rl_check(r, src, e)) return -1;
     if (r->preference.loss == PREF_IPO && r->preference.label_smoothing > 0)
         return pt_fail(e, "%s: [preference] label_smoothing (%g) has no meaning for loss = ipo", src,
                        (double)r->preference.label_smoothing);
@@ -694,7 +704,7 @@ void recipe_help(FILE *f) {
 }
 
 const char *train_mode_name(int mode) {
-    static const char *const names[TRAIN_MODE_COUNT] = {"cpt", "sft", "choice", "dpo", "grpo"};
+    static const char *const names[TRAIN_MODE_COUNT] = {"cpt", "sft", "choice", "dpo", "grpo", "onpolicy_distill"};
     return mode >= 0 && mode < TRAIN_MODE_COUNT ? names[mode] : "?";
 }
 

@@ -9,7 +9,7 @@
 //     [distill] distillation from a teacher's next-token distributions
 //     [draft]  a DFlash speculative draft trained against the frozen int4 model
 //     [preference] the preference loss of train.mode = dpo
-//     [rl]         the rollouts, rewards and loss of train.mode = grpo
+//     [rl]         the rollouts, rewards and loss of train.mode = grpo (the rollouts of onpolicy_distill)
 //
 // The key table in recipe.c is the one place the keys are listed: it drives
 // parsing, --set overrides, validation, `--help` and the resolved recipe the
@@ -33,7 +33,8 @@
 
 #define RECIPE_STR 180   // string fields; "key = \"value\"" still fits inih's line
 
-enum { TRAIN_MODE_CPT, TRAIN_MODE_SFT, TRAIN_MODE_CHOICE, TRAIN_MODE_DPO, TRAIN_MODE_GRPO, TRAIN_MODE_COUNT };
+enum { TRAIN_MODE_CPT, TRAIN_MODE_SFT, TRAIN_MODE_CHOICE, TRAIN_MODE_DPO, TRAIN_MODE_GRPO, TRAIN_MODE_ONPOLICY,
+       TRAIN_MODE_COUNT };
 enum { TRAIN_MATMUL_FP32, TRAIN_MATMUL_BF16 };
 enum { GRAD_REDUCE_FP32, GRAD_REDUCE_BF16 };
 enum { NCCL_AUTO, NCCL_ALWAYS };
@@ -147,7 +148,7 @@ void recipe_write(const Recipe *r, FILE *f);
 // the caller prints its own heading).
 void recipe_help(FILE *f);
 
-const char *train_mode_name(int mode);   // "cpt", "sft", "choice", "dpo", "grpo"
+const char *train_mode_name(int mode);   // "cpt", "sft", "choice", "dpo", "grpo", "onpolicy_distill"
 // What a recipe asks for, in the terms of the parts that run it: the
 // model's numerics, the optimizer, the schedule (the trainer supplies the
 // total number of updates once it has derived it) and the QAT run.
