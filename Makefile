@@ -29,7 +29,7 @@ BUILD ?= build$(if $(filter 1,$(MPI)),-mpi)$(if $(filter 1,$(CUDA)),-cuda)$(if $
 POCKET ?= $(if $(filter build,$(BUILD)),pocket,$(BUILD)/pocket)
 
 ifeq ($(SAN),1)
-  CFLAGS = $(CFLAGS_COMMON) -O1 -g -fno-omit-frame-pointer -fsanitize=address,undefined -fno-sanitize-recover=undefined
+  CFLAGS = $(CFLAGS_COMMON) -O2 -g -fno-omit-frame-pointer -fsanitize=address,undefined -fno-sanitize-recover=undefined
   LDFLAGS = -fsanitize=address,undefined
   # libgomp's thread pool and libhdf5's global caches are still held at exit. A failed allocation returns NULL
   # as it does outside ASan: libhdf5 asks for what a corrupt file's header declares and reports the failure
@@ -69,10 +69,11 @@ $(BUILD)/tests/%: $(BUILD)/tests/%.o $(BUILD)/libpocket.a
 
 # Tests run from the repo root; POCKET names the binary for CLI tests. Every
 # test runs even after a failure; the failed ones are listed at the end.
+# TEST_JOBS at a time (default: the cores), each one's output printed whole
+# (tests/run_tests.sh).
+TEST_JOBS ?= $(shell nproc 2>/dev/null || echo 2)
 test: $(POCKET) $(TEST_BIN)
-	@failed=""; for t in $(TEST_BIN); do echo "== $$t"; \
-	  POCKET=./$(POCKET) OMP_NUM_THREADS=2 OMP_WAIT_POLICY=PASSIVE $$t || failed="$$failed $$t"; done; \
-	if [ -n "$$failed" ]; then echo "FAILED:$$failed"; exit 1; fi
+	@POCKET=./$(POCKET) OMP_NUM_THREADS=2 OMP_WAIT_POLICY=PASSIVE bash tests/run_tests.sh $(TEST_JOBS) $(TEST_BIN)
 
 VENV = tests/.venv
 $(VENV)/ok: tests/setup_venv.sh tests/requirements-ci.txt

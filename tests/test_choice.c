@@ -19,7 +19,9 @@
 //   Dec base made by a short full fine-tuning run trains only the adapter and
 //   beats the base on held-out groups of a new rule; `pocket choose --lora`
 //   gives `pocket eval --lora`'s scores; a base without a head or with an
-//   all-zero head row is refused.
+//   all-zero head row is refused. SANITIZED (test_cli_util.h): the adapter
+//   run takes 20 updates instead of 300 and its learning is the plain
+//   build's to judge (under ASan the 300 took over 10 minutes).
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -530,12 +532,13 @@ static void test_lora_on_a_dec_base(void **state) {
     char base[300];
     snprintf(base, sizeof base, "%s/dec/ckpt-00000030.h5", d);
     assert_int_equal(sh("sha256sum %s > %s/base.sum", base, d), 0);
+    const int lora_steps = SANITIZED ? 20 : 300;
     snprintf(path, sizeof path, "%s/lora.ini", d);
     f = fopen(path, "w");
     fprintf(f, "[model]\ninit = %s\n[data]\ntrain = %s/next.h5\nval = %s/nextval.h5\n[train]\nmode = choice\n"
-               "micro_batch = 8\nseq_len = 128\nsteps = 300\neval_interval = 300\nsave_interval = 0\nthreads = 1\n"
+               "micro_batch = 8\nseq_len = 128\nsteps = %d\neval_interval = %d\nsave_interval = 0\nthreads = 1\n"
                "[optim]\nlr = 1e-2\nwarmup = 5\n[lora]\nenabled = 1\nrank = 4\nalpha = 8\n"
-               "targets = q,k,v,o,gate,up,down\n", base, d, d);
+               "targets = q,k,v,o,gate,up,down\n", base, d, d, lora_steps, lora_steps);
     fclose(f);
     int rc = sh("%s train %s/lora.ini --set train.run_dir=%s/lora > %s/lora.log 2>&1", pocket(), d, d, d);
     if (rc) sh("cat %s/lora.log", d);
@@ -546,7 +549,7 @@ static void test_lora_on_a_dec_base(void **state) {
     assert_int_equal(sh("%s eval --ckpt %s/lora/best.h5 --data %s/nextval.h5 2>&1 | grep -q 'not a pocket checkpoint'",
                         pocket(), d, d), 0);
     // The loss falls: the mean of the last 30 steps against the first 30.
-    assert_int_equal(sh("awk -F'\"loss\":' '/\"loss\"/ {split($2, a, \",\"); n++; l[n] = a[1]} END {for (i = 1; i <= 30; i++) "
+    if (!SANITIZED) assert_int_equal(sh("awk -F'\"loss\":' '/\"loss\"/ {split($2, a, \",\"); n++; l[n] = a[1]} END {for (i = 1; i <= 30; i++) "
                         "{f += l[i]; e += l[n - 30 + i]} exit !(e < 0.8 * f)}' %s/lora/metrics.jsonl", d), 0);
     double acc_base, loss_base, acc_lora, loss_lora;
     snprintf(path, sizeof path, "%s/base_eval.txt", d);
@@ -558,8 +561,10 @@ static void test_lora_on_a_dec_base(void **state) {
     read_eval(path, &acc_lora, &loss_lora);
     printf("held-out (8 groups): base accuracy %.1f%% loss %.4f; with the adapter %.1f%% loss %.4f\n", acc_base,
            loss_base, acc_lora, loss_lora);
-    assert_true(acc_lora >= acc_base + 25);
-    assert_true(loss_lora < loss_base);
+    if (!SANITIZED) {
+        assert_true(acc_lora >= acc_base + 25);
+        assert_true(loss_lora < loss_base);
+    }
     // choose --lora scores a dumped group as eval --lora does (the KV cache against the packed batch).
     assert_int_equal(sh("head -1 %s/dump.jsonl > %s/first.jsonl", d, d), 0);
     snprintf(path, sizeof path, "%s/first.jsonl", d);
