@@ -80,8 +80,9 @@ $(VENV)/ok: tests/setup_venv.sh tests/requirements-ci.txt
 	bash tests/setup_venv.sh $(VENV)
 	touch $@
 
+# TEST_JOBS workers, each taking whole files (a file's module fixtures are made once).
 interop: $(POCKET) $(VENV)/ok
-	POCKET=./$(POCKET) $(VENV)/bin/python -m pytest -q tests/interop
+	POCKET=./$(POCKET) $(VENV)/bin/python -m pytest -q -n $(TEST_JOBS) --dist loadfile tests/interop
 
 check: deps
 	$(MAKE) test
