@@ -3,7 +3,10 @@
 // damaging an HDF5 file the project wrote, for the bad-input tests.
 #pragma once
 #include <hdf5.h>
+#include <math.h>
+#include <stdio.h>
 #include "../formats/safetensors.h"
+#include "../model/tensors.h"
 
 // Overwrites the integer attribute /group@name of the HDF5 file at path.
 static inline void h5_set_int_attr(const char *path, const char *group, const char *name, int value) {
@@ -25,4 +28,30 @@ static inline float *expected(const StFile *f, const char *name, size_t numel) {
     PtError e;
     assert_int_equal(st_read_f32(f, t, x, &e), 0);
     return x;
+}
+
+// Gradients grads (laid out by tt) against the fixture's tensors
+// "<prefix><tensor name>": |got - want|_2 / |want|_2 of each tensor, the
+// worst into *worst and its name into *worst_name, and of the whole
+// gradient, returned.
+static inline double fixture_grad_error(const StFile *f, const char *prefix, const TensorTable *tt, const float *grads,
+                                        double *worst, const char **worst_name) {
+    double all_d2 = 0, all_w2 = 0;
+    *worst = 0, *worst_name = "";
+    for (int t = 0; t < tt->n; t++) {
+        const TensorInfo *ti = &tt->t[t];
+        char name[512];
+        snprintf(name, sizeof name, "%.300s%s", prefix, ti->name);
+        float *want = expected(f, name, ti->numel);
+        double d2 = 0, w2 = 0;
+        for (size_t j = 0; j < ti->numel; j++) {
+            const double d = (double)grads[ti->offset + j] - want[j];
+            d2 += d * d, w2 += (double)want[j] * want[j];
+        }
+        free(want);
+        const double r = sqrt(d2) / fmax(sqrt(w2), 1e-30);
+        if (r > *worst) *worst = r, *worst_name = ti->name;
+        all_d2 += d2, all_w2 += w2;
+    }
+    return sqrt(all_d2 / all_w2);
 }

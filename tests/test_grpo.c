@@ -171,23 +171,10 @@ static void test_gradients_match_torch(void **s) {
         snprintf(name, sizeof name, "case%d.loss", c);
         read_into(&f.st, name, &want_loss, 1);
         const double loss_err = rel(loss, want_loss);
-        const char *worst_name = "";
-        double worst = 0, all_d2 = 0, all_w2 = 0;
-        for (int t = 0; t < tm.b.tt.n; t++) {   // |got - want|_2 / |want|_2 per tensor, as test_preference
-            const TensorInfo *ti = &tm.b.tt.t[t];
-            snprintf(name, sizeof name, "case%d.grad.%s", c, ti->name);
-            float *want = expected(&f.st, name, ti->numel);
-            double d2 = 0, w2 = 0;
-            for (size_t j = 0; j < ti->numel; j++) {
-                const double d = (double)tm.m.grads[ti->offset + j] - want[j];
-                d2 += d * d, w2 += (double)want[j] * want[j];
-            }
-            free(want);
-            const double r = sqrt(d2) / fmax(sqrt(w2), 1e-30);
-            if (r > worst) worst = r, worst_name = ti->name;
-            all_d2 += d2, all_w2 += w2;
-        }
-        const double whole = sqrt(all_d2 / all_w2);
+        const char *worst_name;
+        double worst;
+        snprintf(name, sizeof name, "case%d.grad.", c);
+        const double whole = fixture_grad_error(&f.st, name, &tm.b.tt, tm.m.grads, &worst, &worst_name);
         printf("case %d (%s): token log-probabilities within %.1e, loss %.9g within %.1e; the whole gradient within "
                "%.1e, its %d tensors each within %.1e (%s)\n", c, grpo_norm_name(h.loss.norm), logp_err, loss, loss_err,
                whole, tm.b.tt.n, worst, worst_name);

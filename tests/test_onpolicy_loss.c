@@ -82,23 +82,10 @@ static void test_loss_and_gradients_match_trl(void **s) {
         snprintf(name, sizeof name, "case%d.kl", c);
         const double want_kl = read_one(&st, name), kl = dh.sums.kl / all;
         const double loss_err = fabs(loss - want_loss) / want_loss, kl_err = fabs(kl - want_kl) / want_kl;
-        const char *worst_name = "";
-        double worst = 0, all_d2 = 0, all_w2 = 0;
-        for (int t = 0; t < student.b.tt.n; t++) {   // |got - want|_2 / |want|_2 per tensor, as test_grpo
-            const TensorInfo *ti = &student.b.tt.t[t];
-            snprintf(name, sizeof name, "case%d.grad.%s", c, ti->name);
-            float *want = expected(&st, name, ti->numel);
-            double d2 = 0, w2 = 0;
-            for (size_t j = 0; j < ti->numel; j++) {
-                const double d = (double)student.m.grads[ti->offset + j] - want[j];
-                d2 += d * d, w2 += (double)want[j] * want[j];
-            }
-            free(want);
-            const double r = sqrt(d2) / fmax(sqrt(w2), 1e-30);
-            if (r > worst) worst = r, worst_name = ti->name;
-            all_d2 += d2, all_w2 += w2;
-        }
-        const double whole = sqrt(all_d2 / all_w2);
+        const char *worst_name;
+        double worst;
+        snprintf(name, sizeof name, "case%d.grad.", c);
+        const double whole = fixture_grad_error(&st, name, &student.b.tt, student.m.grads, &worst, &worst_name);
         printf("T %g: loss %.9g within %.1e, mean KL within %.1e; the whole gradient within %.1e, its %d tensors "
                "each within %.1e (%s)\n", (double)T, loss, loss_err, kl_err, whole, student.b.tt.n, worst, worst_name);
         assert_true(loss_err < 1e-6);

@@ -65,23 +65,10 @@ static void check_fixture(const char *name) {
     assert_true(max_err <= 1e-4);
     assert_true(rel_loss <= 1e-5);
 
-    double worst = 0;
-    for (int i = 0; i < tt->n; i++) {
-        const TensorInfo *t = &tt->t[i];
-        char gname[160];
-        snprintf(gname, sizeof gname, "grad.%s", t->name);
-        float *g = expected(&ref, gname, t->numel);
-        double d2 = 0, r2 = 0;
-        for (size_t j = 0; j < t->numel; j++) {
-            double d = m->grads[t->offset + j] - g[j];
-            d2 += d * d;
-            r2 += (double)g[j] * g[j];
-        }
-        double rel = sqrt(d2) / fmax(sqrt(r2), 1e-30);
-        if (rel > worst) worst = rel;
-        if (rel > 1e-4) fail_msg("%s: gradient of %s off by %.2e relative", name, t->name, rel);
-        free(g);
-    }
+    const char *worst_name;
+    double worst;
+    fixture_grad_error(&ref, "grad.", tt, m->grads, &worst, &worst_name);
+    if (worst > 1e-4) fail_msg("%s: gradient of %s off by %.2e relative", name, worst_name, worst);
     printf("  %s: %d gradients, worst relative error %.2e\n", name, tt->n, worst);
     st_close(&ref);
     free(ref_logits);

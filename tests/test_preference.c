@@ -259,29 +259,10 @@ static void test_gradients_match_torch(void **s) {
         const double loss_err = rel(loss, want_loss[0]);
         free(want_loss);
         // every tensor's gradient, normwise against the fixture's
-        float *want = malloc(tm.b.tt.total * sizeof(float));
-        for (int t = 0; t < tm.b.tt.n; t++) {
-            const TensorInfo *ti = &tm.b.tt.t[t];
-            snprintf(name, sizeof name, "case%d.grad.%s", c, ti->name);
-            float *g = expected(&f.st, name, ti->numel);
-            memcpy(want + ti->offset, g, ti->numel * sizeof(float));
-            free(g);
-        }
-        const char *worst_name = "";
-        double worst = 0, all_d2 = 0, all_w2 = 0;
-        for (int t = 0; t < tm.b.tt.n; t++) {   // |got - want|_2 / |want|_2 per tensor, as test_parity
-            const TensorInfo *ti = &tm.b.tt.t[t];
-            double d2 = 0, w2 = 0;
-            for (size_t j = 0; j < ti->numel; j++) {
-                const double d = (double)tm.m.grads[ti->offset + j] - want[ti->offset + j];
-                d2 += d * d;
-                w2 += (double)want[ti->offset + j] * want[ti->offset + j];
-            }
-            const double r = sqrt(d2) / fmax(sqrt(w2), 1e-30);
-            if (r > worst) worst = r, worst_name = ti->name;
-            all_d2 += d2, all_w2 += w2;
-        }
-        const double all = sqrt(all_d2 / all_w2);
+        const char *worst_name;
+        double worst;
+        snprintf(name, sizeof name, "case%d.grad.", c);
+        const double all = fixture_grad_error(&f.st, name, &tm.b.tt, tm.m.grads, &worst, &worst_name);
         printf("case %d (%s, sft %g): loss %.9g, relative error %.1e; the whole gradient within %.1e, its %d tensors "
                "each within %.1e (%s)\n", c, pref_loss_name(ph.loss.kind), ph.loss.sft_weight, loss, loss_err, all,
                tm.b.tt.n, worst, worst_name);
@@ -290,7 +271,6 @@ static void test_gradients_match_torch(void **s) {
         // same reference (test_parity); a preference loss only weights the same rows' cross-entropy gradients
         assert_true(loss_err < 1e-6);
         assert_true(worst < 5e-6);
-        free(want);
     }
     packed_free(&p);
     test_model_free(&tm);
