@@ -59,6 +59,29 @@ static double lse_scaled(const float *z, int n, float z_max, float inv_t) {
     return (double)z_max * inv_t + log(sum);
 }
 
+// A chunk of m logits of a row: the student's log psT (z, its log-sum-exp
+// at T ls) and the dense teacher's log pt (zt, lt).
+static inline void chunk_log_probs(const float *z, const float *zt, int m, float inv_t, float ls, float lt,
+                                   float *log_ps, float *log_pt) {
+    #pragma omp simd
+    for (int i = 0; i < m; i++) {
+        log_pt[i] = zt[i] * inv_t - lt;
+        log_ps[i] = z[i] * inv_t - ls;
+    }
+}
+
+// The student's probabilities at temperature 1 of a chunk (the
+// cross-entropy's part of the gradient): psT itself when T is 1.
+static inline void chunk_probs_at_one(float *p1, const float *z, const float *ps, int m, float T, float l1) {
+    if (T == 1.0f) {
+        memcpy(p1, ps, (size_t)m * sizeof(float));
+        return;
+    }
+    #pragma omp simd
+    for (int i = 0; i < m; i++) p1[i] = z[i] - l1;
+    exp_block(p1, p1, m);
+}
+
 // One row. z[V] (overwritten by the gradient when make_grad), the teacher's
 // zt[V] (dense) or its top-k (ids, logits, k, log-sum-exp lt); writes the
 // row's two parts and returns its mixed loss.
@@ -72,46 +95,33 @@ static double row_distill(float *z, const float *zt, const int *ids, const float
     double kl = 0.0;
     if (k == 0 && t->reverse) {
         const float lt = (float)lse_scaled(zt, V, max_of(zt, V), inv_t);
-        for (int pass = 0; pass < 1 + make_grad; pass++) {
-            const float klf = (float)kl;
-            for (int i0 = 0; i0 < V; i0 += EXP_CHUNK) {
-                const int m = V - i0 < EXP_CHUNK ? V - i0 : EXP_CHUNK;
-                float log_pt[EXP_CHUNK], log_ps[EXP_CHUNK], ps[EXP_CHUNK], p1[EXP_CHUNK];
-                #pragma omp simd
-                for (int i = 0; i < m; i++) {
-                    log_pt[i] = zt[i0 + i] * inv_t - lt;
-                    log_ps[i] = z[i0 + i] * inv_t - ls;
-                }
-                exp_block(ps, log_ps, m);
-                if (pass == 0) {
-                    float block = 0.0f;
-                    #pragma omp simd reduction(+:block)
-                    for (int i = 0; i < m; i++) block += ps[i] * (log_ps[i] - log_pt[i]);
-                    kl += block;
-                    continue;
-                }
-                if (T != 1.0f) {
-                    #pragma omp simd
-                    for (int i = 0; i < m; i++) p1[i] = z[i0 + i] - l1;
-                    exp_block(p1, p1, m);
-                } else {
-                    memcpy(p1, ps, (size_t)m * sizeof(float));
-                }
-                #pragma omp simd
-                for (int i = 0; i < m; i++)
-                    z[i0 + i] = scale * (a * p1[i] + b * T * ps[i] * (log_ps[i] - log_pt[i] - klf));
-            }
+        for (int i0 = 0; i0 < V; i0 += EXP_CHUNK) {   // the KL first: the gradient needs it
+            const int m = V - i0 < EXP_CHUNK ? V - i0 : EXP_CHUNK;
+            float log_ps[EXP_CHUNK], log_pt[EXP_CHUNK], ps[EXP_CHUNK];
+            chunk_log_probs(z + i0, zt + i0, m, inv_t, ls, lt, log_ps, log_pt);
+            exp_block(ps, log_ps, m);
+            float block = 0.0f;
+            #pragma omp simd reduction(+:block)
+            for (int i = 0; i < m; i++) block += ps[i] * (log_ps[i] - log_pt[i]);
+            kl += block;
+        }
+        const float klf = (float)kl;
+        for (int i0 = 0; make_grad && i0 < V; i0 += EXP_CHUNK) {
+            const int m = V - i0 < EXP_CHUNK ? V - i0 : EXP_CHUNK;
+            float log_ps[EXP_CHUNK], log_pt[EXP_CHUNK], ps[EXP_CHUNK], p1[EXP_CHUNK];
+            chunk_log_probs(z + i0, zt + i0, m, inv_t, ls, lt, log_ps, log_pt);
+            exp_block(ps, log_ps, m);
+            chunk_probs_at_one(p1, z + i0, ps, m, T, l1);
+            #pragma omp simd
+            for (int i = 0; i < m; i++)
+                z[i0 + i] = scale * (a * p1[i] + b * T * ps[i] * (log_ps[i] - log_pt[i] - klf));
         }
     } else if (k == 0) {
         const float lt = (float)lse_scaled(zt, V, max_of(zt, V), inv_t);
         for (int i0 = 0; i0 < V; i0 += EXP_CHUNK) {
             const int m = V - i0 < EXP_CHUNK ? V - i0 : EXP_CHUNK;
             float log_pt[EXP_CHUNK], pt[EXP_CHUNK], log_ps[EXP_CHUNK];
-            #pragma omp simd
-            for (int i = 0; i < m; i++) {
-                log_pt[i] = zt[i0 + i] * inv_t - lt;
-                log_ps[i] = z[i0 + i] * inv_t - ls;
-            }
+            chunk_log_probs(z + i0, zt + i0, m, inv_t, ls, lt, log_ps, log_pt);
             exp_block(pt, log_pt, m);
             float block = 0.0f;
             #pragma omp simd reduction(+:block)
@@ -120,13 +130,7 @@ static double row_distill(float *z, const float *zt, const int *ids, const float
             if (!make_grad) continue;
             float ps[EXP_CHUNK], p1[EXP_CHUNK];
             exp_block(ps, log_ps, m);
-            if (T != 1.0f) {
-                #pragma omp simd
-                for (int i = 0; i < m; i++) p1[i] = z[i0 + i] - l1;
-                exp_block(p1, p1, m);
-            } else {
-                memcpy(p1, ps, (size_t)m * sizeof(float));
-            }
+            chunk_probs_at_one(p1, z + i0, ps, m, T, l1);
             #pragma omp simd
             for (int i = 0; i < m; i++) z[i0 + i] = scale * (a * p1[i] + b * T * (ps[i] - pt[i]));
         }
