@@ -22,11 +22,9 @@ typedef struct {
     GrpoLoss loss;
     int scale;                 // GrpoScale
     Rollouts ro;
-    int B, T;
     Rewards rewards;
     char reward_name[REWARD_MAX][40], reward_metric[REWARD_MAX][56];
     double *total, *values;    // [B], [B * rewards]
-    const double *advantage;   // the last micro-batch's (rollouts.jsonl)
     // What the head needs of each of a step's micro-batches (grad_accum of
     // them are made before the first pass), found by the batch's address.
     struct Slot {
@@ -63,26 +61,25 @@ static int open_reference(Grpo *g, const Recipe *r, const ObjectiveData *d, PtEr
     recipe_model_options(r, &opt);
     opt.recompute = 0;
     model_init(&g->ref_m, d->dev, &g->ref_b.cfg, &g->ref_b.tt, g->ref_params, &opt);
-    return model_plan(&g->ref_m, g->B, g->T, 0, NULL, e);
+    return model_plan(&g->ref_m, d->B, d->T, 0, NULL, e);
 }
 
 static int grpo_open(Objective *o, const ObjectiveData *d, PtError *e) {
     Grpo *g = grpo_of(o);
     const Recipe *r = o->r;
-    g->B = d->B, g->T = d->T;
     if (rollouts_open(&g->ro, r, d, "GRPO", e)) return -1;
-    const int nr = g->rewards.n;
-    g->total = xmalloc((size_t)g->B * sizeof(double), "rewards");
-    g->values = xmalloc((size_t)g->B * (nr ? nr : 1) * sizeof(double), "rewards");
-    g->logp = xmalloc((size_t)g->B * g->T * sizeof(float), "log-probabilities");
+    const int nr = g->rewards.n, B = d->B, T = d->T;
+    g->total = xmalloc((size_t)B * sizeof(double), "rewards");
+    g->values = xmalloc((size_t)B * (nr ? nr : 1) * sizeof(double), "rewards");
+    g->logp = xmalloc((size_t)B * T * sizeof(float), "log-probabilities");
     g->n_slots = r->train.grad_accum;
     g->slot = xcalloc((size_t)g->n_slots, sizeof *g->slot, "micro-batch slots");
     for (int a = 0; a < g->n_slots; a++) {
         struct Slot *sl = &g->slot[a];
-        sl->advantage = xmalloc((size_t)g->B * sizeof(double), "advantages");
-        sl->row0 = xmalloc((size_t)g->B * sizeof(int), "completion rows");
-        sl->last = xmalloc((size_t)g->B * sizeof(int), "completion rows");
-        if (g->loss.beta > 0) sl->ref_logp = xmalloc((size_t)g->B * g->T * sizeof(float), "reference log-probabilities");
+        sl->advantage = xmalloc((size_t)B * sizeof(double), "advantages");
+        sl->row0 = xmalloc((size_t)B * sizeof(int), "completion rows");
+        sl->last = xmalloc((size_t)B * sizeof(int), "completion rows");
+        if (g->loss.beta > 0) sl->ref_logp = xmalloc((size_t)B * T * sizeof(float), "reference log-probabilities");
     }
     if (g->loss.beta > 0 && open_reference(g, r, d, e)) return -1;
     if (rewards_start(&g->rewards, r->rl.reward_timeout, e)) return -1;
@@ -135,12 +132,18 @@ static int score(Objective *o, Grpo *g, double *advantage, PtError *e) {
 }
 
 // What rollouts.jsonl adds to completion c's line: its rewards and advantage.
+typedef struct {
+    const Grpo *g;
+    const double *advantage;
+} Scored;
+
 static json_t *reward_fields(void *ctx, int c) {
-    const Grpo *g = ctx;
+    const Scored *sc = ctx;
+    const Grpo *g = sc->g;
     const int nr = g->rewards.n;
     json_t *values = json_array();
     for (int k = 0; k < nr; k++) json_array_append_new(values, json_real(g->values[(size_t)c * nr + k]));
-    return json_pack("{s:f, s:o, s:f}", "reward", g->total[c], "rewards", values, "advantage", g->advantage[c]);
+    return json_pack("{s:f, s:o, s:f}", "reward", g->total[c], "rewards", values, "advantage", sc->advantage[c]);
 }
 
 // The slot of micro-batch b: its own, else a free one (make_batch), NULL when none.
@@ -162,11 +165,11 @@ static int grpo_make_batch(Objective *o, Model *m, uint64_t index, Batch *b, PtE
     const int n = ro->n;
     rollouts_metrics(ro, seconds, o, M_LENGTH, M_CLIPPED, M_ROLLOUT_TPS);
     if (score(o, g, sl->advantage, e)) return -1;
-    g->advantage = sl->advantage;
-    rollouts_log(&g->ro, index, reward_fields, g);
+    Scored scored = {g, sl->advantage};
+    rollouts_log(&g->ro, index, reward_fields, &scored);
     for (int c = 0; c < n; c++) {
-        sl->row0[c] = c * g->T;
-        sl->last[c] = c * g->T + ro->jobs[c].n_prompt + ro->jobs[c].n_out - 1;
+        sl->row0[c] = c * ro->T;
+        sl->last[c] = c * ro->T + ro->jobs[c].n_prompt + ro->jobs[c].n_out - 1;
     }
     if (g->loss.norm == GRPO_NORM_SEQUENCE) b->n_loss = n;
     if (g->loss.beta > 0) {   // the reference's log-probability of every completion token

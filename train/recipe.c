@@ -528,9 +528,14 @@ static void default_run_dir(Recipe *r, const char *path) {
     set_string(r->train.run_dir, dir);
 }
 
+// The modes that train on the model's own completions ([rl]'s sampling, rollout.h).
+static int samples_rollouts(const Recipe *r) {
+    return r->train.mode == TRAIN_MODE_GRPO || r->train.mode == TRAIN_MODE_ONPOLICY;
+}
+
 // What a mixture or several validation sets cannot be combined with.
 static int data_combinations_check(const DataSpec *s, const Recipe *r, const char *src, PtError *e) {
-    if ((r->train.mode == TRAIN_MODE_GRPO || r->train.mode == TRAIN_MODE_ONPOLICY) && s->n_train > 1)
+    if (samples_rollouts(r) && s->n_train > 1)
         return pt_fail(e, "%s: [data] train: a mixture is not supported with train.mode = %s (its prompts come "
                           "from one SFT set)", src, train_mode_name(r->train.mode));
     if (r->train.mode == TRAIN_MODE_DPO && s->n_train > 1)
@@ -633,7 +638,7 @@ int recipe_load(Recipe *r, const char *path, int n_sets, char **sets, PtError *e
     if (r->train.mode == TRAIN_MODE_DPO && r->distill.enabled)
         return pt_fail(e, "%s: [distill] with train.mode = dpo is not supported (a preference loss compares whole "
                        "responses; distillation matches next-token distributions)", src);
-    if ((r->train.mode == TRAIN_MODE_GRPO || r->train.mode == TRAIN_MODE_ONPOLICY) && rl_check(r, src, e)) return -1;
+    if (samples_rollouts(r) && rl_check(r, src, e)) return -1;
     if (r->preference.loss == PREF_IPO && r->preference.label_smoothing > 0)
         return pt_fail(e, "%s: [preference] label_smoothing (%g) has no meaning for loss = ipo", src,
                        (double)r->preference.label_smoothing);

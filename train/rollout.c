@@ -52,6 +52,7 @@ int rollouts_open(Rollouts *ro, const Recipe *r, const ObjectiveData *d, const c
     ro->group = r->rl.group;
     ro->B = d->B, ro->T = d->T;
     ro->P = d->B / ro->group;
+    ro->n = ro->P * ro->group;
     ro->seed = (uint64_t)r->train.seed;
     ro->order_epoch = UINT64_MAX;
     ro->tok = d->tok;
@@ -131,7 +132,7 @@ int rollouts_sample(Rollouts *ro, Model *m, uint64_t index, Batch *b, double *se
     // The sampler runs the weights the step runs (QAT's fake-quantized masters are new ones each step).
     model_use_weights(&ro->sampler.one.m, m->weights);
     model_use_weights(&ro->sampler.rows, m->weights);
-    const int n = ro->n = ro->P * ro->group, max_new = ro->gen.max_new;
+    const int n = ro->n, max_new = ro->gen.max_new;
     for (int c = 0; c < n; c++) {
         const RolloutPrompt *p = ro->of_job[c] = prompt_at(ro, index * ro->P + (uint64_t)(c / ro->group));
         GenParams *gp = &ro->params[c];

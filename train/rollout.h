@@ -37,7 +37,7 @@ typedef struct {
     uint64_t order_epoch, *order;   // the epoch whose prompt order `order` holds (UINT64_MAX: none yet)
     Sampler sampler;
     int sampler_ready;
-    int n;                     // completions of the last micro-batch sampled: P x group
+    int n;                     // completions a micro-batch: P x group (rows past it are padding)
     SampleJob *jobs;           // [B]
     const RolloutPrompt **of_job;   // [B]: job c's prompt
     GenParams *params;         // [B]
