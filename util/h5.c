@@ -2,6 +2,7 @@
 #include "h5.h"
 #include <errno.h>
 #include <fcntl.h>
+#include <sys/mman.h>
 #include <string.h>
 #include <unistd.h>
 
@@ -13,9 +14,13 @@ static herr_t first_error(unsigned n, const H5E_error2_t *err, void *data) {
     if (n == 0 && err->desc) snprintf(data, 200, "%s", err->desc);
     return 0;
 }
+// A failed system call names its errno ("No space left on device"); HDF5's
+// own text for it spans lines.
 static const char *reason(char buf[200]) {
     strcpy(buf, "HDF5 error");
     H5Ewalk2(H5E_DEFAULT, H5E_WALK_UPWARD, first_error, buf);
+    if (strstr(buf, "errno = ") && errno) snprintf(buf, 200, "%s", strerror(errno));
+    buf[strcspn(buf, "\n")] = 0;
     return buf;
 }
 
@@ -113,9 +118,39 @@ static int fsync_path(const char *path) {
     return rc;
 }
 
+// The file descriptor of a file of HDF5's default (sec2) driver, or -1.
+static int sec2_fd(hid_t file) {
+    hid_t fapl = H5Fget_access_plist(file);
+    int sec2 = fapl >= 0 && H5Pget_driver(fapl) == H5FD_SEC2;
+    if (fapl >= 0) H5Pclose(fapl);
+    void *handle = NULL;
+    if (!sec2 || H5Fget_vfd_handle(file, H5P_DEFAULT, &handle) < 0 || !handle) return -1;
+    return *(int *)handle;
+}
+
+// The disk space the close's metadata flush writes into, reserved before it:
+// libhdf5 1.10 cannot close a file whose flush failed (its metadata cache is
+// left half-flushed) and crashes at exit, so a full disk must show here,
+// where abort can still close the file. The file's size is unchanged
+// (KEEP_SIZE); the close truncates it to its end. 0, or the errno of a disk
+// that has not the room; a filesystem without fallocate reserves nothing.
+static int reserve_for_close(hid_t file) {
+    hsize_t size = 0;
+    int fd = sec2_fd(file);
+    if (fd < 0 || H5Fget_filesize(file, &size) < 0) return 0;
+    const off_t margin = 4 << 20;   // metadata the flush may still allocate
+    if (fallocate(fd, FALLOC_FL_KEEP_SIZE, 0, (off_t)size + margin) == 0) return 0;
+    return errno == ENOSPC || errno == EDQUOT || errno == EFBIG ? errno : 0;
+}
+
 int h5_output_commit(H5Output *out, PtError *e) {
     char why[200];
-    int rc = 0;
+    int rc = 0, full = reserve_for_close(out->file);
+    if (full) {
+        pt_fail(e, "%s: writing failed: %s", out->path, strerror(full));
+        h5_output_abort(out);
+        return -1;
+    }
     if (H5Fclose(out->file) < 0) rc = pt_fail(e, "%s: writing failed: %s", out->path, reason(why));
     if (!rc && fsync_path(out->tmp) != 0) rc = pt_fail(e, "%s: fsync failed: %s", out->path, strerror(errno));
     if (!rc && rename(out->tmp, out->path) != 0)
@@ -129,8 +164,22 @@ int h5_output_commit(H5Output *out, PtError *e) {
     return rc;
 }
 
+// The writes left in a file being thrown away go to an anonymous file in
+// memory, so that HDF5 can close it after a write failed (a full disk):
+// libhdf5 1.10 crashes at exit on a file whose close failed. The file is
+// sparse, and no more data is written to it than the writes since the failure.
+static void discard_writes(hid_t file) {
+    int fd = sec2_fd(file), sink = fd >= 0 ? memfd_create("discarded-h5", 0) : -1;
+    if (sink < 0) return;
+    dup2(sink, fd);
+    close(sink);
+}
+
 void h5_output_abort(H5Output *out) {
-    if (out->file >= 0) H5Fclose(out->file);
+    if (out->file >= 0) {
+        discard_writes(out->file);
+        H5Fclose(out->file);
+    }
     if (out->tmp) unlink(out->tmp);
     free(out->path);
     free(out->tmp);
@@ -355,7 +404,7 @@ int h5_write_dataset(hid_t loc, const char *name, hid_t type, int rank, const hs
     hid_t ds = create_dataset(loc, name, type, rank, dims, NULL);
     if (ds < 0) return -1;
     herr_t st = element_count(rank, dims) ? H5Dwrite(ds, type, H5S_ALL, H5S_ALL, H5P_DEFAULT, data) : 0;
-    H5Dclose(ds);
+    if (H5Dclose(ds) < 0) st = -1;   // the chunk cache's last writes
     return st < 0 ? -1 : 0;
 }
 

@@ -20,7 +20,6 @@
 // log pt), and its part of the gradient b * T * psT (log psT - log pt - KL);
 // the KL is summed over the row before the gradient can be written.
 #include <math.h>
-#include <string.h>
 #include "../../util/util.h"
 #include "fast_exp.h"
 #include "ops.h"
@@ -73,13 +72,9 @@ static inline void chunk_log_probs(const float *z, const float *zt, int m, float
 // The student's probabilities at temperature 1 of a chunk (the
 // cross-entropy's part of the gradient): psT itself when T is 1.
 static inline void chunk_probs_at_one(float *p1, const float *z, const float *ps, int m, float T, float l1) {
-    if (T == 1.0f) {
-        memcpy(p1, ps, (size_t)m * sizeof(float));
-        return;
-    }
     #pragma omp simd
-    for (int i = 0; i < m; i++) p1[i] = z[i] - l1;
-    exp_block(p1, p1, m);
+    for (int i = 0; i < m; i++) p1[i] = T == 1.0f ? ps[i] : z[i] - l1;
+    if (T != 1.0f) exp_block(p1, p1, m);
 }
 
 // One row. z[V] (overwritten by the gradient when make_grad), the teacher's
