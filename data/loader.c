@@ -37,6 +37,23 @@ void batch_free(Batch *b) {
     memset(b, 0, sizeof *b);
 }
 
+void batch_copy(Batch *dst, const Batch *src) {
+    const size_t n = (size_t)src->B * src->T;
+    memcpy(dst->tokens, src->tokens, n * sizeof(int));
+    memcpy(dst->targets, src->targets, n * sizeof(int));
+    memcpy(dst->pos, src->pos, n * sizeof(int));
+    memcpy(dst->seg, src->seg, n * sizeof(int));
+    memcpy(dst->mask, src->mask, n);
+    memcpy(dst->src, src->src, n * sizeof(int64_t));
+    memcpy(dst->group_first, src->group_first, (n + 1) * sizeof(int));
+    memcpy(dst->group_last, src->group_last, n * sizeof(int));
+    memcpy(dst->group_label, src->group_label, n * sizeof(int));
+    memcpy(dst->cand_doc, src->cand_doc, n * sizeof(int64_t));
+    memcpy(dst->cand_row0, src->cand_row0, n * sizeof(int));
+    dst->n_loss = src->n_loss;
+    dst->n_groups = src->n_groups;
+}
+
 // Uniform in [0, n): rejection removes the modulo bias.
 static uint64_t uniform_below(Rng *r, uint64_t n) {
     uint64_t limit = UINT64_MAX - UINT64_MAX % n, x;

@@ -53,6 +53,7 @@ typedef struct {
 
 void batch_alloc(Batch *b, int B, int T);
 void batch_free(Batch *b);
+void batch_copy(Batch *dst, const Batch *src);   // every array and count; both of the same B, T
 
 // Where the loader stands: a plain struct of integers for checkpoints.
 typedef struct {

@@ -93,11 +93,12 @@ static int setup(void **state) {
         sh("%s tokenize --tokenizer tests/fixtures/tok/tokenizer.json tests/fixtures/data/corpus --out %s/small.h5 "
            ">/dev/null", pocket(), g_dir))
         return -1;
-    const char *modes[8][2] = {{"cpt", "mode = cpt\n"}, {"sft", "mode = sft\n"}, {"qat", "mode = cpt\n"},
+    const char *modes[9][2] = {{"cpt", "mode = cpt\n"}, {"sft", "mode = sft\n"}, {"qat", "mode = cpt\n"},
                                {"choice", "mode = choice\n"}, {"lora", "mode = cpt\n"}, {"mix", "mode = cpt\n"},
-                               {"grpo", "mode = grpo\n"}, {"onpolicy", "mode = onpolicy_distill\n"}};
-    const char *data[8] = {"cpt", "sft", "cpt", "choice", "cpt", "cpt", "sft", "sft"};
-    for (int i = 0; i < 8; i++) {
+                               {"grpo", "mode = grpo\n"}, {"onpolicy", "mode = onpolicy_distill\n"},
+                               {"grpo-cycles", "mode = grpo\n"}};
+    const char *data[9] = {"cpt", "sft", "cpt", "choice", "cpt", "cpt", "sft", "sft", "sft"};
+    for (int i = 0; i < 9; i++) {
         snprintf(path, sizeof path, "%s/%s.ini", g_dir, modes[i][0]);
         FILE *f = fopen(path, "w");
         fprintf(f, "[model]\ninit = %s/init.h5\n[data]\ntrain = %s/%s.h5", g_dir, g_dir, data[i]);
@@ -110,8 +111,9 @@ static int setup(void **state) {
                        "freeze_codes_step = 12\n");
         if (i == 4)   // dropout on: each rank's masks must be those of its micro-batch on one rank
             fprintf(f, "[lora]\nenabled = 1\nrank = 4\nalpha = 8\ndropout = 0.1\n");
-        if (i == 6)   // a micro-batch is one prompt's two completions, each rank samples its own
-            fprintf(f, "[rl]\ngroup = 2\nmax_new = 4\nrewards = regex=^[a-z]\n");
+        if (i == 6 || i == 8)   // a micro-batch is one prompt's two completions, each rank samples its own
+            fprintf(f, "[rl]\ngroup = 2\nmax_new = 4\nrewards = regex=^[a-z]\n%s",
+                    i == 8 ? "updates_per_rollout = 3\n" : "");   // each rank keeps its own rollouts three steps
         if (i == 7)   // two prompts' completions a micro-batch, the start model the teacher
             fprintf(f, "[rl]\ngroup = 1\nmax_new = 4\n");
         fclose(f);
@@ -197,6 +199,7 @@ static void test_choice(void **s) { (void)s; two_ranks_equal_accumulation("choic
 static void test_lora(void **s) { (void)s; two_ranks_equal_accumulation("lora"); }
 static void test_grpo(void **s) { (void)s; two_ranks_equal_accumulation("grpo"); }
 static void test_onpolicy(void **s) { (void)s; two_ranks_equal_accumulation("onpolicy"); }
+static void test_grpo_cycles(void **s) { (void)s; two_ranks_equal_accumulation("grpo-cycles"); }
 
 // The mixture: the same weights (above), and the same tokens drawn from each
 // set as the two runs report them.
@@ -351,6 +354,7 @@ int main(void) {
         cmocka_unit_test(test_choice),
         cmocka_unit_test(test_lora),
         cmocka_unit_test(test_grpo),
+        cmocka_unit_test(test_grpo_cycles),
         cmocka_unit_test(test_onpolicy),
         cmocka_unit_test(test_mixture),
         cmocka_unit_test(test_resume_across_world_sizes),

@@ -10,6 +10,12 @@
 //   the KL to model.init is zero: the reference is the start model;
 // - a run stopped with train.stop_after and resumed ends with the bits of
 //   an uninterrupted one (the model, LoRA, QAT, bnpo with the KL term);
+// - rl.updates_per_rollout = 2: steps 1 and 3 sample, 2 and 4 train on
+//   their rollouts again; at an unchanged model the second step's loss is
+//   the first's (its old log-probabilities are the first pass's), once the
+//   model moves the clip holds tokens only in the second steps; stopped
+//   inside a cycle and resumed, the run ends with the bits of an
+//   uninterrupted one;
 // - bad input, one stderr line and a non-zero exit: a reward program that
 //   dies mid-run (named with the completion; the run's last checkpoint is
 //   left as it was), micro_batch not a multiple of group, max_new without
@@ -161,6 +167,52 @@ static void test_resume_is_bit_identical(void **s) {
     check_resume("bnpo.ini", "loss_type = bnpo\nbeta = 0.05\nscale = batch\nepsilon_high = 0.28\n");
 }
 
+// Metric `key` of step `step` (from 1) of run `run`.
+static double metric_at(const char *run, const char *key, int step) {
+    double v[8];
+    if (run_step_metric(g_dir, run, key, v, 8) < step) fail_msg("%s: no step %d of %s", run, step, key);
+    return v[step - 1];
+}
+
+static void test_updates_per_rollout(void **s) {
+    (void)s;
+    assert_int_equal(write_grpo_recipe("cycle.ini", 4, "updates_per_rollout = 2\nepsilon = 0.02\nepsilon_high = 0.02\n"), 0);
+    // at an unchanged model, the second step of a cycle is its first again: same rollout, ratio 1
+    assert_int_equal(sh("%s train %s/cycle.ini --set train.run_dir=%s/still --set optim.lr=1e-12 >/dev/null", pocket(),
+                        g_dir, g_dir), 0);
+    for (int k = 1; k <= 3; k += 2) {
+        const double a = metric_at("still", "loss", k), b = metric_at("still", "loss", k + 1);
+        assert_true(fabs(a - b) <= 1e-6);   // advantages of about 1: the loss of ratio 1 is about 0
+        assert_true(metric_at("still", "reward", k) == metric_at("still", "reward", k + 1));
+        assert_true(metric_at("still", "clip_ratio/low_mean", k + 1) == 0);
+    }
+    assert_int_equal(sh("cd %s/still && test $(grep -c '\"step\":1,' rollouts.jsonl) = 16 && "
+                        "test $(grep -c '\"step\":3,' rollouts.jsonl) = 16 && test $(wc -l < rollouts.jsonl) = 32",
+                        g_dir), 0);
+    // once the model moves, the clip holds tokens in the cycle's second step only
+    assert_int_equal(sh("%s train %s/cycle.ini --set train.run_dir=%s/moves >/dev/null", pocket(), g_dir, g_dir), 0);
+    double held = 0;
+    for (int k = 1; k <= 4; k++) {
+        const double clip = metric_at("moves", "clip_ratio/low_mean", k) + metric_at("moves", "clip_ratio/high_mean", k);
+        if (k % 2) assert_true(clip == 0);
+        else held += clip;
+    }
+    assert_true(held > 0);
+    printf("updates_per_rollout = 2: loss of a cycle's two steps at an unchanged model %.9f, %.9f; clipped share "
+           "of the second steps once it moves %.3f\n", metric_at("still", "loss", 1), metric_at("still", "loss", 2),
+           held / 2);
+    // stopped inside a cycle (after step 3), resumed: the same bits; the buffer is gone at the end
+    assert_stopped_run_identical(g_dir, "cycle.ini", 3, 4);
+    assert_resumed_rollouts_identical(g_dir, "cycle.ini", 3);
+    assert_int_equal(sh("test ! -e %s/cycle.ini-split/rollout_buffer-rank0.h5", g_dir), 0);
+    // without that buffer the run cannot go on inside its cycle: one line naming it
+    assert_int_equal(sh("%s train %s/cycle.ini --set train.run_dir=%s/lost --set train.stop_after=3 >/dev/null && "
+                        "rm %s/lost/rollout_buffer-rank0.h5", pocket(), g_dir, g_dir, g_dir), 0);
+    char cmd[600];
+    snprintf(cmd, sizeof cmd, "%s train %s/cycle.ini --set train.run_dir=%s/lost", pocket(), g_dir, g_dir);
+    assert_refused_in(g_dir, cmd, NULL, "lost/rollout_buffer-rank0.h5: no such file");
+}
+
 static void test_bad_input(void **s) {
     (void)s;
     char cmd[1400], ckpt[600];
@@ -213,6 +265,7 @@ int main(void) {
         cmocka_unit_test(test_learns_the_reward),
         cmocka_unit_test(test_kl_to_start_is_zero_while_unchanged),
         cmocka_unit_test(test_resume_is_bit_identical),
+        cmocka_unit_test(test_updates_per_rollout),
         cmocka_unit_test(test_bad_input),
     };
     return cmocka_run_group_tests(tests, setup, teardown);

@@ -187,9 +187,12 @@ static void test_bad_input(void **s) {
     snprintf(cmd, sizeof cmd, "%s train %s/base.ini --set train.run_dir=%s --set train.mode=grpo --set rl.group=1",
              pocket(), g_dir, bad);
     assert_refused_in(g_dir, cmd, NULL, "at least 2");
+    snprintf(cmd, sizeof cmd, "%s train %s/base.ini --set train.run_dir=%s --set rl.updates_per_rollout=2", pocket(),
+             g_dir, bad);
+    assert_refused_in(g_dir, cmd, NULL, "updates_per_rollout = 2");
     struct stat st;
     assert_true(stat(bad, &st) != 0);
-    printf("topk, a kd_weight below 1, a teacher of another vocabulary, GRPO groups of 1: refused in one line\n");
+    printf("topk, a kd_weight below 1, a teacher of another vocabulary, GRPO groups of 1, updates_per_rollout 2: refused in one line\n");
 }
 
 int main(void) {

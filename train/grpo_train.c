@@ -1,12 +1,22 @@
 // grpo_train.c: train.mode = grpo (grpo_train.h): rollouts of the training
 // set's prompts by the batched sampler, their rewards and advantages, and
 // model/grpo.h's loss over them.
+//
+// [rl] updates_per_rollout = U > 1: steps kU ... kU + U - 1 (a cycle) train
+// on the rollouts step kU samples (of the prompts and seeds a U = 1 run's
+// step k would), kept in the micro-batch's slot with what step kU's pass
+// gave each token's log-probability: the ratio's denominator of the steps
+// after it (step kU's own ratio is 1, as TRL computes its old log-
+// probabilities with the weights that sampled). A checkpoint saved inside a
+// cycle keeps the slots in run_dir/rollout_buffer-rank<R>.h5 for the resume.
 #include "grpo_train.h"
 #include <jansson.h>
 #include <math.h>
 #include <string.h>
+#include <unistd.h>
 #include "../formats/checkpoint.h"
 #include "../model/grpo.h"
+#include "../util/h5.h"
 #include "evaluate.h"
 #include "reward.h"
 #include "rollout.h"
@@ -32,7 +42,14 @@ typedef struct {
         double *advantage;     // [B]
         int *row0, *last;      // [B]
         float *ref_logp;       // [B*T], beta > 0
+        // updates > 1: the cycle's rollout, for its steps after the first
+        int replay;            // this step trains on the stored rollout
+        Batch batch;           // the micro-batch it made
+        float *old_logp;       // [B*T]: each counted row's log-probability in the cycle's first pass
+        double sums[OBJECTIVE_MAX_METRICS], counts[OBJECTIVE_MAX_METRICS];   // what it added to the metrics
     } *slot;
+    int updates;               // [rl] updates_per_rollout
+    int rank;
     int n_slots;
     float *logp;               // [B*T]
     GrpoHead head;
@@ -80,14 +97,19 @@ static int grpo_open(Objective *o, const ObjectiveData *d, PtError *e) {
         sl->row0 = xmalloc((size_t)B * sizeof(int), "completion rows");
         sl->last = xmalloc((size_t)B * sizeof(int), "completion rows");
         if (g->loss.beta > 0) sl->ref_logp = xmalloc((size_t)B * T * sizeof(float), "reference log-probabilities");
+        if (g->updates > 1) {
+            batch_alloc(&sl->batch, B, T);
+            sl->old_logp = xmalloc((size_t)B * T * sizeof(float), "rollout log-probabilities");
+        }
     }
     if (g->loss.beta > 0 && open_reference(g, r, d, e)) return -1;
     if (rewards_start(&g->rewards, r->rl.reward_timeout, e)) return -1;
     o->flops_per_token = rollout_flops_per_token(d->cfg, d->T, r->rl.max_new, r->rl.group);
     if (d->log) {
-        fprintf(d->log, "GRPO: %d prompts x %d completions a micro-batch, up to %d new tokens at temperature %g; "
-                "clip [%g, %g], %s scaling, loss_type %s%s; rewards:", g->ro.P, g->ro.group, r->rl.max_new,
-                (double)r->rl.temperature, 1 - g->loss.epsilon_low, 1 + g->loss.epsilon_high,
+        fprintf(d->log, "GRPO: %d prompts x %d completions a micro-batch, up to %d new tokens at temperature %g, "
+                "%d update%s a rollout; clip [%g, %g], %s scaling, loss_type %s%s; rewards:", g->ro.P, g->ro.group,
+                r->rl.max_new, (double)r->rl.temperature, g->updates, g->updates > 1 ? "s" : "",
+                1 - g->loss.epsilon_low, 1 + g->loss.epsilon_high,
                 (const char *[]){"group", "batch", "no"}[g->scale], grpo_norm_name(g->loss.norm),
                 g->loss.beta > 0 ? ", KL to model.init" : "");
         for (int k = 0; k < nr; k++) fprintf(d->log, " %s x %g", g->reward_name[k], g->rewards.r[k].weight);
@@ -155,12 +177,28 @@ static struct Slot *slot_of(Grpo *g, const Batch *b, int take) {
     return NULL;
 }
 
+// A step after its cycle's first: the stored rollout, and its metrics again.
+static void replay(Objective *o, const struct Slot *sl, Batch *b) {
+    batch_copy(b, &sl->batch);
+    for (int k = 0; k < o->n_metrics; k++) o->sums[k] += sl->sums[k], o->counts[k] += sl->counts[k];
+}
+
 static int grpo_make_batch(Objective *o, Model *m, uint64_t index, Batch *b, PtError *e) {
     Grpo *g = grpo_of(o);
     struct Slot *sl = slot_of(g, b, 1);
     if (!sl) die("GRPO: more micro-batches than train.grad_accum");
-    double seconds;
-    if (rollouts_sample(&g->ro, m, index, b, &seconds, e)) return -1;
+    // The cycle's rollout is what a run of one update per rollout samples at step (step / updates).
+    const uint64_t per_step = (uint64_t)g->ro.steps_per_index, step = index / per_step;
+    const uint64_t sample_index = step / (uint64_t)g->updates * per_step + index % per_step;
+    sl->replay = step % (uint64_t)g->updates != 0;
+    if (sl->replay) {
+        replay(o, sl, b);
+        return 0;
+    }
+    double sums[OBJECTIVE_MAX_METRICS], counts[OBJECTIVE_MAX_METRICS], seconds;
+    memcpy(sums, o->sums, sizeof sums);
+    memcpy(counts, o->counts, sizeof counts);
+    if (rollouts_sample(&g->ro, m, sample_index, b, &seconds, e)) return -1;
     const Rollouts *ro = &g->ro;
     const int n = ro->n;
     rollouts_metrics(ro, seconds, o, M_LENGTH, M_CLIPPED, M_ROLLOUT_TPS);
@@ -179,12 +217,121 @@ static int grpo_make_batch(Objective *o, Model *m, uint64_t index, Batch *b, PtE
         const ModelInput in = batch_input(b);
         model_forward_head(&g->ref_m, &in, &head, NULL);
     }
+    if (g->updates > 1) {
+        batch_copy(&sl->batch, b);
+        for (int k = 0; k < o->n_metrics; k++) sl->sums[k] = o->sums[k] - sums[k], sl->counts[k] = o->counts[k] - counts[k];
+    }
     return 0;
+}
+
+// ---- the slots of a cycle in progress, kept beside a checkpoint saved inside it
+
+typedef struct {
+    const char *name;
+    hid_t type;
+    void *data;
+    hsize_t n;
+} SlotArray;
+
+// Slot sl's arrays as the buffer file stores them; their number.
+static int slot_arrays(const Grpo *g, struct Slot *sl, SlotArray a[16]) {
+    const hsize_t B = (hsize_t)g->ro.B, BT = B * (hsize_t)g->ro.T;
+    Batch *b = &sl->batch;
+    int n = 0;
+    a[n++] = (SlotArray){"tokens", H5T_NATIVE_INT, b->tokens, BT};
+    a[n++] = (SlotArray){"targets", H5T_NATIVE_INT, b->targets, BT};
+    a[n++] = (SlotArray){"pos", H5T_NATIVE_INT, b->pos, BT};
+    a[n++] = (SlotArray){"seg", H5T_NATIVE_INT, b->seg, BT};
+    a[n++] = (SlotArray){"mask", H5T_NATIVE_UINT8, b->mask, BT};
+    a[n++] = (SlotArray){"src", H5T_NATIVE_INT64, b->src, BT};
+    a[n++] = (SlotArray){"advantage", H5T_NATIVE_DOUBLE, sl->advantage, B};
+    a[n++] = (SlotArray){"row0", H5T_NATIVE_INT, sl->row0, B};
+    a[n++] = (SlotArray){"last", H5T_NATIVE_INT, sl->last, B};
+    a[n++] = (SlotArray){"old_logp", H5T_NATIVE_FLOAT, sl->old_logp, BT};
+    if (sl->ref_logp) a[n++] = (SlotArray){"ref_logp", H5T_NATIVE_FLOAT, sl->ref_logp, BT};
+    a[n++] = (SlotArray){"metric_sums", H5T_NATIVE_DOUBLE, sl->sums, OBJECTIVE_MAX_METRICS};
+    a[n++] = (SlotArray){"metric_counts", H5T_NATIVE_DOUBLE, sl->counts, OBJECTIVE_MAX_METRICS};
+    return n;
+}
+
+static char *buffer_path(const char *run_dir, int rank) {
+    char name[64];
+    snprintf(name, sizeof name, "rollout_buffer-rank%d.h5", rank);
+    return path_join(run_dir, name);
+}
+
+// The file's attributes: the checkpoint's step it goes with, and the shape it was made for.
+enum { A_STEP, A_UPDATES, A_B, A_T, A_SLOTS, A_REF, A_COUNT };
+
+static int grpo_save(Objective *o, const char *run_dir, long step, PtError *e) {
+    Grpo *g = grpo_of(o);
+    if (g->updates == 1) return 0;
+    char *path = buffer_path(run_dir, g->rank);
+    H5Output out;
+    if (step % g->updates == 0 || h5_output_create(&out, path, e)) {   // at a cycle's end the next step samples anew
+        const int rc = step % g->updates == 0 ? (unlink(path), 0) : -1;
+        free(path);
+        return rc;
+    }
+    const long long attrs[A_COUNT] = {step, g->updates, g->ro.B, g->ro.T, g->n_slots, g->loss.beta > 0};
+    int rc = h5_write_attr(out.file, "shape", H5T_NATIVE_LLONG, attrs, A_COUNT);
+    for (int s = 0; s < g->n_slots && rc == 0; s++) {
+        char name[32];
+        snprintf(name, sizeof name, "slot%d", s);
+        hid_t grp = h5_create_group(out.file, name);
+        SlotArray a[16];
+        const int n = slot_arrays(g, &g->slot[s], a);
+        rc = grp < 0 ? -1 : h5_write_attr(grp, "n_loss", H5T_NATIVE_INT, &g->slot[s].batch.n_loss, 1);
+        for (int k = 0; k < n && rc == 0; k++) rc = h5_write_dataset(grp, a[k].name, a[k].type, 1, &a[k].n, a[k].data);
+        if (grp >= 0) H5Gclose(grp);
+    }
+    if (rc) {
+        h5_output_abort(&out);
+        pt_fail(e, "%s: writing failed (disk full or not writable?)", path);
+    } else {
+        rc = h5_output_commit(&out, e);
+    }
+    free(path);
+    return rc;
+}
+
+// A run resumed inside a cycle: its slots as the checkpoint's save left them.
+static int load_buffer(Grpo *g, const char *run_dir, long step, PtError *e) {
+    char *path = buffer_path(run_dir, g->rank);
+    hid_t f = h5_open_read(path, e);
+    long long attrs[A_COUNT];
+    int rc = f < 0 ? -1 : h5_read_attr(f, "shape", H5T_NATIVE_LLONG, attrs, A_COUNT, path, e);
+    const long long want[A_COUNT] = {step, g->updates, g->ro.B, g->ro.T, g->n_slots, g->loss.beta > 0};
+    if (rc == 0 && attrs[A_STEP] != step)
+        rc = pt_fail(e, "%s: holds the rollouts of step %lld's cycle, the checkpoint is step %ld's", path,
+                     attrs[A_STEP], step);
+    if (rc == 0 && memcmp(attrs, want, sizeof want))
+        rc = pt_fail(e, "%s: made for updates_per_rollout %lld, micro-batch %lld x %lld, grad_accum %lld%s; the "
+                        "recipe resumes with %d, %d x %d, %d%s", path, attrs[A_UPDATES], attrs[A_B], attrs[A_T],
+                     attrs[A_SLOTS], attrs[A_REF] ? ", a KL term" : "", g->updates, g->ro.B, g->ro.T, g->n_slots,
+                     g->loss.beta > 0 ? ", a KL term" : "");
+    for (int s = 0; s < g->n_slots && rc == 0; s++) {
+        char name[32];
+        snprintf(name, sizeof name, "slot%d", s);
+        hid_t grp = H5Gopen2(f, name, H5P_DEFAULT);
+        SlotArray a[16];
+        const int n = slot_arrays(g, &g->slot[s], a);
+        rc = grp < 0 ? pt_fail(e, "%s: no /%s", path, name)
+                     : h5_read_attr(grp, "n_loss", H5T_NATIVE_INT, &g->slot[s].batch.n_loss, 1, path, e);
+        for (int k = 0; k < n && rc == 0; k++) rc = h5_read_dataset(grp, a[k].name, a[k].type, 1, &a[k].n, a[k].data, path, e);
+        if (grp >= 0) H5Gclose(grp);
+    }
+    if (f >= 0) H5Fclose(f);
+    free(path);
+    return rc;
 }
 
 static int grpo_start(Objective *o, Model *m, Comm *comm, const char *run_dir, long resumed_at, PtError *e) {
     (void)m;
-    return rollouts_start(&grpo_of(o)->ro, comm, run_dir, resumed_at, e);
+    Grpo *g = grpo_of(o);
+    g->rank = comm->rank;
+    if (rollouts_start(&g->ro, comm, run_dir, resumed_at, e)) return -1;
+    return resumed_at % g->updates ? load_buffer(g, run_dir, resumed_at, e) : 0;
 }
 
 // A pass's token metrics reach the objective's sums.
@@ -208,8 +355,11 @@ static const LossHead *grpo_head(Objective *o, const Batch *b, const ModelInput 
     Grpo *g = grpo_of(o);
     const struct Slot *sl = slot_of(g, b, 0);
     if (!sl) die("GRPO: a training pass over a micro-batch it did not make");
+    // A cycle's first pass keeps its log-probabilities as the later steps' old ones.
     g->head = (GrpoHead){.loss = g->loss, .n = g->ro.n, .row0 = sl->row0, .last = sl->last,
-                         .advantage = sl->advantage, .ref_logp = sl->ref_logp, .logp = g->logp};
+                         .advantage = sl->advantage, .ref_logp = sl->ref_logp,
+                         .old_logp = sl->replay ? sl->old_logp : NULL,
+                         .logp = g->updates > 1 && !sl->replay ? sl->old_logp : g->logp};
     g->inner = grpo_loss_head(&g->head);
     o->head = (LossHead){grpo_pass, o};
     return &o->head;
@@ -227,6 +377,8 @@ static void grpo_free(Objective *o) {
         free(g->slot[a].row0);
         free(g->slot[a].last);
         free(g->slot[a].ref_logp);
+        free(g->slot[a].old_logp);
+        if (g->slot[a].batch.tokens) batch_free(&g->slot[a].batch);
     }
     free(g->slot);
     free(g->logp);
@@ -239,7 +391,8 @@ static void grpo_free(Objective *o) {
 }
 
 static const ObjectiveOps objective_grpo = {.name = "grpo", .open = grpo_open, .start = grpo_start,
-                                            .make_batch = grpo_make_batch, .head = grpo_head, .free = grpo_free};
+                                            .make_batch = grpo_make_batch, .save = grpo_save, .head = grpo_head,
+                                            .free = grpo_free};
 
 // [rl] rewards: "a; b; c", each as reward.h writes one.
 static int parse_rewards(Rewards *rs, const char *text, PtError *e) {
@@ -263,6 +416,7 @@ int grpo_objective_open(Objective *o, PtError *e) {
     o->impl = g;
     recipe_grpo_loss(r, &g->loss);
     g->scale = r->rl.scale;
+    g->updates = r->rl.updates_per_rollout;
     if (parse_rewards(&g->rewards, r->rl.rewards, e)) return -1;
     o->n_metrics = M_FIXED;
     for (int k = 0; k < M_FIXED; k++) o->metric[k] = metric_names[k];

@@ -61,6 +61,11 @@ typedef struct {
     // (trainee.h's seed_index), from which alone its prompts and seeds
     // follow, so a resumed run makes the same. May be NULL: the stream's.
     int (*make_batch)(Objective *o, Model *m, uint64_t index, Batch *b, PtError *e);
+    // On every rank, once the run's checkpoint of `step` is written: what a
+    // run resumed from it needs besides it, kept in run_dir (GRPO's rollouts
+    // of a cycle of updates_per_rollout steps in progress; start reads it
+    // back). May be NULL.
+    int (*save)(Objective *o, const char *run_dir, long step, PtError *e);
     // The loss head of one pass over b (in: the model input made from it);
     // training: a step's pass, else an evaluation's. NULL head: next-token
     // cross-entropy. The head lives until the next call.

@@ -217,6 +217,9 @@ static const KeySpec KEYS[] = {
      "optionally :WEIGHT (docs/rl.md)"},
     {"rl", "reward_timeout", KT_FLOAT, F(rl.reward_timeout), "10", "(0, 1e6]", NULL, 0,
      "seconds a reward program may take for one completion"},
+    {"rl", "updates_per_rollout", KT_INT, F(rl.updates_per_rollout), "1", "[1, 1024]", NULL, 0,
+     "train.mode = grpo: optimizer steps over each rollout (TRL's num_iterations); 1 = strictly on-policy; above 1 "
+     "the steps after a rollout's first weigh it by the ratio to the probabilities of that first step, clipped"},
 };
 #define N_KEYS ((int)(sizeof KEYS / sizeof KEYS[0]))
 #undef F
@@ -606,6 +609,9 @@ static int rl_check(const Recipe *r, const char *src, PtError *e) {
     if (r->train.mode == TRAIN_MODE_ONPOLICY && r->distill.kd_weight != 1.0f)
         return pt_fail(e, "%s: [distill] kd_weight = %g with train.mode = onpolicy_distill: the loss is the KL alone "
                           "(a sampled completion is no target to learn)", src, (double)r->distill.kd_weight);
+    if (r->train.mode == TRAIN_MODE_ONPOLICY && r->rl.updates_per_rollout != 1)
+        return pt_fail(e, "%s: [rl] updates_per_rollout = %d with train.mode = onpolicy_distill is not supported: each "
+                          "step distils on the completions it samples", src, r->rl.updates_per_rollout);
     if (r->train.micro_batch % r->rl.group)
         return pt_fail(e, "%s: [train] micro_batch (%d) is not a multiple of [rl] group (%d): a micro-batch holds "
                           "whole groups, one completion a row", src, r->train.micro_batch, r->rl.group);

@@ -130,6 +130,7 @@ typedef struct {
         int loss_type;                // GrpoNorm: grpo (per completion), bnpo (per token)
         char rewards[RECIPE_STR];     // reward.h's rewards, separated by ';'
         float reward_timeout;         // seconds a reward program may take per completion
+        int updates_per_rollout;      // optimizer steps over each rollout (GRPO); 1: strictly on-policy
     } rl;
 } Recipe;
 

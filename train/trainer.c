@@ -126,6 +126,7 @@ static int save_checkpoint(Trainer *t, PtError *e) {
     run_data_get_cursor(&t->data, &t->st);
     int rc = t->tr.ops->save(&t->tr, path, &t->st, e);
     free(path);
+    if (rc == 0 && t->obj.ops->save) rc = t->obj.ops->save(&t->obj, t->dir, t->st.step, e);
     if (rc == 0 && t->lead) run_dir_keep_newest(t->dir, t->r->train.keep_last);
     return rc;
 }
