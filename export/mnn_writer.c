@@ -369,7 +369,9 @@ int mnn_check_exportable(const ModelConfig *c, const QuantSpec *spec, int quant_
                            what[i], sizes[i], spec->group);
     if (c->tied_embeddings && !quant_embedding)
         return pt_fail(e, "the model is tied but its int4 state leaves the embedding in float: MNN reads the input "
-                          "embedding from the int4 lm_head ([qat] quant_embedding = 1)");
+                          "embedding from the int4 lm_head; `pocket quantize` writes a checkpoint whose int4 state "
+                          "quantizes it (as [qat] quant_embedding = 1 does); a draft goes with the int4 weights it "
+                          "was trained on, so quantize before draft-data");
     return 0;
 }
 

@@ -212,6 +212,14 @@ static void refuses_what_the_format_cannot_hold(void **state) {
     assert_int_equal(mnn_export(&huge, &q, dir, &o, &st, &e), -1);
     assert_non_null(strstr(e.msg, "vocabulary 33554432"));
     assert_false(path_exists(dir));
+    // A tied model whose int4 state leaves the embedding in float: the message names the command that fixes it
+    // and where it goes with a draft
+    QatState float_embedding = q;
+    float_embedding.quant_embedding = 0;
+    assert_int_equal(mnn_export(&b, &float_embedding, dir, &o, &st, &e), -1);
+    assert_non_null(strstr(e.msg, "`pocket quantize`"));
+    assert_non_null(strstr(e.msg, "before draft-data"));
+    assert_false(path_exists(dir));
     free(dir);
     qat_free(&q);
     bundle_free(&b);
