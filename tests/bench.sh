@@ -6,6 +6,8 @@
 #   1. every BENCH_DIR/bench_* binary (bench_matmul, bench_model,
 #      bench_attention, bench_loss_bf16, ...), with OMP_NUM_THREADS=THREADS;
 #      the fp32 FMA peaks they measure are kept;
+#      (bench_sampler: the batched sampler's decode, set beside bench_mnn's
+#      MNN decode of the same model in the summary);
 #   2. tests/bench_torch_step.py: the same pocket-0.3b training step in torch +
 #      transformers (fp32 and autocast bf16, sdpa attention, same threads, same
 #      B and T); the AdamW step is timed separately;
@@ -84,6 +86,8 @@ for b in "$BENCH_DIR"/bench_*; do
                       args=() ;;
         bench_attention) section "bench_attention: causal GQA attention of one pocket-0.3b layer, forward and backward (ours)"
                       args=() ;;
+        bench_sampler) section "bench_sampler: the batched sampler decoding pocket-0.3b, 64 rows and one, bf16 / fp32 matmuls (ours; MNN's decode in bench_mnn)"
+                      args=() ;;
         *)            section "$name (OMP_NUM_THREADS=$THREADS)"
                       args=() ;;
     esac
@@ -126,6 +130,13 @@ for b in "$BENCH_DIR"/bench_*; do
                 while read -r steps worst smooth tail; do
                     base=$(sed -n 's/.*one ulp up: max \([0-9.e+-]*\) .*of 10-step means \([0-9.e+-]*\),.*/\1 \/ \2/p' "$log")
                     row "loss curve bf16 vs fp32" "pocket" "$THREADS" "-" "-" "-" "$steps steps: max rel diff $worst, 10-step means $smooth, last 20 $tail (fp32 nudged 1 ulp: $base)"
+                done ;;
+        bench_sampler)
+            # "sampler batched, bf16 matmuls   rows 64, 16-token prompts +  64 new:   250.1 new tokens/s,  180.2 GFLOP/s =
+            #  40.1% of the bf16 peak"
+            sed -n 's/^sampler \(.*[^ ]\) *rows *\([0-9]*\), [0-9]*-token prompts + *\([0-9]*\) new: *\([0-9.]*\) new tokens\/s, *\([0-9.]*\) GFLOP\/s = *\([0-9.]*\)% of the \([a-z0-9]*\) peak.*/\2|\3|\4|\5|\6|\7|\1/p' "$log" |
+                while IFS='|' read -r rows new tps gf pct peak what; do
+                    row "decode, $rows rows x $new new" "pocket sampler" "$THREADS" "$tps tok/s" "$gf" "-" "$what; $pct% of the $peak peak"
                 done ;;
         bench_attention)
             # "attention avx512 T=1024 (14/2 heads of 64): forward 12.50 ms 150.2 GFLOP/s = 63.8% of peak, backward

@@ -17,7 +17,7 @@
 
 extern char **environ;
 
-// 1 under AddressSanitizer, which trains about 20 times slower: tests leave
+// 1 under AddressSanitizer, which trains a few times slower (even at -O2): tests leave
 // their long runs (learning curves, repeats of a path already run) to the
 // plain build and still run every code path sanitized.
 #ifdef __SANITIZE_ADDRESS__

@@ -122,7 +122,7 @@ static void test_first_rollouts_are_generate_s(void **s) {
 static void test_learns_the_reward(void **s) {
     (void)s;
     if (SANITIZED) {
-        printf("the learning run is the plain build's (AddressSanitizer: 20 times slower)\n");
+        printf("the learning run is the plain build's (AddressSanitizer: a few times slower)\n");
         return;
     }
     assert_int_equal(write_grpo_recipe("learn.ini", 60, ""), 0);

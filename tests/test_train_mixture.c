@@ -119,8 +119,8 @@ static double windows(const char *name, int T) {
 
 // Must-show 1: 10^6 tokens at 0.6 / 0.1 / 0.3 from sets of 6,245, 246 and
 // 19,092 tokens (each repeats, the smallest hundreds of times).
-// 10^6 tokens in the plain build; under AddressSanitizer, which trains about
-// 20 times slower, 2 x 10^4 (the row bound below holds at any length).
+// 10^6 tokens in the plain build; under AddressSanitizer, which trains a few times
+// slower, 2 x 10^4 (the row bound below holds at any length).
 #ifdef __SANITIZE_ADDRESS__
 enum { RUN_TOKENS = 20000 };
 #else
