@@ -1,12 +1,15 @@
 // bench_bf16_peak.h: this machine's bf16 multiply-add peak on the vectors
 // the bf16 matmul kernel uses (AVX512_BF16's vdpbf16ps), measured: the
-// denominator of every bf16 matmul figure (bench_matmul, bench_sampler).
+// denominator of every bf16 matmul figure (bench_matmul, bench_sampler);
+// 0 on other machines.
 #pragma once
-#include <immintrin.h>
 #include <omp.h>
 #include "../model/ops/matmul_kernels.h"
 #include "../util/util.h"
 #include "bench_header.h"
+
+#if defined(__x86_64__)
+#include <immintrin.h>
 
 // vdpbf16ps peak: 12 independent accumulators (latency x throughput) in
 // registers, 64 flops per instruction (16 lanes x 2 products x 2).
@@ -47,3 +50,9 @@ static double bf16_peak_gflops(const Device *d, int threads) {
     (void)keep;
     return best;
 }
+#else
+static double bf16_peak_gflops(const Device *d, int threads) {   // no vdpbf16ps: no bf16 peak to measure
+    (void)d, (void)threads;
+    return 0.0;
+}
+#endif
