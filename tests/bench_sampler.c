@@ -8,9 +8,12 @@
 // Prints new tokens/s and the useful GFLOP/s (each new token's forward:
 // 2 x the matmul parameters plus attention over the positions before it;
 // the prompt's forward is counted too) as a fraction of this machine's peak
-// measured in the same run: the vdpbf16ps peak for bf16 matmuls, the fp32
-// FMA peak for fp32. Each figure is the best of `reps` runs (default 2).
+// measured in the same run (before and after the runs, the higher: a busy
+// machine only lowers it): the vdpbf16ps peak for bf16 matmuls, the fp32 FMA
+// peak for fp32. Each figure is the best of `reps` runs (default 2); the table
+// is printed at the end.
 // usage: bench_sampler [PRESET] [rows] [new] [reps]
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 #include "../model/sampler.h"
@@ -84,18 +87,27 @@ int main(int argc, char **argv) {
     cpu_device_init(&dev, 0, NULL);
     bench_header("bench_sampler", &dev);
     const int threads = omp_get_max_threads();
-    const double fp32_peak = bench_peak(&dev, threads), bf16_peak = bf16_peak_gflops(&dev, threads);
-    dev_free(&dev);
-    printf("== bench_sampler: %s, %d threads; fp32 FMA peak %.1f GFLOP/s, bf16 (vdpbf16ps) peak %s%.1f GFLOP/s\n",
-           preset, threads, fp32_peak, bf16_peak > 0 ? "" : "(none: no AVX512_BF16) ", bf16_peak);
+    double fp32_peak = bench_peak(&dev, threads), bf16_peak = bf16_peak_gflops(&dev, threads);
     const struct { int bf16, rows, jobs, new_tokens; const char *what; } CASES[] = {
         {1, rows, rows, new_tokens, "batched, bf16 matmuls"},
         {0, rows, rows, new_tokens, "batched, fp32 matmuls"},
         {0, 1, 1, 128, "one sequence, fp32 (what generate --int4 runs)"},
         {1, 1, 1, 128, "one sequence, bf16 matmuls"},
     };
-    for (size_t k = 0; k < sizeof CASES / sizeof CASES[0]; k++) {
-        const Result r = run(preset, CASES[k].bf16, CASES[k].rows, CASES[k].jobs, CASES[k].new_tokens, reps);
+    enum { N_CASES = sizeof CASES / sizeof CASES[0] };
+    Result res[N_CASES];
+    for (int k = 0; k < N_CASES; k++) {
+        res[k] = run(preset, CASES[k].bf16, CASES[k].rows, CASES[k].jobs, CASES[k].new_tokens, reps);
+        printf("(%s, rows %d: %.1f new tokens/s)\n", CASES[k].what, CASES[k].rows, res[k].tok_s);
+        fflush(stdout);
+    }
+    fp32_peak = fmax(fp32_peak, bench_peak(&dev, threads));
+    bf16_peak = fmax(bf16_peak, bf16_peak_gflops(&dev, threads));
+    dev_free(&dev);
+    printf("== bench_sampler: %s, %d threads; fp32 FMA peak %.1f GFLOP/s, bf16 (vdpbf16ps) peak %s%.1f GFLOP/s\n",
+           preset, threads, fp32_peak, bf16_peak > 0 ? "" : "(none: no AVX512_BF16) ", bf16_peak);
+    for (int k = 0; k < N_CASES; k++) {
+        const Result r = res[k];
         const double peak = CASES[k].bf16 ? bf16_peak : fp32_peak;
         printf("sampler %-48s rows %2d, %d-token prompts + %3d new: %7.1f new tokens/s, %6.1f GFLOP/s = %5.1f%% of "
                "the %s peak\n", CASES[k].what, CASES[k].rows, PROMPT, CASES[k].new_tokens, r.tok_s, r.gflops,
