@@ -49,7 +49,7 @@ BENCH_SRC := $(wildcard tests/bench_*.c)
 BENCH_BIN := $(BENCH_SRC:tests/%.c=$(BUILD)/tests/%)
 
 .PHONY: all test test-arm64 test-clang deps-arm64 test-mpi check interop bench bench-isa demo demo-choice deps clean fuzz fuzz-lib \
-        fuzz-run fuzz-replay fuzz-ci fuzz-seeds qat-experiment bench-qat bench-spec bench-cpt
+        fuzz-run fuzz-replay fuzz-ci fuzz-seeds qat-experiment bench-qat bench-spec bench-cpt bench-rl
 .SECONDARY:
 all: $(POCKET)
 
@@ -173,6 +173,12 @@ qat-experiment:
 # int4 package judged on the MNN runtime's logits of a held-out split (recipes/qat-bench/run.sh; hours, resumable)
 bench-qat:
 	bash recipes/qat-bench/run.sh
+
+# GRPO on a verifiable task (multi-step arithmetic, Chinese and English): SFT, then GRPO through the int4 rounding
+# with two seeds, each int4 package judged in the MNN 3.6.1 runtime on 200 held-out problems (recipes/rl/run.sh;
+# hours on 2 cores, resumable)
+bench-rl: $(POCKET) $(VENV)/ok
+	bash recipes/rl/run.sh
 
 # Speculative decoding in the MNN 3.6.1 runtime: a DFlash draft pocket trains, against no draft and MNN's lookahead,
 # on held-out prompts of the demo's task, for the demo model (after make demo) and SmolLM2 (recipes/spec/run.sh;

@@ -8,10 +8,15 @@ For each of the first N examples of the SFT dataset VAL.h5 (`pocket tokenize
 assistant reply), the reference is that span (the reply and its end-of-turn
 token); the runtime's greedy generation from the prompt (a fresh start per
 example, tests/interop/mnn_run.py) must reproduce it token for token.
+
+--answers CKPT.h5 also scores the answer, as `[rl] rewards = number` does: the
+last number of the generated reply (up to its end-of-turn token, decoded with
+the checkpoint's tokenizer) equals the last number of the reference.
 """
 import argparse
 import json
 import os
+import re
 import subprocess
 import sys
 import tempfile
@@ -44,6 +49,28 @@ def examples(path, n):
     return out
 
 
+NUMBER = re.compile(r"[-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?")
+
+
+def last_number(text):
+    found = NUMBER.findall(text)
+    return float(found[-1]) if found else None
+
+
+def answer_hits(ckpt, got, ex):
+    """How many replies end on the reference's number (the reference's end-of-turn token ends each reply)."""
+    import h5py
+    from tokenizers import Tokenizer
+    with h5py.File(ckpt, "r") as f:
+        tok = Tokenizer.from_str(f["tokenizer/tokenizer.json"][()].tobytes().decode("utf-8"))
+    hits = 0
+    for g, (_, r) in zip(got, ex):
+        end = g.index(r[-1]) if r[-1] in g else len(g)
+        want, have = last_number(tok.decode(r[:-1])), last_number(tok.decode(g[:end]))
+        hits += want is not None and have is not None and abs(have - want) <= 1e-9 * max(1.0, abs(want))
+    return hits
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--package", required=True)
@@ -51,7 +78,8 @@ def main():
     ap.add_argument("--n", type=int, default=200, help="examples to score (default 200)")
     ap.add_argument("--memory", choices=["normal", "low"], default="normal")
     ap.add_argument("--threads", type=int, default=2)
-    ap.add_argument("--json", help="write {examples, exact_match} here")
+    ap.add_argument("--json", help="write {examples, exact_match[, answer_match]} here")
+    ap.add_argument("--answers", metavar="CKPT.h5", help="also score the reply's last number (its tokenizer)")
     a = ap.parse_args()
     ex = examples(a.data, a.n)
     if not ex:
@@ -69,8 +97,10 @@ def main():
         got = json.load(open(res))["generate"]
     hits = sum(g[:len(r)] == r and len(g) >= len(r) for g, (_, r) in zip(got, ex))
     r = {"examples": len(ex), "exact_match": hits / len(ex)}
-    print(f"{a.package} on {a.data}: exact match {100 * r['exact_match']:.1f}% of {len(ex)} examples "
-          f"(MNN memory {a.memory})")
+    if a.answers:
+        r["answer_match"] = answer_hits(a.answers, got, ex) / len(ex)
+    print(f"{a.package} on {a.data}: exact match {100 * r['exact_match']:.1f}% of {len(ex)} examples"
+          + (f", answer right {100 * r['answer_match']:.1f}%" if a.answers else "") + f" (MNN memory {a.memory})")
     if a.json:
         with open(a.json, "w") as f:
             json.dump(r, f)
