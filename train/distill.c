@@ -65,14 +65,14 @@ int distill_init(DistillRun *dr, const Recipe *r, Device *dev, const ModelConfig
     if (!checkpoint_is_hdf5(path))
         return pt_fail(e, "[distill] teacher: %s is not a checkpoint (.h5)%s", path,
                        r->distill.teacher[0] ? "" : "; model.init is the default teacher: set distill.teacher");
-    if (checkpoint_load(path, &dr->b, e) || check_teacher(&dr->b, path, r, student, student_tok_hash, e)) return -1;
-    dr->params = dev_mirror(dev, dr->b.params, dr->b.tt.total * sizeof(float), "teacher weights");
     ModelOptions opt = {0, r->train.matmul == TRAIN_MATMUL_BF16 ? MATMUL_BF16 : MATMUL_FP32, A16_OFF};
-    model_init(&dr->m, dev, &dr->b.cfg, &dr->b.tt, dr->params, &opt);
-    if (model_plan(&dr->m, B, T, 0, NULL, e)) return -1;
+    if (frozen_model_load(&dr->teacher, path, e) ||
+        check_teacher(&dr->teacher.b, path, r, student, student_tok_hash, e) ||
+        frozen_model_start(&dr->teacher, dev, &opt, B, T, e))
+        return -1;
     if (log)
         fprintf(log, "distillation: teacher %s (%.1fM parameters, its forward in every step), kd_weight %g, T %g\n",
-                path, (double)dr->b.tt.total / 1e6, (double)dr->t.kd_weight, (double)dr->t.temperature);
+                path, (double)dr->teacher.b.tt.total / 1e6, (double)dr->t.kd_weight, (double)dr->t.temperature);
     return 0;
 }
 
@@ -86,8 +86,8 @@ const DistillTarget *distill_target(DistillRun *dr, const Batch *b, const ModelI
         OP(dr->dev, upload, dr->dev_lse, dr->lse, (size_t)b->B * b->T * sizeof(float));
         return &dr->t;
     }
-    dr->t.h = model_forward_hidden(&dr->m, in);
-    dr->t.W = dr->m.w.lm_head;
+    dr->t.h = model_forward_hidden(&dr->teacher.m, in);
+    dr->t.W = dr->teacher.m.w.lm_head;
     return &dr->t;
 }
 
@@ -102,9 +102,7 @@ void distill_free(DistillRun *dr) {
         dr->dev->be->release(dr->dev, dr->dev_lse);
         topk_close(&dr->topk);
     } else {
-        model_free(&dr->m);
-        if (dr->params) dev_unmirror(dr->dev, dr->params, dr->b.params);
-        bundle_free(&dr->b);
+        frozen_model_free(&dr->teacher);
     }
     memset(dr, 0, sizeof *dr);
 }
@@ -121,7 +119,7 @@ static int distill_open(Objective *o, const ObjectiveData *d, PtError *e) {
     DistillObjective *x = o->impl;
     if (distill_init(&x->run, o->r, d->dev, d->cfg, d->tokenizer_hash, d->B, d->T, d->log, e)) return -1;
     if (x->run.source == DISTILL_FORWARD)   // the teacher's forward, a third of a training step
-        o->flops_per_token = config_train_flops_per_token(&x->run.b.cfg, d->T) / 3;
+        o->flops_per_token = config_train_flops_per_token(&x->run.teacher.b.cfg, d->T) / 3;
     return 0;
 }
 

@@ -16,15 +16,13 @@
 #include "../model/bundle.h"
 #include "../model/distill_head.h"
 #include "../model/model.h"
+#include "frozen_model.h"
 #include "recipe.h"
 
 typedef struct {
     DistillTarget t;          // this micro-batch's target (weights from the recipe)
     int source;               // DISTILL_*
-    // source = forward
-    ModelBundle b;            // the teacher's weights, host memory
-    float *params;            // and on the device
-    Model m;                  // forward only, planned for the run's micro-batch
+    FrozenModel teacher;      // source = forward: planned for the run's micro-batch
     // source = topk
     TopkData topk;            // the training dataset's /topk
     int *ids;                 // this micro-batch's rows of it, host [B*T*k]

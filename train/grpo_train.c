@@ -18,6 +18,7 @@
 #include "../model/grpo.h"
 #include "../util/h5.h"
 #include "evaluate.h"
+#include "frozen_model.h"
 #include "reward.h"
 #include "rollout.h"
 
@@ -54,11 +55,7 @@ typedef struct {
     float *logp;               // [B*T]
     GrpoHead head;
     LossHead inner;
-    // beta > 0: the reference, model.init, forward only.
-    ModelBundle ref_b;
-    float *ref_params;
-    Model ref_m;
-    Device *dev;
+    FrozenModel ref;           // beta > 0: the reference, model.init
 } Grpo;
 
 static Grpo *grpo_of(Objective *o) { return o->impl; }
@@ -68,17 +65,14 @@ static int open_reference(Grpo *g, const Recipe *r, const ObjectiveData *d, PtEr
     if (!checkpoint_is_hdf5(r->model.init))
         return pt_fail(e, "[rl] beta > 0 takes its reference from model.init, which must be a checkpoint (.h5), not "
                           "%s", r->model.init);
-    if (checkpoint_load(r->model.init, &g->ref_b, e)) return -1;
-    if (g->ref_b.cfg.vocab_size != d->cfg->vocab_size || g->ref_b.cfg.d_model != d->cfg->d_model)
+    if (frozen_model_load(&g->ref, r->model.init, e)) return -1;
+    const ModelConfig *c = &g->ref.b.cfg;
+    if (c->vocab_size != d->cfg->vocab_size || c->d_model != d->cfg->d_model)
         return pt_fail(e, "%s: the reference has %d vocabulary rows of hidden size %d, the model %d of %d", r->model.init,
-                       g->ref_b.cfg.vocab_size, g->ref_b.cfg.d_model, d->cfg->vocab_size, d->cfg->d_model);
-    g->dev = d->dev;
-    g->ref_params = dev_mirror(d->dev, g->ref_b.params, g->ref_b.tt.total * sizeof(float), "reference weights");
+                       c->vocab_size, c->d_model, d->cfg->vocab_size, d->cfg->d_model);
     ModelOptions opt;
     recipe_model_options(r, &opt);
-    opt.recompute = 0;
-    model_init(&g->ref_m, d->dev, &g->ref_b.cfg, &g->ref_b.tt, g->ref_params, &opt);
-    return model_plan(&g->ref_m, d->B, d->T, 0, NULL, e);
+    return frozen_model_start(&g->ref, d->dev, &opt, d->B, d->T, e);
 }
 
 static int grpo_open(Objective *o, const ObjectiveData *d, PtError *e) {
@@ -215,7 +209,7 @@ static int grpo_make_batch(Objective *o, Model *m, uint64_t index, Batch *b, PtE
                        .advantage = sl->advantage, .logp = sl->ref_logp};
         const LossHead head = grpo_loss_head(&rh);
         const ModelInput in = batch_input(b);
-        model_forward_head(&g->ref_m, &in, &head, NULL);
+        model_forward_head(&g->ref.m, &in, &head, NULL);
     }
     if (g->updates > 1) {
         batch_copy(&sl->batch, b);
@@ -382,11 +376,7 @@ static void grpo_free(Objective *o) {
     }
     free(g->slot);
     free(g->logp);
-    if (g->ref_params) {
-        model_free(&g->ref_m);
-        dev_unmirror(g->dev, g->ref_params, g->ref_b.params);
-    }
-    bundle_free(&g->ref_b);
+    frozen_model_free(&g->ref);
     free(g);
 }
 

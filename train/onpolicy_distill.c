@@ -12,7 +12,7 @@ static const char *const metric_names[M_COUNT] = {"kl", "completions/mean_length
 
 typedef struct {
     Rollouts ro;
-    DistillRun teacher;
+    DistillRun distill;   // the teacher and its target
     DistillHead head;
     LossHead inner;   // the distillation head over `head`
 } OnPolicy;
@@ -23,13 +23,13 @@ static int onpolicy_open(Objective *o, const ObjectiveData *d, PtError *e) {
     OnPolicy *x = onpolicy_of(o);
     const Recipe *r = o->r;
     if (rollouts_open(&x->ro, r, d, "on-policy distillation", e)) return -1;
-    if (distill_init(&x->teacher, r, d->dev, d->cfg, d->tokenizer_hash, d->B, d->T, d->log, e)) return -1;
-    x->teacher.t.ce_weight = 0.0f;   // a sampled token is no target: the KL alone
-    x->teacher.t.kd_weight = 1.0f;
-    x->teacher.t.reverse = 1;
+    if (distill_init(&x->distill, r, d->dev, d->cfg, d->tokenizer_hash, d->B, d->T, d->log, e)) return -1;
+    x->distill.t.ce_weight = 0.0f;   // a sampled token is no target: the KL alone
+    x->distill.t.kd_weight = 1.0f;
+    x->distill.t.reverse = 1;
     // the sampling, and the teacher's forward over every position (a third of a training step)
     o->flops_per_token = rollout_flops_per_token(d->cfg, d->T, r->rl.max_new, r->rl.group) +
-                         config_train_flops_per_token(&x->teacher.b.cfg, d->T) / 3;
+                         config_train_flops_per_token(&x->distill.teacher.b.cfg, d->T) / 3;
     if (d->log)
         fprintf(d->log, "on-policy distillation: %d prompts x %d completions a micro-batch, up to %d new tokens at "
                 "temperature %g; loss T^2 KL(model || teacher) at T %g\n", x->ro.P, x->ro.group, r->rl.max_new,
@@ -67,7 +67,7 @@ static double onpolicy_pass(const LossHead *h, Model *m, const ModelInput *in, f
 static const LossHead *onpolicy_head(Objective *o, const Batch *b, const ModelInput *in, int training) {
     if (!training) return NULL;
     OnPolicy *x = onpolicy_of(o);
-    x->head.target = distill_target(&x->teacher, b, in);
+    x->head.target = distill_target(&x->distill, b, in);
     o->head = (LossHead){onpolicy_pass, o};
     return &o->head;
 }
@@ -76,7 +76,7 @@ static void onpolicy_free(Objective *o) {
     OnPolicy *x = onpolicy_of(o);
     if (!x) return;
     rollouts_free(&x->ro);
-    distill_free(&x->teacher);
+    distill_free(&x->distill);
     free(x);
 }
 
