@@ -11,9 +11,12 @@ checks; the steps are what SFT teaches and what the rewards make right. Every re
 its equations before it is written.
 """
 import argparse
-import json
 import os
 import random
+import sys
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "demo"))
+from make_sft_data import write_jsonl  # noqa: E402  (the demo's: a temporary file renamed)
 
 # A story: (English template, Chinese template); {a} the start, then each step's number. Steps are
 # ("+", n), ("-", n) or ("*", k, n): k groups of n added.
@@ -100,14 +103,6 @@ def generate(n, seed):
         rows.append({"messages": [{"role": "user", "content": prompt},
                                   {"role": "assistant", "content": reply(steps, answer, chinese)}]})
     return rows
-
-
-def write_jsonl(path, rows):
-    tmp = path + ".tmp"
-    with open(tmp, "w", encoding="utf-8", newline="\n") as f:
-        for r in rows:
-            f.write(json.dumps(r, ensure_ascii=False) + "\n")
-    os.replace(tmp, path)
 
 
 def main():
