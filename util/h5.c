@@ -2,7 +2,9 @@
 #include "h5.h"
 #include <errno.h>
 #include <fcntl.h>
-#include <sys/mman.h>
+#ifdef __linux__
+#include <sys/mman.h>   // memfd_create
+#endif
 #include <string.h>
 #include <unistd.h>
 
@@ -118,6 +120,7 @@ static int fsync_path(const char *path) {
     return rc;
 }
 
+#ifdef __linux__
 // The file descriptor of a file of HDF5's default (sec2) driver, or -1.
 static int sec2_fd(hid_t file) {
     hid_t fapl = H5Fget_access_plist(file);
@@ -127,6 +130,7 @@ static int sec2_fd(hid_t file) {
     if (!sec2 || H5Fget_vfd_handle(file, H5P_DEFAULT, &handle) < 0 || !handle) return -1;
     return *(int *)handle;
 }
+#endif
 
 // The disk space the close's metadata flush writes into, reserved before it:
 // libhdf5 1.10 cannot close a file whose flush failed (its metadata cache is
@@ -135,12 +139,17 @@ static int sec2_fd(hid_t file) {
 // (KEEP_SIZE); the close truncates it to its end. 0, or the errno of a disk
 // that has not the room; a filesystem without fallocate reserves nothing.
 static int reserve_for_close(hid_t file) {
+#ifdef __linux__
     hsize_t size = 0;
     int fd = sec2_fd(file);
     if (fd < 0 || H5Fget_filesize(file, &size) < 0) return 0;
     const off_t margin = 4 << 20;   // metadata the flush may still allocate
     if (fallocate(fd, FALLOC_FL_KEEP_SIZE, 0, (off_t)size + margin) == 0) return 0;
     return errno == ENOSPC || errno == EDQUOT || errno == EFBIG ? errno : 0;
+#else   // no fallocate (macOS): nothing reserved
+    (void)file;
+    return 0;
+#endif
 }
 
 int h5_output_commit(H5Output *out, PtError *e) {
@@ -169,10 +178,14 @@ int h5_output_commit(H5Output *out, PtError *e) {
 // libhdf5 1.10 crashes at exit on a file whose close failed. The file is
 // sparse, and no more data is written to it than the writes since the failure.
 static void discard_writes(hid_t file) {
+#ifdef __linux__
     int fd = sec2_fd(file), sink = fd >= 0 ? memfd_create("discarded-h5", 0) : -1;
     if (sink < 0) return;
     dup2(sink, fd);
     close(sink);
+#else   // no memfd (macOS): the writes go where they went
+    (void)file;
+#endif
 }
 
 void h5_output_abort(H5Output *out) {
