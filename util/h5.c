@@ -343,14 +343,9 @@ typedef struct {
 static int read_string_work(void *ctx, int out) {
     const StringRead *r = ctx;
     char *s = h5_read_string_here(r->obj, r->type, r->is_attr);
-    size_t n = s ? strlen(s) : 0, done = 0;
-    while (s && done < n) {
-        ssize_t k = write(out, s + done, n - done);
-        if (k <= 0) break;
-        done += (size_t)k;
-    }
+    const int rc = s && h5_child_write(out, s, strlen(s)) == 0 ? 0 : -1;
     free(s);
-    return s && done == n ? 0 : -1;
+    return rc;
 }
 
 char *h5_read_string(hid_t obj, hid_t type, int is_attr) {

@@ -39,6 +39,8 @@ typedef int (*H5ChildWork)(void *ctx, int out);
 #define H5_CHILD_REFUSED 3   // the child's exit status when work refused
 int h5_in_child(const char *path, const char *doing, H5ChildWork work, void *ctx, char **out, size_t *len,
                 size_t cap, PtError *e);
+// In a work function: the n bytes of data to `out`, all of them; 0, or -1.
+int h5_child_write(int out, const void *data, size_t n);
 
 // An output file is written as PATH.tmp.PID and renamed over PATH by commit,
 // so a crash or an error never leaves a half-written PATH behind.

@@ -55,6 +55,15 @@ static PT_NORETURN void child(double cpu_s, H5ChildWork work, void *ctx, int out
     _exit(work(ctx, out) ? H5_CHILD_REFUSED : 0);   // no atexit handlers: they are the parent's
 }
 
+int h5_child_write(int out, const void *data, size_t n) {
+    for (size_t done = 0; done < n;) {
+        ssize_t k = write(out, (const char *)data + done, n - done);
+        if (k <= 0) return -1;
+        done += (size_t)k;
+    }
+    return 0;
+}
+
 int h5_in_child(const char *path, const char *doing, H5ChildWork work, void *ctx, char **out, size_t *len,
                 size_t cap, PtError *e) {
     *out = NULL;

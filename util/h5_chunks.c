@@ -12,7 +12,6 @@
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
 #include <zlib.h>
 
 // why = the reason; -1.
@@ -142,13 +141,9 @@ typedef struct {
 static int fill_in_child(void *ctx, int out) {
     const FillJob *j = ctx;
     uint8_t *v = calloc(j->elem, 1);
-    if (!v || H5Pget_fill_value(j->dcpl, j->ftype, v) < 0) return 1;
-    for (size_t at = 0; at < j->elem;) {
-        ssize_t n = write(out, v + at, j->elem - at);
-        if (n <= 0) return 1;
-        at += (size_t)n;
-    }
-    return 0;
+    const int rc = v && H5Pget_fill_value(j->dcpl, j->ftype, v) >= 0 && h5_child_write(out, v, j->elem) == 0 ? 0 : 1;
+    free(v);
+    return rc;
 }
 
 // NULL with why set when it cannot be read; zeros when the file declares none.
