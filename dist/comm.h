@@ -46,7 +46,7 @@ void comm_reduce_scatter(Comm *c, float *buf, const size_t *lo, const size_t *hi
 // copied into every other rank's buf.
 void comm_allgather(Comm *c, void *buf, size_t size, const size_t *lo, const size_t *hi, const char *what);
 // v[0, n) (n <= COMM_SUM_MAX) becomes the sum over ranks, added in rank order.
-enum { COMM_SUM_MAX = 16 };   // an objective's metrics (OBJECTIVE_MAX_METRICS) in one call
+enum { COMM_SUM_MAX = 72 };   // an objective's metrics (OBJECTIVE_MAX_METRICS) in one call
 void comm_sum_doubles(Comm *c, double *v, int n, const char *what);
 // Root's bytes to every rank.
 void comm_broadcast(Comm *c, void *bytes, size_t n, int root, const char *what);

@@ -83,6 +83,19 @@ int draft_vocab_check(const int *ids, int n, int V, const char *src, PtError *e)
 // deterministic in the seed.
 void draft_init(Draft *d, uint64_t seed);
 
+// A row's loss beside the cross-entropy on its target: the KL divergence
+// KL(target || draft) from the target's own next-token distribution there,
+//     loss = ce_weight * CE + kl_weight * KL(softmax(h_t W) || softmax(z)),
+// where z is the row's logits, W the draft's lm_head (the target's, or its
+// rows of the draft's vocabulary: the target's distribution over those
+// tokens) and h_t the target's final-normed hidden state at the position
+// that predicts the same token (anchor + i - 1 for block row i). Both parts
+// are weighted by the row's position weight, as the cross-entropy alone is.
+typedef struct {
+    float ce_weight, kl_weight;   // kl_weight 0: the cross-entropy alone, scaled by ce_weight (1: as without a mix)
+    const float *target_h;        // device [blk*S, H], row i*S+s h_t of block row i of block s; with kl_weight > 0
+} DraftLossMix;
+
 // ---- the draft as it runs: forward, backward, generation. One pass works on
 // S = B*A blocks: sequence b (0..B-1) of T context rows, A blocks on it. Block
 // rows are laid out position-major: row i*S + s is position i of block s =
@@ -98,6 +111,7 @@ typedef struct {
     // ctx_from keep what the last pass made of them, rows from ctx_rows on
     // are not made (0: all T). Training: 0 and 0.
     int ctx_from, ctx_rows;
+    const DraftLossMix *mix;   // with targets: what a row's loss is; NULL: its cross-entropy alone
 } DraftInput;
 
 // Per draft layer: the keys and values of the context rows (they depend on
@@ -133,6 +147,8 @@ typedef struct {
     float *dx, *dln, *dq, *dq_raw, *dkb, *dkb_raw, *dvb, *datt, *dgate, *dup, *dact;
     float *dctx, *dctx_pre, *dkc, *dkc_raw, *dvc;
     int *tokens, *targets, *anchors, *ctx_lo, *pos_blk, *pos_ctx;   // device
+    double ce_sum, kl_sum;     // the last pass's position-weighted sums of the two parts of its loss (a mix's)
+    float *pos_logits, *host_logits;   // draft_forward_greedy's: one block position's logits [S, n_out], device and host
     int *host_pos;                                          // [max(R, B*T)]
     void *arena;
 } DraftModel;
@@ -156,6 +172,11 @@ void draft_model_free(DraftModel *dm);
 // [blk*S, n_out] (device) optional.
 double draft_forward(DraftModel *dm, const float *captures, const DraftInput *in, float *logits_out,
                      double *weight);
+// The same pass, with each row's greedy column (the lower on ties, as
+// decoding picks) in greedy [blk*S] (host; -1 at position 0, which is given)
+// in place of the logits: one block position's logits at a time.
+double draft_forward_greedy(DraftModel *dm, const float *captures, const DraftInput *in, int *greedy,
+                            double *weight);
 // Forward + backward: accumulates grad_scale * d(weighted loss sum)/d(draft weights) into dm->grads.
 double draft_forward_backward(DraftModel *dm, const float *captures, const DraftInput *in, float grad_scale,
                               double *weight);
@@ -163,6 +184,16 @@ void draft_zero_grads(DraftModel *dm);
 // Points the gradient output at another buffer laid out by the draft's table
 // (device; NULL: the plan's own): a trainer keeps micro-batches apart.
 void draft_model_use_grads(DraftModel *dm, float *grads);
+
+// How far verification would accept the blocks of a pass: its greedy
+// columns (draft_forward_greedy) against its targets (host [blk*S]: the
+// target's tokens, or columns of the draft's vocabulary). A block counts
+// when position 1 has a target (*blocks += 1); reached[i] (i = 1..blk-1)
+// gains it when the greedy column at each of positions 1..i is that
+// position's target, a position without one ending the prefix.
+// reached[i] / blocks is the share of blocks whose accepted prefix reaches i,
+// and 1 + the sum of the shares the tokens a target pass gives on average.
+void draft_acceptance(const int *greedy, const int *targets, int blk, int S, double *reached, double *blocks);
 
 // The loss weight of block position i (1..blk-1; position 0 is the given
 // token and has none): exp(-(i-1)/decay), DFlash's decay toward later rows.

@@ -26,8 +26,17 @@ void draft_model_init(DraftModel *dm, Device *dev, const ModelConfig *tc, const 
     rope_table_init(&dm->rope, dev, tc->max_seq + DRAFT_MAX_BLOCK, tc->head_dim, tc->rope_theta);
 }
 
+// draft_forward_greedy's logits of a block position: made at its first call,
+// for the plan and vocabulary then in force.
+static void release_greedy_logits(DraftModel *dm) {
+    if (dm->host_logits != dm->pos_logits) free(dm->host_logits);
+    if (dm->pos_logits) dm->dev->be->release(dm->dev, dm->pos_logits);
+    dm->pos_logits = dm->host_logits = NULL;
+}
+
 void draft_model_use_vocab(DraftModel *dm, const int *ids, int n) {
     Device *d = dm->dev;
+    release_greedy_logits(dm);
     const int H = dm->tc.d_model;
     if (dm->vocab_head) d->be->release(d, dm->vocab_head);
     dm->vocab_head = n ? d->be->alloc(d, (size_t)n * H * sizeof(float), "the draft vocabulary's lm_head rows") : NULL;
@@ -43,6 +52,7 @@ void draft_model_free(DraftModel *dm) {
     if (dm->arena) d->be->release(d, dm->arena);
     if (dm->own_grads) d->be->release(d, dm->own_grads);
     if (dm->vocab_head) d->be->release(d, dm->vocab_head);
+    release_greedy_logits(dm);
     rope_table_free(&dm->rope, d);
     free(dm->host_pos);
     memset(dm, 0, sizeof *dm);
@@ -126,6 +136,7 @@ int draft_model_plan(DraftModel *dm, int B, int T, int A, int training, PtError 
                        "%d)", B, T, A, dm->tc.max_seq);
     if (dm->arena) d->be->release(d, dm->arena);
     free(dm->host_pos);
+    release_greedy_logits(dm);
     dm->B = B;
     dm->T = T;
     dm->A = A;
@@ -273,8 +284,18 @@ static void upload_input(DraftModel *dm, const DraftInput *in) {
                 dm->rope.max_pos);
 }
 
+// The greedy column of each of the n rows of z [n, V] (the lower on ties, as decoding picks).
+static void argmax_rows(const float *z, int n, int V, int *out) {
+    for (int r = 0; r < n; r++, z += V) {
+        int best = 0;
+        for (int k = 1; k < V; k++)
+            if (z[k] > z[best]) best = k;
+        out[r] = best;
+    }
+}
+
 static double run(DraftModel *dm, const float *captures, const DraftInput *in, int backward, float grad_scale,
-                  float *logits_out, double *weight) {
+                  float *logits_out, int *greedy, double *weight) {
     Device *d = dm->dev;
     const ModelConfig *tc = &dm->tc;
     const int B = dm->B, T = dm->T, S = B * dm->A, blk = dm->dc.block, R = blk * S, H = tc->d_model;
@@ -290,20 +311,51 @@ static double run(DraftModel *dm, const float *captures, const DraftInput *in, i
     const float *x_last = dm->x + (size_t)L * R * H;
     OP(d, rmsnorm_forward, dm->lnf, dm->lnf_rstd, x_last, dm->w.norm, R, H, tc->norm_eps);
 
-    // The loss, one block position at a time (its rows are contiguous), weighted.
+    // The loss, one block position at a time (its rows are contiguous),
+    // weighted: the cross-entropy (classifier), or with a mix's KL term the
+    // distillation op, whose teacher is the target's hidden states at those
+    // rows through the same lm_head.
+    const DraftLossMix *mix = in->targets ? in->mix : NULL;
+    const float ce_w = mix ? mix->ce_weight : 1.0f;
+    const int with_kl = mix && mix->kl_weight > 0;
     double loss = 0, wsum = 0;
+    dm->ce_sum = dm->kl_sum = 0;
     if (backward) OP(d, zero, dm->dln, (size_t)R * H * sizeof(float));
+    if (greedy && !dm->pos_logits) {   // one block position's logits at a time, not the whole block's
+        dm->pos_logits = d->be->alloc(d, (size_t)S * V * sizeof(float), "draft logits of a block position");
+        dm->host_logits = d->be->host_memory ? dm->pos_logits : xmalloc((size_t)S * V * sizeof(float), "draft logits");
+    }
+    for (int s = 0; greedy && s < S; s++) greedy[s] = -1;   // position 0 is given
     for (int i = 0; i < blk; i++) {
         const size_t r0 = (size_t)i * S;
+        const float *h = dm->lnf + r0 * H;
         float *lo = logits_out ? logits_out + r0 * V : NULL;
         const int has_loss = in->targets && i > 0 && in->pos_weight[i] > 0;
-        if (!has_loss && !lo) continue;
         int count = 0;
         const float wi = has_loss ? in->pos_weight[i] : 0.0f;
-        loss += wi * OP(d, classifier, backward && has_loss ? dm->dln + r0 * H : NULL, NULL, lo, dm->lnf + r0 * H,
-                        dm->lm_head, has_loss ? dm->targets + r0 : NULL, NULL, S, H, V, grad_scale * wi, &count,
-                        dm->matmul);
+        float *dh = backward && has_loss ? dm->dln + r0 * H : NULL;
+        if (has_loss && with_kl) {
+            const DistillTarget t = {.ce_weight = ce_w, .kd_weight = mix->kl_weight, .temperature = 1.0f,
+                                     .h = mix->target_h + r0 * H, .W = dm->lm_head};
+            DistillSums parts;
+            loss += wi * OP(d, classifier_distill, dh, NULL, h, dm->lm_head, dm->targets + r0, NULL, S, H, V,
+                            grad_scale * wi, &t, &parts, &count, dm->matmul);
+            dm->ce_sum += wi * parts.ce;
+            dm->kl_sum += wi * parts.kl;
+            if (lo) OP(d, classifier, NULL, NULL, lo, h, dm->lm_head, NULL, NULL, S, H, V, 0.0f, NULL, dm->matmul);
+        } else if (has_loss || lo) {
+            const double ce = OP(d, classifier, dh, NULL, lo, h, dm->lm_head, has_loss ? dm->targets + r0 : NULL, NULL,
+                                 S, H, V, grad_scale * wi * ce_w, &count, dm->matmul);
+            loss += wi * ce_w * ce;
+            dm->ce_sum += wi * ce;
+        }
         wsum += has_loss ? (double)wi * count : 0;
+        if (greedy && i > 0) {   // the logits again (the loss's pass stays as without them)
+            float *z = lo ? lo : dm->pos_logits;
+            if (!lo) OP(d, classifier, NULL, NULL, z, h, dm->lm_head, NULL, NULL, S, H, V, 0.0f, NULL, dm->matmul);
+            if (z != dm->host_logits) OP(d, download, dm->host_logits, z, (size_t)S * V * sizeof(float));
+            argmax_rows(dm->host_logits, S, V, greedy + r0);
+        }
     }
     if (weight) *weight = wsum;
     if (!backward) return loss;
@@ -323,10 +375,27 @@ static double run(DraftModel *dm, const float *captures, const DraftInput *in, i
 
 double draft_forward(DraftModel *dm, const float *captures, const DraftInput *in, float *logits_out,
                      double *weight) {
-    return run(dm, captures, in, 0, 0.0f, logits_out, weight);
+    return run(dm, captures, in, 0, 0.0f, logits_out, NULL, weight);
+}
+
+double draft_forward_greedy(DraftModel *dm, const float *captures, const DraftInput *in, int *greedy,
+                            double *weight) {
+    return run(dm, captures, in, 0, 0.0f, NULL, greedy, weight);
 }
 
 double draft_forward_backward(DraftModel *dm, const float *captures, const DraftInput *in, float grad_scale,
                               double *weight) {
-    return run(dm, captures, in, 1, grad_scale, NULL, weight);
+    return run(dm, captures, in, 1, grad_scale, NULL, NULL, weight);
+}
+
+void draft_acceptance(const int *greedy, const int *targets, int blk, int S, double *reached, double *blocks) {
+    for (int s = 0; s < S; s++) {
+        if (targets[S + s] < 0) continue;
+        *blocks += 1;
+        for (int i = 1; i < blk; i++) {
+            const size_t r = (size_t)i * S + s;
+            if (targets[r] < 0 || greedy[r] != targets[r]) break;
+            reached[i] += 1;
+        }
+    }
 }

@@ -88,7 +88,7 @@ int spec_generate(SpecContext *s, const int *prompt, int n_prompt, const GenPara
         const int at = m->n_past;
         block[0] = cur;
         for (int i = 1; i < blk; i++) block[i] = s->dm.dc.mask_token;
-        DraftInput in = {block, &at, NULL, NULL, NULL, s->ctx_done, at};
+        DraftInput in = {.block_tokens = block, .anchors = &at, .ctx_from = s->ctx_done, .ctx_rows = at};
         draft_forward(&s->dm, s->captures, &in, s->logits, NULL);
         s->ctx_done = at;
         // (with a vocabulary of its own, column k is its token k: they increase, so ties still go to the lower id)

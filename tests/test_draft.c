@@ -5,7 +5,10 @@
 // is itself checked against finite differences there); a generation-style
 // pass that fills the context a few rows at a time against one pass over all
 // of it; a vocabulary of its own (logits, loss from torch's logits, gradients
-// against central differences); and the config checks.
+// against central differences); the KL term to the target's distribution
+// (kl_weight 0 bit-identical; with it, the loss from the logits in double and
+// its gradients against central differences); the acceptance counts of
+// greedy columns against a recount; and the config checks.
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -158,7 +161,7 @@ static void test_pass_matches_torch(void **state) {
     draft_model_init(&dm, &dev, &fx.tc, &fx.dc, &fx.d.tt, fx.d.params, fx.embed, fx.lm_head, MATMUL_FP32);
     PtError e;
     assert_int_equal(draft_model_plan(&dm, fx.B, fx.T, fx.A, 1, &e), 0);
-    DraftInput in = {fx.tokens, fx.anchors, NULL, fx.targets, fx.pos_weight, 0, 0};
+    DraftInput in = {.block_tokens = fx.tokens, .anchors = fx.anchors, .targets = fx.targets, .pos_weight = fx.pos_weight};
     const int V = fx.tc.vocab_size, R = fx.dc.block * fx.B * fx.A;
     float *logits = xmalloc((size_t)R * V * sizeof(float), "logits");
     double weight;
@@ -217,7 +220,8 @@ static void test_partial_context(void **state) {
     int from = 0;
     for (int n = 2; n <= T; n += 3) {   // 2, 5, 8 context rows, then the block at n
         int anchor = n;
-        DraftInput iw = {tokens, &anchor, NULL, NULL, NULL, 0, n}, ip = {tokens, &anchor, NULL, NULL, NULL, from, n};
+        DraftInput iw = {.block_tokens = tokens, .anchors = &anchor, .ctx_rows = n},
+                   ip = {.block_tokens = tokens, .anchors = &anchor, .ctx_from = from, .ctx_rows = n};
         draft_forward(&whole, fx.captures, &iw, a, NULL);
         draft_forward(&part, fx.captures, &ip, b, NULL);
         assert_true(max_diff(a, b, (size_t)blk * V) == 0);
@@ -255,7 +259,7 @@ static void test_vocab_head(void **state) {
     draft_model_use_vocab(&dm, ids, K);
     PtError e;
     assert_int_equal(draft_model_plan(&dm, fx.B, fx.T, fx.A, 1, &e), 0);
-    DraftInput in = {fx.tokens, fx.anchors, NULL, targets, fx.pos_weight, 0, 0};
+    DraftInput in = {.block_tokens = fx.tokens, .anchors = fx.anchors, .targets = targets, .pos_weight = fx.pos_weight};
     float *logits = xmalloc((size_t)R * K * sizeof(float), "logits"), *want = expected(&fx.f, "logits", (size_t)R * V);
     double weight;
     const double loss = draft_forward(&dm, fx.captures, &in, logits, &weight);
@@ -297,6 +301,226 @@ static void test_vocab_head(void **state) {
         }
     }
     free(logits), free(want), free(ids), free(column), free(targets);
+    draft_model_free(&dm);
+    dev_free(&dev);
+    fixture_free(&fx);
+}
+
+// ---- the KL term to the target's distribution (DraftLossMix)
+
+// The fixture's pass with a teacher: random rows standing for the target's
+// final-normed hidden states (RMS 1, as its final norm leaves them).
+static float *teacher_rows(const Fixture *fx, int R) {
+    const int H = fx->tc.d_model;
+    Rng r;
+    rng_seed(&r, 11);
+    double *x = rand_d(&r, (size_t)R * H, 1.0);
+    float *h = xmalloc((size_t)R * H * sizeof(float), "teacher rows");
+    for (int n = 0; n < R; n++) {
+        double ss = 0;
+        for (int c = 0; c < H; c++) ss += x[(size_t)n * H + c] * x[(size_t)n * H + c];
+        for (int c = 0; c < H; c++) h[(size_t)n * H + c] = (float)(x[(size_t)n * H + c] / sqrt(ss / H));
+    }
+    free(x);
+    return h;
+}
+
+// The loss with a mix, from the pass's own logits and the teacher's logits
+// made here in double: sum over counted rows of pos_weight[i] (a CE + b KL(q || p)).
+static double mix_loss_ref(const Fixture *fx, const float *logits, const float *th, double a, double b) {
+    const int V = fx->tc.vocab_size, H = fx->tc.d_model, S = fx->B * fx->A, R = fx->dc.block * S;
+    double total = 0;
+    double *zt = xmalloc((size_t)V * sizeof(double), "teacher logits");
+    for (int r = S; r < R; r++) {
+        if (fx->targets[r] < 0) continue;
+        const float *z = logits + (size_t)r * V;
+        double zm = -INFINITY, tm = -INFINITY, ls = 0, lt = 0, kl = 0;
+        for (int v = 0; v < V; v++) {
+            double acc = 0;
+            for (int c = 0; c < H; c++) acc += (double)th[(size_t)r * H + c] * fx->lm_head[(size_t)v * H + c];
+            zt[v] = acc;
+            zm = fmax(zm, z[v]), tm = fmax(tm, zt[v]);
+        }
+        for (int v = 0; v < V; v++) ls += exp(z[v] - zm), lt += exp(zt[v] - tm);
+        ls = zm + log(ls), lt = tm + log(lt);
+        for (int v = 0; v < V; v++) kl += exp(zt[v] - lt) * ((zt[v] - lt) - (z[v] - ls));
+        total += fx->pos_weight[r / S] * (a * (ls - z[fx->targets[r]]) + b * kl);
+    }
+    free(zt);
+    return total;
+}
+
+// d(loss)/d(*p) by a four-point central difference (Richardson's: error
+// O(h^4)) of the pass's loss, summed in double, at steps as float holds them.
+static double central_difference(DraftModel *dm, const Fixture *fx, const DraftInput *in, float *p, float h) {
+    const float keep = *p, at[4] = {keep + 2 * h, keep + h, keep - h, keep - 2 * h};
+    double f[4];
+    for (int q = 0; q < 4; q++) {
+        *p = at[q];
+        f[q] = draft_forward(dm, fx->captures, in, NULL, NULL);
+    }
+    *p = keep;
+    const double d1 = (f[1] - f[2]) / ((double)at[1] - at[2]), d2 = (f[0] - f[3]) / ((double)at[0] - at[3]);
+    return (4 * d1 - d2) / 3;
+}
+
+// kl_weight 0 (ce_weight 1): the loss and every gradient are the bits of the
+// pass without a mix. With a KL term: the loss is the position-weighted
+// a CE + b KL(target || draft) (from the pass's logits and the teacher's,
+// made here in double), and its gradient with respect to coordinates of
+// several draft tensors matches central differences of the loss (a
+// four-point stencil; the pass's loss is summed in double).
+static void test_kl_term(void **state) {
+    (void)state;
+    Fixture fx;
+    fixture_load(&fx);
+    Device dev;
+    cpu_device_init(&dev, 0, NULL);
+    const int V = fx.tc.vocab_size, R = fx.dc.block * fx.B * fx.A;
+    const size_t P = fx.d.tt.total;
+    DraftModel dm;
+    draft_model_init(&dm, &dev, &fx.tc, &fx.dc, &fx.d.tt, fx.d.params, fx.embed, fx.lm_head, MATMUL_FP32);
+    PtError e;
+    assert_int_equal(draft_model_plan(&dm, fx.B, fx.T, fx.A, 1, &e), 0);
+    float *th = teacher_rows(&fx, R);
+    DraftInput plain = {.block_tokens = fx.tokens, .anchors = fx.anchors, .targets = fx.targets,
+                        .pos_weight = fx.pos_weight};
+
+    // kl_weight = 0: bit-identical
+    DraftLossMix off = {.ce_weight = 1.0f, .kl_weight = 0.0f, .target_h = th};
+    DraftInput with_off = plain;
+    with_off.mix = &off;
+    double w0, w1;
+    draft_zero_grads(&dm);
+    const double l0 = draft_forward_backward(&dm, fx.captures, &plain, 0.25f, &w0);
+    float *g0 = xmalloc(P * sizeof(float), "grads");
+    memcpy(g0, dm.grads, P * sizeof(float));
+    draft_zero_grads(&dm);
+    const double l1 = draft_forward_backward(&dm, fx.captures, &with_off, 0.25f, &w1);
+    assert_memory_equal(&l0, &l1, sizeof l0);
+    assert_memory_equal(&w0, &w1, sizeof w0);
+    assert_memory_equal(g0, dm.grads, P * sizeof(float));
+    printf("  kl_weight 0: loss, weight and every gradient bit-identical to the pass without the term\n");
+
+    const struct { float a, b; } mixes[] = {{0.0f, 1.0f}, {1.0f, 0.5f}};
+    for (size_t m = 0; m < sizeof mixes / sizeof mixes[0]; m++) {
+        DraftLossMix mix = {.ce_weight = mixes[m].a, .kl_weight = mixes[m].b, .target_h = th};
+        DraftInput in = plain;
+        in.mix = &mix;
+        float *logits = xmalloc((size_t)R * V * sizeof(float), "logits");
+        const double loss = draft_forward(&dm, fx.captures, &in, logits, NULL);
+        const double ref = mix_loss_ref(&fx, logits, th, mixes[m].a, mixes[m].b);
+        printf("  ce %.1f, kl %.1f: loss %.8f, from the logits in double %.8f; kl part %.6f\n", mixes[m].a, mixes[m].b,
+               loss, ref, dm.kl_sum);
+        assert_true(fabs(loss - ref) < 1e-5 * fabs(ref));
+        assert_true(dm.kl_sum > 0);
+        free(logits);
+        draft_zero_grads(&dm);
+        draft_forward_backward(&dm, fx.captures, &in, 1.0f, NULL);
+        // the three largest gradients of each tensor (a check of near-zero ones would be all rounding)
+        const char *names[] = {"fc.weight", "hidden_norm.weight", "layers.0.self_attn.q_proj.weight",
+                               "layers.0.self_attn.v_proj.weight", "layers.0.mlp.down_proj.weight", "norm.weight"};
+        double worst = 0;
+        for (size_t n = 0; n < sizeof names / sizeof names[0]; n++) {
+            const TensorInfo *t = tensor_table_find(&fx.d.tt, names[n]);
+            assert_non_null(t);
+            size_t picked[3] = {0, 0, 0};
+            for (int k = 0; k < 3; k++) {
+                double best = -1;
+                for (size_t j = 0; j < t->numel; j++) {
+                    const double g = fabs(dm.grads[t->offset + j]);
+                    if (g > best && (k < 1 || j != picked[0]) && (k < 2 || j != picked[1])) best = g, picked[k] = j;
+                }
+            }
+            for (int k = 0; k < 3; k++) {
+                float *p = fx.d.params + t->offset + picked[k];
+                double fd[3];
+                for (int q = 0; q < 3; q++) fd[q] = central_difference(&dm, &fx, &in, p, 2e-2f + 1e-2f * q);
+                // the median of three step sizes: float rounding of the pass, not the step, limits each
+                const double med = fmax(fmin(fd[0], fd[1]), fmin(fmax(fd[0], fd[1]), fd[2]));
+                const double g = dm.grads[t->offset + picked[k]], rel = fabs(med - g) / fabs(med);
+                worst = fmax(worst, rel);
+                if (!(rel < 1e-4))
+                    fail_msg("%s[%zu]: gradient %.8f, central difference %.8f (rel %.2e)", names[n], picked[k], g, med,
+                             rel);
+            }
+        }
+        printf("  ce %.1f, kl %.1f: gradients of 6 tensors within %.2e (relative) of central differences\n",
+               mixes[m].a, mixes[m].b, worst);
+    }
+    free(g0), free(th);
+    draft_model_free(&dm);
+    dev_free(&dev);
+    fixture_free(&fx);
+}
+
+// The greedy pass's columns are the argmax (lower on ties) of the logits of
+// the plain pass, taken here. draft_acceptance on them: with targets made so
+// that block s's greedy tokens agree with them on positions 1..L_s and no
+// further (L_s cycling through 0..blk-1; one block without a target at
+// position 1, one with a gap), its counts against a recount here and against
+// the L_s they were made with; they do not increase with the position.
+static void test_acceptance(void **state) {
+    (void)state;
+    Fixture fx;
+    fixture_load(&fx);
+    Device dev;
+    cpu_device_init(&dev, 0, NULL);
+    const int V = fx.tc.vocab_size, blk = fx.dc.block, S = fx.B * fx.A, R = blk * S;
+    DraftModel dm;
+    draft_model_init(&dm, &dev, &fx.tc, &fx.dc, &fx.d.tt, fx.d.params, fx.embed, fx.lm_head, MATMUL_FP32);
+    PtError e;
+    assert_int_equal(draft_model_plan(&dm, fx.B, fx.T, fx.A, 0, &e), 0);
+    DraftInput in = {.block_tokens = fx.tokens, .anchors = fx.anchors};
+    float *logits = xmalloc((size_t)R * V * sizeof(float), "logits");
+    draft_forward(&dm, fx.captures, &in, logits, NULL);
+    int *greedy = xmalloc((size_t)R * sizeof(int), "greedy"), *targets = xmalloc((size_t)R * sizeof(int), "targets");
+    for (int r = 0; r < R; r++) {
+        const float *z = logits + (size_t)r * V;
+        greedy[r] = 0;
+        for (int v = 1; v < V; v++)
+            if (z[v] > z[greedy[r]]) greedy[r] = v;
+    }
+    int *picked = xmalloc((size_t)R * sizeof(int), "the pass's greedy columns");
+    draft_forward_greedy(&dm, fx.captures, &in, picked, NULL);
+    for (int r = 0; r < R; r++) assert_int_equal(picked[r], r < S ? -1 : greedy[r]);
+    int made[64];
+    assert_true(S <= 64 && S >= 4);
+    for (int s = 0; s < S; s++) {
+        made[s] = s % blk;   // the prefix block s is made to reach
+        targets[s] = -1;
+        for (int i = 1; i < blk; i++)
+            targets[i * S + s] = i <= made[s] ? greedy[i * S + s] : (greedy[i * S + s] + i) % V;
+    }
+    targets[S + 0] = -1, made[0] = -1;   // not counted: no target at position 1
+    if (blk > 2) {   // block 2 (made to reach 2): a gap at position 2 ends its prefix at 1
+        targets[2 * S + 2] = -1;
+        made[2] = 1;
+    }
+    double reached[DRAFT_MAX_BLOCK] = {0}, blocks = 0;
+    draft_acceptance(picked, targets, blk, S, reached, &blocks);
+    // the recount: each counted block's prefix from the argmax of its rows
+    double want[DRAFT_MAX_BLOCK] = {0}, want_blocks = 0, from_made[DRAFT_MAX_BLOCK] = {0};
+    for (int s = 0; s < S; s++) {
+        if (targets[S + s] < 0) continue;
+        want_blocks++;
+        int n = 0;
+        while (n + 1 < blk && targets[(n + 1) * S + s] >= 0 && targets[(n + 1) * S + s] == greedy[(n + 1) * S + s]) n++;
+        for (int i = 1; i <= n; i++) want[i]++;
+        for (int i = 1; i <= made[s]; i++) from_made[i]++;
+    }
+    assert_true(blocks == want_blocks && blocks == S - 1);
+    double length = 1;
+    for (int i = 1; i < blk; i++) {
+        printf("  accepted prefix >= %d: %.0f of %.0f blocks (recounted %.0f, made %.0f)\n", i, reached[i], blocks,
+               want[i], from_made[i]);
+        assert_true(reached[i] == want[i] && reached[i] == from_made[i]);
+        if (i > 1) assert_true(reached[i] <= reached[i - 1]);
+        length += reached[i] / blocks;
+    }
+    assert_true(reached[1] > 0 && reached[blk - 1] > 0);   // every prefix length occurs
+    printf("  expected tokens per target pass: %.4f\n", length);
+    free(logits), free(greedy), free(picked), free(targets);
     draft_model_free(&dm);
     dev_free(&dev);
     fixture_free(&fx);
@@ -349,6 +573,8 @@ int main(void) {
         cmocka_unit_test(test_pass_matches_torch),
         cmocka_unit_test(test_partial_context),
         cmocka_unit_test(test_vocab_head),
+        cmocka_unit_test(test_kl_term),
+        cmocka_unit_test(test_acceptance),
         cmocka_unit_test(test_config_checks),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -2,10 +2,13 @@
 // end on a tiny target (hidden 64, so its matrices take int4 group 64) made
 // by a few SFT steps on a counting task.
 // - the draft's loss falls on a dataset of one example (every batch the same
-//   rows, blocks drawn anew);
+//   rows, blocks drawn anew); the KL term alone, on the target's own reply,
+//   teaches it the target's tokens (validation acceptance at position 1);
 // - a run stopped with train.stop_after and resumed ends with the bits of an
 //   uninterrupted one (every parameter and AdamW moment, the losses), with
-//   grad_accum 2 and an evaluation between;
+//   grad_accum 2 and an evaluation between; also with kl_weight 0.5, whose
+//   metrics add up (loss = ce + 0.5 kl) and whose acceptance shares fall with
+//   the position and sum to accept_length - 1;
 // - bad input, one stderr line, a non-zero exit and nothing written: resuming
 //   on other target weights (both hashes named), a target layer outside the
 //   target, block 1 or 65, [draft] with [lora] or in cpt mode, draft-data on
@@ -22,6 +25,8 @@
 #include <cmocka.h>
 #include <sys/stat.h>
 #include "../data/dataset.h"
+#include <jansson.h>
+#include <math.h>
 #include "../formats/draft_checkpoint.h"
 #include "test_cli_util.h"
 
@@ -95,6 +100,28 @@ static int step_losses(const char *run, double *loss, int cap) {
     return n;
 }
 
+// The lines of run/metrics.jsonl: step lines (with a grad_norm) when steps, else evaluation lines (with a val_loss).
+static int metric_lines(const char *run, int steps, json_t **out, int cap) {
+    char path[600], line[16384];
+    snprintf(path, sizeof path, "%s/%s/metrics.jsonl", g_dir, run);
+    FILE *f = fopen(path, "r");
+    if (!f) fail_msg("%s: no metrics.jsonl", run);
+    int n = 0;
+    while (fgets(line, sizeof line, f) && n < cap) {
+        json_t *j = json_loads(line, 0, NULL);
+        if (j && json_object_get(j, steps ? "grad_norm" : "val_loss")) out[n++] = j;
+        else json_decref(j);
+    }
+    fclose(f);
+    return n;
+}
+
+static double num(json_t *j, const char *key) {
+    json_t *v = json_object_get(j, key);
+    if (!v) fail_msg("no %s in %s", key, json_dumps(j, 0));
+    return json_number_value(v);
+}
+
 // On one example every batch holds the same rows: the draft's loss falls.
 static void test_loss_decreases(void **s) {
     (void)s;
@@ -110,6 +137,27 @@ static void test_loss_decreases(void **s) {
     double first = (loss[0] + loss[1] + loss[2]) / 3, last = (loss[n - 1] + loss[n - 2] + loss[n - 3]) / 3;
     printf("  draft loss on one example: %.4f over the first 3 steps, %.4f over the last 3\n", first, last);
     assert_true(last < 0.6 * first);
+    // The KL term alone, on the target's own greedy reply to the example (draft-data), teaches the draft the
+    // target's next tokens: its KL falls and every validation block's first drafted token comes to be the
+    // target's. (With the target's distribution taken one position off, half of them are.)
+    assert_int_equal(sh("%s draft-data --ckpt %s/target.h5 --data %s/one.h5 --out %s/own.h5 --max-new 14 --threads 1 "
+                        ">/dev/null 2>&1", pocket(), g_dir, g_dir, g_dir), 0);
+    assert_int_equal(write_draft_recipe("own.ini", "own.h5", "ce_weight = 0\nkl_weight = 1\n"), 0);
+    assert_int_equal(sh("%s train %s/own.ini --set train.steps=24 --set train.eval_interval=24 --set "
+                        "train.save_interval=0 --set optim.lr=0.02 --set train.run_dir=%s/own >/dev/null", pocket(),
+                        g_dir, g_dir), 0);
+    snprintf(run, sizeof run, "%s/own", g_dir);
+    assert_int_equal(step_losses(run, loss, 64), 24);
+    first = (loss[0] + loss[1] + loss[2]) / 3, last = (loss[n - 1] + loss[n - 2] + loss[n - 3]) / 3;
+    json_t *evals[4];
+    assert_int_equal(metric_lines("own", 0, evals, 4), 2);
+    const double before = num(evals[0], "val_accept_1"), after = num(evals[1], "val_accept_1");
+    printf("  the KL term alone on the target's reply: %.4f over the first 3 steps, %.4f over the last 3; "
+           "accept_1 %.3f -> %.3f, %.3f tokens per target pass\n", first, last, before, after,
+           num(evals[1], "val_accept_length"));
+    assert_true(last < 0.6 * first);
+    assert_true(after > 0.7);
+    json_decref(evals[0]), json_decref(evals[1]);
 }
 
 static void load_draft(const char *path, Draft *d) {
@@ -156,6 +204,45 @@ static void test_resume_is_bit_identical(void **s) {
     draft_free(&y);
 }
 
+// [draft] kl_weight = 0.5: a run stopped after 2 steps and resumed is an uninterrupted one, bit for bit. Every
+// step's loss is its ce + 0.5 kl; every evaluation's acceptance shares (block 4: accept_1..3) lie in [0, 1], do
+// not increase with the position, and give accept_length = 1 + their sum; steps carry no acceptance.
+static void test_kl_resume_and_metrics(void **s) {
+    (void)s;
+    assert_int_equal(write_draft_recipe("kl.ini", "sft.h5", "kl_weight = 0.5\n"), 0);
+    assert_stopped_run_identical(g_dir, "kl.ini", 2, 6);
+    assert_int_equal(sh("h5diff %s/kl.ini-full/best.h5 %s/kl.ini-split/best.h5", g_dir, g_dir), 0);
+    json_t *lines[16];
+    int n = metric_lines("kl.ini-full", 1, lines, 16);
+    assert_int_equal(n, 6);
+    for (int k = 0; k < n; k++) {
+        const double loss = num(lines[k], "loss"), ce = num(lines[k], "ce"), kl = num(lines[k], "kl");
+        assert_true(kl > 0 && ce > 0);
+        if (!(fabs(loss - (ce + 0.5 * kl)) <= 1e-6 * loss))   // metrics.jsonl keeps 7 digits
+            fail_msg("step %d: loss %.17g, but ce %.17g + 0.5 kl %.17g", k + 1, loss, ce, kl);
+        assert_null(json_object_get(lines[k], "accept_1"));
+        json_decref(lines[k]);
+    }
+    n = metric_lines("kl.ini-full", 0, lines, 16);
+    assert_int_equal(n, 3);   // steps 0, 3, 6
+    for (int k = 0; k < n; k++) {
+        double length = 1, prev = 1;
+        char key[32];
+        for (int i = 1; i < 4; i++) {
+            snprintf(key, sizeof key, "val_accept_%d", i);
+            const double share = num(lines[k], key);
+            assert_true(share >= 0 && share <= prev);
+            length += share, prev = share;
+        }
+        assert_true(fabs(num(lines[k], "val_accept_length") - length) < 1e-6 * length);
+        assert_true(num(lines[k], "val_kl") > 0);
+        assert_null(json_object_get(lines[k], "val_accept_4"));
+        printf("  evaluation %d: val_accept_1..3 %.3f %.3f %.3f, %.3f tokens per target pass\n", k,
+               num(lines[k], "val_accept_1"), num(lines[k], "val_accept_2"), num(lines[k], "val_accept_3"), length);
+        json_decref(lines[k]);
+    }
+}
+
 static void assert_refused(const char *cmd, const char *out, const char *says) {
     assert_refused_in(g_dir, cmd, out, says);
 }
@@ -185,6 +272,7 @@ static void test_bad_input(void **s) {
         {"draft.block=65", "[draft] block: 65 is out of range [2, 64]"},
         {"lora.enabled=1", "[draft] enabled with [lora] enabled is not supported"},
         {"train.mode=cpt", "[draft] needs train.mode = sft"},
+        {"draft.ce_weight=0", "[draft] ce_weight and kl_weight are both 0"},
     };
     for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
         snprintf(run, sizeof run, "%s/bad%zu", g_dir, k);
@@ -299,6 +387,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_loss_decreases),
         cmocka_unit_test(test_resume_is_bit_identical),
+        cmocka_unit_test(test_kl_resume_and_metrics),
         cmocka_unit_test(test_bad_input),
         cmocka_unit_test(test_draft_data_is_generate),
         cmocka_unit_test(test_vocab),

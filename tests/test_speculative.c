@@ -134,7 +134,7 @@ static void test_fitted_draft(void **state) {
     assert_int_equal(draft_model_plan(&dm, N_PROMPTS, T, A, 1, &e), 0);
     float *m1 = xcalloc(su.d.tt.total, sizeof(float), "m"), *v1 = xcalloc(su.d.tt.total, sizeof(float), "v");
     AdamWConfig ac = {.lr = 3e-3f, .beta1 = 0.9f, .beta2 = 0.99f, .eps = 1e-8f};
-    DraftInput in = {tokens, anchors, NULL, targets, pw, 0, 0};
+    DraftInput in = {.block_tokens = tokens, .anchors = anchors, .targets = targets, .pos_weight = pw};
     double first = 0, loss = 0, weight = 0;
     for (int step = 0; step < 300; step++) {
         draft_zero_grads(&dm);

@@ -80,6 +80,7 @@ int draft_train_init(DraftTrain *dt, const Recipe *r, Device *d, ModelBundle *b,
         memcpy(dt->d.base_sha256, hash, sizeof hash);
     }
     draft_pos_weights(dt->pos_weight, dc.block, r->draft.loss_decay);
+    dt->mix = (DraftLossMix){.ce_weight = r->draft.ce_weight, .kl_weight = r->draft.kl_weight};
     dt->params = dev_mirror(d, dt->d.params, dt->d.tt.total * sizeof(float), "draft weights");
     size_t n_params = 0;
     for (int i = 0; i < dt->d.tt.n; i++) n_params += dt->d.tt.t[i].numel;
@@ -135,6 +136,7 @@ static void blocks_alloc(DraftBlocks *bl, int blk, int S) {
     bl->targets = xmalloc((size_t)blk * S * sizeof(int), "draft block targets");
     bl->anchors = xmalloc((size_t)S * sizeof(int), "draft anchors");
     bl->ctx_lo = xmalloc((size_t)S * sizeof(int), "draft context starts");
+    bl->target_rows = xmalloc((size_t)blk * S * sizeof(int), "draft target rows");
     bl->weight = 0;
 }
 
@@ -143,6 +145,7 @@ static void blocks_free(DraftBlocks *bl) {
     free(bl->targets);
     free(bl->anchors);
     free(bl->ctx_lo);
+    free(bl->target_rows);
 }
 
 int draft_train_plan(DraftTrain *dt, Model *target, int accum, PtError *e) {
@@ -151,6 +154,12 @@ int draft_train_plan(DraftTrain *dt, Model *target, int accum, PtError *e) {
     const size_t width = (size_t)dt->d.cfg.n_target * target->cfg.d_model;
     dt->captures = dt->dev->be->alloc(dt->dev, (size_t)B * T * width * sizeof(float), "draft captures");
     model_capture(target, dt->d.cfg.target_layers, dt->d.cfg.n_target, dt->captures);
+    if (dt->mix.kl_weight > 0) {   // the teacher's hidden states: the block rows' only, not B*T of them
+        const size_t R = (size_t)blk * S;
+        dt->target_h = dt->dev->be->alloc(dt->dev, R * target->cfg.d_model * sizeof(float), "draft target rows");
+        dt->target_rows = dt->dev->be->alloc(dt->dev, R * sizeof(int), "draft target row ids");
+        dt->mix.target_h = dt->target_h;
+    }
     dt->n_blocks = accum;
     dt->blocks = xcalloc(accum, sizeof(DraftBlocks), "draft blocks");
     for (int a = 0; a < accum; a++) blocks_alloc(&dt->blocks[a], blk, S);
@@ -163,6 +172,8 @@ void draft_train_free(DraftTrain *dt) {
     draft_model_free(&dt->dm);   // nothing when it was never made
     free(dt->column);
     if (dt->captures) dt->dev->be->release(dt->dev, dt->captures);
+    if (dt->target_h) dt->dev->be->release(dt->dev, dt->target_h);
+    if (dt->target_rows) dt->dev->be->release(dt->dev, dt->target_rows);
     for (int a = 0; a < dt->n_blocks; a++) blocks_free(&dt->blocks[a]);
     free(dt->blocks);
     free(dt->cand);
@@ -207,11 +218,14 @@ static double draw_blocks(DraftTrain *dt, const Batch *b, uint64_t seed, DraftBl
             out->ctx_lo[blk_s] = b->seg ? lo : 0;
             out->block_tokens[blk_s] = tok[p];
             out->targets[blk_s] = -1;
+            out->target_rows[blk_s] = s * T + p;   // position 0 predicts nothing: any row of the sequence
             for (int i = 1; i < blk; i++) {
                 live = live && p + i < T && resp[p + i - 1];
                 const int target = !live ? -1 : dt->column ? dt->column[tok[p + i]] : tok[p + i];
                 out->block_tokens[(size_t)i * S + blk_s] = mask_token;
                 out->targets[(size_t)i * S + blk_s] = target;
+                // the target's own prediction of token p + i comes from position p + i - 1
+                out->target_rows[(size_t)i * S + blk_s] = s * T + (p + i - 1 < T ? p + i - 1 : T - 1);
                 if (target >= 0) weight += dt->pos_weight[i];
             }
         }
@@ -226,18 +240,23 @@ double draft_train_prepare(DraftTrain *dt, int a, const Batch *b, uint64_t seed)
 
 static DraftInput draft_input(const DraftTrain *dt, const DraftBlocks *bl) {
     return (DraftInput){.block_tokens = bl->block_tokens, .anchors = bl->anchors, .ctx_lo = bl->ctx_lo,
-                        .targets = bl->targets,
-                        .pos_weight = dt->pos_weight, .ctx_from = 0};
+                        .targets = bl->targets, .pos_weight = dt->pos_weight, .ctx_from = 0, .mix = &dt->mix};
 }
 
-// The target's pass over b: only its captures are wanted.
-static void target_forward(Model *target, const Batch *b) {
+// The target's pass over b: its captures, and with a KL term its final
+// hidden states at the rows that predict the blocks' targets (the embedding
+// op is a row gather).
+static void target_forward(DraftTrain *dt, Model *target, const Batch *b, const DraftBlocks *bl) {
     ModelInput in = {.B = b->B, .T = b->T, .tokens = b->tokens, .pos = b->pos, .seg = b->seg};
-    model_forward(target, &in, NULL, NULL);
+    const float *hidden = model_forward_hidden(target, &in);
+    if (!dt->target_h) return;
+    const int R = dt->d.cfg.block * dt->dm.B * dt->A;
+    OP(dt->dev, upload, dt->target_rows, bl->target_rows, (size_t)R * sizeof(int));
+    OP(dt->dev, embedding_forward, dt->target_h, dt->target_rows, hidden, R, target->cfg.d_model);
 }
 
 double draft_train_micro(DraftTrain *dt, Model *target, const Batch *b, int a, float scale, float *grads) {
-    target_forward(target, b);
+    target_forward(dt, target, b, &dt->blocks[a]);
     draft_model_use_grads(&dt->dm, grads);
     draft_zero_grads(&dt->dm);
     DraftInput in = draft_input(dt, &dt->blocks[a]);
@@ -248,15 +267,17 @@ double draft_train_micro(DraftTrain *dt, Model *target, const Batch *b, int a, f
 }
 
 int draft_train_eval(DraftTrain *dt, Model *target, const Dataset *d, long max_batches, int rank, int world,
-                     double *sum, double *weight, PtError *e) {
+                     DraftEvalSums *out, PtError *e) {
     Loader l;
     if (loader_open(&l, d, target->B, target->T, 4242, rank, world, e)) return -1;
     loader_set_one_pass(&l);
     Batch b;
     batch_alloc(&b, target->B, target->T);
+    const int blk = dt->d.cfg.block, S = dt->dm.B * dt->A;
     DraftBlocks bl;
-    blocks_alloc(&bl, dt->d.cfg.block, dt->dm.B * dt->A);
-    *sum = *weight = 0;
+    blocks_alloc(&bl, blk, S);
+    int *greedy = xmalloc((size_t)blk * S * sizeof(int), "draft greedy tokens");   // what verification compares
+    memset(out, 0, sizeof *out);
     // As eval_loss_sums: global batch i * world + rank is this rank's; its
     // blocks depend on that index only, so the ranks' sums add up to one's.
     for (long i = 0; max_batches <= 0 || i * world < max_batches; i++) {
@@ -265,12 +286,16 @@ int draft_train_eval(DraftTrain *dt, Model *target, const Dataset *d, long max_b
         const long global = i * world + rank;
         if (max_batches > 0 && global >= max_batches) continue;
         if (draw_blocks(dt, &b, dropout_child_seed(0xe7a1d0a5ull, (uint64_t)global), &bl) == 0) continue;
-        target_forward(target, &b);
+        target_forward(dt, target, &b, &bl);
         DraftInput in = draft_input(dt, &bl);
         double w;
-        *sum += draft_forward(&dt->dm, dt->captures, &in, NULL, &w);
-        *weight += w;
+        out->loss += draft_forward_greedy(&dt->dm, dt->captures, &in, greedy, &w);
+        out->weight += w;
+        out->ce += dt->dm.ce_sum;
+        out->kl += dt->dm.kl_sum;
+        draft_acceptance(greedy, bl.targets, blk, S, out->reached, &out->blocks);
     }
+    free(greedy);
     blocks_free(&bl);
     batch_free(&b);
     loader_close(&l);
@@ -336,12 +361,57 @@ static double draft_prepare(Trainee *t, int a, const Batch *b, uint64_t seed_ind
 
 static double draft_micro(Trainee *t, int a, const Batch *b, uint64_t seed_index, float scale, float *grads) {
     (void)seed_index;
-    return draft_train_micro(draft_of(t), &t->m, b, a, scale, grads);
+    DraftTrain *dt = draft_of(t);
+    const double loss = draft_train_micro(dt, &t->m, b, a, scale, grads);
+    if (dt->m_ce >= 0) t->obj->sums[dt->m_ce] += dt->dm.ce_sum, t->obj->sums[dt->m_ce + 1] += dt->dm.kl_sum;
+    return loss;
 }
 
+// The loss, its parts, and the acceptance: the share of blocks whose accepted
+// prefix reaches position i (accept_i) and the tokens a target pass gives
+// (accept_length = 1 + their sum), over the blocks' own count.
 static int draft_evaluate(Trainee *t, const Dataset *val, long max_batches, int rank, int world, double *sum,
                           double *count, PtError *e) {
-    return draft_train_eval(draft_of(t), &t->m, val, max_batches, rank, world, sum, count, e);
+    DraftTrain *dt = draft_of(t);
+    DraftEvalSums s;
+    if (draft_train_eval(dt, &t->m, val, max_batches, rank, world, &s, e)) return -1;
+    *sum = s.loss, *count = s.weight;
+    Objective *o = t->obj;
+    if (dt->m_ce >= 0) o->sums[dt->m_ce] += s.ce, o->sums[dt->m_ce + 1] += s.kl;
+    const int blk = dt->d.cfg.block, m_len = dt->m_accept + blk - 1;
+    o->sums[m_len] += s.blocks;
+    o->counts[m_len] += s.blocks;
+    for (int i = 1; i < blk; i++) {
+        o->sums[dt->m_accept + i - 1] += s.reached[i];
+        o->counts[dt->m_accept + i - 1] += s.blocks;
+        o->sums[m_len] += s.reached[i];
+    }
+    return 0;
+}
+
+// The draft's metrics, after the objective's own (a draft's objective has
+// none): with a KL term the loss's parts (steps and evaluations), and the
+// acceptance (evaluations only), its length plotted.
+static void draft_metrics(DraftTrain *dt, Objective *o) {
+    _Static_assert(2 + DRAFT_MAX_BLOCK <= OBJECTIVE_MAX_METRICS, "the objective holds a draft's metrics");
+    dt->m_ce = -1;
+    if (dt->mix.kl_weight > 0) {
+        dt->m_ce = o->n_metrics;
+        o->metric[o->n_metrics++] = "ce";
+        o->metric[o->n_metrics++] = "kl";
+        o->plotted[dt->m_ce + 1] = 1;
+    }
+    const int blk = dt->d.cfg.block;
+    dt->m_accept = o->n_metrics;
+    for (int i = 1; i <= blk; i++) {
+        char *name = dt->accept_name[i];
+        if (i < blk) snprintf(name, sizeof dt->accept_name[i], "accept_%d", i);
+        else snprintf(name, sizeof dt->accept_name[i], "accept_length");
+        o->eval_only[o->n_metrics] = 1;
+        o->metric[o->n_metrics++] = name;
+    }
+    o->plotted[o->n_metrics - 1] = 1;
+    o->eval_metrics = 1;
 }
 
 static int draft_save(Trainee *t, const char *path, const TrainState *st, PtError *e) {
@@ -364,5 +434,6 @@ int draft_trainee_open(Trainee *t, const TraineeSetup *s, PtError *e) {
     t->tt = &dt->d.tt;
     t->params = dt->params;
     t->samples = 0;   // the target does not change
+    draft_metrics(dt, t->obj);
     return 0;
 }

@@ -12,6 +12,10 @@
 // q is a response token); p itself is a response token followed by one.
 // Anchors are drawn per sequence from a seed the trainer derives from
 // (train.seed, step, micro-batch, rank), so a resumed run draws the same.
+// With [draft] kl_weight > 0 each row's loss adds the KL divergence from the
+// target's own next-token distribution at the position predicting the same
+// token (DraftLossMix): the target's final hidden states of that pass,
+// gathered at the block rows only.
 #pragma once
 #include "../data/dataset.h"
 #include "../data/loader.h"
@@ -21,8 +25,16 @@
 
 typedef struct {
     int *block_tokens, *targets, *anchors, *ctx_lo;   // host: DraftInput's arrays for one micro-batch
-    double weight;                           // the sum of the loss weights of its rows with a target
+    int *target_rows;         // host [blk*S]: the target's row (of B*T) whose next token row i*S+s predicts
+    double weight;            // the sum of the loss weights of its rows with a target
 } DraftBlocks;
+
+// An evaluation's sums (draft_train_eval), for one rank.
+typedef struct {
+    double loss, weight;      // the weighted loss and the sum of its weights
+    double ce, kl;            // the weighted sums of the loss's parts
+    double blocks, reached[DRAFT_MAX_BLOCK];   // draft_acceptance's counts
+} DraftEvalSums;
 
 typedef struct {
     Draft d;                  // host: the draft, as checkpoints write it
@@ -35,6 +47,11 @@ typedef struct {
     DraftBlocks *blocks;
     int *cand;                // [T] scratch: a sequence's candidate anchors
     int *column;              // with a vocabulary: [V] token -> its column, -1 outside it
+    DraftLossMix mix;         // [draft] ce_weight, kl_weight; target_h: the gathered rows below
+    float *target_h;          // device [blk*S, H] with kl_weight > 0: the target's final hidden states at the rows
+    int *target_rows;         // device [blk*S]: the rows gathered
+    char accept_name[DRAFT_MAX_BLOCK + 1][24];   // the acceptance metrics' names
+    int m_ce, m_accept;       // the trainee's metrics: ce and kl (-1: none), accept_1.. and accept_length
     Device *dev;
 } DraftTrain;
 
@@ -69,9 +86,10 @@ static inline const TensorTable *draft_train_table(const DraftTrain *dt) { retur
 
 // The draft's weighted loss over the dataset as eval_loss_sums passes it
 // (fixed loader seed, blocks from a fixed seed and the global batch index):
-// the rank's sums of weighted losses and of weights.
+// the rank's sums of weighted losses, of weights and of the loss's parts, and
+// how far verification would accept its blocks (draft_acceptance).
 int draft_train_eval(DraftTrain *dt, Model *target, const Dataset *d, long max_batches, int rank, int world,
-                     double *sum, double *weight, PtError *e);
+                     DraftEvalSums *out, PtError *e);
 // The draft checkpoint at path: with st, the AdamW moments of dp and the
 // training state too. Every rank calls it (dp gathers the moments).
 int draft_train_save(DraftTrain *dt, DataParallel *dp, const char *path, const TrainState *st, PtError *e);

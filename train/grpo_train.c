@@ -25,6 +25,9 @@
 // The metrics, as TRL's GRPOTrainer names them; rewards/<name>/mean follow.
 enum { M_REWARD, M_REWARD_STD, M_ZERO_STD, M_LENGTH, M_CLIPPED, M_KL, M_CLIP_LOW, M_CLIP_HIGH, M_ROLLOUT_TPS,
        M_FIXED };
+// At most SLOT_METRICS of them (a slot of the rollout buffer file stores that many).
+enum { SLOT_METRICS = 16 };
+_Static_assert((int)SLOT_METRICS <= (int)OBJECTIVE_MAX_METRICS, "the objective holds GRPO's metrics");
 static const char *const metric_names[M_FIXED] = {
     "reward", "reward_std", "frac_reward_zero_std", "completions/mean_length", "completions/clipped_ratio", "kl",
     "clip_ratio/low_mean", "clip_ratio/high_mean", "rollout_tokens_per_s"};
@@ -127,7 +130,7 @@ static int score(Objective *o, Grpo *g, double *advantage, PtError *e) {
         const int rc = rewards_score(&g->rewards, &in, g->values + (size_t)c * nr, &g->total[c], e);
         free(text);
         if (rc) return -1;
-        for (int k = 0; k < nr && M_FIXED + k < OBJECTIVE_MAX_METRICS; k++) {
+        for (int k = 0; k < nr && M_FIXED + k < SLOT_METRICS; k++) {
             o->sums[M_FIXED + k] += g->values[(size_t)c * nr + k];
             o->counts[M_FIXED + k] += 1;
         }
@@ -243,8 +246,8 @@ static int slot_arrays(const Grpo *g, struct Slot *sl, SlotArray a[16]) {
     a[n++] = (SlotArray){"last", H5T_NATIVE_INT, sl->last, B};
     a[n++] = (SlotArray){"old_logp", H5T_NATIVE_FLOAT, sl->old_logp, BT};
     if (sl->ref_logp) a[n++] = (SlotArray){"ref_logp", H5T_NATIVE_FLOAT, sl->ref_logp, BT};
-    a[n++] = (SlotArray){"metric_sums", H5T_NATIVE_DOUBLE, sl->sums, OBJECTIVE_MAX_METRICS};
-    a[n++] = (SlotArray){"metric_counts", H5T_NATIVE_DOUBLE, sl->counts, OBJECTIVE_MAX_METRICS};
+    a[n++] = (SlotArray){"metric_sums", H5T_NATIVE_DOUBLE, sl->sums, SLOT_METRICS};
+    a[n++] = (SlotArray){"metric_counts", H5T_NATIVE_DOUBLE, sl->counts, SLOT_METRICS};
     return n;
 }
 
@@ -410,7 +413,7 @@ int grpo_objective_open(Objective *o, PtError *e) {
     if (parse_rewards(&g->rewards, r->rl.rewards, e)) return -1;
     o->n_metrics = M_FIXED;
     for (int k = 0; k < M_FIXED; k++) o->metric[k] = metric_names[k];
-    for (int k = 0; k < g->rewards.n && M_FIXED + k < OBJECTIVE_MAX_METRICS; k++) {
+    for (int k = 0; k < g->rewards.n && M_FIXED + k < SLOT_METRICS; k++) {
         char label[sizeof g->reward_name[k]];
         reward_label(&g->rewards.r[k], label, sizeof label);
         memcpy(g->reward_name[k], label, sizeof label);

@@ -8,7 +8,8 @@
 // (distillation's parts, the preference rewards); each is reported as its
 // sum over the count the loss is averaged over (tokens, groups, pairs), or
 // over a count of its own (counts[k] > 0 after a step: a rollout's rewards
-// per completion, its tokens per second of sampling).
+// per completion, its tokens per second of sampling). What an evaluation
+// alone measures (a draft's acceptance) is marked eval_only.
 //
 // A new objective: an ObjectiveOps table in its own file, a row in
 // objective_open (choose.c), and its dataset kind in objective_dataset_kind.
@@ -21,7 +22,8 @@
 #include "../model/bundle.h"
 #include "recipe.h"
 
-enum { OBJECTIVE_MAX_METRICS = 16 };
+// (a draft's: its loss parts, its acceptance at each of up to 63 block positions and their length)
+enum { OBJECTIVE_MAX_METRICS = 72 };
 _Static_assert((int)OBJECTIVE_MAX_METRICS <= (int)COMM_SUM_MAX, "the trainer sums the metrics over the ranks in one call");
 
 typedef struct Objective Objective;
@@ -81,6 +83,7 @@ struct Objective {
     double sums[OBJECTIVE_MAX_METRICS];          // summed by the heads' passes since objective_reset
     double counts[OBJECTIVE_MAX_METRICS];        // a metric's own count, summed likewise (0: the loss's)
     int eval_metrics;                            // evaluations report them too (prefixed val_)
+    int eval_only[OBJECTIVE_MAX_METRICS];        // summed by evaluations alone: not on a step's line or curve
     int plotted[OBJECTIVE_MAX_METRICS];          // a panel of loss.svg each
     int progress_metric;                         // 1 + the metric the progress line shows; 0: none
     double flops_per_token;                      // what the loss adds to a step's FLOPs (a teacher's forward)

@@ -175,6 +175,12 @@ static const KeySpec KEYS[] = {
      "blocks drawn per training sequence, each at a response token followed by another"},
     {"draft", "loss_decay", KT_FLOAT, F(draft.loss_decay), "7", "(0, 1e6]", NULL, 0,
      "block position i of the loss weighs exp(-(i-1)/loss_decay): the first drafted tokens count most"},
+    {"draft", "ce_weight", KT_FLOAT, F(draft.ce_weight), "1", "[0, 1e6]", NULL, 0,
+     "the weight of the cross-entropy on the target's token at each block position"},
+    {"draft", "kl_weight", KT_FLOAT, F(draft.kl_weight), "0", "[0, 1e6]", NULL, 0,
+     "the weight of the KL divergence of the draft from the int4 target's own next-token distribution at each "
+     "block position (the forward KL, target to draft); 0 = the cross-entropy alone. Both are weighted by the "
+     "position's loss_decay weight"},
     {"draft", "vocab", KT_INT, F(draft.vocab), "0", "[0, 2147483647]", NULL, 0,
      "the draft proposes only the `vocab` tokens most frequent in the training data's responses (its lm_head in "
      "the MNN package keeps only their rows); 0 = every token"},
@@ -592,6 +598,8 @@ static int draft_check(const Recipe *r, const char *src, PtError *e) {
     if (r->train.mode != TRAIN_MODE_SFT)
         return pt_fail(e, "%s: [draft] needs train.mode = sft (its blocks start at response tokens), not %s", src,
                        train_mode_name(r->train.mode));
+    if (r->draft.ce_weight == 0 && r->draft.kl_weight == 0)
+        return pt_fail(e, "%s: [draft] ce_weight and kl_weight are both 0: the draft's loss would be nothing", src);
     return 0;
 }
 

@@ -113,6 +113,7 @@ typedef struct {
         int d_ff;                     // 0 = the target's
         int anchors;                  // blocks drawn per training sequence
         float loss_decay;             // block position i weighs exp(-(i-1)/loss_decay)
+        float ce_weight, kl_weight;   // a row's loss: ce_weight CE + kl_weight KL(target || draft)
         int vocab;                    // tokens the draft proposes (draft_pick_vocab); 0 = all
     } draft;
     struct {

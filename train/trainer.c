@@ -502,7 +502,8 @@ int train_run(const Recipe *r, Comm *comm, volatile sig_atomic_t *stop, PtError 
         } else {
             t.st.bad_steps = 0;
             series_add(&t.curve[CURVE(0, 0)], t.st.step, loss);
-            for (int k = 0; k < t.obj.n_metrics; k++) series_add(&t.curve[CURVE(1 + k, 0)], t.st.step, t.step_metrics[k]);
+            for (int k = 0; k < t.obj.n_metrics; k++)
+                if (!t.obj.eval_only[k]) series_add(&t.curve[CURVE(1 + k, 0)], t.st.step, t.step_metrics[k]);
         }
         if (t.lead) {
             float lr = schedule_lr(&t.sched, t.adam.lr, t.st.step - 1);
@@ -512,7 +513,8 @@ int train_run(const Recipe *r, Comm *comm, volatile sig_atomic_t *stop, PtError 
                                   loss, "lr", (double)lr, "grad_norm", norm, "tokens_per_s", tok_s, "mfu", mfu,
                                   "elapsed_s", now_seconds() - start, "tokens", (json_int_t)t.st.tokens);
             if (comm->world > 1) json_object_set_new(j, "comm_s", json_real(comm->seconds - comm_t0));
-            for (int k = 0; k < t.obj.n_metrics; k++) json_object_set_new(j, t.obj.metric[k], json_real(t.step_metrics[k]));
+            for (int k = 0; k < t.obj.n_metrics; k++)
+                if (!t.obj.eval_only[k]) json_object_set_new(j, t.obj.metric[k], json_real(t.step_metrics[k]));
             if (stopped || t.st.step == stop_at) run_data_report(&t.data, NULL, j);   // this invocation's last step
             run_dir_append_metrics(t.dir, j);
             double now = now_seconds();
