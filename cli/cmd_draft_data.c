@@ -148,7 +148,8 @@ int cmd_draft_data(int argc, char **argv) {
     Tokenizer *tok = NULL;
     DatasetWriter *w = NULL;
     OpenModel om;
-    OpenOptions oo = {.int4 = 1, .threads = threads};
+    // With few rows the sampler's passes read the int4 weights packed.
+    OpenOptions oo = {.int4 = 1, .threads = threads, .pack_int4 = batch <= PACKED_MAX_ROWS};
     if (open_model(&om, ckpt, &oo, &e)) { fprintf(stderr, "pocket draft-data: %s\n", e.msg); return 1; }
     int rc = 1;
     Counts c = {0};

@@ -108,6 +108,7 @@ static int generate_file(const char *ckpt, const char *batch_file, const char *o
     PtError e;
     OpenModel om;
     oo->int4 = int4;
+    oo->pack_int4 = bo->rows <= PACKED_MAX_ROWS;   // few rows: the sampler's passes read the int4 weights packed
     if (open_model(&om, ckpt, oo, &e)) { fprintf(stderr, "pocket generate: %s\n", e.msg); return 1; }
     Tokenizer *tok = NULL;
     int rc = 1;
@@ -189,6 +190,7 @@ int cmd_generate(int argc, char **argv) {
         return 2;
     }
     oo.int4 = int4 || draft_path;   // a draft drafts for the int4 weights it was trained against
+    oo.pack_int4 = 1;               // one sequence: its decode steps read the int4 weights packed
     // With a draft, a refusal (other weights, a block the target cannot take) is the only line: what open_model
     // says is held back until the draft is accepted.
     char *held = NULL;

@@ -113,6 +113,11 @@ int open_model(OpenModel *om, const char *ckpt, const OpenOptions *o, PtError *e
     om->params = dev_mirror(&om->dev, om->b.params, bytes, "weights");
     if (om->int4) om->int4_weights = dev_mirror(&om->dev, om->int4_host, bytes, "int4 weights");
     model_init(&om->m, &om->dev, &om->b.cfg, &om->b.tt, om->int4 ? om->int4_weights : om->params, &o->numerics);
+    if (om->int4 && o->pack_int4 && o->numerics.matmul == MATMUL_FP32 && om->dev.be->pack_int4) {
+        om->packed = xcalloc(1, sizeof *om->packed, "packed int4 weights");
+        qat_pack(&om->dev, &om->q, &om->b.tt, om->b.params, om->packed);
+        model_use_packed(&om->m, om->packed);
+    }
     if (o->lora) {
         om->lora_params = dev_mirror(&om->dev, om->ad.params, om->ad.tt.total * sizeof(float), "LoRA adapter");
         model_use_lora(&om->m, &om->ad.cfg, &om->ad.tt, om->lora_params);
@@ -127,6 +132,8 @@ int open_model(OpenModel *om, const char *ckpt, const OpenOptions *o, PtError *e
 
 void open_model_close(OpenModel *om) {
     model_free(&om->m);
+    if (om->packed) qat_pack_free(&om->dev, om->packed);
+    free(om->packed);
     if (om->dev.be) {
         dev_unmirror(&om->dev, om->int4_weights, om->int4_host);
         dev_unmirror(&om->dev, om->lora_params, om->ad.params);

@@ -23,6 +23,8 @@ typedef struct {
     const char *lora;          // an adapter checkpoint to run with (NULL: none); it must be the base's
     int int4_weights;          // open_checkpoint with int4: also the int4 model's weights (int4_host); open_model
                                // always makes them, and an adapter's base hash needs them
+    int pack_int4;             // open_model with int4 and fp32 products: the projections also packed as int4
+                               // (qat_pack) for the passes of a few rows that decoding makes; the same bits
 } OpenOptions;
 
 typedef struct {
@@ -35,6 +37,7 @@ typedef struct {
     float *int4_weights;       // and on the device
     LoraAdapter ad;            // opts.lora: the adapter (host memory)
     float *lora_params;        // and on the device
+    PackedViews *packed;       // pack_int4: the packed int4 weights m reads where it can, else NULL
     Model m;                   // over int4_weights, else params (and the adapter)
 } OpenModel;
 

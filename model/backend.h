@@ -65,6 +65,12 @@ typedef struct {
 
 typedef struct Device Device;
 
+// A weight matrix packed once in a backend's own layout for forward passes of
+// at most PACKED_MAX_ROWS rows (decoding, a sampler's rows): W[rows, cols] as
+// the int4 grid's codes and parameters (the CPU's layout: model/ops/matmul_kernels.h).
+typedef struct PackedWeight PackedWeight;
+#define PACKED_MAX_ROWS 8
+
 // Every op as (Device *, the op's arguments). Shapes and conventions of each
 // are documented once, at the CPU kernel of the same name in ops/ops.h.
 typedef struct {
@@ -121,6 +127,16 @@ typedef struct {
                                  const uint8_t *mask, int N, int C, int V, float scale, const DistillTarget *t,
                                  DistillSums *sums, int *count, MatmulPrecision p);
     void (*a16_round)(Device *d, float *x, size_t n, int mode);
+    // ---- packed weights (NULL where the backend has none: the model reads
+    // the float weights). pack_int4 takes host codes [rows*cols] (one a
+    // byte) and the grid's scale and zero [rows*cols/group] (int4_grid.h);
+    // the product gives out[N, rows] = inp[N, cols] W^T, N <= PACKED_MAX_ROWS
+    // and 4N <= rows, with the bits matmul_forward (MATMUL_FP32) gives on the
+    // dequantized W (the CPU: its fp32 driver's k blocks and order).
+    PackedWeight *(*pack_int4)(Device *d, const QuantSpec *q, const uint8_t *codes, int64_t rows, int64_t cols,
+                               const float *scale, const float *zero);
+    void (*packed_release)(Device *d, PackedWeight *w);
+    void (*matmul_forward_packed)(Device *d, float *out, const float *inp, const PackedWeight *w, int N);
     // ---- optimizer
     void (*adamw_step)(Device *d, float *params, const float *grads, float *m, float *v, const TensorTable *tt,
                        const AdamWConfig *c, float lr, long step);

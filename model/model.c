@@ -170,6 +170,19 @@ static size_t allocate_plan(Model *m, int B, int T, int training, int cache_len)
 void model_init_like(Model *m, const Model *src) {
     model_init(m, src->dev, &src->cfg, src->tt, src->weights, &src->opt);
     if (src->lora) model_use_lora(m, src->lora, src->lora_tt, src->lora_weights);
+    m->packed = src->packed;
+}
+
+void model_use_packed(Model *m, const PackedViews *pv) { m->packed = pv; }
+
+// y[N, OC] = x[N, C] W^T: from W's packed form (the same bits) when the model
+// has one and the pass is few rows with fp32 products, else the matmul op.
+static void project(Model *m, float *y, const float *x, const float *W, const PackedWeight *packed, int N, int C,
+                    int OC) {
+    if (packed && N <= PACKED_MAX_ROWS && 4 * N <= OC && m->opt.matmul == MATMUL_FP32)
+        OP(m->dev, matmul_forward_packed, y, x, packed, N);
+    else
+        OP(m->dev, matmul_forward, y, x, W, N, C, OC, m->opt.matmul);
 }
 
 int model_plan(Model *m, int B, int T, int training, FILE *log, PtError *e) {
@@ -324,11 +337,11 @@ static void lora_backward(Model *m, const Pass *ps, int l, int t, int slot, cons
 static void block_forward(Model *m, const Pass *ps, int l, int slot, const float *x_in, float *x_out) {
     const ModelConfig *c = &m->cfg;
     const LayerViews *w = &m->w.layer[l];
+    const PackedLayer *pk = m->packed ? &m->packed->layer[l] : NULL;
     Device *d = m->dev;
     Activations *a = &m->a;
     const int N = ps->N, H = c->d_model, F = c->d_ff, hd = c->head_dim, nq = c->n_head, nkv = c->n_kv_head;
     const int Q = nq * hd, KV = nkv * hd, a16 = m->opt.a16;
-    const MatmulPrecision p = m->opt.matmul;
     const size_t rows = (size_t)slot * m->B * m->T;   // the slot's first row
     float *ln1 = a->ln1 + rows * H, *q = a->q + rows * Q, *att = a->att + rows * Q, *x_mid = a->x_mid + rows * H;
     float *ln2 = a->ln2 + rows * H, *gate = a->gate + rows * F, *up = a->up + rows * F, *act = a->act + rows * F;
@@ -347,9 +360,9 @@ static void block_forward(Model *m, const Pass *ps, int l, int slot, const float
     // attention: norm -> q/k/v -> per-head QK-norm -> RoPE -> causal GQA -> o_proj -> residual
     OP(d, rmsnorm_forward, ln1, a->ln1_rstd + rows, x_in, w->ln1, N, H, c->norm_eps);
     OP(d, a16_round, ln1, (size_t)N * H, a16);
-    OP(d, matmul_forward, q_raw, ln1, w->wq, N, H, Q, p);
-    OP(d, matmul_forward, k_raw, ln1, w->wk, N, H, KV, p);
-    OP(d, matmul_forward, v, ln1, w->wv, N, H, KV, p);
+    project(m, q_raw, ln1, w->wq, pk ? pk->wq : NULL, N, H, Q);
+    project(m, k_raw, ln1, w->wk, pk ? pk->wk : NULL, N, H, KV);
+    project(m, v, ln1, w->wv, pk ? pk->wv : NULL, N, H, KV);
     for (int t = LORA_Q; t <= LORA_V; t++) {
         float *y = t == LORA_Q ? q_raw : t == LORA_K ? k_raw : v;
         lora_in(m, ps, l, t, slot, ln1, N);
@@ -377,7 +390,7 @@ static void block_forward(Model *m, const Pass *ps, int l, int slot, const float
     else   // a batch, or a cache's first rows: plain causal attention over them
         OP(d, attention_forward, att, a->lse + rows * nq, q, k, v, ps->seg, ps->B, ps->T, nq, nkv, hd);
     OP(d, a16_round, att, (size_t)N * Q, a16);
-    OP(d, matmul_forward, a->proj, att, w->wo, N, Q, H, p);
+    project(m, a->proj, att, w->wo, pk ? pk->wo : NULL, N, Q, H);
     lora_in(m, ps, l, LORA_O, slot, att, N);
     lora_out(m, l, LORA_O, slot, a->proj, N);
     OP(d, a16_round, a->proj, (size_t)N * H, a16);
@@ -386,8 +399,8 @@ static void block_forward(Model *m, const Pass *ps, int l, int slot, const float
     // MLP: norm -> gate/up -> SwiGLU -> down -> residual
     OP(d, rmsnorm_forward, ln2, a->ln2_rstd + rows, x_mid, w->ln2, N, H, c->norm_eps);
     OP(d, a16_round, ln2, (size_t)N * H, a16);
-    OP(d, matmul_forward, gate, ln2, w->wgate, N, H, F, p);
-    OP(d, matmul_forward, up, ln2, w->wup, N, H, F, p);
+    project(m, gate, ln2, w->wgate, pk ? pk->wgate : NULL, N, H, F);
+    project(m, up, ln2, w->wup, pk ? pk->wup : NULL, N, H, F);
     lora_in(m, ps, l, LORA_GATE, slot, ln2, N);
     lora_out(m, l, LORA_GATE, slot, gate, N);
     lora_in(m, ps, l, LORA_UP, slot, ln2, N);
@@ -398,7 +411,7 @@ static void block_forward(Model *m, const Pass *ps, int l, int slot, const float
     OP(d, a16_round, act, (size_t)N * F, a16);
     lora_in(m, ps, l, LORA_DOWN, slot, act, N);   // a recompute needs it too
     if (!x_out) return;
-    OP(d, matmul_forward, a->proj, act, w->wdown, N, F, H, p);
+    project(m, a->proj, act, w->wdown, pk ? pk->wdown : NULL, N, F, H);
     lora_out(m, l, LORA_DOWN, slot, a->proj, N);
     OP(d, a16_round, a->proj, (size_t)N * H, a16);
     OP(d, residual_forward, x_out, x_mid, a->proj, (size_t)N * H);
@@ -576,6 +589,18 @@ double model_forward_backward_head(Model *m, const ModelInput *in, const LossHea
     return run(m, in, head, 1, grad_scale, NULL, count);
 }
 
+// logits [rows, V] of the final-normed rows in m->a.lnf: through the packed
+// lm_head as project() would take it, else the classifier without targets.
+static void head_logits(Model *m, float *logits, int rows) {
+    const int H = m->cfg.d_model, V = m->cfg.vocab_size;
+    const PackedWeight *packed = m->packed ? m->packed->lm_head : NULL;
+    if (packed && rows <= PACKED_MAX_ROWS && m->opt.matmul == MATMUL_FP32)
+        project(m, logits, m->a.lnf, m->w.lm_head, packed, rows, H, V);
+    else
+        OP(m->dev, classifier, NULL, NULL, logits, m->a.lnf, m->w.lm_head, NULL, NULL, rows, H, V, 0.0f, NULL,
+           m->opt.matmul);
+}
+
 void model_feed_rows(Model *m, const int *tokens, float *logits) {
     const int R = m->cache_rows;
     if (!m->rows_plan || m->B != R) die("model_feed_rows: the model is not planned for %d sequences", R);
@@ -589,8 +614,7 @@ void model_feed_rows(Model *m, const int *tokens, float *logits) {
     for (int r = 0; r < R; r++) m->row_pos[r]++;
     OP(m->dev, rmsnorm_forward, m->a.lnf, m->a.lnf_rstd, layer_input(m, c->n_layer), m->w.lnf, R, c->d_model,
        c->norm_eps);
-    OP(m->dev, classifier, NULL, NULL, logits, m->a.lnf, m->w.lm_head, NULL, NULL, R, c->d_model, c->vocab_size, 0.0f,
-       NULL, m->opt.matmul);
+    head_logits(m, logits, R);
 }
 
 void model_set_row_pos(Model *m, int r, int pos) {
@@ -633,6 +657,6 @@ void model_feed(Model *m, const int *tokens, int n, float *all_logits) {
     const float *x = layer_input(m, c->n_layer) + (size_t)first * H;
     OP(d, rmsnorm_forward, m->a.lnf, m->a.lnf_rstd, x, m->w.lnf, rows, H, c->norm_eps);
     float *logits = all_logits ? all_logits : m->last_logits;
-    OP(d, classifier, NULL, NULL, logits, m->a.lnf, m->w.lm_head, NULL, NULL, rows, H, V, 0.0f, NULL, m->opt.matmul);
+    head_logits(m, logits, rows);
     if (all_logits) OP(d, copy, m->last_logits, all_logits + (size_t)(n - 1) * V, (size_t)V * sizeof(float));
 }

@@ -46,6 +46,17 @@ typedef struct {
     int a16;                  // A16_*: matmul inputs and outputs rounded to 16 bits, as the phone's runtime
 } ModelOptions;
 
+// The projections' weights packed by the backend (backend.h's pack_int4),
+// which passes of at most PACKED_MAX_ROWS rows read in place of the float
+// weights (model_use_packed); a NULL entry reads the float weights.
+typedef struct {
+    PackedWeight *wq, *wk, *wv, *wo, *wgate, *wup, *wdown;
+} PackedLayer;
+typedef struct {
+    PackedLayer layer[MAX_LAYERS];
+    PackedWeight *lm_head;
+} PackedViews;
+
 // Activations saved by the forward for the backward, each [L][N, width]; with
 // recompute on, or without training, [1][N, width] (one layer's slot) except x.
 typedef struct {
@@ -90,6 +101,7 @@ struct Model {
     const TensorTable *lora_tt;
     float *lora_weights;        // the adapter's weights (device memory laid out by lora_tt, the caller's)
     LoraViews la, lg;           // views of lora_weights and of the adapter's gradients
+    const PackedViews *packed;  // model_use_packed's, or NULL
     float *lora_u;              // [slots][LORA_N_TARGETS][B*T, r]: (alpha/r) x A^T, kept for dB
     // [B*T, widest projection input or output]: (alpha/r) x A^T B^T before it
     // is added; with dropout, dropout(x) for A (rebuilt in the backward). The
@@ -146,6 +158,12 @@ void model_free(Model *m);
 // Points the views at other weights laid out by the same table (QAT's
 // fake-quantized weights, int4 inference).
 void model_use_weights(Model *m, float *weights);
+// Lets passes of at most PACKED_MAX_ROWS rows with fp32 matmuls read the
+// packed weights of pv (the caller's; it outlives the model, NULL: none)
+// where it has them; each must hold the very values of the float weights the
+// model runs on (the int4 model's: qat_pack), as the products then give the
+// same bits. Models made by model_init_like share them.
+void model_use_packed(Model *m, const PackedViews *pv);
 // Attaches an adapter (configuration and table: the caller's, they outlive the
 // model) over `weights` (device memory laid out by tt). Before model_plan; a
 // later call with the same configuration only moves the views.

@@ -394,3 +394,59 @@ void qat_run_sync(QatRun *run, long step, float *master) {
     // decay on their zero gradient are overwritten here).
     if (qat_run_active(run, step)) qat_frozen_sync(run->dev, &run->dq, run->tt, master);
 }
+
+// Where a packed tensor goes in the views: the projections by kind, the
+// lm_head (the embedding, when tied) as the head.
+static PackedWeight **packed_slot(PackedViews *pv, const TensorTable *tt, const TensorInfo *t) {
+    PackedLayer *pl = t->layer >= 0 ? &pv->layer[t->layer] : NULL;
+    switch (t->kind) {
+    case T_WQ: return &pl->wq;
+    case T_WK: return &pl->wk;
+    case T_WV: return &pl->wv;
+    case T_WO: return &pl->wo;
+    case T_WGATE: return &pl->wgate;
+    case T_WUP: return &pl->wup;
+    case T_WDOWN: return &pl->wdown;
+    case T_LMHEAD: return &pv->lm_head;
+    case T_EMBED: return tt->tied ? &pv->lm_head : NULL;
+    default: return NULL;
+    }
+}
+
+void qat_pack(Device *d, const QatState *q, const TensorTable *tt, const float *master, PackedViews *pv) {
+    memset(pv, 0, sizeof *pv);
+    if (!d->be->pack_int4) return;
+    uint8_t *codes = NULL;
+    size_t cap = 0;
+    for (int i = 0; i < q->n; i++) {
+        const QatTensor *qt = &q->t[i];
+        const TensorInfo *t = &tt->t[qt->tensor];
+        PackedWeight **slot = packed_slot(pv, tt, t);
+        if (!slot) continue;
+        const uint8_t *c = qat_codes_of(q, qt);
+        if (!c) {
+            if (t->numel > cap) {
+                free(codes);
+                cap = t->numel;
+                codes = xmalloc(cap, "int4 codes to pack");
+            }
+            quant_codes(&q->spec, master + t->offset, qt->rows, qt->cols, q->scale + qt->offset,
+                        q->zero + qt->offset, codes);
+            c = codes;
+        }
+        *slot = OP(d, pack_int4, &q->spec, c, qt->rows, qt->cols, q->scale + qt->offset, q->zero + qt->offset);
+    }
+    free(codes);
+}
+
+void qat_pack_free(Device *d, PackedViews *pv) {
+    if (!d->be->packed_release) return;
+    for (int l = 0; l < MAX_LAYERS; l++) {
+        PackedLayer *pl = &pv->layer[l];
+        PackedWeight *w[7] = {pl->wq, pl->wk, pl->wv, pl->wo, pl->wgate, pl->wup, pl->wdown};
+        for (int k = 0; k < 7; k++)
+            if (w[k]) d->be->packed_release(d, w[k]);
+    }
+    if (pv->lm_head) d->be->packed_release(d, pv->lm_head);
+    memset(pv, 0, sizeof *pv);
+}

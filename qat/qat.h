@@ -17,7 +17,7 @@
 // inside a step, so calling it once on the summed gradient equals calling it
 // per micro-batch.
 #pragma once
-#include "../model/backend.h"
+#include "../model/model.h"
 
 typedef struct {
     int tensor;         // row of the TensorTable
@@ -78,6 +78,13 @@ void qat_forward_weights(Device *d, const QatState *q, const TensorTable *tt, co
 // The same on the host, without a device: host buffers, the grid's functions
 // (int4_grid.h) on `threads` OpenMP threads (0: OpenMP's count). The same bits.
 void qat_host_weights(const QatState *q, const TensorTable *tt, const float *master, float *out, int threads);
+
+// The int4 model's projections and lm_head packed by d's backend (pack_int4)
+// into pv, for model_use_packed: each tensor's codes (the frozen ones, else
+// quant_codes of the host master), so the packed weights are exactly what
+// qat_host_weights gives. Where the backend packs nothing, pv stays all NULL.
+void qat_pack(Device *d, const QatState *q, const TensorTable *tt, const float *master, PackedViews *pv);
+void qat_pack_free(Device *d, PackedViews *pv);
 
 // Gradient w.r.t. the master weights from the gradient w.r.t. the effective
 // weights (grad_master may equal grad_eff: done in place): quant_backward on

@@ -3,8 +3,9 @@
 // it: `rows` jobs at once (default 64), each a 16-token prompt and `new`
 // greedy tokens (default 64; no stop, so every job makes all of them), with
 // bf16 and with fp32 matmuls; then one job alone (128 new tokens), as
-// `pocket generate` decodes, in fp32 (the numerics `--int4` runs: the int4
-// values held as floats, so its speed is fp32's) and bf16.
+// `pocket generate` decodes: on the int4 model (group 64, round to nearest)
+// through its packed weights (qat_pack), as `--int4` runs, and in fp32 and
+// bf16 on the float weights.
 // Prints new tokens/s and the useful GFLOP/s (each new token's forward:
 // 2 x the matmul parameters plus attention over the positions before it;
 // the prompt's forward is counted too) as a fraction of this machine's peak
@@ -17,6 +18,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include "../model/sampler.h"
+#include "../qat/qat.h"
 #include "bench_bf16_peak.h"
 #include "bench_header.h"
 #include "test_model_util.h"
@@ -38,7 +40,7 @@ typedef struct {
     double tok_s, gflops;
 } Result;
 
-static Result run(const char *preset, int bf16, int rows, int jobs_n, int new_tokens, int reps) {
+static Result run(const char *preset, int bf16, int int4, int rows, int jobs_n, int new_tokens, int reps) {
     PtError e;
     ModelConfig cfg;
     if (config_preset(&cfg, preset, &e)) die("%s", e.msg);
@@ -48,6 +50,23 @@ static Result run(const char *preset, int bf16, int rows, int jobs_n, int new_to
     TestModel tm;
     ModelOptions opt = {0, bf16 ? MATMUL_BF16 : MATMUL_FP32, A16_OFF};
     test_model_from_bundle(&tm, &b, &opt);
+    // The int4 model: its float values for the passes of many rows (the
+    // prompt), its packed codes for the one-row decode steps.
+    QatState q;
+    PackedViews *pv = NULL;
+    float *int4_w = NULL;
+    if (int4) {
+        const QuantSpec spec = {QUANT_GROUP_DEFAULT, 0};
+        if (qat_init(&q, &tm.b.tt, &spec, cfg.tied_embeddings, 0, preset, &e) ||
+            qat_init_from_weights(&q, &tm.b.tt, tm.b.params, QAT_INIT_RTN, NULL, NULL, preset, &e))
+            die("%s", e.msg);
+        int4_w = xaligned(tm.b.tt.total * sizeof(float), "int4 weights");
+        qat_host_weights(&q, &tm.b.tt, tm.b.params, int4_w, 0);
+        model_use_weights(&tm.m, int4_w);
+        pv = xcalloc(1, sizeof *pv, "packed views");
+        qat_pack(&tm.dev, &q, &tm.b.tt, tm.b.params, pv);
+        model_use_packed(&tm.m, pv);
+    }
     Sampler s;
     if (sampler_init(&s, &tm.m, rows, PROMPT + new_tokens, &e)) die("%s", e.msg);
     GenParams gp;
@@ -74,6 +93,12 @@ static Result run(const char *preset, int bf16, int rows, int jobs_n, int new_to
     free(outs);
     free(jobs);
     sampler_free(&s);
+    if (int4) {
+        qat_pack_free(&tm.dev, pv);
+        free(pv);
+        free(int4_w);
+        qat_free(&q);
+    }
     test_model_free(&tm);
     return best;
 }
@@ -88,16 +113,17 @@ int main(int argc, char **argv) {
     bench_header("bench_sampler", &dev);
     const int threads = omp_get_max_threads();
     double fp32_peak = bench_peak(&dev, threads), bf16_peak = bf16_peak_gflops(&dev, threads);
-    const struct { int bf16, rows, jobs, new_tokens; const char *what; } CASES[] = {
-        {1, rows, rows, new_tokens, "batched, bf16 matmuls"},
-        {0, rows, rows, new_tokens, "batched, fp32 matmuls"},
-        {0, 1, 1, 128, "one sequence, fp32 (what generate --int4 runs)"},
-        {1, 1, 1, 128, "one sequence, bf16 matmuls"},
+    const struct { int bf16, int4, rows, jobs, new_tokens; const char *what; } CASES[] = {
+        {1, 0, rows, rows, new_tokens, "batched, bf16 matmuls"},
+        {0, 0, rows, rows, new_tokens, "batched, fp32 matmuls"},
+        {0, 1, 1, 1, 128, "one sequence, int4 packed (generate --int4)"},
+        {0, 0, 1, 1, 128, "one sequence, fp32"},
+        {1, 0, 1, 1, 128, "one sequence, bf16 matmuls"},
     };
     enum { N_CASES = sizeof CASES / sizeof CASES[0] };
     Result res[N_CASES];
     for (int k = 0; k < N_CASES; k++) {
-        res[k] = run(preset, CASES[k].bf16, CASES[k].rows, CASES[k].jobs, CASES[k].new_tokens, reps);
+        res[k] = run(preset, CASES[k].bf16, CASES[k].int4, CASES[k].rows, CASES[k].jobs, CASES[k].new_tokens, reps);
         printf("(%s, rows %d: %.1f new tokens/s)\n", CASES[k].what, CASES[k].rows, res[k].tok_s);
         fflush(stdout);
     }

@@ -305,6 +305,16 @@ size_t matmul_fp32_workspace_bytes(const MatmulKernel *kern, int threads) {
            (size_t)threads * thread_scratch(&s, NULL, kern, MA_MAX, KC_MAX_CT, 1);
 }
 
+// K is cut into equal blocks of at most KC_MAX floats, KC_MAX_CT when C is
+// column-major: such a C is written through a transpose, and every extra k
+// block reads it back, so K is taken in one block when it is not too long.
+int matmul_k_blocks(int K, int c_col_major, int *kc) {
+    const int kc_max = c_col_major && K <= KC_MAX_CT ? KC_MAX_CT : KC_MAX;
+    const int kblocks = (K + kc_max - 1) / kc_max;
+    *kc = (K + kblocks - 1) / kblocks;
+    return kblocks;
+}
+
 static void gemm(Device *d, const MatmulKernel *kern, int M, int N, int K, MatrixView A, MatrixView B, float *c,
                  ptrdiff_t c_rs, ptrdiff_t c_cs, int accumulate, int bf16) {
     if (M <= 0 || N <= 0) return;
@@ -317,11 +327,7 @@ static void gemm(Device *d, const MatmulKernel *kern, int M, int N, int K, Matri
     const int MR = kern->mr, NR = kern->nr;
     Gemm g = {.kern = kern, .M = M, .N = N, .K = K, .A = A, .B = B, .c = c, .c_rs = c_rs,
               .c_cs = c_cs, .accumulate = accumulate, .bf16 = bf16};
-    // A column-major C is written through a transpose, and every extra k
-    // block reads it back: take K in one block when it is not too long.
-    const int kc_max = c_cs != 1 && K <= KC_MAX_CT ? KC_MAX_CT : KC_MAX;
-    const int kblocks = (K + kc_max - 1) / kc_max;
-    g.kc = (K + kblocks - 1) / kblocks;
+    const int kblocks = matmul_k_blocks(K, c_cs != 1, &g.kc);
     // L1d: 32 KiB of 64 sets; L2: 1 MiB of 2048 sets (Zen 4; similar elsewhere).
     g.a_in_place = !bf16 && A.cs == 1 && spread_ok(A.rs * 4, MR, (ptrdiff_t)g.kc * 4, 64);
     g.b_in_place = !bf16 && B.cs == 1 && spread_ok(B.rs * 4, g.kc, (ptrdiff_t)NC_MAX * 4, 2048);

@@ -41,7 +41,7 @@ static void portable_tile(const MatmulTile *t) {
 #define PORT_LANES 1
 #endif
 
-static const MatmulKernel kernel_portable = {"portable", PORT_LANES, PORT_MR, PORT_NR, portable_tile, NULL, 0, NULL};
+static const MatmulKernel kernel_portable = {"portable", PORT_LANES, PORT_MR, PORT_NR, portable_tile, NULL, 0, NULL, 0, NULL};
 
 const MatmulKernel *matmul_kernel_portable(void) { return &kernel_portable; }
 

@@ -48,6 +48,38 @@ static inline void matmul_tile_store(const MatmulTile *t, const float *tmp, int 
 // each value is rounded to bf16 on the way (matmul_bf16_round's bits).
 typedef void (*MatmulPackFn)(float *dst, int width, const float *src, ptrdiff_t src_rs, int rows, int kc, int bf16);
 
+// ---------------------------------------------------------------- int4
+// W[rows, cols] on the int4 grid (int4_grid.h) packed for products with a
+// few rows (matmul_int4.c): strips of INT4_STRIP_ROWS rows, each 4 panels of
+// 16, read as one stream. Strip s holds its groups in order, group g in a
+// block of block_bytes at int4_block(w, s, g):
+//     64 fp16 scales, row 16q + j at [16q + j]; then 64 fp16 zero points (0 when symmetric)
+//     then the group's G/2 pairs (2i, 2i+1) of k, 64 bytes each: byte 16q + j
+//     holds the code of row 16q + j at 2i in its low nibble, at 2i + 1 in its high one
+// (the grid's values are fp16-exact, so fp16 keeps them whole). Rows past
+// `rows` hold code 8, scale 0, zero 0.
+#define INT4_STRIP_ROWS 64
+#define INT4_PARAM_BYTES 256
+#define INT4_KERNEL_ROWS 8    // rows of x a strip kernel takes at once
+#define INT4_MAX_K 1024       // k a strip kernel takes at once (the driver's k blocks are at most this long)
+struct PackedWeight {
+    int rows, cols, group;
+    int strips;               // ceil(rows / INT4_STRIP_ROWS)
+    size_t block_bytes;       // INT4_PARAM_BYTES + group * 32
+    uint8_t *data;
+};
+static inline const uint8_t *int4_block(const PackedWeight *w, int s, int g) {
+    return w->data + ((size_t)s * (w->cols / w->group) + g) * w->block_bytes;
+}
+
+// One strip's products with n <= INT4_KERNEL_ROWS rows of x over k in [k0, k1), inside one
+// k block of the fp32 driver: acc[n*INT4_STRIP_ROWS + r] =
+// sum_k w(64s + r, k) * x[n*ldx + k], from 0 and k in order, each weight
+// w = (code - 8) * scale + zero (exact product, so one rounding either way)
+// and each product added as the fp32 tile it stands for adds it (fma).
+typedef void (*MatmulInt4Fn)(const PackedWeight *w, int s, int k0, int k1, const float *x, ptrdiff_t ldx, int n,
+                             float *acc);
+
 struct MatmulKernel {
     const char *name;   // "avx512", "avx2+fma", "neon", "portable"
     int lanes;          // floats per vector it uses (16, 8, 4, 1; portable: the build's widest): its FMA peak
@@ -56,6 +88,8 @@ struct MatmulKernel {
     MatmulPackFn pack_t;   // vectorised transposing pack, or NULL for plain loops
     int pack_shared_b;     // the driver packs a B that every task shares rather than read it in place
     const MatmulBf16Kernel *bf16_round;   // the bf16 products on these tiles (see on_fp32), or NULL
+    int fma;               // the tile adds a product with one rounding (FMA); 0: rounds the product, then the sum
+    MatmulInt4Fn int4;     // the int4 strip with these tiles' sums, or NULL (matmul_int4.c's plain C)
 };
 
 // NULL when this CPU (or this build's architecture) cannot run that kernel.
@@ -67,6 +101,19 @@ const MatmulKernel *matmul_kernel_best(void);
 
 // Workspace of any fp32 product on this kernel (matmul.c).
 size_t matmul_fp32_workspace_bytes(const MatmulKernel *kern, int threads);
+// How the fp32 driver cuts K: returns the number of k blocks and their length
+// in *kc (the last may be shorter). Each block's products are summed from 0
+// in the tile's registers, then added to C (C column-major: the transposed
+// forward, out^T = W inp^T, taken when OC >= 4N).
+int matmul_k_blocks(int K, int c_col_major, int *kc);
+// The x86 int4 strips (matmul_kernels_x86.c); not defined off x86.
+void matmul_int4_strip_avx512(const PackedWeight *w, int s, int k0, int k1, const float *x, ptrdiff_t ldx, int n,
+                              float *acc);
+void matmul_int4_strip_avx2(const PackedWeight *w, int s, int k0, int k1, const float *x, ptrdiff_t ldx, int n,
+                            float *acc);
+// The plain C strip (matmul_int4.c), adding products as a kernel with `fma` does.
+void matmul_int4_strip_c(const PackedWeight *w, int s, int k0, int k1, const float *x, ptrdiff_t ldx, int n,
+                         float *acc, int fma);
 
 // The three products of matmul.c on fp32 kernel k, with both operands
 // rounded to bf16 in the packs when bf16_operands (a MatmulBf16Kernel's

@@ -226,7 +226,8 @@ static void neonbf16_pack(uint16_t *dst, int width, ptrdiff_t panel_stride, cons
 }
 
 static const MatmulBf16Kernel kernel_neon_round;
-static const MatmulKernel kernel_neon = {"neon", 4, NEON_MR, NEON_NR, neon_tile, neon_pack_t, 1, &kernel_neon_round};
+static const MatmulKernel kernel_neon = {"neon", 4, NEON_MR, NEON_NR, neon_tile, neon_pack_t, 1, &kernel_neon_round,
+                                         1, NULL};
 static const MatmulBf16Kernel kernel_neon_round = {"neon+round", NEON_MR, NEON_NR, NULL, NULL, &kernel_neon};
 static const MatmulBf16Kernel kernel_neonbf16 = {"neonbf16", NEON_MR, NEON_NR, neonbf16_tile, neonbf16_pack, NULL};
 

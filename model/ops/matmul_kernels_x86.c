@@ -1,9 +1,9 @@
 // matmul_kernels_x86.c: the x86 register-tile kernels of the matmul driver
 // (matmul.c) and the attention tiles: AVX-512 (8 x 32), AVX2 + FMA (6 x 16),
-// their vectorised transposing packs, and the AVX512_BF16 tile and pack. Each
-// computes an MR x NR block of C as a sum of kc outer products: NR/width
-// vectors of one B row times a broadcast A value per tile row, all
-// accumulators held in registers. They are compiled with target attributes,
+// their vectorised transposing packs, the AVX512_BF16 tile and pack, and the
+// int4 strips of matmul_int4.c. Each tile computes an MR x NR block of C as a
+// sum of kc outer products: NR/width vectors of one B row times a broadcast A
+// value per tile row, all accumulators held in registers. They are compiled with target attributes,
 // so this file builds without -march=native; the CPU check at run time
 // decides which may run. Elsewhere than on x86 it defines no kernel.
 #include "matmul_kernels.h"
@@ -11,6 +11,7 @@
 #include <immintrin.h>
 #include <string.h>
 #include "../../util/cpu.h"
+#include "../../util/util.h"
 
 // ---------------------------------------------------------------- AVX-512
 // 8 x 32 tile: 16 zmm accumulators, 2 for the B row, 1 broadcast. Zen 4 runs
@@ -477,15 +478,214 @@ __attribute__((target("avx512f,avx512bf16"))) static void avx512bf16_pack(uint16
 }
 
 
+// ---------------------------------------------------------------- int4 strips
+// The strips of matmul_int4.c (matmul_kernels.h). A vector holds one k of 16
+// (8) rows, so every row's sum runs in its own lane in k order, as the fp32
+// tiles run it; the weights are dequantized in registers: one load expands
+// 16 codes of two k, their value (code - 8) comes from a table (AVX-512) or
+// an integer subtract, then one FMA with the group's scale and zero point
+// gives the weight (the product is exact), one more adds its product to the
+// sum. One or two rows of x run the strip's 4 panels together (4 independent
+// sums a row, enough to hide the FMA latency behind the dequantization); 3 to
+// 8 rows take a panel at a time, each weight vector serving every row.
+// How far ahead of the pair being read the strips fetch their codes: about a
+// memory latency's worth of pairs.
+#ifndef INT4_PREFETCH_BYTES
+#define INT4_PREFETCH_BYTES 1536
+#endif
+
+// ---------------------------------------------------------------- AVX-512
+// One k of the 4 panels from its nibble (hi: the high one) with rows of x
+// broadcast in xk (and xk1 when two).
+#define INT4_ONE_K(codes, hi)                                                                                     \
+    for (int q = 0; q < 4; q++) {                                                                              \
+        __m512i c = _mm512_cvtepu8_epi32(_mm_load_si128((const __m128i *)((codes) + q * 16)));                \
+        if (hi) c = _mm512_srli_epi32(c, 4);                                                                   \
+        const __m512 v = _mm512_fmadd_ps(_mm512_permutexvar_ps(c, values), sc[q], ze[q]);                     \
+        a0[q] = _mm512_fmadd_ps(v, xk, a0[q]);                                                                 \
+        if (two) a1[q] = _mm512_fmadd_ps(v, xk1, a1[q]);                                                       \
+    }
+
+// Rows of x (two at most): the sums of the 4 panels, group by group, code pair by code pair.
+__attribute__((always_inline, target("avx512f"))) static inline void
+avx512_strip_body(const PackedWeight *w, int s, int k0, int k1, const float *x, ptrdiff_t ldx, const int two,
+                  float *acc) {
+    const __m512 values = _mm512_setr_ps(-8, -7, -6, -5, -4, -3, -2, -1, 0, 1, 2, 3, 4, 5, 6, 7);
+    const int G = w->group;
+    const float *x1 = x + ldx;
+    __m512 a0[4], a1[4];
+    for (int q = 0; q < 4; q++) a0[q] = a1[q] = _mm512_setzero_ps();
+    int k = k0;
+    while (k < k1) {
+        const int g = k / G, end = (g + 1) * G < k1 ? (g + 1) * G : k1;
+        const uint8_t *blk = int4_block(w, s, g), *pairs = blk + INT4_PARAM_BYTES;
+        const int kg = g * G;   // the group's first k: its pair i is (kg + 2i, kg + 2i + 1)
+        __m512 sc[4], ze[4];
+        for (int q = 0; q < 4; q++) {
+            sc[q] = _mm512_cvtph_ps(_mm256_load_si256((const __m256i *)(blk + q * 32)));
+            ze[q] = _mm512_cvtph_ps(_mm256_load_si256((const __m256i *)(blk + 128 + q * 32)));
+        }
+        // A k that does not start a pair (an odd block boundary) alone, from its high nibble.
+        if (k & 1) {
+            const __m512 xk = _mm512_set1_ps(x[k]), xk1 = two ? _mm512_set1_ps(x1[k]) : xk;
+            INT4_ONE_K(pairs + (size_t)((k - kg) / 2) * 64, 1)
+            k++;
+        }
+        for (; k + 1 < end; k += 2) {
+            const __m512 x0 = _mm512_set1_ps(x[k]), x0n = _mm512_set1_ps(x[k + 1]);
+            const __m512 y0 = two ? _mm512_set1_ps(x1[k]) : x0, y0n = two ? _mm512_set1_ps(x1[k + 1]) : x0n;
+            const uint8_t *pair = pairs + (size_t)((k - kg) / 2) * 64;
+            // The strip is one stream; the hardware prefetcher alone leaves
+            // each load waiting on memory.
+            _mm_prefetch((const char *)(pair + INT4_PREFETCH_BYTES), _MM_HINT_T0);
+            #pragma GCC unroll 4
+            for (int q = 0; q < 4; q++) {
+                // permutexvar reads the low 4 bits of each lane: the low nibble as it is.
+                const __m512i c = _mm512_cvtepu8_epi32(_mm_load_si128((const __m128i *)(pair + q * 16)));
+                const __m512 v0 = _mm512_fmadd_ps(_mm512_permutexvar_ps(c, values), sc[q], ze[q]);
+                const __m512 v1 = _mm512_fmadd_ps(_mm512_permutexvar_ps(_mm512_srli_epi32(c, 4), values), sc[q], ze[q]);
+                a0[q] = _mm512_fmadd_ps(v0, x0, a0[q]);
+                a0[q] = _mm512_fmadd_ps(v1, x0n, a0[q]);
+                if (two) {
+                    a1[q] = _mm512_fmadd_ps(v0, y0, a1[q]);
+                    a1[q] = _mm512_fmadd_ps(v1, y0n, a1[q]);
+                }
+            }
+        }
+        if (k < end) {   // the first of a pair, where the block ends
+            const __m512 xk = _mm512_set1_ps(x[k]), xk1 = two ? _mm512_set1_ps(x1[k]) : xk;
+            INT4_ONE_K(pairs + (size_t)((k - kg) / 2) * 64, 0)
+            k++;
+        }
+    }
+    for (int q = 0; q < 4; q++) {
+        _mm512_storeu_ps(acc + q * 16, a0[q]);
+        if (two) _mm512_storeu_ps(acc + INT4_STRIP_ROWS + q * 16, a1[q]);
+    }
+}
+#undef INT4_ONE_K
+
+// R rows of x (3 to 8) against panel q of the strip: each dequantized vector
+// serves R sums, so one panel at a time has enough of them in flight. xt is
+// x transposed, xt[(k - k0) * 8 + r]: every broadcast one pointer away.
+__attribute__((always_inline, target("avx512f"))) static inline void
+avx512_panel_rows(const PackedWeight *w, int s, int q, int k0, int k1, const float *xt, const int R, float *acc) {
+    const __m512 values = _mm512_setr_ps(-8, -7, -6, -5, -4, -3, -2, -1, 0, 1, 2, 3, 4, 5, 6, 7);
+    const int G = w->group;
+    __m512 a[8];
+    for (int r = 0; r < R; r++) a[r] = _mm512_setzero_ps();
+    int k = k0;
+    while (k < k1) {
+        const int g = k / G, end = (g + 1) * G < k1 ? (g + 1) * G : k1, kg = g * G;
+        const uint8_t *blk = int4_block(w, s, g), *pairs = blk + INT4_PARAM_BYTES + q * 16;
+        const __m512 sc = _mm512_cvtph_ps(_mm256_load_si256((const __m256i *)(blk + q * 32)));
+        const __m512 ze = _mm512_cvtph_ps(_mm256_load_si256((const __m256i *)(blk + 128 + q * 32)));
+        for (; k < end; k++) {
+            if (!(k & 1) && k + 1 < end) {   // a whole pair
+                const uint8_t *pair = pairs + (size_t)((k - kg) / 2) * 64;
+                _mm_prefetch((const char *)(pair + INT4_PREFETCH_BYTES), _MM_HINT_T0);
+                const __m512i c = _mm512_cvtepu8_epi32(_mm_load_si128((const __m128i *)pair));
+                const __m512 v0 = _mm512_fmadd_ps(_mm512_permutexvar_ps(c, values), sc, ze);
+                const __m512 v1 = _mm512_fmadd_ps(_mm512_permutexvar_ps(_mm512_srli_epi32(c, 4), values), sc, ze);
+                const float *xk = xt + (size_t)(k - k0) * 8;
+                #pragma GCC unroll 8
+                for (int r = 0; r < R; r++) {
+                    a[r] = _mm512_fmadd_ps(v0, _mm512_set1_ps(xk[r]), a[r]);
+                    a[r] = _mm512_fmadd_ps(v1, _mm512_set1_ps(xk[8 + r]), a[r]);
+                }
+                k++;
+                continue;
+            }
+            __m512i c = _mm512_cvtepu8_epi32(_mm_load_si128((const __m128i *)(pairs + (size_t)((k - kg) / 2) * 64)));
+            if (k & 1) c = _mm512_srli_epi32(c, 4);
+            const __m512 v = _mm512_fmadd_ps(_mm512_permutexvar_ps(c, values), sc, ze);
+            for (int r = 0; r < R; r++) a[r] = _mm512_fmadd_ps(v, _mm512_set1_ps(xt[(size_t)(k - k0) * 8 + r]), a[r]);
+        }
+    }
+    for (int r = 0; r < R; r++) _mm512_storeu_ps(acc + r * INT4_STRIP_ROWS + q * 16, a[r]);
+}
+
+#define INT4_PANEL_ROWS(R)                                                                                        \
+    case R:                                                                                                    \
+        for (int q = 0; q < 4; q++) avx512_panel_rows(w, s, q, k0, k1, xt, R, acc);                           \
+        break;
+
+__attribute__((target("avx512f"))) void matmul_int4_strip_avx512(const PackedWeight *w, int s, int k0, int k1,
+                                                                 const float *x, ptrdiff_t ldx, int n, float *acc) {
+    float xt[INT4_MAX_K * 8] __attribute__((aligned(64)));
+    if (n > 2) {
+        if (k1 - k0 > INT4_MAX_K) die("matmul_int4_strip_avx512: %d k in one call (at most %d)", k1 - k0, INT4_MAX_K);
+        for (int k = k0; k < k1; k++)
+            for (int r = 0; r < n; r++) xt[(size_t)(k - k0) * 8 + r] = x[r * ldx + k];
+    }
+    switch (n) {
+    case 1: avx512_strip_body(w, s, k0, k1, x, ldx, 0, acc); break;
+    case 2: avx512_strip_body(w, s, k0, k1, x, ldx, 1, acc); break;
+    INT4_PANEL_ROWS(3) INT4_PANEL_ROWS(4) INT4_PANEL_ROWS(5) INT4_PANEL_ROWS(6) INT4_PANEL_ROWS(7) INT4_PANEL_ROWS(8)
+    default: die("matmul_int4_strip_avx512: %d rows (1 to %d)", n, INT4_KERNEL_ROWS);
+    }
+}
+#undef INT4_PANEL_ROWS
+
+// ---------------------------------------------------------------- AVX2
+// Half a panel (8 rows) a vector; the value of a code by integer subtract and
+// conversion (an 8-float table holds half the codes); the group's fp16
+// parameters converted on the way in (F16C is not part of the AVX2 check).
+__attribute__((always_inline, target("avx2,fma"))) static inline __m256 avx2_value(__m256i c, __m256 sc, __m256 ze) {
+    const __m256 v = _mm256_cvtepi32_ps(_mm256_sub_epi32(_mm256_and_si256(c, _mm256_set1_epi32(15)),
+                                                         _mm256_set1_epi32(8)));
+    return _mm256_fmadd_ps(v, sc, ze);
+}
+
+__attribute__((target("avx2,fma"))) void matmul_int4_strip_avx2(const PackedWeight *w, int s, int k0, int k1,
+                                                               const float *x, ptrdiff_t ldx, int n, float *acc) {
+    const int G = w->group;
+    // Two passes of 4 panel halves each keep the sums of one row of x in 4 registers.
+    for (int half = 0; half < 2; half++)
+        for (int i = 0; i < n; i++) {
+            const float *xi = x + i * ldx;
+            __m256 a[4];
+            for (int q = 0; q < 4; q++) a[q] = _mm256_setzero_ps();
+            for (int k = k0; k < k1;) {
+                const int g = k / G, end = (g + 1) * G < k1 ? (g + 1) * G : k1;
+                const uint8_t *blk = int4_block(w, s, g), *pairs = blk + INT4_PARAM_BYTES;
+                const int kg = g * G;   // the group's first k: its pair i is (kg + 2i, kg + 2i + 1)
+                const uint16_t *h = (const uint16_t *)blk;
+                float p[2][4][8];
+                for (int q = 0; q < 4; q++)
+                    for (int j = 0; j < 8; j++) {
+                        p[0][q][j] = f16_to_f32(h[q * 16 + half * 8 + j]);
+                        p[1][q][j] = f16_to_f32(h[INT4_STRIP_ROWS + q * 16 + half * 8 + j]);
+                    }
+                __m256 sc[4], ze[4];
+                for (int q = 0; q < 4; q++) {
+                    sc[q] = _mm256_loadu_ps(p[0][q]);
+                    ze[q] = _mm256_loadu_ps(p[1][q]);
+                }
+                for (; k < end; k++) {
+                    const __m256 xk = _mm256_set1_ps(xi[k]);
+                    const uint8_t *pair = pairs + (size_t)((k - kg) / 2) * 64 + half * 8;
+                    #pragma GCC unroll 4
+                    for (int q = 0; q < 4; q++) {
+                        __m256i c = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(pair + q * 16)));
+                        if (k & 1) c = _mm256_srli_epi32(c, 4);
+                        a[q] = _mm256_fmadd_ps(avx2_value(c, sc[q], ze[q]), xk, a[q]);
+                    }
+                }
+            }
+            for (int q = 0; q < 4; q++) _mm256_storeu_ps(acc + i * INT4_STRIP_ROWS + q * 16 + half * 8, a[q]);
+        }
+}
+
 // ---------------------------------------------------------------- the kernels
 // Without vdpbf16ps, a bf16 product is worth as much as an fp32 FMA: the fp32
 // tiles over bf16-rounded operands ("+round") run at the fp32 speed, where
 // the portable bf16 kernel (widening in its inner loop) runs at half of it.
 static const MatmulBf16Kernel kernel_avx512_round, kernel_avx2_round;
 static const MatmulKernel kernel_avx512 = {"avx512", 16, AVX512_MR, AVX512_NR, avx512_tile, avx512_pack_t, 0,
-                                           &kernel_avx512_round};
+                                           &kernel_avx512_round, 1, matmul_int4_strip_avx512};
 static const MatmulKernel kernel_avx2 = {"avx2+fma", 8, AVX2_MR, AVX2_NR, avx2_tile, avx2_pack_t, 1,
-                                         &kernel_avx2_round};
+                                         &kernel_avx2_round, 1, matmul_int4_strip_avx2};
 static const MatmulBf16Kernel kernel_avx512_round = {"avx512+round", AVX512_MR, AVX512_NR, NULL, NULL, &kernel_avx512};
 static const MatmulBf16Kernel kernel_avx2_round = {"avx2+round", AVX2_MR, AVX2_NR, NULL, NULL, &kernel_avx2};
 static const MatmulBf16Kernel kernel_avx512bf16 = {"avx512bf16", BF16_MR, BF16_NR, avx512bf16_tile, avx512bf16_pack,

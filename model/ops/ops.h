@@ -90,6 +90,11 @@ void matmul_backward(Device *d, float *dinp, float *dW, const float *dout, const
                      int C, int OC, MatmulPrecision p);
 // Workspace any one matmul of this device takes, whatever its shape.
 size_t matmul_workspace_bytes(const Device *d);
+// The packed int4 weights of backend.h (matmul_int4.c): pack, free, product.
+PackedWeight *matmul_int4_pack(Device *d, const QuantSpec *q, const uint8_t *codes, int64_t rows, int64_t cols,
+                               const float *scale, const float *zero);
+void matmul_int4_release(Device *d, PackedWeight *w);
+void matmul_int4_forward(Device *d, float *out, const float *inp, const PackedWeight *w, int N);
 void matmul_forward_ref(double *out, const double *inp, const double *W, int N, int C, int OC);
 void matmul_backward_ref(double *dinp, double *dW, const double *dout, const double *inp, const double *W,
                          int N, int C, int OC);
