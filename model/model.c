@@ -175,14 +175,17 @@ void model_init_like(Model *m, const Model *src) {
 
 void model_use_packed(Model *m, const PackedViews *pv) { m->packed = pv; }
 
-// y[N, OC] = x[N, C] W^T: from W's packed form (the same bits) when the model
-// has one and the pass is few rows with fp32 products, else the matmul op.
+// Whether a pass of N rows against OC outputs reads W's packed form (the
+// bits of the float weights): few rows with fp32 products.
+static int takes_packed(const Model *m, const PackedWeight *packed, int N, int OC) {
+    return packed && N <= PACKED_MAX_ROWS && 4 * N <= OC && m->opt.matmul == MATMUL_FP32;
+}
+
+// y[N, OC] = x[N, C] W^T: from W's packed form when takes_packed, else the matmul op.
 static void project(Model *m, float *y, const float *x, const float *W, const PackedWeight *packed, int N, int C,
                     int OC) {
-    if (packed && N <= PACKED_MAX_ROWS && 4 * N <= OC && m->opt.matmul == MATMUL_FP32)
-        OP(m->dev, matmul_forward_packed, y, x, packed, N);
-    else
-        OP(m->dev, matmul_forward, y, x, W, N, C, OC, m->opt.matmul);
+    if (takes_packed(m, packed, N, OC)) OP(m->dev, matmul_forward_packed, y, x, packed, N);
+    else OP(m->dev, matmul_forward, y, x, W, N, C, OC, m->opt.matmul);
 }
 
 int model_plan(Model *m, int B, int T, int training, FILE *log, PtError *e) {
@@ -590,12 +593,12 @@ double model_forward_backward_head(Model *m, const ModelInput *in, const LossHea
 }
 
 // logits [rows, V] of the final-normed rows in m->a.lnf: through the packed
-// lm_head as project() would take it, else the classifier without targets.
+// lm_head when takes_packed, else the classifier without targets.
 static void head_logits(Model *m, float *logits, int rows) {
     const int H = m->cfg.d_model, V = m->cfg.vocab_size;
     const PackedWeight *packed = m->packed ? m->packed->lm_head : NULL;
-    if (packed && rows <= PACKED_MAX_ROWS && m->opt.matmul == MATMUL_FP32)
-        project(m, logits, m->a.lnf, m->w.lm_head, packed, rows, H, V);
+    if (takes_packed(m, packed, rows, V))
+        OP(m->dev, matmul_forward_packed, logits, m->a.lnf, packed, rows);
     else
         OP(m->dev, classifier, NULL, NULL, logits, m->a.lnf, m->w.lm_head, NULL, NULL, rows, H, V, 0.0f, NULL,
            m->opt.matmul);
