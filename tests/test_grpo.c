@@ -175,13 +175,17 @@ static void test_gradients_match_torch(void **s) {
         double worst;
         snprintf(name, sizeof name, "case%d.grad.", c);
         const double whole = fixture_grad_error(&f.st, name, &tm.b.tt, tm.m.grads, &worst, &worst_name);
+        float floor32;
+        snprintf(name, sizeof name, "case%d.floor32", c);
+        read_into(&f.st, name, &floor32, 1);
         printf("case %d (%s): token log-probabilities within %.1e, loss %.9g within %.1e; the whole gradient within "
-               "%.1e, its %d tensors each within %.1e (%s)\n", c, grpo_norm_name(h.loss.norm), logp_err, loss, loss_err,
-               whole, tm.b.tt.n, worst, worst_name);
+               "%.2e (PyTorch in float32: %.2e), its %d tensors each within %.1e (%s)\n", c,
+               grpo_norm_name(h.loss.norm), logp_err, loss, loss_err, whole, (double)floor32, tm.b.tt.n, worst,
+               worst_name);
         assert_true(logp_err < 2e-6);
         assert_true(loss_err < 1e-6);
-        // float32 against float64: the decoder's own floor (test_parity, test_preference)
-        assert_true(whole < 2e-6);
+        // within 1e-6 of float64, or as near as float32 gets: PyTorch's own float32 run of the case (test_preference)
+        assert_true(whole < fmax(1e-6, FLOAT32_FLOOR_MARGIN * floor32));
         assert_true(worst < 3e-6);
     }
     test_model_free(&tm);

@@ -86,12 +86,15 @@ static void test_loss_and_gradients_match_trl(void **s) {
         double worst;
         snprintf(name, sizeof name, "case%d.grad.", c);
         const double whole = fixture_grad_error(&st, name, &student.b.tt, student.m.grads, &worst, &worst_name);
-        printf("T %g: loss %.9g within %.1e, mean KL within %.1e; the whole gradient within %.1e, its %d tensors "
-               "each within %.1e (%s)\n", (double)T, loss, loss_err, kl_err, whole, student.b.tt.n, worst, worst_name);
+        snprintf(name, sizeof name, "case%d.floor32", c);
+        const double floor32 = read_one(&st, name);
+        printf("T %g: loss %.9g within %.1e, mean KL within %.1e; the whole gradient within %.2e (PyTorch in float32: "
+               "%.2e), its %d tensors each within %.1e (%s)\n", (double)T, loss, loss_err, kl_err, whole, floor32,
+               student.b.tt.n, worst, worst_name);
         assert_true(loss_err < 1e-6);
         assert_true(kl_err < 1e-6);
-        // float32 against float64: the decoder's own floor (test_parity, test_grpo)
-        assert_true(whole < 2e-6);
+        // within 1e-6 of float64, or as near as float32 gets: PyTorch's own float32 run of the case (test_preference)
+        assert_true(whole < fmax(1e-6, FLOAT32_FLOOR_MARGIN * floor32));
         assert_true(worst < 3e-6);
     }
     test_model_free(&student);

@@ -227,9 +227,9 @@ static void test_logps_match_transformers_packed(void **s) {
     fixture_close(&f);
 }
 
-// The loss and every parameter's gradient of the three gradient cases
-// (conservative DPO; SimPO with label smoothing; DPO with the sft term)
-// against the fixture.
+// The loss and every parameter's gradient of the five gradient cases
+// (sigmoid DPO; conservative DPO; IPO; SimPO with label smoothing; DPO with
+// the sft term) against the fixture.
 static void test_gradients_match_torch(void **s) {
     (void)s;
     Fixture f;
@@ -240,8 +240,8 @@ static void test_gradients_match_torch(void **s) {
     pack(&f, 40, &p);
     PtError e;
     assert_int_equal(model_plan(&tm.m, p.B, p.T, 1, NULL, &e), 0);
-    const int grad_cases[] = {1, 5, 6};
-    for (int i = 0; i < 3; i++) {
+    const int grad_cases[] = {0, 1, 3, 5, 6};
+    for (int i = 0; i < 5; i++) {
         const int c = grad_cases[i];
         double logps[CANDS], ref[CANDS];
         int n_tokens[CANDS];
@@ -263,12 +263,16 @@ static void test_gradients_match_torch(void **s) {
         double worst;
         snprintf(name, sizeof name, "case%d.grad.", c);
         const double all = fixture_grad_error(&f.st, name, &tm.b.tt, tm.m.grads, &worst, &worst_name);
-        printf("case %d (%s, sft %g): loss %.9g, relative error %.1e; the whole gradient within %.1e, its %d tensors "
-               "each within %.1e (%s)\n", c, pref_loss_name(ph.loss.kind), ph.loss.sft_weight, loss, loss_err, all,
-               tm.b.tt.n, worst, worst_name);
-        assert_true(all < 5e-6);
-        // float32 against float64: the plain next-token loss's gradients stand at 1.2e-6 to 1.7e-6 against the
-        // same reference (test_parity); a preference loss only weights the same rows' cross-entropy gradients
+        snprintf(name, sizeof name, "case%d.floor32", c);
+        float *floor32 = expected(&f.st, name, 1);
+        printf("case %d (%s, sft %g): loss %.9g, relative error %.1e; the whole gradient within %.2e (PyTorch in "
+               "float32: %.2e), its %d tensors each within %.1e (%s)\n", c, pref_loss_name(ph.loss.kind),
+               ph.loss.sft_weight, loss, loss_err, all, (double)floor32[0], tm.b.tt.n, worst, worst_name);
+        // Within 1e-6 of the float64 gradient or, where float32 itself cannot get there, as near as PyTorch's own
+        // float32 run of the case (1.45e-6 for case 1: its log-probabilities of ~47 carry ~2e-6 of float32
+        // rounding, which beta and the sigmoid pass on to each sequence's weight).
+        assert_true(all < fmax(1e-6, FLOAT32_FLOOR_MARGIN * floor32[0]));
+        free(floor32);
         assert_true(loss_err < 1e-6);
         assert_true(worst < 5e-6);
     }

@@ -1,8 +1,9 @@
 #!/usr/bin/env python3
 """Write the GRPO reference fixture, tests/fixtures/grpo/expected.safetensors, in float64.
 
-The policy is the tiny model tests/fixtures/hf/qwen3-untied, loaded by transformers in float64 (as
-make_preference_fixtures.py, whose float64 stand-in for TRL's fused LM head this script reuses). Two seeded
+The policy is the tiny model tests/fixtures/hf/qwen3-untied, loaded by transformers in float64 and float64
+throughout (float64_decoder.use_float64), as make_preference_fixtures.py, whose float64 stand-in for TRL's fused LM
+head this script reuses. Two seeded
 prompts of 6 tokens, each with a group of two sampled completions of 7 seeded tokens; a completion's mask ends
 early on some (lengths 7, 5, 6, 3: a completion that stopped), so the masked tokens are its trailing ones. Each
 sequence (prompt + completion) is fed alone from position 0; a completion token's log-probability is read at the
@@ -36,6 +37,8 @@ Stored (float32; integers as exact float32 values):
   case<c>.loss [1], case<c>.metrics [3]     kl, clip low, clip high (means over tokens)
   case<c>.dlogps [4, 7]                     d loss / d logps
   case<c>.grad.<hf name>                    d loss / d parameter, for the cases in GRAD_CASES
+  case<c>.floor32 [1]   for those cases, PyTorch's own float32 run (model and log-probabilities in float32, the
+                        loss in float64) against the float64 gradient, whole (float32_floor)
   adv.rewards [12], adv.group, adv.batch, adv.none [12]
                         3 groups of 4 rewards and their advantages as GRPOTrainer computes them (its
                         scale_rewards group, batch, none; its own nanstd)
@@ -53,6 +56,7 @@ import torch
 from transformers import AutoModelForCausalLM
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from float64_decoder import float32_floor, use_float64   # noqa: E402
 from make_preference_fixtures import close, fused_head_float64, save_float32, tiny_tokenizer, worst_grad_diff   # noqa: E402
 
 torch.set_default_dtype(torch.float64)
@@ -152,6 +156,7 @@ def main():
     args = ap.parse_args()
     torch.set_num_threads(1)
     torch.use_deterministic_algorithms(True)
+    use_float64()
 
     model = AutoModelForCausalLM.from_pretrained(MODEL, dtype=torch.float64, attn_implementation="eager")
     model.eval()
@@ -201,8 +206,15 @@ def main():
         if c in GRAD_CASES:
             for name, gr in grads.items():
                 out[f"case{c}.grad.{name}"] = gr
+            def grads_of(m):
+                m.zero_grad()
+                lp = token_logps(m, prompts, completions).to(torch.float64)
+                grpo_loss(lp, old, ref, mask, adv, *case)[0].backward()
+                return {name: p.grad.detach().clone() for name, p in m.named_parameters()}
+            out[f"case{c}.floor32"] = torch.tensor([float32_floor(model, grads, grads_of)])
         dl, dg = check_grpo_trainer(prompts, completions, mask, old, ref, case, value.detach(), metrics, grads)
-        report.append(f"case{c} {case}: loss {value.item():.9f}; GRPOTrainer |dloss| {dl:.1e}, max |dgrad| {dg:.1e}; "
+        floor = f"; PyTorch float32's whole gradient within {out[f'case{c}.floor32'].item():.2e}" if c in GRAD_CASES else ""
+        report.append(f"case{c} {case}: loss {value.item():.9f}{floor}; GRPOTrainer |dloss| {dl:.1e}, max |dgrad| {dg:.1e}; "
                       f"metrics {[round(float(m), 6) for m in metrics]}")
 
     path = save_float32(out, args.out)

@@ -2,7 +2,8 @@
 """Write the on-policy distillation fixture, tests/fixtures/onpolicy/expected.safetensors, in float64.
 
 The student is the tiny model tests/fixtures/hf/qwen3-untied, the teacher tests/fixtures/hf/llama-noqk (the same
-vocabulary of 256 and hidden size 32, another architecture and depth), both loaded by transformers in float64. Four
+vocabulary of 256 and hidden size 32, another architecture and depth), both loaded by transformers in float64 and
+float64 throughout (float64_decoder.use_float64). Four
 seeded sequences of a 6-token prompt and a 7-token completion (the student's own sample, in a run); a completion's
 mask ends early on some (lengths 7, 5, 6, 3: a completion that stopped). Each sequence is fed alone from position
 0; completion token t is scored at the position before it.
@@ -24,11 +25,14 @@ Stored (float32; integers as exact float32 values):
   n_tokens [4]                    each completion's scored tokens
   case<c>.T [1], case<c>.loss [1], case<c>.kl [1]   the temperature, the loss, the mean KL (without T^2)
   case<c>.grad.<hf name>          d loss / d student parameter
+  case<c>.floor32 [1]             PyTorch's own float32 run (student and teacher in float32, the loss in float64)
+                                  against the float64 gradient, whole (float32_floor)
 
 Run from the repo root with the pinned venv (tests/ref/README.md; needs trl):
     tests/.venv/bin/python tests/ref/make_onpolicy_fixtures.py
 """
 import argparse
+import copy
 import os
 import sys
 import warnings
@@ -37,6 +41,7 @@ import torch
 from transformers import AutoModelForCausalLM
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from float64_decoder import float32_floor, use_float64   # noqa: E402
 from make_preference_fixtures import close, save_float32   # noqa: E402
 
 torch.set_default_dtype(torch.float64)
@@ -83,6 +88,7 @@ def main():
     args = ap.parse_args()
     torch.set_num_threads(1)
     torch.use_deterministic_algorithms(True)
+    use_float64()
 
     student, teacher = load(STUDENT), load(TEACHER)
     assert student.config.vocab_size == teacher.config.vocab_size
@@ -119,8 +125,16 @@ def main():
         out[f"case{c}.kl"] = reverse_kl_loss(z0, zt, mask, T)[1].reshape(1)
         for name, gr in ours_grads.items():
             out[f"case{c}.grad.{name}"] = gr
+        with torch.no_grad():
+            zt32 = scored_logits(copy.deepcopy(teacher).to(torch.float32), seqs).to(torch.float64)
+        def grads_of(m):
+            m.zero_grad()
+            reverse_kl_loss(scored_logits(m, seqs).to(torch.float64), zt32, mask, T)[0].backward()
+            return {n: p.grad.detach().clone() for n, p in m.named_parameters()}
+        out[f"case{c}.floor32"] = torch.tensor([float32_floor(student, ours_grads, grads_of)])
         report.append(f"case{c} T {T}: loss {ours.item():.9f}; TRL generalized_jsd_loss(beta=1) x T^2 "
-                      f"|dloss| {abs(trl.item() - ours.item()):.1e}")
+                      f"|dloss| {abs(trl.item() - ours.item()):.1e}; PyTorch float32's whole gradient within "
+                      f"{out[f'case{c}.floor32'].item():.2e}")
 
     path = save_float32(out, args.out)
     print("\n".join(report))

@@ -2,9 +2,9 @@
 """Write the preference-tuning reference fixture, tests/fixtures/pref/expected.safetensors, in float64.
 
 The policy is the tiny model tests/fixtures/hf/qwen3-untied, loaded by
-transformers in float64 (transformers keeps a Qwen3's RMSNorm, RoPE angles and
-attention softmax in float32 even then, so the numbers carry float32 rounding
-there; the C side is float32 anyway). Three pairs of seeded token ids (prompt,
+transformers in float64 and float64 throughout (float64_decoder.use_float64:
+transformers alone keeps a Qwen3's RMSNorm, RoPE angles and attention softmax in
+float32). Three pairs of seeded token ids (prompt,
 chosen and rejected response, all inside the vocabulary); each of the six
 sequences (prompt + response) is fed alone from position 0, and its
 log-probability is the sum over its response tokens t of log p(token t |
@@ -65,6 +65,8 @@ Stored (float32; integers as exact float32 values):
                                          rewards/margins, logps/chosen, logps/rejected
   case<k>.dlogps [6]    d loss / d logps (the per-sequence weights of the backward)
   case<k>.grad.<hf name>  d loss / d parameter for every parameter of the model, for the cases in GRAD_CASES
+  case<k>.floor32 [1]   for those cases, PyTorch's own float32 run of the case (model and log-probabilities in
+                        float32, the loss in float64) against the float64 gradient, whole (float32_floor)
 
 Run from the repo root with the pinned venv (tests/ref/README.md; needs trl):
     tests/.venv/bin/python tests/ref/make_preference_fixtures.py
@@ -80,6 +82,9 @@ import torch.nn.functional as F
 from safetensors.torch import save_file
 from transformers import AutoModelForCausalLM
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from float64_decoder import float32_floor, use_float64   # noqa: E402
+
 torch.set_default_dtype(torch.float64)
 
 MODEL = "tests/fixtures/hf/qwen3-untied"
@@ -88,10 +93,10 @@ LOSSES = ["sigmoid", "robust", "ipo", "simpo"]
 CASES = [("sigmoid", 0.1, 0.0, 0.0, 0.0), ("sigmoid", 0.5, 0.2, 0.0, 0.0), ("robust", 0.1, 0.1, 0.0, 0.0),
          ("ipo", 0.1, 0.0, 0.0, 0.0), ("simpo", 2.0, 0.0, 1.0, 0.0), ("simpo", 2.0, 0.1, 0.5, 0.0),
          ("sigmoid", 0.1, 0.0, 0.0, 1.0), ("simpo", 2.0, 0.0, 0.5, 0.5)]
-# Cases whose every-parameter gradient is stored. All cases share one backward given d loss / d logps (stored for
-# every case), so three suffice: one with a reference model (conservative DPO), one length-normalized (SimPO) and
-# one with the sft term (DPO + sft); all eight would make the fixture 1.9 MB.
-GRAD_CASES = (1, 5, 6)
+# Cases whose every-parameter gradient is stored: sigmoid DPO, conservative DPO, IPO, SimPO with label smoothing, DPO
+# with the sft term (all cases share one backward given d loss / d logps, stored for every case; all eight would
+# make the fixture 1.9 MB).
+GRAD_CASES = (0, 1, 3, 5, 6)
 PROMPT_LENS = (5, 9, 3)
 SEED = 20240607
 
@@ -153,6 +158,14 @@ def sequence_logps(model, pairs):
             out.append(logp[pos, torch.tensor(resp)].sum())
             n.append(len(resp))
     return torch.stack(out), torch.tensor(n, dtype=torch.float64)
+
+
+def case_grads(model, pairs, ref, case):
+    """The case's gradients by parameter name: the log-probabilities in the model's dtype, the loss in float64."""
+    model.zero_grad()
+    logps, n = sequence_logps(model, pairs)
+    pair_loss(logps.to(torch.float64), ref, n, *case)[0].backward()
+    return {name: p.grad.detach().clone() for name, p in model.named_parameters()}
 
 
 def gradcheck_small():
@@ -331,6 +344,7 @@ def main():
     torch.use_deterministic_algorithms(True)
     os.environ.setdefault("HF_DATASETS_CACHE", tempfile.mkdtemp())   # the DPOTrainer's precompute cache
     gradcheck_small()
+    use_float64()
 
     model = AutoModelForCausalLM.from_pretrained(MODEL, dtype=torch.float64, attn_implementation="eager")
     model.eval()
@@ -365,7 +379,10 @@ def main():
         if k in GRAD_CASES:
             for name, gr in grads.items():
                 out[f"case{k}.grad.{name}"] = gr
+            out[f"case{k}.floor32"] = torch.tensor([float32_floor(model, grads, lambda m: case_grads(m, pairs, ref, case))])
         msg = f"case{k} {loss} beta {beta} eps {eps} gamma {gamma} sft {sft}: loss {value.item():.9f}"
+        if k in GRAD_CASES:
+            msg += f"; PyTorch float32's whole gradient within {out[f'case{k}.floor32'].item():.2e}"
         if loss != "simpo":
             dl, dg = check_dpo_trainer(pairs, ref, case, value.detach(), metrics, grads)
             msg += f"; DPOTrainer |dloss| {dl:.1e}, max |dgrad| {dg:.1e}"
