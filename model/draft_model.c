@@ -301,6 +301,7 @@ static double run(DraftModel *dm, const float *captures, const DraftInput *in, i
     const int B = dm->B, T = dm->T, S = B * dm->A, blk = dm->dc.block, R = blk * S, H = tc->d_model;
     const int V = dm->n_out, L = dm->dc.n_layer;
     if (backward && !dm->training) die("draft_forward_backward: the draft was planned for inference");
+    if (backward && greedy) die("draft_forward: greedy tokens are for evaluation, without a backward");
     const int c1 = in->ctx_rows ? in->ctx_rows : T, c0 = in->ctx_from;
     if (c0 < 0 || c0 > c1 || c1 > T || (B > 1 && (c0 || c1 != T)) || (backward && (c0 || c1 != T)))
         die("draft_forward: context rows %d..%d of %d (partial contexts: one sequence, no backward)", c0, c1, T);
@@ -343,16 +344,20 @@ static double run(DraftModel *dm, const float *captures, const DraftInput *in, i
             dm->ce_sum += wi * parts.ce;
             dm->kl_sum += wi * parts.kl;
             if (lo) OP(d, classifier, NULL, NULL, lo, h, dm->lm_head, NULL, NULL, S, H, V, 0.0f, NULL, dm->matmul);
-        } else if (has_loss || lo) {
-            const double ce = OP(d, classifier, dh, NULL, lo, h, dm->lm_head, has_loss ? dm->targets + r0 : NULL, NULL,
+        } else if (has_loss || lo || (greedy && i > 0)) {
+            // the greedy tokens' logits come from the loss's own pass (there is no backward with them)
+            float *z = lo ? lo : greedy && i > 0 ? dm->pos_logits : NULL;
+            const double ce = OP(d, classifier, dh, NULL, z, h, dm->lm_head, has_loss ? dm->targets + r0 : NULL, NULL,
                                  S, H, V, grad_scale * wi * ce_w, &count, dm->matmul);
             loss += wi * ce_w * ce;
             dm->ce_sum += wi * ce;
         }
         wsum += has_loss ? (double)wi * count : 0;
-        if (greedy && i > 0) {   // the logits again (the loss's pass stays as without them)
+        if (greedy && i > 0) {
             float *z = lo ? lo : dm->pos_logits;
-            if (!lo) OP(d, classifier, NULL, NULL, z, h, dm->lm_head, NULL, NULL, S, H, V, 0.0f, NULL, dm->matmul);
+            // with the KL term the distillation op gave no logits: the lm_head once more
+            if (!lo && with_kl && has_loss)
+                OP(d, classifier, NULL, NULL, z, h, dm->lm_head, NULL, NULL, S, H, V, 0.0f, NULL, dm->matmul);
             if (z != dm->host_logits) OP(d, download, dm->host_logits, z, (size_t)S * V * sizeof(float));
             argmax_rows(dm->host_logits, S, V, greedy + r0);
         }
