@@ -1,7 +1,9 @@
 // pocket draft-data: an SFT dataset whose responses are the int4 target's own
-// greedy continuations of another dataset's prompts. A speculative draft
-// ([draft] in a recipe) is worth what the target accepts of it, so it learns
-// best from what the target itself says rather than from the data's replies.
+// greedy continuations of another dataset's prompts, and optionally a few
+// sampled ones. A speculative draft ([draft] in a recipe) is worth what the
+// target accepts of it, so it learns best from what the target itself says
+// rather than from the data's replies.
+#include <limits.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -15,6 +17,7 @@
 static void help(FILE *f) {
     fprintf(f,
             "usage: pocket draft-data --ckpt TARGET.h5 --data SFT.h5 --out OUT.h5 [--max-new N] [--limit N]\n"
+            "                         [--samples N [--temperature T] [--top-p P] [--top-k K] [--seed S]]\n"
             "                         [--batch N] [--threads N]\n\n"
             "For each example of the SFT dataset SFT.h5, takes its prompt (the tokens before its first\n"
             "trained token: the chat up to its first reply, with the assistant header) and lets the int4\n"
@@ -30,6 +33,15 @@ static void help(FILE *f) {
             "  --max-new N          new tokens per example at most (default 128; less where the\n"
             "                       target's context ends)\n"
             "  --limit N            the first N examples only (default: all)\n"
+            "  --samples N          per prompt, after its greedy reply, N replies sampled from the\n"
+            "                       target (default 0); a reply equal to an earlier one of its prompt\n"
+            "                       is dropped (counted: n_duplicates)\n"
+            "  --temperature T      (--samples) sampling temperature, > 0 (default 0.7)\n"
+            "  --top-p P            (--samples) nucleus mass, in (0, 1] (default 1: all)\n"
+            "  --top-k K            (--samples) the K most likely tokens only (default 0: all)\n"
+            "  --seed S             (--samples) sample j (from 0) of example k (from 0, in SFT.h5)\n"
+            "                       uses seed S + k x N + j (default 1): pocket generate --int4 with\n"
+            "                       that --seed, the same prompt ids and flags gives the same reply\n"
             "  --batch N            replies decoded together, the matmuls over all of them at once, a\n"
             "                       finished one replaced by the next prompt (default 16; the replies are\n"
             "                       the same as one at a time)\n"
@@ -37,7 +49,14 @@ static void help(FILE *f) {
 }
 
 typedef struct {
-    uint64_t written, skipped, ended, prompt_tokens, new_tokens;
+    int samples;             // sampled replies per prompt, after the greedy one
+    float temperature, top_p;
+    int top_k;
+    uint64_t seed;           // sample j of example k: seed + k * samples + j
+} Sampling;
+
+typedef struct {
+    uint64_t written, skipped, ended, duplicates, prompt_tokens, new_tokens;
 } Counts;
 
 typedef struct {
@@ -55,16 +74,30 @@ static void show_progress(void *ctx, int done, int n) {
     pr->shown = dt;
     uint64_t made = 0;
     for (int j = 0; j < n; j++) made += (uint64_t)pr->jobs[j].n_out;
-    fprintf(stderr, "%sdraft-data: %d/%d examples, %.0f tokens/s%s", pr->tty ? "\r" : "", done, n,
+    fprintf(stderr, "%sdraft-data: %d/%d replies, %.0f tokens/s%s", pr->tty ? "\r" : "", done, n,
             dt > 0 ? (double)made / dt : 0.0, pr->tty ? (done == n ? "\n" : "   ") : "\n");
 }
 
-// The examples [0, n) of d: each one's prompt and the target's greedy
-// continuation into w, in the dataset's order. The batched sampler decodes
-// `rows` of them together, a finished one replaced by the next prompt.
+// The tokens of a job's reply that go into the dataset: a row past the tokenizer's (an lm_head's padding) ends it.
+static int reply_len(const SampleJob *job, int vocab) {
+    int g = 0;
+    while (g < job->n_out && job->out[g] < vocab) g++;
+    return g;
+}
+
+// The examples [0, n) of d: each one's prompt, then the target's greedy
+// continuation and sm->samples sampled ones into w, in the dataset's order.
+// The batched sampler decodes `rows` replies together, a finished one
+// replaced by the next; a prompt's replies are consecutive jobs on one
+// prompt array, so it is read once.
 static int continue_prompts(const OpenModel *om, const Tokenizer *tok, const char *ckpt, const Dataset *d,
-                            uint64_t n, int max_new, int rows, DatasetWriter *w, Counts *c, PtError *e) {
+                            uint64_t n, int max_new, const Sampling *sm, int rows, DatasetWriter *w, Counts *c,
+                            PtError *e) {
     const ModelConfig *cfg = &om->b.cfg;
+    const int per_prompt = 1 + sm->samples;
+    if (n > (uint64_t)(INT_MAX / per_prompt))
+        return pt_fail(e, "%llu examples x %d replies is more than one run can hold: use --limit",
+                       (unsigned long long)n, per_prompt);
     GenParams p;
     gen_params_default(&p);
     char *probe;   // the chat template's end-of-turn token joins the stops, as generate --chat has it
@@ -72,9 +105,11 @@ static int continue_prompts(const OpenModel *om, const Tokenizer *tok, const cha
     free(probe);
     add_default_stops(&p, cfg, tok);
     const int cap = cfg->max_seq;
-    // Each usable example a job: its prompt, room for max_new tokens or what the context leaves.
-    SampleJob *jobs = xcalloc(n ? n : 1, sizeof *jobs, "sampling jobs");
-    GenParams *params = xmalloc((size_t)(n ? n : 1) * sizeof *params, "sampling parameters");
+    // Each usable example per_prompt jobs on its prompt: the greedy one, then the samples; room for max_new
+    // tokens or what the context leaves.
+    const size_t n_jobs = (size_t)(n ? n : 1) * (size_t)per_prompt;
+    SampleJob *jobs = xcalloc(n_jobs, sizeof *jobs, "sampling jobs");
+    GenParams *params = xmalloc(n_jobs * sizeof *params, "sampling parameters");
     int m = 0, max_len = 1, rc = 0;
     for (uint64_t k = 0; k < n; k++) {
         const uint64_t off = d->doc_offsets[k], len = dataset_doc_len(d, k);
@@ -86,12 +121,19 @@ static int continue_prompts(const OpenModel *om, const Tokenizer *tok, const cha
         }
         int *prompt = xmalloc(np * sizeof(int), "prompt");
         for (uint64_t t = 0; t < np; t++) prompt[t] = (int)dataset_token(d, off + t);
-        params[m] = p;
-        params[m].max_new = max_new < cap - (int)np ? max_new : cap - (int)np;
-        jobs[m] = (SampleJob){prompt, (int)np, &params[m], xmalloc((size_t)params[m].max_new * sizeof(int), "reply"),
-                              0};
-        max_len = (int)np + params[m].max_new > max_len ? (int)np + params[m].max_new : max_len;
-        m++;
+        for (int j = 0; j < per_prompt; j++, m++) {
+            params[m] = p;
+            params[m].max_new = max_new < cap - (int)np ? max_new : cap - (int)np;
+            if (j > 0) {   // the seed follows the example's index in d, not its place in the run
+                params[m].temperature = sm->temperature;
+                params[m].top_p = sm->top_p;
+                params[m].top_k = sm->top_k;
+                params[m].seed = sm->seed + k * (uint64_t)sm->samples + (uint64_t)(j - 1);
+            }
+            jobs[m] = (SampleJob){prompt, (int)np, &params[m],
+                                  xmalloc((size_t)params[m].max_new * sizeof(int), "reply"), 0};
+        }
+        max_len = (int)np + params[m - 1].max_new > max_len ? (int)np + params[m - 1].max_new : max_len;
     }
     Sampler s;
     Progress pr = {now_seconds(), 0, isatty(2), jobs};
@@ -104,22 +146,38 @@ static int continue_prompts(const OpenModel *om, const Tokenizer *tok, const cha
     }
     int *ids = xmalloc((size_t)cap * sizeof(int), "example");
     uint8_t *mask = xcalloc((size_t)cap, 1, "example mask");
-    for (int j = 0; j < m && rc == 0; j++) {
-        const SampleJob *job = &jobs[j];
-        int g = job->n_out;
-        c->ended += g > 0 && gen_is_stop(&p, job->out[g - 1]);
-        for (int i = 0; i < g; i++)   // a row past the tokenizer's (an lm_head's padding) ends the reply
-            if (job->out[i] >= d->vocab_size) g = i;
-        memcpy(ids, job->prompt, (size_t)job->n_prompt * sizeof(int));
-        memcpy(ids + job->n_prompt, job->out, (size_t)g * sizeof(int));
-        memset(mask, 0, (size_t)job->n_prompt);
-        memset(mask + job->n_prompt, 1, (size_t)g);
-        rc = dataset_writer_add(w, ids, mask, (size_t)job->n_prompt + (size_t)g, e);
-        c->written++;
-        c->prompt_tokens += (uint64_t)job->n_prompt;
-        c->new_tokens += (uint64_t)g;
+    int *kept = xmalloc((size_t)per_prompt * sizeof(int), "a prompt's replies");
+    for (int j0 = 0; j0 < m && rc == 0; j0 += per_prompt) {
+        int n_kept = 0;
+        for (int j = j0; j < j0 + per_prompt && rc == 0; j++) {
+            const SampleJob *job = &jobs[j];
+            const int g = reply_len(job, d->vocab_size);
+            // A sample equal to a reply already kept for its prompt adds nothing for a draft to learn.
+            int seen = 0;
+            for (int i = 0; i < n_kept && !seen; i++)
+                seen = reply_len(&jobs[kept[i]], d->vocab_size) == g &&
+                       !memcmp(jobs[kept[i]].out, job->out, (size_t)g * sizeof(int));
+            if (seen) {
+                c->duplicates++;
+                continue;
+            }
+            kept[n_kept++] = j;
+            c->ended += job->n_out > 0 && gen_is_stop(&p, job->out[job->n_out - 1]);
+            memcpy(ids, job->prompt, (size_t)job->n_prompt * sizeof(int));
+            memcpy(ids + job->n_prompt, job->out, (size_t)g * sizeof(int));
+            memset(mask, 0, (size_t)job->n_prompt);
+            memset(mask + job->n_prompt, 1, (size_t)g);
+            rc = dataset_writer_add(w, ids, mask, (size_t)job->n_prompt + (size_t)g, e);
+            c->written++;
+            c->prompt_tokens += (uint64_t)job->n_prompt;
+            c->new_tokens += (uint64_t)g;
+        }
     }
-    for (int j = 0; j < m; j++) free((int *)jobs[j].prompt), free(jobs[j].out);
+    for (int j = 0; j < m; j++) {
+        if (j % per_prompt == 0) free((int *)jobs[j].prompt);   // one array for a prompt's replies
+        free(jobs[j].out);
+    }
+    free(kept);
     free(ids);
     free(mask);
     free(jobs);
@@ -130,8 +188,10 @@ static int continue_prompts(const OpenModel *om, const Tokenizer *tok, const cha
 int cmd_draft_data(int argc, char **argv) {
     const char *ckpt = NULL, *data = NULL, *out = NULL, *v;
     long max_new = 128, limit = 0, batch = 16;
-    int threads = 0;
+    int threads = 0, sampling_flags = 0;
+    Sampling sm = {.samples = 0, .temperature = 0.7f, .top_p = 1.0f, .top_k = 0, .seed = 1};
     for (int i = 1; i < argc; i++) {
+        double x;
         if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) { help(stdout); return 0; }
         else if ((v = arg_value(argc, argv, &i, "--ckpt"))) ckpt = v;
         else if ((v = arg_value(argc, argv, &i, "--data"))) data = v;
@@ -140,9 +200,24 @@ int cmd_draft_data(int argc, char **argv) {
         else if ((v = arg_value(argc, argv, &i, "--limit"))) { if (arg_long("--limit", v, 1, 1L << 40, &limit)) return ARGS_USAGE; }
         else if ((v = arg_value(argc, argv, &i, "--batch"))) { if (arg_long("--batch", v, 1, 4096, &batch)) return ARGS_USAGE; }
         else if ((v = arg_value(argc, argv, &i, "--threads"))) { if (arg_threads("--threads", v, &threads)) return ARGS_USAGE; }
-        else return arg_usage("unknown argument '%s' (see --help)", argv[i]);
+        else if ((v = arg_value(argc, argv, &i, "--samples"))) { if (arg_int("--samples", v, 0, 1024, &sm.samples)) return ARGS_USAGE; }
+        else if ((v = arg_value(argc, argv, &i, "--temperature"))) {
+            if (arg_real("--temperature", v, 0.0, 1e4, ARG_LO_OPEN, &x)) return ARGS_USAGE;
+            sm.temperature = (float)x, sampling_flags = 1;
+        } else if ((v = arg_value(argc, argv, &i, "--top-p"))) {
+            if (arg_real("--top-p", v, 0.0, 1.0, ARG_LO_OPEN, &x)) return ARGS_USAGE;
+            sm.top_p = (float)x, sampling_flags = 1;
+        } else if ((v = arg_value(argc, argv, &i, "--top-k"))) {
+            if (arg_int("--top-k", v, 0, 1 << 30, &sm.top_k)) return ARGS_USAGE;
+            sampling_flags = 1;
+        } else if ((v = arg_value(argc, argv, &i, "--seed"))) {
+            if (arg_u64("--seed", v, &sm.seed)) return ARGS_USAGE;
+            sampling_flags = 1;
+        } else return arg_usage("unknown argument '%s' (see --help)", argv[i]);
     }
     if (!ckpt || !data || !out) return arg_usage("--ckpt, --data and --out are required (see --help)");
+    if (sampling_flags && sm.samples == 0)
+        return arg_usage("--temperature, --top-p, --top-k and --seed go with --samples N (see --help)");
     PtError e;
     Dataset d = {0};
     Tokenizer *tok = NULL;
@@ -174,18 +249,23 @@ int cmd_draft_data(int argc, char **argv) {
     }
     const uint64_t n = limit > 0 && (uint64_t)limit < d.n_docs ? (uint64_t)limit : d.n_docs;
     if (dataset_writer_open(&w, out, DATASET_SFT, d.vocab_size, d.tokenizer_hash, &e)) goto fail;
-    if (continue_prompts(&om, tok, ckpt, &d, n, (int)max_new, (int)batch, w, &c, &e)) goto fail;
+    if (continue_prompts(&om, tok, ckpt, &d, n, (int)max_new, &sm, (int)batch, w, &c, &e)) goto fail;
     if (c.written == 0) {
         pt_fail(&e, "%s: none of its %llu example(s) has a prompt before its first trained token", data,
                 (unsigned long long)n);
         goto fail;
     }
     dataset_writer_set_counts(w, 0, 0, c.skipped);
+    dataset_writer_set_duplicates(w, c.duplicates);
     rc = dataset_writer_commit(w, &e);
     w = NULL;
     if (rc) goto fail;
-    printf("pocket draft-data: %s: %llu examples, %llu prompt + %llu generated tokens (%llu ended at an end token), "
-           "%llu skipped; the int4 model of %s (%s, group %d)\n", out, (unsigned long long)c.written,
+    char sampled[160] = "";
+    if (sm.samples > 0)
+        snprintf(sampled, sizeof sampled, " (greedy + %d sampled a prompt, %llu duplicate(s) dropped)", sm.samples,
+                 (unsigned long long)c.duplicates);
+    printf("pocket draft-data: %s: %llu examples%s, %llu prompt + %llu generated tokens (%llu ended at an end token), "
+           "%llu skipped; the int4 model of %s (%s, group %d)\n", out, (unsigned long long)c.written, sampled,
            (unsigned long long)c.prompt_tokens, (unsigned long long)c.new_tokens, (unsigned long long)c.ended,
            (unsigned long long)c.skipped, ckpt, om.from_qat ? "its QAT scales" : "round-to-nearest", om.q.spec.group);
     goto done;

@@ -13,7 +13,7 @@
 //                 index inside its group
 //   attributes on "/": kind ("cpt"|"sft"|"choice"|"pairs"), tokenizer_hash (SHA-256 hex of the
 //   tokenizer.json bytes), vocab_size, n_tokens, n_docs, n_dropped,
-//   n_truncated, n_skipped, n_duplicates (pocket tokenize --dedup), format_version;
+//   n_truncated, n_skipped, n_duplicates (tokenize --dedup, draft-data --samples), format_version;
 //   pairs also n_pairs and n_dropped_<reason> for each PairDropReason (their sum is n_dropped).
 // A CPT document ends with the end-of-text token; an SFT document is one
 // rendered chat example. Pairs (preference data, data/pairs.h): documents 2g
@@ -50,7 +50,7 @@ typedef struct {
     int token_bytes;          // 2 (uint16 storage) or 4 (uint32)
     uint64_t n_tokens, n_docs;
     uint64_t n_dropped, n_truncated, n_skipped;   // what tokenize left out, for reports
-    uint64_t n_duplicates;    // exact duplicates tokenize --dedup left out (0 in older files)
+    uint64_t n_duplicates;    // exact duplicates left out: tokenize --dedup, draft-data --samples (0 in older files)
     void *tokens;             // uint16_t[n_tokens] or uint32_t[n_tokens]
     uint64_t *doc_offsets;    // n_docs + 1
     uint8_t *loss_mask;       // n_tokens, NULL for CPT

@@ -15,7 +15,10 @@
 //   CPT data;
 // - draft-data writes the prompts and, with loss, exactly what pocket
 //   generate --int4 generates from each, also where prompts of one length
-//   are continued together (--batch);
+//   are continued together (--batch); with --samples, after each greedy
+//   reply the samples pocket generate --int4 draws with the documented seeds,
+//   the same for any --batch and --threads, a sample equal to a reply kept
+//   before dropped and counted (n_duplicates); bad sampling flags refused;
 // - pocket inspect describes a draft checkpoint;
 // - [draft] vocab: the checkpoint's vocabulary is the responses' most frequent
 //   tokens; a resume asking for another is refused.
@@ -286,59 +289,188 @@ static void test_bad_input(void **s) {
     snprintf(cmd, sizeof cmd, "%s draft-data --ckpt %s/target.h5 --data %s/cpt.h5 --out %s", pocket(), g_dir, g_dir,
              out);
     assert_refused(cmd, out, "cpt.h5: a cpt dataset, not SFT data");
+    const struct { const char *flags, *says; } sampling[] = {
+        {"--samples -1", "--samples '-1' is not an integer in [0, 1024]"},
+        {"--samples 2 --temperature 0", "--temperature '0' is not a number in (0, 10000]"},
+        {"--samples 2 --top-p 0", "--top-p '0' is not a number in (0, 1]"},
+        {"--samples 2 --top-p 1.5", "--top-p '1.5' is not a number in (0, 1]"},
+        {"--temperature 0.5", "--temperature, --top-p, --top-k and --seed go with --samples N"},
+    };
+    for (size_t k = 0; k < sizeof sampling / sizeof sampling[0]; k++) {
+        snprintf(cmd, sizeof cmd, "%s draft-data --ckpt %s/target.h5 --data %s/sft.h5 --out %s %s", pocket(), g_dir,
+                 g_dir, out, sampling[k].flags);
+        assert_refused(cmd, out, sampling[k].says);
+    }
     assert_true(no_entry_with_prefix(g_dir, "dd-bad.h5"));
+}
+
+// Document k of d as space-separated ids: its prompt (the tokens before the first with loss) and its reply (the
+// rest, all with loss). The prompt's length.
+static uint64_t doc_ids(const Dataset *d, uint64_t k, char *prompt, char *reply, size_t cap) {
+    const uint64_t off = d->doc_offsets[k], len = dataset_doc_len(d, k);
+    uint64_t np = 0;
+    while (np < len && !d->loss_mask[off + np]) np++;
+    size_t a = 0, b = 0;
+    prompt[0] = reply[0] = 0;
+    for (uint64_t i = 0; i < len; i++) {
+        if (i < np) {
+            a += (size_t)snprintf(prompt + a, cap - a, "%s%u", i ? " " : "", dataset_token(d, off + i));
+        } else {
+            assert_int_equal(d->loss_mask[off + i], 1);
+            b += (size_t)snprintf(reply + b, cap - b, "%s%u", i > np ? " " : "", dataset_token(d, off + i));
+        }
+    }
+    return np;
+}
+
+// The new ids pocket generate --int4 --max-new 14 (and `flags`) prints for the prompt ids, into got.
+static void generate_ids(const char *prompt, const char *flags, char *got, size_t cap) {
+    char cmd[6000];
+    snprintf(cmd, sizeof cmd, "%s generate --ckpt %s/target.h5 --int4 --ids --max-new 14 %s --prompt-ids \"%s\" "
+             "2>/dev/null", pocket(), g_dir, flags, prompt);
+    FILE *p = popen(cmd, "r");
+    size_t n = fread(got, 1, cap - 1, p);
+    pclose(p);
+    got[n] = 0;
+    got[strcspn(got, "\n")] = 0;
+}
+
+static void open_dd(const char *name, Dataset *d) {
+    char path[300];
+    PtError e;
+    snprintf(path, sizeof path, "%s/%s", g_dir, name);
+    if (dataset_open(d, path, &e)) fail_msg("%s", e.msg);
+}
+
+// draft-data <flags> --max-new 14 --threads 1 on sft.h5 into NAME.
+static int draft_data(const char *name, const char *flags) {
+    return sh("%s draft-data --ckpt %s/target.h5 --data %s/sft.h5 --out %s/%s --max-new 14 --threads 1 %s "
+              ">/dev/null 2>&1", pocket(), g_dir, g_dir, g_dir, name, flags);
 }
 
 // draft-data: each example's prompt, then (with loss) what pocket generate --int4 makes of it, in the
 // dataset's order, with 4 rows decoded together by the batched sampler (prompts of two lengths).
 static void test_draft_data_is_generate(void **s) {
     (void)s;
-    assert_int_equal(sh("%s draft-data --ckpt %s/target.h5 --data %s/sft.h5 --out %s/dd.h5 --max-new 14 --batch 4 "
-                        "--threads 1 >/dev/null 2>&1", pocket(), g_dir, g_dir, g_dir), 0);
-    char path[300];
-    snprintf(path, sizeof path, "%s/dd.h5", g_dir);
+    assert_int_equal(draft_data("dd.h5", "--batch 4"), 0);
     Dataset d, src;
-    PtError e;
-    if (dataset_open(&d, path, &e)) fail_msg("%s", e.msg);
-    snprintf(path, sizeof path, "%s/sft.h5", g_dir);
-    if (dataset_open(&src, path, &e)) fail_msg("%s", e.msg);
+    open_dd("dd.h5", &d);
+    open_dd("sft.h5", &src);
     assert_int_equal(d.kind, DATASET_SFT);
     assert_string_equal(d.tokenizer_hash, src.tokenizer_hash);
     assert_int_equal((int)d.n_docs, 12);   // 10 prompts of one length, 2 of another, sharing the rows
     int distinct = 0;
     for (uint64_t k = 0; k < d.n_docs; k++) {
         const uint64_t off = d.doc_offsets[k], len = dataset_doc_len(&d, k), soff = src.doc_offsets[k];
-        uint64_t np = 0;
-        while (np < len && !d.loss_mask[off + np]) np++;
+        char ids[4096], want[4096], got[4096];
+        const uint64_t np = doc_ids(&d, k, ids, want, sizeof ids);
         assert_true(np > 0 && np < len);
-        char ids[4096] = "", want[4096] = "";
-        size_t n = 0;
         for (uint64_t i = 0; i < np; i++) {   // the prompt is the source example's, up to its first trained token
             assert_int_equal(dataset_token(&d, off + i), dataset_token(&src, soff + i));
             assert_int_equal(src.loss_mask[soff + i], 0);
-            n += (size_t)snprintf(ids + n, sizeof ids - n, "%s%u", i ? " " : "", dataset_token(&d, off + i));
         }
         assert_int_equal(src.loss_mask[soff + np], 1);
-        n = 0;
-        for (uint64_t i = np; i < len; i++) {
-            assert_int_equal(d.loss_mask[off + i], 1);
-            n += (size_t)snprintf(want + n, sizeof want - n, "%s%u", i > np ? " " : "", dataset_token(&d, off + i));
-            distinct += i > np && dataset_token(&d, off + i) != dataset_token(&d, off + i - 1);
-        }
-        char cmd[6000], got[4096] = "";
-        snprintf(cmd, sizeof cmd, "%s generate --ckpt %s/target.h5 --int4 --ids --max-new 14 --prompt-ids \"%s\" "
-                 "2>/dev/null", pocket(), g_dir, ids);
-        FILE *p = popen(cmd, "r");
-        size_t got_n = fread(got, 1, sizeof got - 1, p);
-        pclose(p);
-        got[got_n] = 0;
-        got[strcspn(got, "\n")] = 0;
+        for (uint64_t i = np + 1; i < len; i++) distinct += dataset_token(&d, off + i) != dataset_token(&d, off + i - 1);
+        generate_ids(ids, "", got, sizeof got);
         if (strcmp(got, want))
             fail_msg("example %d: draft-data wrote [%s], generate --int4 says [%s]", (int)k, want, got);
     }
     assert_true(distinct > 0);   // the replies say something
     dataset_close(&d);
     dataset_close(&src);
+}
+
+// --samples 2: each prompt's greedy reply (dd.h5's), then each sample pocket generate --int4 draws for it at the
+// same temperature with seed 7 + 2k + j (example k, sample j), a sample equal to a reply kept before dropped and
+// counted; the same documents with --batch 8 --threads 1, --batch 1 --threads 2 and --batch 16 --threads 2 (past
+// 8 rows the passes read the float int4 weights, not the packed ones).
+static void test_draft_data_samples(void **s) {
+    (void)s;
+    const char *sampling = "--samples 2 --temperature 0.2 --seed 7";
+    const char *runs[3][2] = {{"dd-s8.h5", "--batch 8"}, {"dd-s1.h5", "--batch 1 --threads 2"},
+                              {"dd-s16.h5", "--batch 16 --threads 2"}};
+    char flags[200];
+    Dataset greedy, d, other;
+    for (int r = 0; r < 3; r++) {
+        snprintf(flags, sizeof flags, "%s %s", sampling, runs[r][1]);
+        assert_int_equal(draft_data(runs[r][0], flags), 0);
+        open_dd(runs[r][0], r == 0 ? &d : &other);
+        if (r == 0) continue;
+        assert_int_equal(d.n_docs, other.n_docs);   // not the batch's, nor the threads'
+        assert_int_equal(d.n_tokens, other.n_tokens);
+        assert_int_equal(d.n_duplicates, other.n_duplicates);
+        for (uint64_t i = 0; i < d.n_tokens; i++) {
+            assert_int_equal(dataset_token(&d, i), dataset_token(&other, i));
+            assert_int_equal(d.loss_mask[i], other.loss_mask[i]);
+        }
+        dataset_close(&other);
+    }
+    open_dd("dd.h5", &greedy);
+    uint64_t doc = 0, duplicates = 0, differ = 0;
+    for (uint64_t k = 0; k < greedy.n_docs; k++) {
+        char prompt[4096], kept[3][4096], p[4096], r[4096];
+        int n_kept = 1;
+        doc_ids(&greedy, k, prompt, kept[0], sizeof prompt);
+        for (int j = -1; j < 2; j++) {   // j = -1: the greedy reply
+            char got[4096];
+            if (j < 0) {
+                snprintf(got, sizeof got, "%s", kept[0]);
+            } else {
+                snprintf(flags, sizeof flags, "--temperature 0.2 --seed %d", 7 + 2 * (int)k + j);
+                generate_ids(prompt, flags, got, sizeof got);
+                int seen = 0;
+                for (int i = 0; i < n_kept; i++) seen |= !strcmp(got, kept[i]);
+                if (seen) { duplicates++; continue; }
+                snprintf(kept[n_kept++], sizeof kept[0], "%s", got);
+                differ++;
+            }
+            assert_true(doc < d.n_docs);
+            doc_ids(&d, doc++, p, r, sizeof p);
+            assert_string_equal(p, prompt);
+            if (strcmp(r, got)) fail_msg("example %d, sample %d: draft-data wrote [%s], generate says [%s]", (int)k, j,
+                                         r, got);
+        }
+    }
+    assert_int_equal(doc, d.n_docs);
+    assert_int_equal(d.n_duplicates, duplicates);
+    assert_true(duplicates > 0 && differ > 0);   // at 0.2 both kinds of sample, so both ways are checked
+    printf("  --samples 2 at temperature 0.2: %llu documents for %llu prompts, %llu samples unlike the replies "
+           "before them, %llu duplicates dropped\n", (unsigned long long)d.n_docs, (unsigned long long)greedy.n_docs,
+           (unsigned long long)differ, (unsigned long long)duplicates);
+    dataset_close(&greedy);
+    dataset_close(&d);
+}
+
+// At temperature 5 the tiny target's samples are none of them its greedy reply, nor each other: every one is kept.
+// With --top-k 1 every sample is the greedy reply: all dropped, counted, the dataset the greedy one's.
+static void test_draft_data_duplicates(void **s) {
+    (void)s;
+    assert_int_equal(draft_data("dd-hot.h5", "--limit 4 --samples 2 --temperature 5"), 0);
+    Dataset d;
+    open_dd("dd-hot.h5", &d);
+    assert_int_equal(d.n_docs, 12);
+    assert_int_equal(d.n_duplicates, 0);
+    for (uint64_t k = 0; k < 4; k++) {
+        char p[3][4096], r[3][4096];
+        for (int j = 0; j < 3; j++) doc_ids(&d, 3 * k + (uint64_t)j, p[j], r[j], sizeof p[0]);
+        assert_string_equal(p[1], p[0]);
+        assert_string_equal(p[2], p[0]);
+        assert_true(strcmp(r[1], r[0]) && strcmp(r[2], r[0]) && strcmp(r[2], r[1]));
+    }
+    dataset_close(&d);
+    assert_int_equal(draft_data("dd-top1.h5", "--samples 3 --top-k 1"), 0);
+    Dataset greedy;
+    open_dd("dd-top1.h5", &d);
+    open_dd("dd.h5", &greedy);
+    assert_int_equal(d.n_docs, greedy.n_docs);
+    assert_int_equal(d.n_duplicates, 3 * greedy.n_docs);
+    assert_int_equal(d.n_tokens, greedy.n_tokens);
+    for (uint64_t i = 0; i < d.n_tokens; i++) {
+        assert_int_equal(dataset_token(&d, i), dataset_token(&greedy, i));
+        assert_int_equal(d.loss_mask[i], greedy.loss_mask[i]);
+    }
+    dataset_close(&d);
+    dataset_close(&greedy);
 }
 
 // [draft] vocab = 5: the checkpoint holds the 5 tokens the responses of sft.h5 hold most (counted here by
@@ -390,6 +522,8 @@ int main(void) {
         cmocka_unit_test(test_kl_resume_and_metrics),
         cmocka_unit_test(test_bad_input),
         cmocka_unit_test(test_draft_data_is_generate),
+        cmocka_unit_test(test_draft_data_samples),
+        cmocka_unit_test(test_draft_data_duplicates),
         cmocka_unit_test(test_vocab),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
