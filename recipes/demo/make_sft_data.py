@@ -168,20 +168,27 @@ def check(rows):
             assert v in title, (v, title)
 
 
-def main():
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+def write_task(doc, generate_sets, check_rows, n_train, n_val, seed):
+    """The command line of a task writer (this one's, recipes/spec/make_extract_data.py's): OUT_DIR, --train,
+    --val and --seed; generate_sets(n_train, n_val, seed) -> (train, val), each checked by check_rows, then written
+    to OUT_DIR/train.jsonl and val.jsonl."""
+    ap = argparse.ArgumentParser(description=doc.split("\n")[0])
     ap.add_argument("out_dir")
-    ap.add_argument("--train", type=int, default=3000)
-    ap.add_argument("--val", type=int, default=200)
-    ap.add_argument("--seed", type=int, default=20250101)
+    ap.add_argument("--train", type=int, default=n_train)
+    ap.add_argument("--val", type=int, default=n_val)
+    ap.add_argument("--seed", type=int, default=seed)
     args = ap.parse_args()
-    train, val = generate(args.train, args.val, args.seed)
-    check(train)
-    check(val)
+    train, val = generate_sets(args.train, args.val, args.seed)
+    check_rows(train)
+    check_rows(val)
     os.makedirs(args.out_dir, exist_ok=True)
     write_jsonl(os.path.join(args.out_dir, "train.jsonl"), train)
     write_jsonl(os.path.join(args.out_dir, "val.jsonl"), val)
     print("  wrote %d training and %d held-out examples to %s" % (len(train), len(val), args.out_dir))
+
+
+def main():
+    write_task(__doc__, generate, check, 3000, 200, 20250101)
 
 
 if __name__ == "__main__":

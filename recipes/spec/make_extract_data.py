@@ -18,14 +18,13 @@ message words in several ways. Unlike the title task, the reply depends on a lon
 SmolLM2's). The validation messages never occur in the training set. Python 3 standard library only; the same
 seed gives the same files.
 """
-import argparse
 import json
 import os
 import random
 import sys
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "demo"))
-from make_sft_data import write_jsonl  # noqa: E402  (the demo's: a temporary file renamed)
+from make_sft_data import write_task  # noqa: E402  (the demo's command line and writer)
 
 KEYS = ("name", "order", "product", "quantity", "city", "date", "issue", "request")
 
@@ -131,19 +130,7 @@ def check(rows):
 
 
 def main():
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("out_dir")
-    ap.add_argument("--train", type=int, default=1000)
-    ap.add_argument("--val", type=int, default=100)
-    ap.add_argument("--seed", type=int, default=20261208)
-    args = ap.parse_args()
-    train, val = generate(args.train, args.val, args.seed)
-    check(train)
-    check(val)
-    os.makedirs(args.out_dir, exist_ok=True)
-    write_jsonl(os.path.join(args.out_dir, "train.jsonl"), train)
-    write_jsonl(os.path.join(args.out_dir, "val.jsonl"), val)
-    print("  wrote %d training and %d held-out examples to %s" % (len(train), len(val), args.out_dir))
+    write_task(__doc__, generate, check, 1000, 100, 20261208)
 
 
 if __name__ == "__main__":

@@ -17,7 +17,7 @@ import pytest
 
 pytest.importorskip("MNN")
 from test_mnn_runtime import make_checkpoint   # noqa: E402
-from test_spec_runtime import CFG, CHATS, DRAFT   # noqa: E402
+from test_spec_runtime import CFG, train_draft   # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
 SCRIPT = ROOT / "recipes/spec/draft_plan.py"
@@ -149,14 +149,7 @@ def drafted(tmp_path_factory, run_pocket):
     package with it."""
     d = tmp_path_factory.mktemp("plan")
     ckpt, _ = make_checkpoint(d, "target", CFG, run_pocket)
-    data = d / "sft.h5"
-    run_pocket("tokenize", "--chat", "--tokenizer", ckpt, CHATS, "--out", data)
-    keys = "".join(f"{k} = {v}\n" for k, v in DRAFT.items())
-    (d / "draft.ini").write_text(
-        f"[model]\ninit = {ckpt}\n[data]\ntrain = {data}\nval = {data}\n[train]\nmode = sft\nmicro_batch = 2\n"
-        f"seq_len = 64\nsteps = 8\neval_interval = 4\neval_batches = 2\nsave_interval = 0\nthreads = 2\n"
-        f"run_dir = {d}/run\n[optim]\nlr = 1e-3\nwarmup = 1\n[draft]\nenabled = 1\n{keys}")
-    run_pocket("train", d / "draft.ini", timeout=300)
+    train_draft(d, ckpt, run_pocket, evaluate=True)
     pkg = d / "pkg"
     run_pocket("export", "--ckpt", ckpt, "--format", "mnn", "--memory", "normal", "--sampler", "greedy",
                "--draft", d / "run/best.h5", "--out", pkg)

@@ -67,20 +67,27 @@ def mnn_generate(package, ids, tmp):
     return json.loads(out.read_text()), proc.stdout
 
 
+def train_draft(d, ckpt, run_pocket, evaluate=False):
+    """A draft for the target ckpt trained 8 steps by `pocket train` on the fixture chats in d/run (with evaluate,
+    on the same chats as validation every 4 steps, so that the run has a best.h5 and acceptance figures)."""
+    data = d / "sft.h5"
+    run_pocket("tokenize", "--chat", "--tokenizer", ckpt, CHATS, "--out", data)
+    draft_keys = "".join(f"{k} = {v}\n" for k, v in DRAFT.items())
+    val, every = (f"val = {data}\n", 4) if evaluate else ("", 0)
+    (d / "draft.ini").write_text(
+        f"[model]\ninit = {ckpt}\n[data]\ntrain = {data}\n{val}[train]\nmode = sft\nmicro_batch = 2\nseq_len = 64\n"
+        f"steps = 8\neval_interval = {every}\neval_batches = 2\nsave_interval = 0\nthreads = 2\nrun_dir = {d}/run\n"
+        f"[optim]\nlr = 1e-3\nwarmup = 1\n[draft]\nenabled = 1\n{draft_keys}")
+    run_pocket("train", d / "draft.ini", timeout=600)
+    return d / "run"
+
+
 @pytest.fixture(scope="module")
 def spec(tmp_path_factory, run_pocket):
     """The target, its draft trained by `pocket train`, and its packages with and without the draft."""
     d = tmp_path_factory.mktemp("spec")
     ckpt, hf = make_checkpoint(d, "target", CFG, run_pocket)
-    data = d / "sft.h5"
-    run_pocket("tokenize", "--chat", "--tokenizer", ckpt, CHATS, "--out", data)
-    draft_keys = "".join(f"{k} = {v}\n" for k, v in DRAFT.items())
-    (d / "draft.ini").write_text(
-        f"[model]\ninit = {ckpt}\n[data]\ntrain = {data}\n[train]\nmode = sft\nmicro_batch = 2\nseq_len = 64\n"
-        f"steps = 8\neval_interval = 0\nsave_interval = 0\nthreads = 2\nrun_dir = {d}/run\n"
-        f"[optim]\nlr = 1e-3\nwarmup = 1\n[draft]\nenabled = 1\n{draft_keys}")
-    run_pocket("train", d / "draft.ini", timeout=600)
-    draft = sorted((d / "run").glob("ckpt-*.h5"))[-1]
+    draft = sorted(train_draft(d, ckpt, run_pocket).glob("ckpt-*.h5"))[-1]
     pkg = {}
     for graph in GRAPHS:
         for name, extra in (("spec", ["--draft", draft]), ("plain", [])):
