@@ -32,9 +32,10 @@ static inline float *expected(const StFile *f, const char *name, size_t numel) {
 
 // How much farther from a float64 reference gradient than PyTorch's own
 // float32 run of the same case (a fixture's case<k>.floor32) a whole float32
-// gradient may land: other summation orders round otherwise, and land on
-// either side of PyTorch's figure (measured: 0.78x to 1.14x of it).
-#define FLOAT32_FLOOR_MARGIN 1.25
+// gradient may land: another summation order rounds otherwise, and lands on
+// either side of PyTorch's figure (measured 0.78x to 1.39x of it over the
+// builds of one CPU: gcc -O3 native, x86-64-v3, clang, the sanitizer build).
+#define FLOAT32_FLOOR_MARGIN 2.0
 
 // Gradients grads (laid out by tt) against the fixture's tensors
 // "<prefix><tensor name>": |got - want|_2 / |want|_2 of each tensor, the

@@ -184,7 +184,7 @@ static void test_gradients_match_torch(void **s) {
                worst_name);
         assert_true(logp_err < 2e-6);
         assert_true(loss_err < 1e-6);
-        // within 1e-6 of float64, or as near as float32 gets: PyTorch's own float32 run of the case (test_preference)
+        // within 1e-6 of float64, or of float32's floor: twice PyTorch's own float32 run of the case (test_preference)
         assert_true(whole < fmax(1e-6, FLOAT32_FLOOR_MARGIN * floor32));
         assert_true(worst < 3e-6);
     }

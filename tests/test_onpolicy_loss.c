@@ -93,7 +93,7 @@ static void test_loss_and_gradients_match_trl(void **s) {
                student.b.tt.n, worst, worst_name);
         assert_true(loss_err < 1e-6);
         assert_true(kl_err < 1e-6);
-        // within 1e-6 of float64, or as near as float32 gets: PyTorch's own float32 run of the case (test_preference)
+        // within 1e-6 of float64, or of float32's floor: twice PyTorch's own float32 run of the case (test_preference)
         assert_true(whole < fmax(1e-6, FLOAT32_FLOOR_MARGIN * floor32));
         assert_true(worst < 3e-6);
     }
