@@ -159,7 +159,14 @@ static void test_loss_decreases(void **s) {
            "accept_1 %.3f -> %.3f, %.3f tokens per target pass\n", first, last, before, after,
            num(evals[1], "val_accept_length"));
     assert_true(last < 0.6 * first);
-    assert_true(after > 0.7);
+    // The evaluation has two blocks, and after this short run the second's first token is a near tie that the
+    // build's rounding decides (gcc -O3 native and clang: both blocks right; x86-64-v3: one): at least one block
+    // right, from none. (The teacher's alignment itself is held exactly in test_draft.c.)
+    assert_true(before == 0 && after >= 0.5);
+    // and the draft's cross-entropy to the target's own tokens, which it never trained on, falls with the KL
+    const double ce_before = num(evals[0], "val_ce"), ce_after = num(evals[1], "val_ce");
+    printf("  its validation cross-entropy to the target's tokens %.4f -> %.4f\n", ce_before, ce_after);
+    assert_true(ce_after < 0.25 * ce_before);
     json_decref(evals[0]), json_decref(evals[1]);
 }
 
