@@ -141,14 +141,14 @@ static void test_loss_decreases(void **s) {
     printf("  draft loss on one example: %.4f over the first 3 steps, %.4f over the last 3\n", first, last);
     assert_true(last < 0.6 * first);
     // The KL term alone, on the target's own greedy reply to the example (draft-data), teaches the draft the
-    // target's next tokens: its KL falls and every validation block's first drafted token comes to be the
-    // target's. (With the target's distribution taken one position off, half of them are.)
+    // target's next tokens: its KL falls and most validation blocks' first drafted token comes to be the
+    // target's.
     assert_int_equal(sh("%s draft-data --ckpt %s/target.h5 --data %s/one.h5 --out %s/own.h5 --max-new 14 --threads 1 "
                         ">/dev/null 2>&1", pocket(), g_dir, g_dir, g_dir), 0);
     assert_int_equal(write_draft_recipe("own.ini", "own.h5", "ce_weight = 0\nkl_weight = 1\n"), 0);
     assert_int_equal(sh("%s train %s/own.ini --set train.steps=48 --set train.eval_interval=48 --set "
-                        "train.save_interval=0 --set optim.lr=0.02 --set train.run_dir=%s/own >/dev/null", pocket(),
-                        g_dir, g_dir), 0);
+                        "train.save_interval=0 --set optim.lr=0.02 --set draft.anchors=16 --set train.run_dir=%s/own "
+                        ">/dev/null", pocket(), g_dir, g_dir), 0);
     snprintf(run, sizeof run, "%s/own", g_dir);
     assert_int_equal(n = step_losses(run, loss, 64), 48);
     first = (loss[0] + loss[1] + loss[2]) / 3, last = (loss[n - 1] + loss[n - 2] + loss[n - 3]) / 3;
@@ -159,10 +159,10 @@ static void test_loss_decreases(void **s) {
            "accept_1 %.3f -> %.3f, %.3f tokens per target pass\n", first, last, before, after,
            num(evals[1], "val_accept_length"));
     assert_true(last < 0.6 * first);
-    // The evaluation has two blocks, and after this short run the second's first token is a near tie that the
-    // build's rounding decides (gcc -O3 native and clang: both blocks right; x86-64-v3: one): at least one block
-    // right, from none. (The teacher's alignment itself is held exactly in test_draft.c.)
-    assert_true(before == 0 && after >= 0.5);
+    // 16 anchors give the evaluation 13 blocks (4 gave 2, whose one near tie the build's rounding decided): 9 of
+    // them right in every build tried (gcc native, clang, x86-64-v3, the sanitizer build); a teacher taken one
+    // position off gets 1.
+    assert_true(before == 0 && after > 0.5);
     // and the draft's cross-entropy to the target's own tokens, which it never trained on, falls with the KL
     const double ce_before = num(evals[0], "val_ce"), ce_after = num(evals[1], "val_ce");
     printf("  its validation cross-entropy to the target's tokens %.4f -> %.4f\n", ce_before, ce_after);
