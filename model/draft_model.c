@@ -330,7 +330,8 @@ static double run(DraftModel *dm, const float *captures, const DraftInput *in, i
     for (int i = 0; i < blk; i++) {
         const size_t r0 = (size_t)i * S;
         const float *h = dm->lnf + r0 * H;
-        float *lo = logits_out ? logits_out + r0 * V : NULL;
+        // where this position's logits go: the caller's, or the greedy tokens' (evaluation has no backward)
+        float *z = logits_out ? logits_out + r0 * V : greedy && i > 0 ? dm->pos_logits : NULL;
         const int has_loss = in->targets && i > 0 && in->pos_weight[i] > 0;
         int count = 0;
         const float wi = has_loss ? in->pos_weight[i] : 0.0f;
@@ -343,10 +344,9 @@ static double run(DraftModel *dm, const float *captures, const DraftInput *in, i
                             grad_scale * wi, &t, &parts, &count, dm->matmul);
             dm->ce_sum += wi * parts.ce;
             dm->kl_sum += wi * parts.kl;
-            if (lo) OP(d, classifier, NULL, NULL, lo, h, dm->lm_head, NULL, NULL, S, H, V, 0.0f, NULL, dm->matmul);
-        } else if (has_loss || lo || (greedy && i > 0)) {
-            // the greedy tokens' logits come from the loss's own pass (there is no backward with them)
-            float *z = lo ? lo : greedy && i > 0 ? dm->pos_logits : NULL;
+            // the distillation op gives no logits: the lm_head once more
+            if (z) OP(d, classifier, NULL, NULL, z, h, dm->lm_head, NULL, NULL, S, H, V, 0.0f, NULL, dm->matmul);
+        } else if (has_loss || z) {
             const double ce = OP(d, classifier, dh, NULL, z, h, dm->lm_head, has_loss ? dm->targets + r0 : NULL, NULL,
                                  S, H, V, grad_scale * wi * ce_w, &count, dm->matmul);
             loss += wi * ce_w * ce;
@@ -354,10 +354,6 @@ static double run(DraftModel *dm, const float *captures, const DraftInput *in, i
         }
         wsum += has_loss ? (double)wi * count : 0;
         if (greedy && i > 0) {
-            float *z = lo ? lo : dm->pos_logits;
-            // with the KL term the distillation op gave no logits: the lm_head once more
-            if (!lo && with_kl && has_loss)
-                OP(d, classifier, NULL, NULL, z, h, dm->lm_head, NULL, NULL, S, H, V, 0.0f, NULL, dm->matmul);
             if (z != dm->host_logits) OP(d, download, dm->host_logits, z, (size_t)S * V * sizeof(float));
             argmax_rows(dm->host_logits, S, V, greedy + r0);
         }
