@@ -146,7 +146,9 @@ static int continue_prompts(const OpenModel *om, const Tokenizer *tok, const cha
     }
     int *ids = xmalloc((size_t)cap * sizeof(int), "example");
     uint8_t *mask = xcalloc((size_t)cap, 1, "example mask");
+    // the replies of the current prompt written so far: their jobs and lengths
     int *kept = xmalloc((size_t)per_prompt * sizeof(int), "a prompt's replies");
+    int *kept_len = xmalloc((size_t)per_prompt * sizeof(int), "a prompt's reply lengths");
     for (int j0 = 0; j0 < m && rc == 0; j0 += per_prompt) {
         int n_kept = 0;
         for (int j = j0; j < j0 + per_prompt && rc == 0; j++) {
@@ -155,13 +157,12 @@ static int continue_prompts(const OpenModel *om, const Tokenizer *tok, const cha
             // A sample equal to a reply already kept for its prompt adds nothing for a draft to learn.
             int seen = 0;
             for (int i = 0; i < n_kept && !seen; i++)
-                seen = reply_len(&jobs[kept[i]], d->vocab_size) == g &&
-                       !memcmp(jobs[kept[i]].out, job->out, (size_t)g * sizeof(int));
+                seen = kept_len[i] == g && !memcmp(jobs[kept[i]].out, job->out, (size_t)g * sizeof(int));
             if (seen) {
                 c->duplicates++;
                 continue;
             }
-            kept[n_kept++] = j;
+            kept[n_kept] = j, kept_len[n_kept++] = g;
             c->ended += job->n_out > 0 && gen_is_stop(&p, job->out[job->n_out - 1]);
             memcpy(ids, job->prompt, (size_t)job->n_prompt * sizeof(int));
             memcpy(ids + job->n_prompt, job->out, (size_t)g * sizeof(int));
@@ -178,6 +179,7 @@ static int continue_prompts(const OpenModel *om, const Tokenizer *tok, const cha
         free(jobs[j].out);
     }
     free(kept);
+    free(kept_len);
     free(ids);
     free(mask);
     free(jobs);

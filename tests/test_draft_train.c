@@ -167,6 +167,10 @@ static void test_loss_decreases(void **s) {
     const double ce_before = num(evals[0], "val_ce"), ce_after = num(evals[1], "val_ce");
     printf("  its validation cross-entropy to the target's tokens %.4f -> %.4f\n", ce_before, ce_after);
     assert_true(ce_after < 0.25 * ce_before);
+    // the evaluation that saved best.h5 says so: the first always, the second when its loss is lower
+    assert_true(json_is_true(json_object_get(evals[0], "best")));
+    assert_int_equal(json_is_true(json_object_get(evals[1], "best")),
+                     num(evals[1], "val_loss") < num(evals[0], "val_loss"));
     json_decref(evals[0]), json_decref(evals[1]);
 }
 
@@ -349,6 +353,17 @@ static void open_dd(const char *name, Dataset *d) {
     if (dataset_open(d, path, &e)) fail_msg("%s", e.msg);
 }
 
+// a and b hold the same documents: tokens, loss masks and boundaries.
+static void assert_same_docs(const Dataset *a, const Dataset *b) {
+    assert_int_equal(a->n_docs, b->n_docs);
+    assert_int_equal(a->n_tokens, b->n_tokens);
+    for (uint64_t k = 0; k <= a->n_docs; k++) assert_int_equal(a->doc_offsets[k], b->doc_offsets[k]);
+    for (uint64_t i = 0; i < a->n_tokens; i++) {
+        assert_int_equal(dataset_token(a, i), dataset_token(b, i));
+        assert_int_equal(a->loss_mask[i], b->loss_mask[i]);
+    }
+}
+
 // draft-data <flags> --max-new 14 --threads 1 on sft.h5 into NAME.
 static int draft_data(const char *name, const char *flags) {
     return sh("%s draft-data --ckpt %s/target.h5 --data %s/sft.h5 --out %s/%s --max-new 14 --threads 1 %s "
@@ -377,7 +392,8 @@ static void test_draft_data_is_generate(void **s) {
             assert_int_equal(src.loss_mask[soff + i], 0);
         }
         assert_int_equal(src.loss_mask[soff + np], 1);
-        for (uint64_t i = np + 1; i < len; i++) distinct += dataset_token(&d, off + i) != dataset_token(&d, off + i - 1);
+        for (uint64_t i = np + 1; i < len; i++)
+            distinct += dataset_token(&d, off + i) != dataset_token(&d, off + i - 1);
         generate_ids(ids, "", got, sizeof got);
         if (strcmp(got, want))
             fail_msg("example %d: draft-data wrote [%s], generate --int4 says [%s]", (int)k, want, got);
@@ -403,13 +419,8 @@ static void test_draft_data_samples(void **s) {
         assert_int_equal(draft_data(runs[r][0], flags), 0);
         open_dd(runs[r][0], r == 0 ? &d : &other);
         if (r == 0) continue;
-        assert_int_equal(d.n_docs, other.n_docs);   // not the batch's, nor the threads'
-        assert_int_equal(d.n_tokens, other.n_tokens);
+        assert_same_docs(&d, &other);   // not the batch's, nor the threads'
         assert_int_equal(d.n_duplicates, other.n_duplicates);
-        for (uint64_t i = 0; i < d.n_tokens; i++) {
-            assert_int_equal(dataset_token(&d, i), dataset_token(&other, i));
-            assert_int_equal(d.loss_mask[i], other.loss_mask[i]);
-        }
         dataset_close(&other);
     }
     open_dd("dd.h5", &greedy);
@@ -469,13 +480,8 @@ static void test_draft_data_duplicates(void **s) {
     Dataset greedy;
     open_dd("dd-top1.h5", &d);
     open_dd("dd.h5", &greedy);
-    assert_int_equal(d.n_docs, greedy.n_docs);
+    assert_same_docs(&d, &greedy);
     assert_int_equal(d.n_duplicates, 3 * greedy.n_docs);
-    assert_int_equal(d.n_tokens, greedy.n_tokens);
-    for (uint64_t i = 0; i < d.n_tokens; i++) {
-        assert_int_equal(dataset_token(&d, i), dataset_token(&greedy, i));
-        assert_int_equal(d.loss_mask[i], greedy.loss_mask[i]);
-    }
     dataset_close(&d);
     dataset_close(&greedy);
 }
