@@ -248,10 +248,11 @@ static int evaluate(Trainer *t, PtError *e) {
     const double figure = run_data_best_figure(d, loss);
     int best = figure < t->st.best_val_loss, rc = 0;
     if (best) t->st.best_val_loss = figure;
-    if (best) {
+    if (best) {   // the line says so: which evaluation best.h5 holds is then read, not worked out again
         char *path = path_join(t->dir, "best.h5");
         rc = t->tr.ops->save(&t->tr, path, NULL, e);
         free(path);
+        json_object_set_new(line, "best", json_true());
     }
     json_object_set_new(line, "eval_s", json_real(now_seconds() - t0));
     json_object_update(line, j);

@@ -18,7 +18,6 @@ the draft's own cost (a smaller block's is not more). The best block is recommen
 by more than 5%; below 1.1x at the best block the draft does not pay. Exit 0 with a verdict, 1 on bad input.
 """
 import argparse
-import configparser
 import ctypes
 import json
 import os
@@ -87,51 +86,10 @@ def plan_blocks(block, t_decode, t_verify, t_dflash, t_fc, shares=None, tokens_a
 ACCEPT_KEY = re.compile(r"val_(?:([A-Za-z0-9_-]+)_)?accept_(\d+|length)")
 
 
-def read_recipe(run):
-    """The run's resolved recipe (recipe.ini, written by pocket train), or None for a run without one."""
-    path = run / "recipe.ini"
-    if not path.is_file():
-        return None
-    c = configparser.ConfigParser(interpolation=None, strict=False, comment_prefixes=("#",))
-    try:
-        c.read(path)
-    except configparser.Error as e:
-        raise PlanError(f"{path}: not a recipe ({str(e).splitlines()[0]})")
-    return c
-
-
-def val_set(recipe, sets):
-    """The validation set whose acceptance to use and the figure best.h5 has the lowest of (a function of one
-    metrics line, None when it cannot say): [train] best_by's rule of docs/recipes.md."""
-    if sets == [None]:
-        return None, lambda j: j.get("val_loss")
-    names = [s for s in sets if s is not None]
-    best_by = ""
-    if recipe is not None:
-        if recipe.has_option("data", "val"):   # the recipe's order: best_by "" means its first set
-            order = [p.split(":", 1)[0].strip() for p in recipe.get("data", "val").split(",") if ":" in p]
-            names = [n for n in order if n in names] + [n for n in names if n not in order]
-        best_by = recipe.get("train", "best_by", fallback="").strip()
-    weights = {names[0]: 1.0}
-    if best_by == "sum":
-        weights = {n: 1.0 for n in names}
-    elif best_by:
-        try:
-            weights = {p.split(":")[0].strip(): float(p.split(":")[1]) if ":" in p else 1.0
-                       for p in best_by.split(",")}
-        except ValueError:
-            weights = {}
-    chosen = next(iter(weights)) if len(weights) == 1 and next(iter(weights)) in names else names[0]
-
-    def figure(j):
-        losses = [j.get(f"val_{n}_loss") for n in weights]
-        return None if not weights or None in losses else sum(w * x for w, x in zip(weights.values(), losses))
-    return chosen, figure
-
-
 def read_run(run, block):
-    """The acceptance shares of the draft's run: the evaluation of best.h5 (the lowest validation figure) when the
-    run has one, else the last. Returns {path, step, which, set, shares, accept_length, block}."""
+    """The acceptance shares of the draft's run: the evaluation pocket train marked "best": true last (best.h5's),
+    else the last one (a run from before the marker); with several validation sets, the first set's figures.
+    Returns {path, step, which, set, shares, accept_length, block}."""
     path = run / "metrics.jsonl"
     if not path.is_file():
         raise PlanError(f"{path}: missing (the draft's run directory is pocket train's run_dir)")
@@ -149,30 +107,16 @@ def read_run(run, block):
     if not evals:
         raise PlanError(f"{path}: no evaluation with acceptance figures (val_accept_1 ...): train the draft with "
                         f"[data] val and train.eval_interval > 0")
-    sets = []
-    for k in evals[-1]:
-        m = ACCEPT_KEY.fullmatch(k)
-        if m and m.group(1) not in sets:
-            sets.append(m.group(1))
-    recipe = read_recipe(run)
-    name, figure = val_set(recipe, sets)
+    marked = [j for j in evals if j.get("best") is True]
+    j, which = (marked[-1], "best.h5's") if marked else (evals[-1], "the last one")
+    keys = [m for m in map(ACCEPT_KEY.fullmatch, j) if m]
+    name = keys[0].group(1)   # the trainer writes the sets in the recipe's order
     prefix = f"val_{name}_" if name else "val_"
-    # The run's block: its recipe's, else the positions its evaluations report.
-    if recipe is not None and recipe.has_option("draft", "block"):
-        run_block, source = int(recipe.get("draft", "block")), run / "recipe.ini"
-    else:
-        positions = [int(m.group(2)) for m in map(ACCEPT_KEY.fullmatch, evals[-1]) if m and m.group(2).isdigit()]
-        run_block, source = max(positions, default=0) + 1, path
+    # The run's block: the positions its evaluation reports, 1 .. block-1.
+    run_block = 1 + max((int(m.group(2)) for m in keys if m.group(1) == name and m.group(2).isdigit()), default=0)
     if run_block != block:
-        raise PlanError(f"{source}: the run trains a draft of block {run_block}, the package's draft has block "
+        raise PlanError(f"{path}: the run trains a draft of block {run_block}, the package's draft has block "
                         f"{block}: a package exported from another draft")
-    figures = [figure(j) for j in evals]
-    if (run / "best.h5").is_file() and None not in figures:
-        k = min(range(len(evals)), key=lambda i: (figures[i], i))   # best.h5 is saved at the first lowest
-        which = "best.h5's: the lowest validation loss"
-    else:
-        k, which = len(evals) - 1, "the last one"
-    j = evals[k]
     missing = [f"{prefix}accept_{i}" for i in range(1, block) if not isinstance(j.get(f"{prefix}accept_{i}"),
                                                                                  (int, float))]
     if missing:

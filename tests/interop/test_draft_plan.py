@@ -2,7 +2,8 @@
 
   - the arithmetic (plan_blocks, expected_speedup) against cases computed by hand, among them the SmolLM2 figures
     of docs/speculative.md (2.63 tokens per pass; 22.4, 26.1, 2.6 and 0.1 ms: 2.05x, MNN measured 2.01x);
-  - which evaluation of metrics.jsonl it reads (best.h5's, or the last; a named validation set with best_by);
+  - which evaluation of metrics.jsonl it reads (the one marked best, best.h5's, or the last; the first named
+    validation set);
   - the script end to end on a tiny target's package with a draft trained for a few steps with evaluations (the
     target and draft of test_spec_runtime.py): a verdict, and the JSON with every figure;
   - bad input in one line on stderr naming the file, exit 1.
@@ -94,39 +95,34 @@ def test_bad_arithmetic_input():
 
 # ---- which evaluation
 
-def write_run(d, lines, recipe=None, best=True):
+def write_run(d, lines):
     d.mkdir()
     (d / "metrics.jsonl").write_text("".join(json.dumps(j) + "\n" for j in lines))
-    if recipe:
-        (d / "recipe.ini").write_text(recipe)
-    if best:
-        (d / "best.h5").write_bytes(b"")
     return d
 
 
-def evaluation(step, loss, shares, name=None):
+def evaluation(step, loss, shares, name=None, best=False):
     p = f"val_{name}_" if name else "val_"
     return {"step": step, p + "loss": loss, **{f"{p}accept_{i + 1}": s for i, s in enumerate(shares)},
-            p + "accept_length": 1 + sum(shares)}
+            p + "accept_length": 1 + sum(shares), **({"best": True} if best else {})}
 
 
 def test_the_evaluation_of_best_h5(tmp_path):
-    lines = [evaluation(0, 9.0, [0, 0, 0]), {"step": 1, "loss": 8.0}, evaluation(100, 2.0, [0.5, 0.3, 0.1]),
-             evaluation(200, 2.0, [0.6, 0.4, 0.2]), evaluation(300, 2.5, [0.7, 0.5, 0.3])]
+    lines = [evaluation(0, 9.0, [0, 0, 0], best=True), {"step": 1, "loss": 8.0},
+             evaluation(100, 2.0, [0.5, 0.3, 0.1], best=True), evaluation(200, 2.0, [0.6, 0.4, 0.2]),
+             evaluation(300, 2.5, [0.7, 0.5, 0.3])]
     r = read_run(write_run(tmp_path / "a", lines), 4)
-    assert r["step"] == 100 and r["shares"] == [0.5, 0.3, 0.1] and "best.h5" in r["which"]   # the first lowest
-    r = read_run(write_run(tmp_path / "b", lines, best=False), 4)
+    assert r["step"] == 100 and r["shares"] == [0.5, 0.3, 0.1] and "best.h5" in r["which"]   # the last marked
+    unmarked = [{k: v for k, v in j.items() if k != "best"} for j in lines]   # a run from before the mark
+    r = read_run(write_run(tmp_path / "b", unmarked), 4)
     assert r["step"] == 300 and r["accept_length"] == pytest.approx(2.5) and "last" in r["which"]
 
 
-def test_a_named_validation_set_by_best_by(tmp_path):
-    lines = [{**evaluation(10, 1.0, [0.9], "a"), **evaluation(10, 3.0, [0.1], "b")},
+def test_a_named_validation_set(tmp_path):
+    lines = [{**evaluation(10, 1.0, [0.9], "a", best=True), **evaluation(10, 3.0, [0.1], "b")},
              {**evaluation(20, 2.0, [0.8], "a"), **evaluation(20, 1.0, [0.2], "b")}]
-    recipe = "[data]\nval = a:a.h5, b:b.h5\n[train]\n# the figure\nbest_by = %s\n[draft]\nblock = 2\n"
-    assert read_run(write_run(tmp_path / "first", lines, recipe % ""), 2)["shares"] == [0.9]   # a's loss: step 10
-    r = read_run(write_run(tmp_path / "b", lines, recipe % "b"), 2)
-    assert r["step"] == 20 and r["set"] == "b" and r["shares"] == [0.2]
-    assert read_run(write_run(tmp_path / "sum", lines, recipe % "sum"), 2)["step"] == 20    # 4.0 > 3.0
+    r = read_run(write_run(tmp_path / "ab", lines), 2)
+    assert r["step"] == 10 and r["set"] == "a" and r["shares"] == [0.9]   # the first set, of the marked evaluation
 
 
 def test_a_block_unlike_the_runs(tmp_path):
@@ -211,7 +207,7 @@ def test_bad_input(drafted, tmp_path):
     other = tmp_path / "block8"
     shutil.copytree(pkg, other)
     (other / "config.json").write_text(json.dumps({**cfg, "dflash_block_size": 8}))
-    assert "block 4" in bad(["--package", other, "--run", run], run / "recipe.ini")
+    assert "block 4" in bad(["--package", other, "--run", run], run / "metrics.jsonl")
     junk = tmp_path / "accept.json"
     junk.write_text('{"prompts": 3}')
     bad(["--package", pkg, "--run", run, "--accept", junk], junk)
