@@ -103,6 +103,18 @@ def token_logps(model, prompts, completions):
     return torch.stack(rows)
 
 
+def case_pass(model, prompts, completions, old, ref, mask, adv, case):
+    """One forward and backward of the case: its loss, metrics, the per-token log-probabilities (their .grad d loss /
+    d logps) and every parameter's gradient by name; the log-probabilities in the model's dtype, the loss in
+    float64."""
+    model.zero_grad()
+    logps = token_logps(model, prompts, completions)
+    logps.retain_grad()
+    value, metrics = grpo_loss(logps.to(torch.float64), old, ref, mask, adv, *case)
+    value.backward()
+    return value, metrics, logps, {name: p.grad.detach().clone() for name, p in model.named_parameters()}
+
+
 def check_grpo_trainer(prompts, completions, mask, old, ref, case, ours_loss, ours_metrics, ours_grads):
     """TRL 1.16.0's GRPOTrainer._compute_loss on our batch, with a float64 policy: loss, metrics, gradients."""
     import datasets
@@ -192,12 +204,7 @@ def main():
     report = []
     for c, case in enumerate(CASES):
         eps_low, eps_high, beta, norm = case
-        model.zero_grad()
-        logps = token_logps(model, prompts, completions)
-        logps.retain_grad()
-        value, metrics = grpo_loss(logps, old, ref, mask, adv, *case)
-        value.backward()
-        grads = {name: p.grad.detach().clone() for name, p in model.named_parameters()}
+        value, metrics, logps, grads = case_pass(model, prompts, completions, old, ref, mask, adv, case)
         assert close(logps.detach(), logps0, 1e-13)
         out[f"case{c}.params"] = torch.tensor([eps_low, eps_high, beta, NORMS.index(norm)])
         out[f"case{c}.loss"] = value.detach().reshape(1)
@@ -206,16 +213,14 @@ def main():
         if c in GRAD_CASES:
             for name, gr in grads.items():
                 out[f"case{c}.grad.{name}"] = gr
-            def grads_of(m):
-                m.zero_grad()
-                lp = token_logps(m, prompts, completions).to(torch.float64)
-                grpo_loss(lp, old, ref, mask, adv, *case)[0].backward()
-                return {name: p.grad.detach().clone() for name, p in m.named_parameters()}
-            out[f"case{c}.floor32"] = torch.tensor([float32_floor(model, grads, grads_of)])
+            floor = float32_floor(model, grads,
+                                  lambda m: case_pass(m, prompts, completions, old, ref, mask, adv, case)[3])
+            out[f"case{c}.floor32"] = torch.tensor([floor])
         dl, dg = check_grpo_trainer(prompts, completions, mask, old, ref, case, value.detach(), metrics, grads)
-        floor = f"; PyTorch float32's whole gradient within {out[f'case{c}.floor32'].item():.2e}" if c in GRAD_CASES else ""
-        report.append(f"case{c} {case}: loss {value.item():.9f}{floor}; GRPOTrainer |dloss| {dl:.1e}, max |dgrad| {dg:.1e}; "
-                      f"metrics {[round(float(m), 6) for m in metrics]}")
+        floor = f"; PyTorch float32's whole gradient within {out[f'case{c}.floor32'].item():.2e}" \
+            if c in GRAD_CASES else ""
+        report.append(f"case{c} {case}: loss {value.item():.9f}{floor}; GRPOTrainer |dloss| {dl:.1e}, "
+                      f"max |dgrad| {dg:.1e}; metrics {[round(float(m), 6) for m in metrics]}")
 
     path = save_float32(out, args.out)
     print("\n".join(report))

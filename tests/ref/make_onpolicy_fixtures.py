@@ -64,6 +64,15 @@ def scored_logits(model, seqs):
     return torch.stack([model(input_ids=torch.tensor([s])).logits[0, pos] for s in seqs])
 
 
+def student_pass(model, seqs, loss_of):
+    """One forward and backward of loss_of(the scored logits, in float64): the loss and every parameter's gradient
+    by name."""
+    model.zero_grad()
+    value = loss_of(scored_logits(model, seqs).to(torch.float64))
+    value.backward()
+    return value.detach(), {n: p.grad.detach().clone() for n, p in model.named_parameters()}
+
+
 def reverse_kl_loss(zs, zt, mask, T):
     """Our definition (module docstring): the loss and the mean KL without T^2."""
     log_ps = torch.log_softmax(zs / T, -1)
@@ -112,10 +121,7 @@ def main():
         # the student's gradients through our loss, then through TRL's
         grads = []
         for loss_of in (lambda zs: reverse_kl_loss(zs, zt, mask, T)[0], lambda zs: trl_reverse_kl(zs, zt, mask, T)):
-            student.zero_grad()
-            value = loss_of(scored_logits(student, seqs))
-            value.backward()
-            grads.append((value.detach(), {n: p.grad.detach().clone() for n, p in student.named_parameters()}))
+            grads.append(student_pass(student, seqs, loss_of))
         (ours, ours_grads), (trl, trl_grads) = grads
         assert close(trl, ours, 1e-12), (T, float(trl), float(ours))
         for name in ours_grads:
@@ -127,11 +133,9 @@ def main():
             out[f"case{c}.grad.{name}"] = gr
         with torch.no_grad():
             zt32 = scored_logits(copy.deepcopy(teacher).to(torch.float32), seqs).to(torch.float64)
-        def grads_of(m):
-            m.zero_grad()
-            reverse_kl_loss(scored_logits(m, seqs).to(torch.float64), zt32, mask, T)[0].backward()
-            return {n: p.grad.detach().clone() for n, p in m.named_parameters()}
-        out[f"case{c}.floor32"] = torch.tensor([float32_floor(student, ours_grads, grads_of)])
+        floor = float32_floor(student, ours_grads,
+                              lambda m: student_pass(m, seqs, lambda zs: reverse_kl_loss(zs, zt32, mask, T)[0])[1])
+        out[f"case{c}.floor32"] = torch.tensor([floor])
         report.append(f"case{c} T {T}: loss {ours.item():.9f}; TRL generalized_jsd_loss(beta=1) x T^2 "
                       f"|dloss| {abs(trl.item() - ours.item()):.1e}; PyTorch float32's whole gradient within "
                       f"{out[f'case{c}.floor32'].item():.2e}")

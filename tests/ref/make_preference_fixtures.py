@@ -160,12 +160,15 @@ def sequence_logps(model, pairs):
     return torch.stack(out), torch.tensor(n, dtype=torch.float64)
 
 
-def case_grads(model, pairs, ref, case):
-    """The case's gradients by parameter name: the log-probabilities in the model's dtype, the loss in float64."""
+def case_pass(model, pairs, ref, case):
+    """One forward and backward of the case: its loss, metrics, the log-probabilities (their .grad d loss / d logps)
+    and every parameter's gradient by name; the log-probabilities in the model's dtype, the loss in float64."""
     model.zero_grad()
     logps, n = sequence_logps(model, pairs)
-    pair_loss(logps.to(torch.float64), ref, n, *case)[0].backward()
-    return {name: p.grad.detach().clone() for name, p in model.named_parameters()}
+    logps.retain_grad()
+    value, metrics = pair_loss(logps.to(torch.float64), ref, n, *case)
+    value.backward()
+    return value, metrics, logps, {name: p.grad.detach().clone() for name, p in model.named_parameters()}
 
 
 def gradcheck_small():
@@ -365,12 +368,7 @@ def main():
     report = []
     for k, case in enumerate(CASES):
         loss, beta, eps, gamma, sft = case
-        model.zero_grad()
-        logps, _ = sequence_logps(model, pairs)
-        logps.retain_grad()
-        value, metrics = pair_loss(logps, ref, n, *case)
-        value.backward()
-        grads = {name: p.grad.detach().clone() for name, p in model.named_parameters()}
+        value, metrics, logps, grads = case_pass(model, pairs, ref, case)
         assert close(logps.detach(), logps0, 1e-13)
         out[f"case{k}.params"] = torch.tensor([LOSSES.index(loss), beta, eps, gamma, sft])
         out[f"case{k}.loss"] = value.detach().reshape(1)
@@ -379,7 +377,8 @@ def main():
         if k in GRAD_CASES:
             for name, gr in grads.items():
                 out[f"case{k}.grad.{name}"] = gr
-            out[f"case{k}.floor32"] = torch.tensor([float32_floor(model, grads, lambda m: case_grads(m, pairs, ref, case))])
+            floor = float32_floor(model, grads, lambda m: case_pass(m, pairs, ref, case)[3])
+            out[f"case{k}.floor32"] = torch.tensor([floor])
         msg = f"case{k} {loss} beta {beta} eps {eps} gamma {gamma} sft {sft}: loss {value.item():.9f}"
         if k in GRAD_CASES:
             msg += f"; PyTorch float32's whole gradient within {out[f'case{k}.floor32'].item():.2e}"
