@@ -8,6 +8,7 @@ void batch_alloc(Batch *b, int B, int T) {
     size_t n = (size_t)B * T;
     b->B = B;
     b->T = T;
+    b->rows = B;
     b->tokens = xcalloc(n, sizeof(int), "batch tokens");
     b->targets = xcalloc(n, sizeof(int), "batch targets");
     b->pos = xcalloc(n, sizeof(int), "batch positions");
@@ -50,6 +51,7 @@ void batch_copy(Batch *dst, const Batch *src) {
     memcpy(dst->group_label, src->group_label, n * sizeof(int));
     memcpy(dst->cand_doc, src->cand_doc, n * sizeof(int64_t));
     memcpy(dst->cand_row0, src->cand_row0, n * sizeof(int));
+    dst->rows = src->rows;
     dst->n_loss = src->n_loss;
     dst->n_groups = src->n_groups;
 }

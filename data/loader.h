@@ -36,6 +36,7 @@
 
 typedef struct {
     int B, T;
+    int rows;          // rows a pass runs over (the first ones, <= B): B unless the maker packed fewer (GRPO)
     int *tokens;       // [B*T] input ids
     int *targets;      // [B*T] next-token ids, -1 where nothing is predicted
     int *pos;          // [B*T] position ids (RoPE)

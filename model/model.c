@@ -516,14 +516,14 @@ static void block_backward(Model *m, const Pass *ps, int l, int slot) {
 // The batch's inputs uploaded, and embedding, blocks and the final norm run
 // (into a.lnf); returns the pass.
 static Pass forward_to_norm(Model *m, const ModelInput *in, int backward) {
-    if (in->B != m->B || in->T != m->T || m->cache_len)
+    if (in->B < 1 || in->B > m->B || in->T != m->T || m->cache_len)
         die("model_forward: batch %dx%d does not match the plan %dx%d%s", in->B, in->T, m->B, m->T,
             m->cache_len ? " (planned for a KV cache)" : "");
     if (backward && !m->training) die("model_forward_backward: the model was planned for inference");
     Device *d = m->dev;
-    const int N = m->B * m->T;
+    const int N = in->B * m->T;   // a batch of fewer rows than planned runs over those alone
     const size_t ints = (size_t)N * sizeof(int);
-    Pass ps = {.B = m->B, .T = m->T, .N = N, .seg = in->seg ? m->seg : NULL,
+    Pass ps = {.B = in->B, .T = m->T, .N = N, .seg = in->seg ? m->seg : NULL,
                .lora_dropout = backward && m->lora && m->lora->dropout > 0};
     if (in->seg) OP(d, upload, m->seg, in->seg, ints);
     if (in->targets) OP(d, upload, m->targets, in->targets, ints);
@@ -543,8 +543,8 @@ static double run(Model *m, const ModelInput *in, const LossHead *head, int back
                   float *logits_out, int *count) {
     Device *d = m->dev;
     const ModelConfig *c = &m->cfg;
-    const int N = m->B * m->T, H = c->d_model, L = c->n_layer;
     Pass ps = forward_to_norm(m, in, backward);
+    const int N = ps.N, H = c->d_model, L = c->n_layer;
     float *x_last = layer_input(m, L);
 
     double loss = 0;

@@ -8,7 +8,8 @@
 #include "backend.h"
 #include "lora.h"
 
-// One batch of B rows of T tokens, in host memory. targets[n] < 0 means "no
+// One batch of B rows of T tokens, in host memory: T the plan's, B at most
+// the plan's (a pass over fewer rows runs over those alone). targets[n] < 0 means "no
 // loss here"; pos (per-token position ids) and seg (packed-example ids) may
 // be NULL for plain sequences (positions 0..T-1, causal attention over the
 // whole row).

@@ -16,6 +16,9 @@
 //   model moves the clip holds tokens only in the second steps; stopped
 //   inside a cycle and resumed, the run ends with the bits of an
 //   uninterrupted one;
+// - rl.prompts packs the completions several to a row: the same rollouts
+//   (prompts and seeds) as one a row, the same first-step loss and gradient
+//   norm, fewer rows a pass; resumed, the bits of an uninterrupted run;
 // - bad input, one stderr line and a non-zero exit: a reward program that
 //   dies mid-run (named with the completion; the run's last checkpoint is
 //   left as it was), micro_batch not a multiple of group, max_new without
@@ -213,6 +216,41 @@ static void test_updates_per_rollout(void **s) {
     assert_refused_in(g_dir, cmd, NULL, "lost/rollout_buffer-rank0.h5: no such file");
 }
 
+// The packed run's 8 completions a micro-batch in 4 rows of 96, against 8 rows of 48.
+static const char *const packed_sets = "--set train.micro_batch=4 --set train.seq_len=96 --set rl.prompts=2";
+
+static void test_packed_rollouts(void **s) {
+    (void)s;
+    assert_int_equal(write_grpo_recipe("flat.ini", 2, ""), 0);
+    assert_int_equal(sh("%s train %s/flat.ini --set train.run_dir=%s/flat >/dev/null", pocket(), g_dir, g_dir), 0);
+    assert_int_equal(sh("%s train %s/flat.ini --set train.run_dir=%s/packed %s > %s/out.txt", pocket(), g_dir, g_dir,
+                        packed_sets, g_dir), 0);
+    assert_int_equal(sh("grep -q 'GRPO packing: 8 completions a micro-batch, at least 2 a row of 96' %s/out.txt",
+                        g_dir), 0);
+    // step 1 samples with the start weights: the same completions, rewards and advantages
+    assert_int_equal(sh("cd %s && grep '\"step\":1,' flat/rollouts.jsonl > a.txt && "
+                        "grep '\"step\":1,' packed/rollouts.jsonl > b.txt && test -s a.txt && cmp -s a.txt b.txt",
+                        g_dir), 0);
+    const char *keys[] = {"loss", "grad_norm"};
+    for (int k = 0; k < 2; k++) {
+        const double a = metric_at("flat", keys[k], 1), b = metric_at("packed", keys[k], 1);
+        printf("step 1 %s: %.9g one completion a row, %.9g packed\n", keys[k], a, b);
+        assert_true(fabs(a - b) <= 1e-6 * fmax(1, fabs(a)));
+    }
+    // the packed recipe refused where its completions might not fit
+    char cmd[1400];
+    snprintf(cmd, sizeof cmd, "%s train %s/flat.ini --set train.run_dir=%s/bad %s --set rl.prompts=5", pocket(), g_dir,
+             g_dir, packed_sets);
+    assert_refused_in(g_dir, cmd, NULL, "may need");
+    // resumed, the packed run ends with the bits of an uninterrupted one
+    assert_int_equal(write_grpo_recipe("packed.ini", 4, "prompts = 2\n"), 0);
+    assert_int_equal(sh("sed -i 's/^micro_batch = 8/micro_batch = 4/; s/^seq_len = 48/seq_len = 96/' %s/packed.ini",
+                        g_dir), 0);
+    assert_stopped_run_identical(g_dir, "packed.ini", 3, 4);
+    assert_resumed_rollouts_identical(g_dir, "packed.ini", 4);
+    printf("packed: the same first rollouts, loss and gradient norm; resumed run identical\n");
+}
+
 static void test_bad_input(void **s) {
     (void)s;
     char cmd[1400], ckpt[600];
@@ -266,6 +304,7 @@ int main(void) {
         cmocka_unit_test(test_kl_to_start_is_zero_while_unchanged),
         cmocka_unit_test(test_resume_is_bit_identical),
         cmocka_unit_test(test_updates_per_rollout),
+        cmocka_unit_test(test_packed_rollouts),
         cmocka_unit_test(test_bad_input),
     };
     return cmocka_run_group_tests(tests, setup, teardown);

@@ -15,7 +15,7 @@ void add_default_stops(GenParams *p, const ModelConfig *c, const Tokenizer *tok)
 }
 
 ModelInput batch_input(const Batch *b) {
-    return (ModelInput){.B = b->B, .T = b->T, .tokens = b->tokens, .targets = b->targets, .mask = b->mask,
+    return (ModelInput){.B = b->rows, .T = b->T, .tokens = b->tokens, .targets = b->targets, .mask = b->mask,
                         .pos = b->pos, .seg = b->seg};
 }
 

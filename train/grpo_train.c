@@ -38,13 +38,13 @@ typedef struct {
     Rollouts ro;
     Rewards rewards;
     char reward_name[REWARD_MAX][40], reward_metric[REWARD_MAX][56];
-    double *total, *values;    // [B], [B * rewards]
+    double *total, *values;    // [n], [n * rewards]: n completions a micro-batch
     // What the head needs of each of a step's micro-batches (grad_accum of
     // them are made before the first pass), found by the batch's address.
     struct Slot {
         const Batch *b;
-        double *advantage;     // [B]
-        int *row0, *last;      // [B]
+        double *advantage;     // [n]
+        int *row0, *last;      // [n]: each completion's first and last flat position
         float *ref_logp;       // [B*T], beta > 0
         // updates > 1: the cycle's rollout, for its steps after the first
         int replay;            // this step trains on the stored rollout
@@ -82,17 +82,17 @@ static int grpo_open(Objective *o, const ObjectiveData *d, PtError *e) {
     Grpo *g = grpo_of(o);
     const Recipe *r = o->r;
     if (rollouts_open(&g->ro, r, d, "GRPO", e)) return -1;
-    const int nr = g->rewards.n, B = d->B, T = d->T;
-    g->total = xmalloc((size_t)B * sizeof(double), "rewards");
-    g->values = xmalloc((size_t)B * (nr ? nr : 1) * sizeof(double), "rewards");
+    const int nr = g->rewards.n, B = d->B, T = d->T, n = g->ro.n;
+    g->total = xmalloc((size_t)n * sizeof(double), "rewards");
+    g->values = xmalloc((size_t)n * (nr ? nr : 1) * sizeof(double), "rewards");
     g->logp = xmalloc((size_t)B * T * sizeof(float), "log-probabilities");
     g->n_slots = r->train.grad_accum;
     g->slot = xcalloc((size_t)g->n_slots, sizeof *g->slot, "micro-batch slots");
     for (int a = 0; a < g->n_slots; a++) {
         struct Slot *sl = &g->slot[a];
-        sl->advantage = xmalloc((size_t)B * sizeof(double), "advantages");
-        sl->row0 = xmalloc((size_t)B * sizeof(int), "completion rows");
-        sl->last = xmalloc((size_t)B * sizeof(int), "completion rows");
+        sl->advantage = xmalloc((size_t)n * sizeof(double), "advantages");
+        sl->row0 = xmalloc((size_t)n * sizeof(int), "completion rows");
+        sl->last = xmalloc((size_t)n * sizeof(int), "completion rows");
         if (g->loss.beta > 0) sl->ref_logp = xmalloc((size_t)B * T * sizeof(float), "reference log-probabilities");
         if (g->updates > 1) {
             batch_alloc(&sl->batch, B, T);
@@ -203,8 +203,8 @@ static int grpo_make_batch(Objective *o, Model *m, uint64_t index, Batch *b, PtE
     Scored scored = {g, sl->advantage};
     rollouts_log(&g->ro, index, reward_fields, &scored);
     for (int c = 0; c < n; c++) {
-        sl->row0[c] = c * ro->T;
-        sl->last[c] = c * ro->T + ro->jobs[c].n_prompt + ro->jobs[c].n_out - 1;
+        sl->row0[c] = ro->at[c];
+        sl->last[c] = ro->at[c] + ro->jobs[c].n_prompt + ro->jobs[c].n_out - 1;
     }
     if (g->loss.norm == GRPO_NORM_SEQUENCE) b->n_loss = n;
     if (g->loss.beta > 0) {   // the reference's log-probability of every completion token
@@ -232,23 +232,23 @@ typedef struct {
 
 // Slot sl's arrays as the buffer file stores them; their number.
 static int slot_arrays(const Grpo *g, struct Slot *sl, SlotArray a[16]) {
-    const hsize_t B = (hsize_t)g->ro.B, BT = B * (hsize_t)g->ro.T;
+    const hsize_t B = (hsize_t)g->ro.B, BT = B * (hsize_t)g->ro.T, n = (hsize_t)g->ro.n;
     Batch *b = &sl->batch;
-    int n = 0;
-    a[n++] = (SlotArray){"tokens", H5T_NATIVE_INT, b->tokens, BT};
-    a[n++] = (SlotArray){"targets", H5T_NATIVE_INT, b->targets, BT};
-    a[n++] = (SlotArray){"pos", H5T_NATIVE_INT, b->pos, BT};
-    a[n++] = (SlotArray){"seg", H5T_NATIVE_INT, b->seg, BT};
-    a[n++] = (SlotArray){"mask", H5T_NATIVE_UINT8, b->mask, BT};
-    a[n++] = (SlotArray){"src", H5T_NATIVE_INT64, b->src, BT};
-    a[n++] = (SlotArray){"advantage", H5T_NATIVE_DOUBLE, sl->advantage, B};
-    a[n++] = (SlotArray){"row0", H5T_NATIVE_INT, sl->row0, B};
-    a[n++] = (SlotArray){"last", H5T_NATIVE_INT, sl->last, B};
-    a[n++] = (SlotArray){"old_logp", H5T_NATIVE_FLOAT, sl->old_logp, BT};
-    if (sl->ref_logp) a[n++] = (SlotArray){"ref_logp", H5T_NATIVE_FLOAT, sl->ref_logp, BT};
-    a[n++] = (SlotArray){"metric_sums", H5T_NATIVE_DOUBLE, sl->sums, SLOT_METRICS};
-    a[n++] = (SlotArray){"metric_counts", H5T_NATIVE_DOUBLE, sl->counts, SLOT_METRICS};
-    return n;
+    int k = 0;
+    a[k++] = (SlotArray){"tokens", H5T_NATIVE_INT, b->tokens, BT};
+    a[k++] = (SlotArray){"targets", H5T_NATIVE_INT, b->targets, BT};
+    a[k++] = (SlotArray){"pos", H5T_NATIVE_INT, b->pos, BT};
+    a[k++] = (SlotArray){"seg", H5T_NATIVE_INT, b->seg, BT};
+    a[k++] = (SlotArray){"mask", H5T_NATIVE_UINT8, b->mask, BT};
+    a[k++] = (SlotArray){"src", H5T_NATIVE_INT64, b->src, BT};
+    a[k++] = (SlotArray){"advantage", H5T_NATIVE_DOUBLE, sl->advantage, n};
+    a[k++] = (SlotArray){"row0", H5T_NATIVE_INT, sl->row0, n};
+    a[k++] = (SlotArray){"last", H5T_NATIVE_INT, sl->last, n};
+    a[k++] = (SlotArray){"old_logp", H5T_NATIVE_FLOAT, sl->old_logp, BT};
+    if (sl->ref_logp) a[k++] = (SlotArray){"ref_logp", H5T_NATIVE_FLOAT, sl->ref_logp, BT};
+    a[k++] = (SlotArray){"metric_sums", H5T_NATIVE_DOUBLE, sl->sums, SLOT_METRICS};
+    a[k++] = (SlotArray){"metric_counts", H5T_NATIVE_DOUBLE, sl->counts, SLOT_METRICS};
+    return k;
 }
 
 static char *buffer_path(const char *run_dir, int rank) {
@@ -258,7 +258,7 @@ static char *buffer_path(const char *run_dir, int rank) {
 }
 
 // The file's attributes: the checkpoint's step it goes with, and the shape it was made for.
-enum { A_STEP, A_UPDATES, A_B, A_T, A_SLOTS, A_REF, A_COUNT };
+enum { A_STEP, A_UPDATES, A_B, A_T, A_SLOTS, A_REF, A_N, A_COUNT };
 
 static int grpo_save(Objective *o, const char *run_dir, long step, PtError *e) {
     Grpo *g = grpo_of(o);
@@ -270,7 +270,7 @@ static int grpo_save(Objective *o, const char *run_dir, long step, PtError *e) {
         free(path);
         return rc;
     }
-    const long long attrs[A_COUNT] = {step, g->updates, g->ro.B, g->ro.T, g->n_slots, g->loss.beta > 0};
+    const long long attrs[A_COUNT] = {step, g->updates, g->ro.B, g->ro.T, g->n_slots, g->loss.beta > 0, g->ro.n};
     int rc = h5_write_attr(out.file, "shape", H5T_NATIVE_LLONG, attrs, A_COUNT);
     for (int s = 0; s < g->n_slots && rc == 0; s++) {
         char name[32];
@@ -279,6 +279,7 @@ static int grpo_save(Objective *o, const char *run_dir, long step, PtError *e) {
         SlotArray a[16];
         const int n = slot_arrays(g, &g->slot[s], a);
         rc = grp < 0 ? -1 : h5_write_attr(grp, "n_loss", H5T_NATIVE_INT, &g->slot[s].batch.n_loss, 1);
+        if (rc == 0) rc = h5_write_attr(grp, "rows", H5T_NATIVE_INT, &g->slot[s].batch.rows, 1);
         for (int k = 0; k < n && rc == 0; k++) rc = h5_write_dataset(grp, a[k].name, a[k].type, 1, &a[k].n, a[k].data);
         if (grp >= 0) H5Gclose(grp);
     }
@@ -298,15 +299,15 @@ static int load_buffer(Grpo *g, const char *run_dir, long step, PtError *e) {
     hid_t f = h5_open_read(path, e);
     long long attrs[A_COUNT];
     int rc = f < 0 ? -1 : h5_read_attr(f, "shape", H5T_NATIVE_LLONG, attrs, A_COUNT, path, e);
-    const long long want[A_COUNT] = {step, g->updates, g->ro.B, g->ro.T, g->n_slots, g->loss.beta > 0};
+    const long long want[A_COUNT] = {step, g->updates, g->ro.B, g->ro.T, g->n_slots, g->loss.beta > 0, g->ro.n};
     if (rc == 0 && attrs[A_STEP] != step)
         rc = pt_fail(e, "%s: holds the rollouts of step %lld's cycle, the checkpoint is step %ld's", path,
                      attrs[A_STEP], step);
     if (rc == 0 && memcmp(attrs, want, sizeof want))
-        rc = pt_fail(e, "%s: made for updates_per_rollout %lld, micro-batch %lld x %lld, grad_accum %lld%s; the "
-                        "recipe resumes with %d, %d x %d, %d%s", path, attrs[A_UPDATES], attrs[A_B], attrs[A_T],
-                     attrs[A_SLOTS], attrs[A_REF] ? ", a KL term" : "", g->updates, g->ro.B, g->ro.T, g->n_slots,
-                     g->loss.beta > 0 ? ", a KL term" : "");
+        rc = pt_fail(e, "%s: made for updates_per_rollout %lld, micro-batch %lld x %lld of %lld completions, "
+                        "grad_accum %lld%s; the recipe resumes with %d, %d x %d of %d, %d%s", path, attrs[A_UPDATES],
+                     attrs[A_B], attrs[A_T], attrs[A_N], attrs[A_SLOTS], attrs[A_REF] ? ", a KL term" : "",
+                     g->updates, g->ro.B, g->ro.T, g->ro.n, g->n_slots, g->loss.beta > 0 ? ", a KL term" : "");
     for (int s = 0; s < g->n_slots && rc == 0; s++) {
         char name[32];
         snprintf(name, sizeof name, "slot%d", s);
@@ -315,6 +316,7 @@ static int load_buffer(Grpo *g, const char *run_dir, long step, PtError *e) {
         const int n = slot_arrays(g, &g->slot[s], a);
         rc = grp < 0 ? pt_fail(e, "%s: no /%s", path, name)
                      : h5_read_attr(grp, "n_loss", H5T_NATIVE_INT, &g->slot[s].batch.n_loss, 1, path, e);
+        if (rc == 0) rc = h5_read_attr(grp, "rows", H5T_NATIVE_INT, &g->slot[s].batch.rows, 1, path, e);
         for (int k = 0; k < n && rc == 0; k++) rc = h5_read_dataset(grp, a[k].name, a[k].type, 1, &a[k].n, a[k].data, path, e);
         if (grp >= 0) H5Gclose(grp);
     }

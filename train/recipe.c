@@ -198,8 +198,11 @@ static const KeySpec KEYS[] = {
      "adds this times the chosen responses' mean next-token loss (TRL's loss_type [..., \"sft\"], RPO): keeps "
      "the chosen answers likely, which the preference loss alone may lower until replies no longer stop; 1 is usual"},
     {"rl", "group", KT_INT, F(rl.group), "4", "[1, 65536]", NULL, 0,
-     "train.mode = grpo (at least 2) or onpolicy_distill: completions sampled per prompt; train.micro_batch / "
-     "group prompts a micro-batch, one completion a row"},
+     "train.mode = grpo (at least 2) or onpolicy_distill: completions sampled per prompt"},
+    {"rl", "prompts", KT_INT, F(rl.prompts), "0", "[0, 65536]", NULL, 0,
+     "prompts a micro-batch; 0: train.micro_batch / group, one completion a row. More: their completions are "
+     "packed several to a row of seq_len and a pass runs over the rows they fill (prompts x group completions of "
+     "the longest prompt plus max_new must fit in micro_batch rows)"},
     {"rl", "max_new", KT_INT, F(rl.max_new), "64", "[1, 1048576]", NULL, 0,
      "new tokens per completion at most; a prompt with fewer than this many positions left in train.seq_len is "
      "counted and dropped"},
@@ -620,9 +623,10 @@ static int rl_check(const Recipe *r, const char *src, PtError *e) {
     if (r->train.mode == TRAIN_MODE_ONPOLICY && r->rl.updates_per_rollout != 1)
         return pt_fail(e, "%s: [rl] updates_per_rollout = %d with train.mode = onpolicy_distill is not supported: each "
                           "step distils on the completions it samples", src, r->rl.updates_per_rollout);
-    if (r->train.micro_batch % r->rl.group)
+    if (!r->rl.prompts && r->train.micro_batch % r->rl.group)
         return pt_fail(e, "%s: [train] micro_batch (%d) is not a multiple of [rl] group (%d): a micro-batch holds "
-                          "whole groups, one completion a row", src, r->train.micro_batch, r->rl.group);
+                          "whole groups, one completion a row (or set [rl] prompts)", src, r->train.micro_batch,
+                       r->rl.group);
     if (r->rl.max_new >= r->train.seq_len)
         return pt_fail(e, "%s: [rl] max_new (%d) leaves no room for a prompt in [train] seq_len (%d)", src,
                        r->rl.max_new, r->train.seq_len);

@@ -122,6 +122,7 @@ typedef struct {
     } preference;
     struct {
         int group;                    // completions sampled per prompt
+        int prompts;                  // prompts a micro-batch; 0: micro_batch / group, one completion a row
         int max_new;                  // new tokens per completion at most
         float temperature, top_p;     // sampling (model/generate.h)
         int top_k;

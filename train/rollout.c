@@ -1,5 +1,5 @@
 // rollout.c: completions of a training set's prompts by the batched sampler,
-// one a row of a micro-batch (rollout.h).
+// one a row of a micro-batch or packed several to a row (rollout.h).
 #include "rollout.h"
 #include <string.h>
 #include "../model/dropout_mask.h"
@@ -47,12 +47,31 @@ static int read_prompts(Rollouts *ro, const Dataset *d, int max_new, const char 
     return 0;
 }
 
+// Packed: first fit, longest first, puts at least T / L completions of up to
+// L positions in every row it fills but the last, so ceil(n / (T / L)) rows
+// hold any micro-batch.
+static int check_packing(const Rollouts *ro, int max_new, const char *path, FILE *log, PtError *e) {
+    int longest = 0;
+    for (uint64_t k = 0; k < ro->n_prompts; k++) longest = ro->prompts[k].n > longest ? ro->prompts[k].n : longest;
+    const int L = longest + max_new, per_row = ro->T / L, rows = (ro->n + per_row - 1) / per_row;
+    if (rows > ro->B)
+        return pt_fail(e, "%s: [rl] prompts x group = %d completions of up to %d positions (the longest prompt, %d, "
+                          "plus max_new) may need %d rows of seq_len %d; micro_batch is %d", path, ro->n, L, longest,
+                       rows, ro->T, ro->B);
+    if (log)
+        fprintf(log, "GRPO packing: %d completions a micro-batch, at least %d a row of %d positions (longest prompt "
+                "%d + max_new %d): at most %d of its %d rows\n", ro->n, per_row, ro->T, longest, max_new, rows, ro->B);
+    return 0;
+}
+
 int rollouts_open(Rollouts *ro, const Recipe *r, const ObjectiveData *d, const char *who, PtError *e) {
     memset(ro, 0, sizeof *ro);
     ro->group = r->rl.group;
     ro->B = d->B, ro->T = d->T;
-    ro->P = d->B / ro->group;
+    ro->packed = r->rl.prompts > 0;
+    ro->P = ro->packed ? r->rl.prompts : d->B / ro->group;
     ro->n = ro->P * ro->group;
+    ro->cap = ro->n > ro->B ? ro->n : ro->B;
     ro->seed = (uint64_t)r->train.seed;
     ro->order_epoch = UINT64_MAX;
     ro->tok = d->tok;
@@ -63,10 +82,13 @@ int rollouts_open(Rollouts *ro, const Recipe *r, const ObjectiveData *d, const c
     ro->gen.top_k = r->rl.top_k;
     ro->gen.top_p = r->rl.top_p;
     if (read_prompts(ro, d->train[0], r->rl.max_new, who, d->log, e)) return -1;
-    ro->jobs = xcalloc((size_t)ro->B, sizeof *ro->jobs, "rollout jobs");
-    ro->of_job = xcalloc((size_t)ro->B, sizeof *ro->of_job, "rollout prompts");
-    ro->params = xcalloc((size_t)ro->B, sizeof *ro->params, "rollout parameters");
-    ro->outs = xmalloc((size_t)ro->B * r->rl.max_new * sizeof(int), "rollouts");
+    if (ro->packed && check_packing(ro, r->rl.max_new, d->train[0]->path, d->log, e)) return -1;
+    ro->jobs = xcalloc((size_t)ro->cap, sizeof *ro->jobs, "rollout jobs");
+    ro->of_job = xcalloc((size_t)ro->cap, sizeof *ro->of_job, "rollout prompts");
+    ro->params = xcalloc((size_t)ro->cap, sizeof *ro->params, "rollout parameters");
+    ro->outs = xmalloc((size_t)ro->cap * r->rl.max_new * sizeof(int), "rollouts");
+    ro->at = xcalloc((size_t)ro->cap, sizeof *ro->at, "rollout places");
+    ro->row_used = xcalloc((size_t)ro->B, sizeof *ro->row_used, "rollout rows");
     ro->steps_per_index = r->train.grad_accum;
     return 0;
 }
@@ -100,33 +122,63 @@ static const RolloutPrompt *prompt_at(Rollouts *ro, uint64_t i) {
     return &ro->prompts[ro->order[i % n]];
 }
 
-// Completion c (a row) of the batch: its prompt and new tokens, trained on the new ones.
-static void put_completion(Batch *b, int c, const SampleJob *job) {
-    const int T = b->T, n = job->n_prompt + job->n_out;
-    const size_t o = (size_t)c * T;
-    for (int t = 0; t < T; t++) {
-        const int real = t < n;
-        b->tokens[o + t] = !real ? 0 : t < job->n_prompt ? job->prompt[t] : job->out[t - job->n_prompt];
-        b->pos[o + t] = real ? t : t - n;
-        b->seg[o + t] = real ? 0 : 1;
-        b->src[o + t] = -1;
+// Where each completion goes: row c (one a row), or the first row with room
+// for it, longest first (ties in order). Returns the rows filled.
+static int place(Rollouts *ro) {
+    const int n = ro->n, T = ro->T;
+    memset(ro->row_used, 0, (size_t)ro->B * sizeof(int));
+    if (!ro->packed) {
+        for (int c = 0; c < n; c++) ro->at[c] = c * T, ro->row_used[c] = ro->jobs[c].n_prompt + ro->jobs[c].n_out;
+        return ro->B;
     }
-    for (int t = 0; t < T; t++) {
-        b->targets[o + t] = t + 1 < n ? b->tokens[o + t + 1] : -1;
-        b->mask[o + t] = t + 1 < n && t + 1 >= job->n_prompt;
+    int *order = xmalloc((size_t)n * sizeof(int), "rollout order"), rows = 0;
+    for (int c = 0; c < n; c++) order[c] = c;
+    for (int i = 1; i < n; i++)   // insertion sort by length, longest first: stable
+        for (int j = i; j > 0; j--) {
+            const SampleJob *a = &ro->jobs[order[j - 1]], *b = &ro->jobs[order[j]];
+            if (a->n_prompt + a->n_out >= b->n_prompt + b->n_out) break;
+            const int t = order[j];
+            order[j] = order[j - 1], order[j - 1] = t;
+        }
+    for (int i = 0; i < n; i++) {
+        const int c = order[i], len = ro->jobs[c].n_prompt + ro->jobs[c].n_out;
+        int r = 0;
+        while (r < rows && ro->row_used[r] + len > T) r++;
+        if (r == rows && rows++ == ro->B) die("rollouts: completions past the %d rows check_packing allowed", ro->B);
+        ro->at[c] = r * T + ro->row_used[r];
+        ro->row_used[r] += len;
+    }
+    free(order);
+    return rows;
+}
+
+// Completion c at its place: its prompt and new tokens, a segment of their
+// own (the row's k-th: seg k), trained on the new ones.
+static void put_completion(Batch *b, int at, int seg, const SampleJob *job) {
+    const int n = job->n_prompt + job->n_out;
+    for (int t = 0; t < n; t++) {
+        const size_t i = (size_t)at + t;
+        b->tokens[i] = t < job->n_prompt ? job->prompt[t] : job->out[t - job->n_prompt];
+        b->pos[i] = t, b->seg[i] = seg, b->src[i] = -1;
+        b->targets[i] = -1, b->mask[i] = 0;
+    }
+    for (int t = 0; t + 1 < n; t++) {
+        b->targets[(size_t)at + t] = b->tokens[(size_t)at + t + 1];
+        b->mask[(size_t)at + t] = t + 1 >= job->n_prompt;
     }
 }
 
-static void put_padding(Batch *b, int c) {
-    for (int t = 0; t < b->T; t++) {
-        const size_t i = (size_t)c * b->T + t;
-        b->tokens[i] = 0, b->pos[i] = t, b->seg[i] = 0, b->src[i] = -1, b->targets[i] = -1, b->mask[i] = 0;
+// The rest of row r after its `segs` completions: padding, a segment of its own.
+static void put_padding(Batch *b, int r, int used, int segs) {
+    for (int t = used; t < b->T; t++) {
+        const size_t i = (size_t)r * b->T + t;
+        b->tokens[i] = 0, b->pos[i] = t - used, b->seg[i] = segs, b->src[i] = -1, b->targets[i] = -1, b->mask[i] = 0;
     }
 }
 
 int rollouts_sample(Rollouts *ro, Model *m, uint64_t index, Batch *b, double *seconds, PtError *e) {
     if (!ro->sampler_ready) {
-        if (sampler_init(&ro->sampler, m, ro->B, ro->T, e)) return -1;
+        if (sampler_init(&ro->sampler, m, ro->cap, ro->T, e)) return -1;
         ro->sampler_ready = 1;
     }
     // The sampler runs the weights the step runs (QAT's fake-quantized masters are new ones each step).
@@ -138,24 +190,25 @@ int rollouts_sample(Rollouts *ro, Model *m, uint64_t index, Batch *b, double *se
         GenParams *gp = &ro->params[c];
         *gp = ro->gen;
         // 63 bits, so rollouts.jsonl gives it exactly (JSON integers are signed)
-        gp->seed = dropout_child_seed(ro->seed ^ 0x3c6ef372fe94f82bull, index * (uint64_t)ro->B + (uint64_t)c) >> 1;
+        gp->seed = dropout_child_seed(ro->seed ^ 0x3c6ef372fe94f82bull, index * (uint64_t)ro->cap + (uint64_t)c) >> 1;
         if (p->end_stop >= 0) gen_add_stop(gp, p->end_stop, m->cfg.vocab_size);
         ro->jobs[c] = (SampleJob){p->tokens, p->n, gp, ro->outs + (size_t)c * max_new, 0};
     }
     const double t0 = now_seconds();
     if (sampler_run(&ro->sampler, ro->jobs, n, NULL, NULL, e)) return -1;
     *seconds = now_seconds() - t0;
+    b->rows = place(ro);
     b->n_loss = 0;
     b->n_groups = 0;
     b->group_first[0] = 0;
-    for (int c = 0; c < ro->B; c++) {
-        if (c >= n) {
-            put_padding(b, c);
-            continue;
-        }
-        put_completion(b, c, &ro->jobs[c]);
+    int *segs = xcalloc((size_t)ro->B, sizeof(int), "rollout segments");
+    for (int c = 0; c < n; c++) {
+        const int r = ro->at[c] / ro->T;
+        put_completion(b, ro->at[c], segs[r]++, &ro->jobs[c]);
         b->n_loss += ro->jobs[c].n_out;
     }
+    for (int r = 0; r < ro->B; r++) put_padding(b, r, ro->row_used[r], segs[r]);
+    free(segs);
     return 0;
 }
 
@@ -210,6 +263,8 @@ void rollouts_free(Rollouts *ro) {
     free(ro->of_job);
     free(ro->params);
     free(ro->outs);
+    free(ro->at);
+    free(ro->row_used);
     memset(ro, 0, sizeof *ro);
 }
 

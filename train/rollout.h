@@ -9,8 +9,10 @@
 // sampled `group` times, and its completion c draws with the seed of
 // (train.seed, i, c): the rollouts follow from the step alone, so a resumed
 // run samples exactly what the run would have, and the sampler needs no
-// state in the checkpoint. One completion a row of the batch, its new
-// tokens the counted targets; rows past P x group are padding.
+// state in the checkpoint. Each completion (its prompt, then its new
+// tokens, the counted targets) is a segment of the batch: one a row, rows
+// past P x group padding; or, with [rl] prompts set, packed several to a row
+// (first fit, longest first), the pass running over the rows they fill.
 //
 // The lead keeps every completion in run_dir/rollouts.jsonl (trimmed on
 // resume to the steps the checkpoint holds), with what the objective adds.
@@ -28,6 +30,7 @@ typedef struct {
 
 typedef struct {
     int group, P, B, T;        // completions a prompt, prompts a micro-batch, the batch
+    int packed;                // several completions a row
     GenParams gen;             // the sampling (each job its own seed and stops)
     uint64_t seed;
     RolloutPrompt *prompts;
@@ -37,11 +40,14 @@ typedef struct {
     uint64_t order_epoch, *order;   // the epoch whose prompt order `order` holds (UINT64_MAX: none yet)
     Sampler sampler;
     int sampler_ready;
-    int n;                     // completions a micro-batch: P x group (rows past it are padding)
-    SampleJob *jobs;           // [B]
-    const RolloutPrompt **of_job;   // [B]: job c's prompt
-    GenParams *params;         // [B]
-    int *outs;                 // [B * max_new]
+    int n;                     // completions a micro-batch: P x group
+    int cap;                   // the larger of n and B: the sampler's rows, the seeds' stride
+    SampleJob *jobs;           // [cap]
+    const RolloutPrompt **of_job;   // [cap]: job c's prompt
+    GenParams *params;         // [cap]
+    int *outs;                 // [cap * max_new]
+    int *at;                   // [cap]: completion c's first position in the batch (flat b*T+t)
+    int *row_used;             // [B]: positions a row's completions fill
     FILE *log;                 // the lead's run_dir/rollouts.jsonl, NULL on other ranks
     int steps_per_index;       // micro-batches a step over all ranks (the log's step numbers)
 } Rollouts;
@@ -49,14 +55,17 @@ typedef struct {
 // [rl]'s sampling (group, max_new, temperature, top_k, top_p) over the
 // training set of d; who names the mode in messages. Examples without a
 // reply, and prompts without max_new positions left in T, are counted (on
-// d->log) and dropped; none left is an error.
+// d->log) and dropped; none left is an error, as are packed completions that
+// might not fit in B rows.
 int rollouts_open(Rollouts *ro, const Recipe *r, const ObjectiveData *d, const char *who, PtError *e);
 // The lead opens rollouts.jsonl (a resumed run first drops the lines of the
 // steps past resumed_at); steps_per_index as above.
 int rollouts_start(Rollouts *ro, Comm *comm, const char *run_dir, long resumed_at, PtError *e);
 // Samples micro-batch `index` with m's current weights and puts it in b
-// (tokens, positions, targets and mask on the new tokens); *seconds the
-// sampling took. b->n_loss is the new tokens' count.
+// (tokens, positions, segments, targets and mask on the new tokens, b->rows
+// the rows they fill); *seconds the sampling took. b->n_loss is the new
+// tokens' count; completion c is b's flat positions at[c] ... at[c] +
+// n_prompt + n_out - 1.
 int rollouts_sample(Rollouts *ro, Model *m, uint64_t index, Batch *b, double *seconds, PtError *e);
 // Completion c stopped at a stop token (else max_new cut it).
 int rollout_stopped(const Rollouts *ro, int c);
