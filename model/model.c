@@ -68,6 +68,8 @@ void model_use_grads(Model *m, float *grads) {
 // in the backward; inference needs one.
 static int n_slots(const Model *m) { return m->training && !m->opt.recompute ? m->cfg.n_layer : 1; }
 static int slot_of(const Model *m, int l) { return n_slots(m) > 1 ? l : 0; }
+// A slot's first row: slots are laid out by the plan's rows, whatever a pass's.
+static size_t slot_row0(const Model *m, int slot) { return (size_t)slot * m->B * m->T; }
 
 static void plan_buffers(Model *m, Carver *c) {
     const ModelConfig *cfg = &m->cfg;
@@ -345,7 +347,7 @@ static void block_forward(Model *m, const Pass *ps, int l, int slot, const float
     Activations *a = &m->a;
     const int N = ps->N, H = c->d_model, F = c->d_ff, hd = c->head_dim, nq = c->n_head, nkv = c->n_kv_head;
     const int Q = nq * hd, KV = nkv * hd, a16 = m->opt.a16;
-    const size_t rows = (size_t)slot * m->B * m->T;   // the slot's first row
+    const size_t rows = slot_row0(m, slot);
     float *ln1 = a->ln1 + rows * H, *q = a->q + rows * Q, *att = a->att + rows * Q, *x_mid = a->x_mid + rows * H;
     float *ln2 = a->ln2 + rows * H, *gate = a->gate + rows * F, *up = a->up + rows * F, *act = a->act + rows * F;
     // The attention step is the only difference between the plans: K and V
@@ -469,7 +471,7 @@ static void block_backward(Model *m, const Pass *ps, int l, int slot) {
     const int N = ps->N, H = c->d_model, F = c->d_ff, hd = c->head_dim, nq = c->n_head, nkv = c->n_kv_head;
     const int Q = nq * hd, KV = nkv * hd;
     const MatmulPrecision p = m->opt.matmul;
-    const size_t rows = (size_t)slot * N, fl = sizeof(float);
+    const size_t rows = slot_row0(m, slot), fl = sizeof(float);
     const float *q_raw = c->qk_norm ? a->q_raw + rows * Q : NULL, *k_raw = c->qk_norm ? a->k_raw + rows * KV : NULL;
 
     // MLP (the residual passes dx through unchanged; the branch adds to it)

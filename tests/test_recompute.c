@@ -3,7 +3,9 @@
 // packed rows with segment ids and positions, masked targets, fp32 and bf16
 // matmuls, with A16 rounding, on 1 and 2 threads: loss, logits and every
 // gradient with recompute on equal recompute off bit for bit, over two steps.
-// The plan keeps less with recompute on, and says so. Through `pocket train`
+// The plan keeps less with recompute on, and says so. A pass over fewer rows
+// than planned (GRPO's packed rollouts) gives the bits of a plan of just
+// those rows, recompute on and off. Through `pocket train`
 // ([train] recompute, matmul), recompute changes no loss and bf16 trains.
 #include <setjmp.h>
 #include <stdarg.h>
@@ -136,6 +138,31 @@ static void test_tiny_llama(void **s) {
     check_same("tiny-llama", 1, A16_OFF, 1);
 }
 
+// Two rows through a plan of five and a plan of two: the same loss, logits and gradients, bit for bit.
+static void test_fewer_rows_than_planned(void **s) {
+    (void)s;
+    const int T = 37;
+    for (int recompute = 0; recompute <= 1; recompute++) {
+        TestModel big, two;
+        model_for(&big, "tiny-untied", recompute, 0, A16_OFF, 5, T);
+        model_for(&two, "tiny-untied", recompute, 0, A16_OFF, 2, T);
+        TokenBatch b;
+        token_batch_init(&b, 2, T, big.b.cfg.vocab_size, 5);
+        Result r_big, r_two;
+        run_steps(&big.m, &b, &r_big);
+        run_steps(&two.m, &b, &r_two);
+        const size_t NV = (size_t)2 * T * big.b.cfg.vocab_size, P = big.b.tt.total;
+        assert_memory_equal(r_big.loss, r_two.loss, sizeof r_big.loss);
+        assert_memory_equal(r_big.logits, r_two.logits, NV * sizeof(float));
+        assert_memory_equal(r_big.grads, r_two.grads, 2 * P * sizeof(float));
+        free(r_big.logits), free(r_big.grads), free(r_two.logits), free(r_two.grads);
+        token_batch_free(&b);
+        test_model_free(&big);
+        test_model_free(&two);
+    }
+    printf("2 rows through a plan of 5: the bits of a plan of 2 (loss, logits, gradients), recompute off and on\n");
+}
+
 // ---- through the recipe: pocket train with [train] recompute and matmul.
 
 
@@ -260,6 +287,7 @@ int main(void) {
         cmocka_unit_test(test_tiny),
         cmocka_unit_test(test_tiny_untied),
         cmocka_unit_test(test_tiny_llama),
+        cmocka_unit_test(test_fewer_rows_than_planned),
         cmocka_unit_test(test_plan_line),
         cmocka_unit_test(test_recipe_keys_reach_the_model),
     };
