@@ -229,7 +229,7 @@ void generate_rows(Model *m, const int *first, int len, int greedy, const GenPar
         next[r] = out[(size_t)r * len] = first[r];
     }
     for (int t = 1; t < len; t++) {
-        model_feed_rows(m, next, dev_logits);
+        model_feed_rows(m, next, R, dev_logits);
         OP(d, download, logits, dev_logits, (size_t)R * V * sizeof(float));
         for (int r = 0; r < R; r++) {
             next[r] = sample_token(logits + (size_t)r * V, V, t <= greedy ? &argmax_only : p, &rngs[r], probs, order);

@@ -383,7 +383,7 @@ static void block_forward(Model *m, const Pass *ps, int l, int slot, const float
     OP(d, rope_forward, q, &m->rope, m->pos, N, nq, hd);
     OP(d, rope_forward, k, &m->rope, m->pos, N, nkv, hd);
     if (ps->row_p0)   // a rows plan: each sequence's new K and V at its own position, then its query over them
-        for (int b = 0; b < R; b++) {
+        for (int b = 0; b < ps->B; b++) {
             const size_t at = ((size_t)ps->row_p0[b] * R + b) * KV;
             OP(d, copy, K_layer + at, k + (size_t)b * KV, (size_t)KV * sizeof(float));
             OP(d, copy, V_layer + at, v + (size_t)b * KV, (size_t)KV * sizeof(float));
@@ -606,20 +606,21 @@ static void head_logits(Model *m, float *logits, int rows) {
            m->opt.matmul);
 }
 
-void model_feed_rows(Model *m, const int *tokens, float *logits) {
+void model_feed_rows(Model *m, const int *tokens, int n, float *logits) {
     const int R = m->cache_rows;
-    if (!m->rows_plan || m->B != R) die("model_feed_rows: the model is not planned for %d sequences", R);
-    for (int r = 0; r < R; r++)
+    if (!m->rows_plan || m->B != R || n < 1 || n > R)
+        die("model_feed_rows: %d of the plan's %d sequences", n, m->rows_plan ? R : 0);
+    for (int r = 0; r < n; r++)
         if (m->row_pos[r] < 0 || m->row_pos[r] >= m->cache_len)
             die("model_feed_rows: sequence %d of %d at position %d, outside its cache of %d", r, R, m->row_pos[r],
                 m->cache_len);
     const ModelConfig *c = &m->cfg;
-    Pass ps = {.B = R, .T = 1, .N = R, .row_p0 = m->row_pos};
+    Pass ps = {.B = n, .T = 1, .N = n, .row_p0 = m->row_pos};
     forward_trunk(m, &ps, tokens, m->row_pos);
-    for (int r = 0; r < R; r++) m->row_pos[r]++;
-    OP(m->dev, rmsnorm_forward, m->a.lnf, m->a.lnf_rstd, layer_input(m, c->n_layer), m->w.lnf, R, c->d_model,
+    for (int r = 0; r < n; r++) m->row_pos[r]++;
+    OP(m->dev, rmsnorm_forward, m->a.lnf, m->a.lnf_rstd, layer_input(m, c->n_layer), m->w.lnf, n, c->d_model,
        c->norm_eps);
-    head_logits(m, logits, R);
+    head_logits(m, logits, n);
 }
 
 void model_set_row_pos(Model *m, int r, int pos) {
@@ -645,6 +646,21 @@ void model_cache_copy_row(Model *m, int r, const Model *one) {
             OP(m->dev, copy, m->v_cache + dst, one->v_cache + src, row);
         }
     m->row_pos[r] = one->n_past;
+}
+
+void model_cache_move_row(Model *m, int dst, int src) {
+    const ModelConfig *c = &m->cfg;
+    const int R = m->cache_rows, KV = c->n_kv_head * c->head_dim;
+    if (!m->rows_plan || dst < 0 || dst >= R || src < 0 || src >= R)
+        die("model_cache_move_row: sequence %d to %d of %d", src, dst, m->rows_plan ? R : 0);
+    const size_t row = (size_t)KV * sizeof(float);
+    for (int l = 0; l < c->n_layer; l++)
+        for (int p = 0; p < m->row_pos[src]; p++) {
+            const size_t at = ((size_t)l * m->cache_len + p) * R * KV;
+            OP(m->dev, copy, m->k_cache + at + (size_t)dst * KV, m->k_cache + at + (size_t)src * KV, row);
+            OP(m->dev, copy, m->v_cache + at + (size_t)dst * KV, m->v_cache + at + (size_t)src * KV, row);
+        }
+    m->row_pos[dst] = m->row_pos[src];
 }
 
 void model_feed(Model *m, const int *tokens, int n, float *all_logits) {

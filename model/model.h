@@ -208,11 +208,13 @@ double model_forward_backward_head(Model *m, const ModelInput *in, const LossHea
 // of the last row in last_logits, and of every row in all_logits [n,V]
 // (device memory) when given.
 void model_feed(Model *m, const int *tokens, int n, float *all_logits);
-// A model_plan_cache_rows plan: appends one token to each sequence r
-// (tokens[rows], host memory) at its position row_pos[r], which then
-// advances by one; it attends to the sequence's own positions below it.
-// logits [rows, V] (device memory) receives each one's next-token logits.
-void model_feed_rows(Model *m, const int *tokens, float *logits);
+// A model_plan_cache_rows plan: appends one token to each of the first n
+// sequences r (1 <= n <= cache_rows; tokens[n], host memory) at its
+// position row_pos[r], which then advances by one; it attends to the
+// sequence's own positions below it. logits [n, V] (device memory)
+// receives each one's next-token logits. The other sequences stay as they
+// are; a sequence's logits do not depend on n.
+void model_feed_rows(Model *m, const int *tokens, int n, float *logits);
 // Sets sequence r's next position (< cache_len): what it holds below it is
 // its context (a sequence that has ended may be parked at any position: what
 // it writes there is never read by the others).
@@ -221,3 +223,7 @@ void model_set_row_pos(Model *m, int r, int pos);
 // read by model_feed) into sequence r of a model_plan_cache_rows plan and
 // sets its position to one's n_past.
 void model_cache_copy_row(Model *m, int r, const Model *one);
+// Moves sequence src of a model_plan_cache_rows plan (its cached positions
+// below row_pos[src], and that position) into sequence dst, over what dst
+// held (a sampler keeps its live sequences first).
+void model_cache_move_row(Model *m, int dst, int src);

@@ -2,8 +2,11 @@
 // time: its prompt is read by the one-sequence plan and its first token
 // drawn from that pass's logits, exactly as generate() starts; the prompt's
 // cache is then copied into the row, which from there on feeds its newest
-// token at its own position in the shared passes. A row without a job is
-// parked at position 0 and its pass output ignored. Jobs that share a prompt
+// token at its own position in the shared passes. The rows with a job are
+// kept first and the passes run over them alone: once no job waits, a
+// finished row takes the last live row's sequence (its cache moved) and the
+// passes shrink, rather than compute rows whose output nobody reads (a
+// sequence's logits do not depend on the pass's rows). Jobs that share a prompt
 // (the same array) one after another read it once: the one-sequence plan
 // still holds it.
 #include "sampler.h"
@@ -109,24 +112,31 @@ int sampler_run(Sampler *s, SampleJob *jobs, int n, void (*progress)(void *ctx, 
     int *tokens = xmalloc((size_t)R * sizeof(int), "sampler tokens");
     Queue q = {jobs, n, 0, 0, progress, ctx};
     s->read = NULL;   // the jobs' arrays may be new ones at old addresses
-    int active = 0, rc = 0;
-    for (int r = 0; r < R && rc >= 0; r++) active += rc = fill_row(s, &rows[r], r, &q, e);
-    // The shared passes: every active row's newest token; a finished row refills at once.
-    while (rc >= 0 && active > 0) {
-        for (int r = 0; r < R; r++) {
-            const SampleJob *job = rows[r].job >= 0 ? &jobs[rows[r].job] : NULL;
-            tokens[r] = job ? job->out[job->n_out - 1] : 0;
-            if (!job) model_set_row_pos(&s->rows, r, 0);   // parked
+    int live = 0, rc = 0;   // rows 0 .. live - 1 are the passes'
+    for (int r = 0; r < R && rc >= 0; r++) live += (rc = fill_row(s, &rows[r], r, &q, e)) > 0;
+    while (rc >= 0) {
+        // Rows without a job move to the end: the last live row's sequence takes their place.
+        for (int r = 0; r < live;) {
+            if (rows[r].job >= 0) {
+                r++;
+                continue;
+            }
+            if (r < --live && rows[live].job >= 0) {
+                model_cache_move_row(&s->rows, r, live);
+                rows[r] = rows[live];
+                rows[live].job = -1;
+            }
         }
-        model_feed_rows(&s->rows, tokens, s->dev_logits);
-        OP(s->rows.dev, download, s->logits, s->dev_logits, (size_t)R * V * sizeof(float));
-        for (int r = 0; r < R && rc >= 0; r++) {
-            if (rows[r].job < 0) continue;
+        if (live == 0) break;
+        // The shared pass: every live row's newest token; a finished row refills at once.
+        for (int r = 0; r < live; r++) tokens[r] = jobs[rows[r].job].out[jobs[rows[r].job].n_out - 1];
+        model_feed_rows(&s->rows, tokens, live, s->dev_logits);
+        OP(s->rows.dev, download, s->logits, s->dev_logits, (size_t)live * V * sizeof(float));
+        for (int r = 0; r < live && rc >= 0; r++) {
             SampleJob *job = &jobs[rows[r].job];
             if (!take(s, job, s->logits + (size_t)r * V, &rows[r].rng)) continue;
             finished(&q);
-            active--;
-            active += rc = fill_row(s, &rows[r], r, &q, e);
+            rc = fill_row(s, &rows[r], r, &q, e);
         }
     }
     free(rows);
