@@ -211,7 +211,7 @@ static void test_lockstep_rows_match_single(void **s) {
         for (int t = 0; t < LEN; t++) {
             int step[R];
             for (int r = 0; r < R; r++) step[r] = tokens[r * LEN + t];
-            model_feed_rows(&rows, step, logits);
+            model_feed_rows(&rows, step, R, logits);
             // each row again through a one-sequence cache, up to this position
             for (int r = 0; r < R; r++) {
                 float *single = gen_prefill_logits(&g, tokens + r * LEN, t + 1, &e);

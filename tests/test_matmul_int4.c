@@ -182,7 +182,7 @@ static void decode(Model *m, Decode *out) {
     model_init_like(&rows, m);
     if (model_plan_cache_rows(&rows, 8, 16, &e)) fail_msg("%s", e.msg);
     for (int r = 0; r < 8; r++) model_set_row_pos(&rows, r, 0);
-    for (int pass = 0; pass < 4; pass++) model_feed_rows(&rows, tok + 8 * pass, out->rows + (size_t)pass * 8 * V);
+    for (int pass = 0; pass < 4; pass++) model_feed_rows(&rows, tok + 8 * pass, 8, out->rows + (size_t)pass * 8 * V);
     model_free(&rows);
     free(logits);
     free(tok);
