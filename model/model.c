@@ -630,36 +630,38 @@ void model_set_row_pos(Model *m, int r, int pos) {
     m->row_pos[r] = pos;
 }
 
-void model_cache_copy_row(Model *m, int r, const Model *one) {
+/* Copies n positions of sequence src of a cache of src_rows sequences and src_len positions a layer into sequence
+ * dst of m's plan: the one loop behind a copy from a one-sequence cache and a move within the plan. */
+static void cache_copy_positions(Model *m, int dst, const float *k_src, const float *v_src, int src_len, int src_rows,
+                                 int src, int n) {
     const ModelConfig *c = &m->cfg;
     const int R = m->cache_rows, KV = c->n_kv_head * c->head_dim;
+    const size_t row = (size_t)KV * sizeof(float);
+    for (int l = 0; l < c->n_layer; l++)
+        for (int p = 0; p < n; p++) {
+            const size_t to = (((size_t)l * m->cache_len + p) * R + dst) * KV,
+                         from = (((size_t)l * src_len + p) * src_rows + src) * KV;
+            OP(m->dev, copy, m->k_cache + to, k_src + from, row);
+            OP(m->dev, copy, m->v_cache + to, v_src + from, row);
+        }
+}
+
+void model_cache_copy_row(Model *m, int r, const Model *one) {
+    const ModelConfig *c = &m->cfg;
+    const int R = m->cache_rows;
     if (!m->rows_plan || r < 0 || r >= R || !one->cache_len || one->rows_plan || one->n_past > m->cache_len ||
         one->cfg.n_layer != c->n_layer || one->cfg.n_kv_head != c->n_kv_head || one->cfg.head_dim != c->head_dim)
         die("model_cache_copy_row: %d positions of a one-sequence cache do not fit sequence %d of %d (cache of %d)",
             one->n_past, r, R, m->cache_len);
-    const size_t row = (size_t)KV * sizeof(float);
-    for (int l = 0; l < c->n_layer; l++)
-        for (int p = 0; p < one->n_past; p++) {
-            const size_t dst = ((size_t)l * m->cache_len + p) * R * KV + (size_t)r * KV,
-                         src = ((size_t)l * one->cache_len + p) * KV;
-            OP(m->dev, copy, m->k_cache + dst, one->k_cache + src, row);
-            OP(m->dev, copy, m->v_cache + dst, one->v_cache + src, row);
-        }
+    cache_copy_positions(m, r, one->k_cache, one->v_cache, one->cache_len, 1, 0, one->n_past);
     m->row_pos[r] = one->n_past;
 }
 
 void model_cache_move_row(Model *m, int dst, int src) {
-    const ModelConfig *c = &m->cfg;
-    const int R = m->cache_rows, KV = c->n_kv_head * c->head_dim;
+    const int R = m->cache_rows;
     if (!m->rows_plan || dst < 0 || dst >= R || src < 0 || src >= R)
         die("model_cache_move_row: sequence %d to %d of %d", src, dst, m->rows_plan ? R : 0);
-    const size_t row = (size_t)KV * sizeof(float);
-    for (int l = 0; l < c->n_layer; l++)
-        for (int p = 0; p < m->row_pos[src]; p++) {
-            const size_t at = ((size_t)l * m->cache_len + p) * R * KV;
-            OP(m->dev, copy, m->k_cache + at + (size_t)dst * KV, m->k_cache + at + (size_t)src * KV, row);
-            OP(m->dev, copy, m->v_cache + at + (size_t)dst * KV, m->v_cache + at + (size_t)src * KV, row);
-        }
+    cache_copy_positions(m, dst, m->k_cache, m->v_cache, m->cache_len, R, src, m->row_pos[src]);
     m->row_pos[dst] = m->row_pos[src];
 }
 
