@@ -15,11 +15,12 @@
 
 enum { CLS_ROWS = 1024, CLS_THREADS = 512 };
 
-// Row r of the chunk (token row n0 + r): z[V] in place.
+// Row r of the chunk (token row n0 + r): z[V] in place; row_scale (chunk rows, or NULL: scale) its own scale.
 __global__ void __launch_bounds__(CLS_THREADS) classifier_rows_kernel(float *logits, double *row_loss,
                                                                         int *row_counted, const int *targets,
                                                                         const uint8_t *mask, int n0, int V,
-                                                                        float scale, int make_grad, int *err) {
+                                                                        float scale, const float *row_scale,
+                                                                        int make_grad, int *err) {
     __shared__ double red_d[CLS_THREADS];
     __shared__ float red_f[CLS_THREADS];
     const int r = blockIdx.x, n = n0 + r, tid = threadIdx.x;
@@ -43,6 +44,7 @@ __global__ void __launch_bounds__(CLS_THREADS) classifier_rows_kernel(float *log
     for (int i = tid; i < V; i += CLS_THREADS) part += (double)expf(z[i] - z_max);
     const double sum = cu_block_reduce<CLS_THREADS>(part, red_d, CuAdd());   // its barriers order the reads above before the writes below
     if (make_grad) {
+        if (row_scale) scale = row_scale[r];
         const float p_scale = (float)(scale / sum);
         for (int i = tid; i < V; i += CLS_THREADS) z[i] = expf(z[i] - z_max) * p_scale;
         __syncthreads();
@@ -93,7 +95,8 @@ double cu_classifier(Device *d, float *dh, float *dW, float *logits_out, const f
                                      cudaMemcpyDeviceToDevice, stream));
         if (!targets) continue;
         classifier_rows_kernel<<<rows, CLS_THREADS, 0, stream>>>(scratch, row_loss, row_counted, targets, mask, n0, V,
-                                                                 scale, make_grad, cu_state(d)->err);
+                                                                 scale, NULL, make_grad,
+                                                                 cu_state(d)->err);
         CU_LAUNCHED();
         if (make_grad) cu_matmul_backward(d, dh ? dh + (size_t)n0 * C : NULL, dW, scratch, h_chunk, W, rows, C, V, p);
     }
@@ -115,4 +118,46 @@ double cu_classifier(Device *d, float *dh, float *dW, float *logits_out, const f
     dev_scratch_release(d, mark);
     if (count) *count = counted;
     return loss;
+}
+
+// classifier_scaled (model/ops/ops.h): per chunk, the rows' losses first (the
+// kernel without the gradient), read back for the caller's scales, then the
+// kernel again with them, which rewrites each row as its gradient.
+void cu_classifier_scaled(Device *d, float *dh, float *dW, const float *h, const float *W, const int *targets,
+                          const uint8_t *mask, int N, int C, int V, RowScaleFn scale_of, void *ctx,
+                          MatmulPrecision p) {
+    if (N <= 0) return;
+    cudaStream_t stream = cu_stream(d);
+    const int make_grad = dh || dW, chunk = N < CLS_ROWS ? N : CLS_ROWS;
+    const size_t mark = dev_scratch_mark(d);
+    float *scratch = (float *)dev_scratch(d, (size_t)chunk * V * sizeof(float), "classifier logits");
+    double *row_loss = (double *)dev_scratch(d, (size_t)N * sizeof(double), "classifier row losses");
+    int *row_counted = (int *)dev_scratch(d, (size_t)N * sizeof(int), "classifier rows counted");
+    float *scale_dev = (float *)dev_scratch(d, (size_t)chunk * sizeof(float), "classifier row scales");
+    double *loss_host = (double *)xmalloc((size_t)chunk * sizeof(double), "classifier row losses");
+    float *scale_host = (float *)xmalloc((size_t)chunk * sizeof(float), "classifier row scales");
+    for (int n0 = 0; n0 < N; n0 += chunk) {
+        const int rows = N - n0 < chunk ? N - n0 : chunk;
+        const float *h_chunk = h + (size_t)n0 * C;
+        cu_matmul_forward(d, scratch, h_chunk, W, rows, C, V, p);
+        classifier_rows_kernel<<<rows, CLS_THREADS, 0, stream>>>(scratch, row_loss, row_counted, targets, mask, n0, V,
+                                                                 0.0f, NULL, 0, cu_state(d)->err);
+        CU_LAUNCHED();
+        CU_CHECK(cudaMemcpyAsync(loss_host, row_loss + n0, (size_t)rows * sizeof(double), cudaMemcpyDeviceToHost,
+                                 stream));
+        cu_check_errors(d, "classifier");   // waits for the copy; dies on a target outside the vocabulary
+        for (int r = 0; r < rows; r++) scale_host[r] = 0.0f;
+        scale_of(ctx, n0, rows, loss_host, scale_host);
+        if (!make_grad) continue;
+        CU_CHECK(cudaMemcpyAsync(scale_dev, scale_host, (size_t)rows * sizeof(float), cudaMemcpyHostToDevice, stream));
+        classifier_rows_kernel<<<rows, CLS_THREADS, 0, stream>>>(scratch, row_loss, row_counted, targets, mask, n0, V,
+                                                                 0.0f, scale_dev, 1, cu_state(d)->err);
+        CU_LAUNCHED();
+        cu_matmul_backward(d, dh ? dh + (size_t)n0 * C : NULL, dW, scratch, h_chunk, W, rows, C, V, p);
+        // scale_host is written again for the next chunk only after this copy has been read
+        CU_CHECK(cudaStreamSynchronize(stream));
+    }
+    free(loss_host);
+    free(scale_host);
+    dev_scratch_release(d, mark);
 }

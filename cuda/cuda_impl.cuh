@@ -154,6 +154,9 @@ size_t cu_classifier_workspace_bytes(const Device *d, int N, int C, int V);
 double cu_classifier(Device *d, float *dh, float *dW, float *logits_out, const float *h, const float *W,
                      const int *targets, const uint8_t *mask, int N, int C, int V, float scale, int *count,
                      MatmulPrecision p);
+void cu_classifier_scaled(Device *d, float *dh, float *dW, const float *h, const float *W, const int *targets,
+                          const uint8_t *mask, int N, int C, int V, RowScaleFn scale_of, void *ctx,
+                          MatmulPrecision p);
 // distill.cu (its scratch fits in the classifier's workspace: see cu_classifier_workspace_bytes)
 double cu_classifier_distill(Device *d, float *dh, float *dW, const float *h, const float *W, const int *targets,
                              const uint8_t *mask, int N, int C, int V, float scale, const DistillTarget *t,

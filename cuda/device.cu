@@ -111,6 +111,7 @@ static Backend make_table(void) {
     b.dropout_backward = cu_dropout_backward;
     b.residual_forward = cu_residual_forward;
     b.classifier = cu_classifier;
+    b.classifier_scaled = cu_classifier_scaled;
     b.classifier_distill = cu_classifier_distill;
     b.a16_round = cu_a16_round;
     b.adamw_step = cu_adamw_step;

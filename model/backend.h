@@ -38,6 +38,10 @@ typedef struct {
     float grad_clip;      // max global L2 norm; <= 0 disables clipping
 } AdamWConfig;
 
+// What classifier_scaled (ops/ops.h) asks of its caller: the scales of rows
+// [n0, n0 + rows) from their losses (-log p of the target; 0: not counted).
+typedef void (*RowScaleFn)(void *ctx, int n0, int rows, const double *row_loss, float *row_scale);
+
 // The teacher side of a distillation loss (classifier_distill, documented in
 // ops/ops.h): the mix of cross-entropy and KL, the temperature, and the
 // teacher's distribution at each token row: its final-normed hidden states
@@ -123,6 +127,9 @@ typedef struct {
     double (*classifier)(Device *d, float *dh, float *dW, float *logits_out, const float *h, const float *W,
                          const int *targets, const uint8_t *mask, int N, int C, int V, float scale, int *count,
                          MatmulPrecision p);
+    void (*classifier_scaled)(Device *d, float *dh, float *dW, const float *h, const float *W, const int *targets,
+                              const uint8_t *mask, int N, int C, int V, RowScaleFn scale_of, void *ctx,
+                              MatmulPrecision p);
     double (*classifier_distill)(Device *d, float *dh, float *dW, const float *h, const float *W, const int *targets,
                                  const uint8_t *mask, int N, int C, int V, float scale, const DistillTarget *t,
                                  DistillSums *sums, int *count, MatmulPrecision p);

@@ -1,14 +1,9 @@
 // grpo.c: GRPO's clipped policy-ratio loss and its head (grpo.h). Every
-// token has a weight of its own (its ratio, its clip, its KL), which the
-// classifier op (one scale a call) cannot apply: the head runs the lm_head
-// matmuls itself over a completion's rows, up to HEAD_ROWS at a time, takes
-// each row's log-probability from its logits on the host, and sends each
-// row's own gradient back through one matmul_backward (a row at a time, the
-// lm_head's 49,152 x 576 weights were read four times a token).
+// token has a weight of its own (its ratio, its clip, its KL): the head runs
+// each completion's rows through the backend's classifier_scaled, which
+// hands back each row's log-probability and takes each row's scale.
 #include "grpo.h"
 #include <math.h>
-#include <stdlib.h>
-#include <string.h>
 
 const char *grpo_norm_name(int norm) {
     static const char *names[GRPO_NORM_COUNT] = {"grpo", "bnpo"};
@@ -68,61 +63,32 @@ double grpo_token_loss(const GrpoLoss *l, double logp, double old, double ref, d
     return loss;
 }
 
-// Rows of logits a pass holds at a time (64 rows of a 65,536 vocabulary: 16 MiB).
-enum { HEAD_ROWS = 64 };
+// One completion's rows through the classifier_scaled op: the op hands back
+// each counted row's -log p (its logits' logsumexp less the target's logit),
+// and takes the row's own scale: -grad_scale w dL/dlogp, since dlogp/dz =
+// onehot - softmax.
+typedef struct {
+    GrpoHead *h;
+    const ModelInput *in;
+    int k, first;   // the completion, its first row
+    double w, loss;
+    float grad_scale;
+} CompletionRows;
 
-// Rows [i0, i0 + n) of completion k through the lm_head at once: each counted
-// row's log-probability (from its logits, on the host), its token loss
-// (weight w), added to *loss; with dh, each row's own scale x (softmax -
-// onehot) through one matmul_backward. logits: device [n, V]; z: the host's
-// view of it.
-static double chunk_pass(GrpoHead *h, Model *m, const ModelInput *in, int k, int i0, int n, double w, float *dh,
-                         float grad_scale, float *logits, float *z, double *logp) {
-    Device *d = m->dev;
-    const int H = m->cfg.d_model, V = m->cfg.vocab_size;
-    const float *x = m->a.lnf + (size_t)i0 * H;
-    OP(d, matmul_forward, logits, x, m->w.lm_head, n, H, V, m->opt.matmul);
-    OP(d, download, z, logits, (size_t)n * V * sizeof(float));
-    double *row_max = logp + n, *row_sum = logp + 2 * n;
-    #pragma omp parallel for schedule(static) num_threads(d->threads)
-    for (int r = 0; r < n; r++) {
-        const float *zr = z + (size_t)r * V;
-        float top = zr[0];
-        for (int j = 1; j < V; j++) top = zr[j] > top ? zr[j] : top;
-        double sum = 0;
-        for (int j = 0; j < V; j++) sum += expf(zr[j] - top);
-        row_max[r] = top, row_sum[r] = sum;
-        const int t = in->targets[i0 + r];
-        logp[r] = t >= 0 ? (double)zr[t] - (double)top - log(sum) : 0;
+static void token_scales(void *ctx, int n0, int rows, const double *row_loss, float *row_scale) {
+    CompletionRows *c = ctx;
+    GrpoHead *h = c->h;
+    for (int r = 0; r < rows; r++) {   // in row order: the sums do not depend on the threads
+        const int i = c->first + n0 + r;
+        if (!c->in->mask[i] || c->in->targets[i] < 0) continue;
+        const double logp = -row_loss[r];
+        double d = 0;
+        h->logp[i] = (float)logp;
+        c->loss += c->w * grpo_token_loss(&h->loss, logp, h->old_logp ? h->old_logp[i] : logp,
+                                          h->ref_logp ? h->ref_logp[i] : 0, h->advantage[c->k], &d,
+                                          h->metrics);
+        row_scale[r] = (float)(-c->grad_scale * c->w * d);
     }
-    double loss = 0;
-    for (int r = 0; r < n; r++) {   // in row order: the sums do not depend on the threads
-        const int i = i0 + r;
-        double dd = 0;
-        if (in->mask[i] && in->targets[i] >= 0) {
-            h->logp[i] = (float)logp[r];
-            loss += w * grpo_token_loss(&h->loss, logp[r], h->old_logp ? h->old_logp[i] : logp[r],
-                                        h->ref_logp ? h->ref_logp[i] : 0, h->advantage[k], &dd, h->metrics);
-        }
-        logp[r] = dd;   // now dL/dlogp (0 where nothing counts)
-    }
-    if (!dh) return loss;
-    // The loss moves with logp = z_t - logsumexp(z): dlogits = -(grad_scale w dL/dlogp) (softmax - onehot).
-    #pragma omp parallel for schedule(static) num_threads(d->threads)
-    for (int r = 0; r < n; r++) {
-        float *zr = z + (size_t)r * V;
-        const float s = (float)(-grad_scale * w * logp[r]), top = (float)row_max[r];
-        if (s == 0.0f) {
-            memset(zr, 0, (size_t)V * sizeof(float));
-            continue;
-        }
-        const float ps = (float)(s / row_sum[r]);
-        for (int j = 0; j < V; j++) zr[j] = ps * expf(zr[j] - top);
-        zr[in->targets[i0 + r]] -= s;
-    }
-    OP(d, upload, logits, z, (size_t)n * V * sizeof(float));
-    OP(d, matmul_backward, dh + (size_t)i0 * H, m->g.lm_head, logits, x, m->w.lm_head, n, H, V, m->opt.matmul);
-    return loss;
 }
 
 static double grpo_pass(const LossHead *head, Model *m, const ModelInput *in, float *dh, float grad_scale,
@@ -130,11 +96,7 @@ static double grpo_pass(const LossHead *head, Model *m, const ModelInput *in, fl
     GrpoHead *h = head->ctx;
     if (!in->targets || !in->mask) die("GRPO head: the input has no targets or mask");
     if (h->loss.beta != 0 && !h->ref_logp) die("GRPO head: a KL penalty without reference log-probabilities");
-    Device *d = m->dev;
-    const size_t V = (size_t)m->cfg.vocab_size;
-    float *logits = d->be->alloc(d, HEAD_ROWS * V * sizeof(float), "GRPO head logits");
-    float *z = d->be->host_memory ? logits : xmalloc(HEAD_ROWS * V * sizeof(float), "GRPO head logits");
-    double logp[3 * HEAD_ROWS];
+    const int H = m->cfg.d_model, V = m->cfg.vocab_size;
     double loss = 0;
     int tokens = 0;
     for (int k = 0; k < h->n; k++) {
@@ -143,15 +105,13 @@ static double grpo_pass(const LossHead *head, Model *m, const ModelInput *in, fl
             if (in->mask[i]) n++, first = first < 0 ? i : first, end = i + 1;
         if (n == 0) continue;
         // The sequence norm weighs a completion's tokens by 1/n; the token norm counts them all alike.
-        const double w = h->loss.norm == GRPO_NORM_SEQUENCE ? 1.0 / n : 1.0;
-        for (int i0 = first; i0 < end; i0 += HEAD_ROWS) {
-            const int rows = end - i0 < HEAD_ROWS ? end - i0 : HEAD_ROWS;
-            loss += chunk_pass(h, m, in, k, i0, rows, w, dh, grad_scale, logits, z, logp);
-        }
+        CompletionRows c = {h, in, k, first, h->loss.norm == GRPO_NORM_SEQUENCE ? 1.0 / n : 1.0, 0, grad_scale};
+        const size_t at = (size_t)first * H;
+        OP(m->dev, classifier_scaled, dh ? dh + at : NULL, dh ? m->g.lm_head : NULL, m->a.lnf + at, m->w.lm_head,
+           m->targets + first, m->mask + first, end - first, H, V, token_scales, &c, m->opt.matmul);
+        loss += c.loss;
         tokens += n;
     }
-    if (z != logits) free(z);
-    d->be->release(d, logits);
     *count = h->loss.norm == GRPO_NORM_SEQUENCE ? h->n : tokens;
     return loss;
 }

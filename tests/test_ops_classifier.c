@@ -2,7 +2,8 @@
 // (test_backends.h) against the full double reference, independence from the
 // chunk of rows a CPU device holds (CpuKernels.classifier_rows), and the rule
 // that an uncounted position (mask 0, target -1, no targets) changes nothing,
-// and a CPU device's bits on any thread count.
+// and a CPU device's bits on any thread count; classifier_scaled (a scale
+// a row, chosen from the row's loss) against the reference a row at a time.
 // Bounds (normwise): loss 1e-6 relative, logits/dh/dW 2e-6 (fp32 dot products
 // of length C = 45, softmax sums in double, dW sums over <= 37 rows); 2e-5 for
 // the gradients when the logits are in the hundreds (see the test). A GPU
@@ -307,6 +308,83 @@ static void test_classifier_nothing_counted(void **state) {
     data_free(&d);
 }
 
+// classifier_scaled: each row's own scale, chosen by the caller from the
+// row's loss (here 0.2 + 0.1 loss; one counted row left at 0), against the
+// double reference run a row at a time with that row's scale; every counted
+// row handed to the caller once, in row order, on any chunk of rows.
+typedef struct {
+    double seen[N];   // each row's loss as the op handed it over; -1: not seen
+    int next;         // the first row not yet handed over
+    int bad;
+} Scaler;
+
+static void scale_rows(void *ctx, int n0, int rows, const double *row_loss, float *row_scale) {
+    Scaler *s = ctx;
+    s->bad |= n0 < s->next;
+    s->next = n0 + rows;
+    for (int r = 0; r < rows; r++) {
+        s->seen[n0 + r] = row_loss[r];
+        row_scale[r] = n0 + r == 20 ? 0.0f : (float)(0.2 + 0.1 * row_loss[r]);
+    }
+}
+
+static void test_classifier_scaled_vs_ref(void **state) {
+    (void)state;
+    Rng r;
+    rng_seed(&r, 46);
+    ClsData d;
+    data_init(&d, &r, 1.0);
+    assert_true(d.mask[20] && d.targets[20] >= 0);
+    double loss_ref[N], *dh_ref = zeros_d(N * C), *dW_ref = zeros_d(V * C);
+    for (int n = 0; n < N; n++) {
+        loss_ref[n] = 0;
+        if (!d.mask[n] || d.targets[n] < 0) continue;
+        loss_ref[n] = classifier_ref(NULL, NULL, d.h + n * C, d.W, d.targets + n, NULL, 1, C, V, 0);
+        const double s = n == 20 ? 0 : 0.2 + 0.1 * loss_ref[n];
+        classifier_ref(dh_ref + n * C, dW_ref, d.h + n * C, d.W, d.targets + n, NULL, 1, C, V, s);
+    }
+    const int chunks[] = {1, 3, N};
+    for (int i = 0; i < n_devs; i++)
+        for (int c = 0; c < 3; c++)
+            for (int grad = 0; grad < 2; grad++) {
+                Device tmp, *dev = with_rows(&tmp, &devs[i].dev, chunks[c]);
+                Mirrors mr = mirrors_on(dev);
+                float *dh = zeros_f(N * C), *dW = zeros_f(V * C);
+                float *dh_d = grad ? mirror(&mr, dh, N * C * sizeof(float)) : NULL;
+                float *dW_d = grad ? mirror(&mr, dW, V * C * sizeof(float)) : NULL;
+                Scaler s = {.next = 0};
+                for (int n = 0; n < N; n++) s.seen[n] = -1;
+                OP(dev, classifier_scaled, dh_d, dW_d, mirror(&mr, d.hf, N * C * sizeof(float)),
+                   mirror(&mr, d.Wf, V * C * sizeof(float)), mirror(&mr, d.targets, sizeof d.targets),
+                   mirror(&mr, d.mask, sizeof d.mask), N, C, V, scale_rows, &s, MATMUL_FP32);
+                if (grad) {
+                    fetch(dev, dh, dh_d, N * C * sizeof(float));
+                    fetch(dev, dW, dW_d, V * C * sizeof(float));
+                }
+                mirrors_free(&mr);
+                double e_loss = 0, mag = 0;
+                for (int n = 0; n < N; n++) {
+                    const int counted = d.mask[n] && d.targets[n] >= 0;
+                    if (counted ? s.seen[n] < 0 : s.seen[n] > 0)
+                        fail_msg("%s (%d rows at a time): row %d handed over as %g", devs[i].name, chunks[c], n,
+                                 s.seen[n]);
+                    e_loss = fmax(e_loss, fabs(fmax(s.seen[n], 0) - loss_ref[n]));
+                    mag = fmax(mag, fabs(loss_ref[n]));
+                }
+                const double e_dh = grad ? rel_err_f(dh, dh_ref, N * C) : 0, e_dW = grad ? rel_err_f(dW, dW_ref, V * C) : 0;
+                printf("  %-26s %2d rows at a time%s: loss rel %.1e dh %.1e dW %.1e\n", devs[i].name, chunks[c],
+                       grad ? "" : " (losses only)", e_loss / mag, e_dh, e_dW);
+                if (s.bad || !(e_loss / mag < dev_tol(&devs[i], 1e-6, 1e-4) && e_dh < dev_tol(&devs[i], 2e-6, 1e-4) &&
+                               e_dW < dev_tol(&devs[i], 2e-6, 1e-4)))
+                    fail_msg("%s (%d rows at a time): classifier_scaled off the reference", devs[i].name, chunks[c]);
+                for (int k = 0; grad && k < C; k++) assert_true(dh[20 * C + k] == 0.0f);   // scale 0: no gradient
+                free(dh); free(dW);
+                with_rows_free(dev, &tmp);
+            }
+    free(dh_ref); free(dW_ref);
+    data_free(&d);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         GPU_DEVICE_TEST,
@@ -316,6 +394,7 @@ int main(void) {
         cmocka_unit_test(test_classifier_many_rows),
         cmocka_unit_test(test_classifier_masked_target),
         cmocka_unit_test(test_classifier_nothing_counted),
+        cmocka_unit_test(test_classifier_scaled_vs_ref),
     };
     return cmocka_run_group_tests(tests, devices_setup, devices_teardown);
 }

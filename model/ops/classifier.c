@@ -26,18 +26,16 @@ static float row_max(const float *z, int V) {
     return m;
 }
 
-// One row of logits z[V]: returns -log p(target). If make_grad, z is
-// overwritten by scale * (softmax(z) - onehot(target)). exp(z - max) runs on
+// The sum of exp(z - max) over one row of logits z[V], max its largest: on
 // fast_exp.h's vectorised blocks (expf one logit at a time was a tenth of the
-// classifier's time), each block summed in float, the blocks in double.
-static double row_loss(float *z, int target, int V, float scale, int make_grad) {
-    const float z_max = row_max(z, V);
-    const float z_target = z[target];
+// classifier's time), each block summed in float, the blocks in double. With
+// keep, z is overwritten by exp(z - max), which the gradient scales.
+static double row_exp_sum(float *z, int V, float z_max, int keep) {
     double sum = 0.0;
     for (int i0 = 0; i0 < V; i0 += EXP_CHUNK) {
         const int m = V - i0 < EXP_CHUNK ? V - i0 : EXP_CHUNK;
         float tmp[EXP_CHUNK];
-        float *e = make_grad ? z + i0 : tmp;   // keep exp(z - max) for the gradient pass
+        float *e = keep ? z + i0 : tmp;
         #pragma omp simd
         for (int i = 0; i < m; i++) e[i] = z[i0 + i] - z_max;
         exp_block(e, e, m);
@@ -46,12 +44,24 @@ static double row_loss(float *z, int target, int V, float scale, int make_grad) 
         for (int i = 0; i < m; i++) block += e[i];
         sum += block;
     }
-    if (make_grad) {
-        const float p_scale = (float)(scale / sum);
-        #pragma omp simd
-        for (int i = 0; i < V; i++) z[i] *= p_scale;
-        z[target] -= scale;
-    }
+    return sum;
+}
+
+// A row whose z holds exp(z - max) (row_exp_sum with keep) becomes
+// scale * (softmax(z) - onehot(target)).
+static void row_grad(float *z, int target, int V, double sum, float scale) {
+    const float p_scale = (float)(scale / sum);
+    #pragma omp simd
+    for (int i = 0; i < V; i++) z[i] *= p_scale;
+    z[target] -= scale;
+}
+
+// One row of logits z[V]: returns -log p(target). If make_grad, z is
+// overwritten by scale * (softmax(z) - onehot(target)).
+static double row_loss(float *z, int target, int V, float scale, int make_grad) {
+    const float z_max = row_max(z, V), z_target = z[target];
+    const double sum = row_exp_sum(z, V, z_max, make_grad);
+    if (make_grad) row_grad(z, target, V, sum, scale);
     return (double)z_max + log(sum) - (double)z_target;
 }
 
@@ -150,4 +160,50 @@ double classifier_ref(double *dh, double *dW, const double *h, const double *W, 
     }
     free(z);
     return loss;
+}
+
+// As the classifier, with each row's scale chosen from the rows' losses: per
+// chunk, the logits, each counted row's loss (exp(z - max) kept), the
+// caller's scales, then the gradient rows and the two matmuls.
+void classifier_scaled(Device *d, float *dh, float *dW, const float *h, const float *W, const int *targets,
+                       const uint8_t *mask, int N, int C, int V, RowScaleFn scale_of, void *ctx, MatmulPrecision p) {
+    for (int n = 0; n < N; n++)
+        if (targets[n] >= V) die("classifier: target %d at row %d is outside the vocabulary of %d", targets[n], n, V);
+    const int chunk = N < cpu_kernels(d)->classifier_rows ? N : cpu_kernels(d)->classifier_rows;
+    const size_t mark = dev_scratch_mark(d);
+    float *scratch = dev_scratch(d, (size_t)chunk * V * sizeof(float), "classifier logits");
+    double *losses = dev_scratch(d, (size_t)chunk * 2 * sizeof(double), "classifier row losses");
+    double *sums = losses + chunk;
+    float *scales = dev_scratch(d, (size_t)chunk * sizeof(float), "classifier row scales");
+    const int make_grad = dh != NULL || dW != NULL;
+    for (int n0 = 0; n0 < N; n0 += chunk) {
+        const int rows = N - n0 < chunk ? N - n0 : chunk;
+        int counted = 0;
+        for (int r = 0; r < rows; r++) counted += is_counted(targets, mask, n0 + r);
+        if (!counted) continue;
+        const float *h_chunk = h + (size_t)n0 * C;
+        matmul_forward(d, scratch, h_chunk, W, rows, C, V, p);
+        #pragma omp parallel for schedule(static) num_threads(d->threads)
+        for (int r = 0; r < rows; r++) {
+            float *z = scratch + (size_t)r * V;
+            losses[r] = 0.0, sums[r] = 1.0;
+            if (!is_counted(targets, mask, n0 + r)) continue;
+            const float z_max = row_max(z, V), z_target = z[targets[n0 + r]];
+            sums[r] = row_exp_sum(z, V, z_max, make_grad);
+            losses[r] = (double)z_max + log(sums[r]) - (double)z_target;
+        }
+        for (int r = 0; r < rows; r++) scales[r] = 0.0f;
+        scale_of(ctx, n0, rows, losses, scales);
+        if (!make_grad) continue;
+        #pragma omp parallel for schedule(static) num_threads(d->threads)
+        for (int r = 0; r < rows; r++) {
+            float *z = scratch + (size_t)r * V;
+            if (!is_counted(targets, mask, n0 + r) || scales[r] == 0.0f)
+                memset(z, 0, (size_t)V * sizeof(float));
+            else
+                row_grad(z, targets[n0 + r], V, sums[r], scales[r]);
+        }
+        matmul_backward(d, dh ? dh + (size_t)n0 * C : NULL, dW, scratch, h_chunk, W, rows, C, V, p);
+    }
+    dev_scratch_release(d, mark);
 }

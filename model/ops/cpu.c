@@ -78,6 +78,7 @@ static const Backend CPU = {
     .dropout_forward = dropout_forward,
     .dropout_backward = dropout_backward,
     .classifier = classifier,
+    .classifier_scaled = classifier_scaled,
     .classifier_distill = classifier_distill,
     .a16_round = a16_round,
     .pack_int4 = matmul_int4_pack,

@@ -193,6 +193,16 @@ double classifier(Device *d, float *dh, float *dW, float *logits_out, const floa
                   const int *targets, const uint8_t *mask, int N, int C, int V, float scale, int *count,
                   MatmulPrecision p);
 size_t classifier_workspace_bytes(const Device *d, int N, int V);
+// The classifier with a scale of its own for every row (a loss whose weight
+// per token depends on the token's probability, as GRPO's ratio and clip):
+// chunk by chunk in row order, scale_of gets the chunk's rows [n0, n0 + rows)
+// and each row's -log p(target) (0 where the row does not count) and fills
+// each counted row's scale (left 0: no gradient); dh += dlogits W and dW +=
+// dlogits^T h with dlogits = scale (softmax - onehot), as the classifier's.
+// scale_of is called with or without dh/dW (a pass for the losses alone).
+// Chunks with no counted row are skipped. The workspace is the classifier's.
+void classifier_scaled(Device *d, float *dh, float *dW, const float *h, const float *W, const int *targets,
+                       const uint8_t *mask, int N, int C, int V, RowScaleFn scale_of, void *ctx, MatmulPrecision p);
 // Reference: full logits in double; returns sum loss; grads (if non-NULL) accumulate scale * d(sum).
 double classifier_ref(double *dh, double *dW, const double *h, const double *W, const int *targets,
                       const uint8_t *mask, int N, int C, int V, double scale);
