@@ -7,7 +7,8 @@
 // - rewarded for completions starting with a lowercase letter, the model
 //   learns it: the mean reward of the last steps is far above the first's;
 // - with rl.beta > 0 and the weights unchanged (a learning rate of 1e-12),
-//   the KL to model.init is zero: the reference is the start model;
+//   the KL to model.init is zero: the reference is the start model (with
+//   [qat], model.init's int4 model);
 // - a run stopped with train.stop_after and resumed ends with the bits of
 //   an uninterrupted one (the model, LoRA, QAT, bnpo with the KL term);
 // - rl.updates_per_rollout = 2: steps 1 and 3 sample, 2 and 4 train on
@@ -146,6 +147,13 @@ static void test_kl_to_start_is_zero_while_unchanged(void **s) {
                         g_dir, g_dir), 0);
     double kl[3];
     assert_int_equal(run_step_metric(g_dir, "kl", "kl", kl, 3), 3);
+    for (int k = 0; k < 3; k++) assert_true(fabs(kl[k]) < 1e-9);
+    // with [qat] the run starts from the int4 model, and so does the reference (the float weights gave 2.5e-5)
+    assert_int_equal(write_grpo_recipe("kl-qat.ini", 3, "beta = 0.1\n[qat]\nenabled = 1\ngroup = 4\n"), 0);
+    assert_int_equal(sh("%s train %s/kl-qat.ini --set train.run_dir=%s/kl-qat --set optim.lr=1e-12 >/dev/null",
+                        pocket(), g_dir, g_dir), 0);
+    assert_int_equal(run_step_metric(g_dir, "kl-qat", "kl", kl, 3), 3);
+    printf("KL to model.init's int4 model under [qat]: %.1e at an unchanged model\n", fabs(kl[0]));
     for (int k = 0; k < 3; k++) assert_true(fabs(kl[k]) < 1e-9);
     // and it grows once the model moves
     assert_int_equal(sh("%s train %s/kl.ini --set train.run_dir=%s/kl2 >/dev/null", pocket(), g_dir, g_dir), 0);

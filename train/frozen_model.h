@@ -15,6 +15,12 @@ typedef struct {
 } FrozenModel;
 
 int frozen_model_load(FrozenModel *f, const char *path, PtError *e);
+// After load: the weights replaced by those of the int4 model a QAT run on
+// the grid `spec` starts from: path's QAT state when it holds one on that
+// grid, else scales made by `init` (QAT_INIT_*) from the float weights, as
+// the run makes them. *from_qat says which.
+int frozen_model_int4(FrozenModel *f, const char *path, const QuantSpec *spec, int quant_embedding, int init,
+                      int threads, int *from_qat, PtError *e);
 // On dev with the numerics opt (recompute is off), planned for B x T.
 int frozen_model_start(FrozenModel *f, Device *dev, const ModelOptions *opt, int B, int T, PtError *e);
 void frozen_model_free(FrozenModel *f);   // after load alone too

@@ -58,12 +58,12 @@ typedef struct {
     float *logp;               // [B*T]
     GrpoHead head;
     LossHead inner;
-    FrozenModel ref;           // beta > 0: the reference, model.init
+    FrozenModel ref;           // beta > 0: the reference, model.init (its int4 model under [qat])
 } Grpo;
 
 static Grpo *grpo_of(Objective *o) { return o->impl; }
 
-// beta > 0: model.init on the device, forward only, as the reference.
+// beta > 0: model.init on the device, forward only, as the reference: the model the run starts from.
 static int open_reference(Grpo *g, const Recipe *r, const ObjectiveData *d, PtError *e) {
     if (!checkpoint_is_hdf5(r->model.init))
         return pt_fail(e, "[rl] beta > 0 takes its reference from model.init, which must be a checkpoint (.h5), not "
@@ -73,6 +73,20 @@ static int open_reference(Grpo *g, const Recipe *r, const ObjectiveData *d, PtEr
     if (c->vocab_size != d->cfg->vocab_size || c->d_model != d->cfg->d_model)
         return pt_fail(e, "%s: the reference has %d vocabulary rows of hidden size %d, the model %d of %d", r->model.init,
                        c->vocab_size, c->d_model, d->cfg->vocab_size, d->cfg->d_model);
+    // With [qat] from the first update the run starts from the int4 model, and so does the KL: a float
+    // reference would measure the int4 rounding as drift (0.14 nats a token on SmolLM2-135M) and pull
+    // the model towards the float weights.
+    if (r->qat.enabled && r->qat.start_step == 0) {
+        QatRunConfig qc;
+        int from_qat;
+        recipe_qat(r, &qc);
+        if (frozen_model_int4(&g->ref, r->model.init, &qc.spec, qc.quant_embedding, r->qat.init, d->dev->threads,
+                              &from_qat, e))
+            return -1;
+        if (d->log)
+            fprintf(d->log, "GRPO: the KL reference is %s's int4 model (%s)\n", r->model.init,
+                    from_qat ? "its QAT scales" : "scales made from its weights, as the run makes them");
+    }
     ModelOptions opt;
     recipe_model_options(r, &opt);
     return frozen_model_start(&g->ref, d->dev, &opt, d->B, d->T, e);
