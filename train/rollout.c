@@ -89,6 +89,7 @@ int rollouts_open(Rollouts *ro, const Recipe *r, const ObjectiveData *d, const c
     ro->outs = xmalloc((size_t)ro->cap * r->rl.max_new * sizeof(int), "rollouts");
     ro->at = xcalloc((size_t)ro->cap, sizeof *ro->at, "rollout places");
     ro->row_used = xcalloc((size_t)ro->B, sizeof *ro->row_used, "rollout rows");
+    ro->row_segs = xcalloc((size_t)ro->B, sizeof *ro->row_segs, "rollout segments");
     ro->steps_per_index = r->train.grad_accum;
     return 0;
 }
@@ -158,13 +159,11 @@ static void put_completion(Batch *b, int at, int seg, const SampleJob *job) {
     const int n = job->n_prompt + job->n_out;
     for (int t = 0; t < n; t++) {
         const size_t i = (size_t)at + t;
+        const int next = t + 1;   // the token row t predicts, if any
         b->tokens[i] = t < job->n_prompt ? job->prompt[t] : job->out[t - job->n_prompt];
         b->pos[i] = t, b->seg[i] = seg, b->src[i] = -1;
-        b->targets[i] = -1, b->mask[i] = 0;
-    }
-    for (int t = 0; t + 1 < n; t++) {
-        b->targets[(size_t)at + t] = b->tokens[(size_t)at + t + 1];
-        b->mask[(size_t)at + t] = t + 1 >= job->n_prompt;
+        b->targets[i] = next == n ? -1 : next < job->n_prompt ? job->prompt[next] : job->out[next - job->n_prompt];
+        b->mask[i] = next < n && next >= job->n_prompt;
     }
 }
 
@@ -201,14 +200,14 @@ int rollouts_sample(Rollouts *ro, Model *m, uint64_t index, Batch *b, double *se
     b->n_loss = 0;
     b->n_groups = 0;
     b->group_first[0] = 0;
-    int *segs = xcalloc((size_t)ro->B, sizeof(int), "rollout segments");
+    int *segs = ro->row_segs;
+    memset(segs, 0, (size_t)ro->B * sizeof(int));
     for (int c = 0; c < n; c++) {
         const int r = ro->at[c] / ro->T;
         put_completion(b, ro->at[c], segs[r]++, &ro->jobs[c]);
         b->n_loss += ro->jobs[c].n_out;
     }
     for (int r = 0; r < ro->B; r++) put_padding(b, r, ro->row_used[r], segs[r]);
-    free(segs);
     return 0;
 }
 
@@ -265,6 +264,7 @@ void rollouts_free(Rollouts *ro) {
     free(ro->outs);
     free(ro->at);
     free(ro->row_used);
+    free(ro->row_segs);
     memset(ro, 0, sizeof *ro);
 }
 

@@ -48,6 +48,7 @@ typedef struct {
     int *outs;                 // [cap * max_new]
     int *at;                   // [cap]: completion c's first position in the batch (flat b*T+t)
     int *row_used;             // [B]: positions a row's completions fill
+    int *row_segs;             // [B]: completions placed in a row so far (its next segment id)
     FILE *log;                 // the lead's run_dir/rollouts.jsonl, NULL on other ranks
     int steps_per_index;       // micro-batches a step over all ranks (the log's step numbers)
 } Rollouts;
