@@ -56,13 +56,21 @@ static void row_grad(float *z, int target, int V, double sum, float scale) {
     z[target] -= scale;
 }
 
+// One row of logits z[V]: returns -log p(target), *sum its exp sum (keep: as
+// row_exp_sum's, z left holding exp(z - max) for row_grad).
+static double row_nll(float *z, int target, int V, int keep, double *sum) {
+    const float z_max = row_max(z, V), z_target = z[target];
+    *sum = row_exp_sum(z, V, z_max, keep);
+    return (double)z_max + log(*sum) - (double)z_target;
+}
+
 // One row of logits z[V]: returns -log p(target). If make_grad, z is
 // overwritten by scale * (softmax(z) - onehot(target)).
 static double row_loss(float *z, int target, int V, float scale, int make_grad) {
-    const float z_max = row_max(z, V), z_target = z[target];
-    const double sum = row_exp_sum(z, V, z_max, make_grad);
+    double sum;
+    const double loss = row_nll(z, target, V, make_grad, &sum);
     if (make_grad) row_grad(z, target, V, sum, scale);
-    return (double)z_max + log(sum) - (double)z_target;
+    return loss;
 }
 
 // Also what classifier_distill (distill.c) takes: the same logits as two
@@ -188,9 +196,7 @@ void classifier_scaled(Device *d, float *dh, float *dW, const float *h, const fl
             float *z = scratch + (size_t)r * V;
             losses[r] = 0.0, sums[r] = 1.0;
             if (!is_counted(targets, mask, n0 + r)) continue;
-            const float z_max = row_max(z, V), z_target = z[targets[n0 + r]];
-            sums[r] = row_exp_sum(z, V, z_max, make_grad);
-            losses[r] = (double)z_max + log(sums[r]) - (double)z_target;
+            losses[r] = row_nll(z, targets[n0 + r], V, make_grad, &sums[r]);
         }
         for (int r = 0; r < rows; r++) scales[r] = 0.0f;
         scale_of(ctx, n0, rows, losses, scales);
