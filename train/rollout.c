@@ -155,15 +155,18 @@ static int place(Rollouts *ro) {
 
 // Completion c at its place: its prompt and new tokens, a segment of their
 // own (the row's k-th: seg k), trained on the new ones.
+static int job_token(const SampleJob *job, int t) {
+    return t < job->n_prompt ? job->prompt[t] : job->out[t - job->n_prompt];
+}
+
 static void put_completion(Batch *b, int at, int seg, const SampleJob *job) {
     const int n = job->n_prompt + job->n_out;
     for (int t = 0; t < n; t++) {
         const size_t i = (size_t)at + t;
-        const int next = t + 1;   // the token row t predicts, if any
-        b->tokens[i] = t < job->n_prompt ? job->prompt[t] : job->out[t - job->n_prompt];
+        b->tokens[i] = job_token(job, t);
         b->pos[i] = t, b->seg[i] = seg, b->src[i] = -1;
-        b->targets[i] = next == n ? -1 : next < job->n_prompt ? job->prompt[next] : job->out[next - job->n_prompt];
-        b->mask[i] = next < n && next >= job->n_prompt;
+        b->targets[i] = t + 1 < n ? job_token(job, t + 1) : -1;   // the token row t predicts, if any
+        b->mask[i] = t + 1 < n && t + 1 >= job->n_prompt;
     }
 }
 
